@@ -1,0 +1,7 @@
+"""pytest-llmslo: SLOs of LLM serving engines as pytest performance tests."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,84 @@
+"""What every engine launcher gives the rest of the package: ``EngineConfig`` in,
+``EngineHandle`` out.
+
+A launcher (one module per engine kind) turns an ``EngineConfig`` into a running,
+ready engine and returns a handle; ``engines.start_engine(config)`` picks the launcher by
+``config.kind``. The plugin and the load generator only ever see the handle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Runtime = Literal["process", "docker"]
+
+ENGINE_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm", "dynamo", "external")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """One engine, written once (pyproject/ini/config file), overridable on the command line.
+
+    ``name`` is what tests ids and reports show (``sglang``, ``vllm-tp2``); ``kind`` picks the
+    launcher. ``options`` holds engine-specific settings (sim profile, Dynamo workers and
+    discovery, ...). ``env`` is passed to the engine and never logged. ``port=None`` picks a
+    free loopback port.
+    """
+
+    kind: str
+    name: str = ""
+    model: str = ""
+    served_model_name: str | None = None
+    runtime: Runtime = "process"
+    host: str = "127.0.0.1"
+    port: int | None = None
+    tensor_parallel_size: int = 1
+    dtype: str | None = None
+    quantization: str | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    image: str | None = None
+    gpus: str | None = None
+    url: str | None = None
+    python: str | None = None
+    startup_timeout_s: float = 900.0
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.kind
+
+
+@runtime_checkable
+class EngineHandle(Protocol):
+    """A ready engine. ``base_url`` has no trailing slash and no ``/v1``
+    (``http://127.0.0.1:8000``); ``model`` is the name to put in requests."""
+
+    config: EngineConfig
+    base_url: str
+    model: str
+
+    def version(self) -> str | None:
+        """The engine's own version string (endpoint, package or image tag), if known."""
+        ...
+
+    def metadata(self) -> dict[str, Any]:
+        """JSON-serialisable facts for the report: kind, runtime, version, image, command
+        (with secrets removed), hardware."""
+        ...
+
+    def alive(self) -> bool:
+        """False once the engine process/container has exited."""
+        ...
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the engine's output (for errors)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop and clean up: no process, container or port left. Idempotent."""
+        ...

@@ -1,0 +1,1 @@
+"""pytest glue: options, markers, fixtures, parametrization and reporting hooks."""
