@@ -1,0 +1,73 @@
+"""Pieces the real-engine spec modules share: the served name, the port, the Python that
+runs a process engine, and the package version read from that Python."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+
+from ..errors import ConfigError, EngineUnavailable
+from .base import EngineConfig
+from .process import pick_free_port
+
+
+def require_model(config: EngineConfig) -> str:
+    if not config.model:
+        raise ConfigError(
+            f"engine {config.display_name!r} (kind {config.kind}) needs model= "
+            "(a Hugging Face id or a local path)"
+        )
+    return config.model
+
+
+def served_name(config: EngineConfig) -> str:
+    return config.served_model_name or config.model
+
+
+def choose_port(config: EngineConfig) -> int:
+    host = config.host if config.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
+    return config.port or pick_free_port(host)
+
+
+def python_of(config: EngineConfig) -> str:
+    return config.python or sys.executable
+
+
+def image_tag(image: str) -> str | None:
+    """``vllm/vllm-openai:v0.32.0`` -> ``v0.32.0`` (None without a tag)."""
+    last = image.rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else None
+
+
+def require_module(config: EngineConfig, module: str, hint: str) -> None:
+    """``EngineUnavailable`` when ``module`` cannot be found by ``config.python``."""
+    python = python_of(config)
+    code = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
+    try:
+        rc = subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineUnavailable(f"{config.display_name}: cannot run {python}: {exc}") from None
+    if rc != 0:
+        raise EngineUnavailable(
+            f"{config.display_name}: Python module {module!r} is not installed for {python} "
+            f"({hint})"
+        )
+
+
+def package_version(config: EngineConfig, *dists: str) -> Callable[[], str | None]:
+    """A fallback version probe: the installed distribution's version in config.python."""
+
+    def probe() -> str | None:
+        code = (
+            "import importlib.metadata as m\n"
+            f"for d in {list(dists)!r}:\n"
+            "    try:\n        print(m.version(d)); break\n"
+            "    except m.PackageNotFoundError: pass\n"
+        )
+        out = subprocess.run(
+            [python_of(config), "-c", code], capture_output=True, text=True, timeout=60
+        )
+        return out.stdout.strip() or None
+
+    return probe

@@ -1,0 +1,391 @@
+"""A generic launcher for engines that run in docker containers (the ``docker`` SDK).
+
+Containers use host networking (the engine binds the configured host and port, loopback
+by default), ``--ipc=host`` (PyTorch's shared-memory tensors between workers), GPUs through
+device requests, and the Hugging Face cache mounted so weights are downloaded once. Every
+container carries ``io.llmslo.*`` labels naming the session and the owning pid, so that
+:func:`reap_stale_containers` can remove what a crashed session left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineStartError, EngineUnavailable
+from . import lifecycle
+from .base import EngineConfig
+from .redact import redact_argv, redact_env, redact_text, secret_values
+
+LABEL_PREFIX = "io.llmslo"
+LABEL_SESSION = f"{LABEL_PREFIX}.session"
+LABEL_PID = f"{LABEL_PREFIX}.pid"
+LABEL_PID_START = f"{LABEL_PREFIX}.pid-start"
+LABEL_HOST = f"{LABEL_PREFIX}.host"
+LABEL_ENGINE = f"{LABEL_PREFIX}.engine"
+LABEL_KIND = f"{LABEL_PREFIX}.kind"
+LABEL_ROLE = f"{LABEL_PREFIX}.role"
+
+# One id per harness process: containers of this session are never reaped by it.
+SESSION_ID = uuid.uuid4().hex
+CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+
+_counter_lock = threading.Lock()
+_counter = 0
+
+
+def host_hf_cache() -> str:
+    """The Hugging Face cache of this machine (``HF_HOME`` or ``~/.cache/huggingface``)."""
+    return os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+
+
+def device_requests_for(gpus: str | None) -> list[dict[str, Any]]:
+    """Docker device requests for a ``--gpus`` style value: ``all`` (default), a count
+    (``2``), or device ids (``0,1`` / ``device=0,1``); ``none`` means no GPU."""
+    value = (gpus or "all").strip()
+    if value.lower() == "none":
+        return []
+    if value.lower() == "all":
+        return [{"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]]}]
+    if value.isdigit():
+        return [{"Driver": "", "Count": int(value), "DeviceIDs": None, "Capabilities": [["gpu"]]}]
+    ids = value.removeprefix("device=").split(",")
+    ids = [i.strip() for i in ids if i.strip()]
+    return [{"Driver": "", "Count": 0, "DeviceIDs": ids, "Capabilities": [["gpu"]]}]
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """Everything one ``docker run`` needs, as plain data (tests compare it exactly)."""
+
+    image: str
+    command: tuple[str, ...]
+    name: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # host path -> container path
+    mounts: Mapping[str, str] = field(default_factory=dict)
+    device_requests: tuple[Mapping[str, Any], ...] = ()
+    entrypoint: tuple[str, ...] | None = None
+    network_mode: str = "host"
+    ipc_mode: str = "host"
+    shm_size: str | None = None
+    role: str = "engine"
+    pull: bool = True
+    # Shown when the image is missing and cannot be pulled.
+    hint: str = ""
+
+    @property
+    def needs_gpu(self) -> bool:
+        return bool(self.device_requests)
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments for ``client.containers.create`` (exactly what runs)."""
+        from docker.types import DeviceRequest
+
+        kw: dict[str, Any] = {
+            "image": self.image,
+            "command": list(self.command),
+            "name": self.name,
+            "environment": dict(self.env),
+            "labels": dict(self.labels),
+            "network_mode": self.network_mode,
+            "ipc_mode": self.ipc_mode,
+            "volumes": {h: {"bind": c, "mode": "rw"} for h, c in self.mounts.items()},
+            "device_requests": [
+                DeviceRequest(
+                    driver=d.get("Driver", ""),
+                    count=d.get("Count", 0),
+                    device_ids=d.get("DeviceIDs"),
+                    capabilities=d.get("Capabilities"),
+                )
+                for d in self.device_requests
+            ],
+            "detach": True,
+        }
+        if self.entrypoint is not None:
+            kw["entrypoint"] = list(self.entrypoint)
+        if self.shm_size:
+            kw["shm_size"] = self.shm_size
+        return kw
+
+    def describe(self) -> dict[str, Any]:
+        secrets = secret_values(self.env, self.command)
+        return {
+            "role": self.role,
+            "name": self.name,
+            "image": self.image,
+            "entrypoint": list(self.entrypoint) if self.entrypoint is not None else None,
+            "command": redact_argv(self.command, secrets),
+            "env": redact_env(self.env),
+            "mounts": dict(self.mounts),
+            "gpus": [dict(d) for d in self.device_requests],
+            "network_mode": self.network_mode,
+            "ipc_mode": self.ipc_mode,
+        }
+
+
+def session_labels(config: EngineConfig, role: str) -> dict[str, str]:
+    pid = os.getpid()
+    return {
+        LABEL_SESSION: SESSION_ID,
+        LABEL_PID: str(pid),
+        LABEL_PID_START: lifecycle.process_start_time(pid) or "",
+        LABEL_HOST: socket.gethostname(),
+        LABEL_ENGINE: config.display_name,
+        LABEL_KIND: config.kind,
+        LABEL_ROLE: role,
+    }
+
+
+def _container_name(config: EngineConfig, role: str) -> str:
+    global _counter
+    with _counter_lock:
+        _counter += 1
+        n = _counter
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in config.display_name)
+    return f"llmslo-{safe}-{role}-{SESSION_ID[:8]}-{n}"
+
+
+def container_spec(
+    config: EngineConfig,
+    *,
+    image: str,
+    command: Sequence[str],
+    needs_gpu: bool,
+    role: str = "engine",
+    entrypoint: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    mount_hf_cache: bool = True,
+    pull: bool = True,
+    hint: str = "",
+    shm_size: str | None = None,
+) -> ContainerSpec:
+    """The container for one engine unit: config env (plus ``env``), session labels, the
+    HF cache (``HF_HOME`` inside points at it), GPUs from ``config.gpus``."""
+    all_env = dict(env or {})
+    all_env.update(config.env)
+    mounts: dict[str, str] = {}
+    if mount_hf_cache:
+        mounts[host_hf_cache()] = CONTAINER_HF_CACHE
+        all_env.setdefault("HF_HOME", CONTAINER_HF_CACHE)
+    gpus = device_requests_for(config.gpus) if needs_gpu else []
+    return ContainerSpec(
+        image=image,
+        command=tuple(command),
+        name=_container_name(config, role),
+        env=all_env,
+        labels=session_labels(config, role),
+        mounts=mounts,
+        device_requests=tuple(gpus),
+        entrypoint=tuple(entrypoint) if entrypoint is not None else None,
+        role=role,
+        pull=pull,
+        hint=hint,
+        shm_size=shm_size,
+    )
+
+
+def docker_client() -> Any:
+    """A connected docker client, or ``EngineUnavailable`` saying why there is none."""
+    try:
+        from docker.errors import DockerException
+
+        import docker
+    except ImportError:
+        raise EngineUnavailable("the docker Python package is not installed") from None
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise EngineUnavailable(
+            f"docker daemon not reachable at {host} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); start dockerd or set "
+            'runtime = "process"'
+        ) from None
+    return client
+
+
+def gpu_unavailable_reason(info: Mapping[str, Any]) -> str | None:
+    """Why GPU containers cannot run here, or None when they can."""
+    has_gpu = Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+    if not has_gpu:
+        return "no NVIDIA GPU on this machine (no /dev/nvidia0, no nvidia-smi)"
+    runtimes = info.get("Runtimes") or {}
+    cdi = any(Path(d).exists() for d in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"))
+    if "nvidia" not in runtimes and not cdi and shutil.which("nvidia-container-cli") is None:
+        return "docker has no NVIDIA runtime (install nvidia-container-toolkit)"
+    return None
+
+
+def _ensure_image(client: Any, spec: ContainerSpec) -> None:
+    from docker.errors import DockerException, ImageNotFound
+
+    try:
+        client.images.get(spec.image)
+        return
+    except ImageNotFound:
+        pass
+    if not spec.pull:
+        raise EngineUnavailable(
+            f"docker image {spec.image} is not present locally"
+            + (f"; {spec.hint}" if spec.hint else "")
+        )
+    repo, _, tag = spec.image.rpartition(":")
+    if not repo or "/" in tag:
+        repo, tag = spec.image, "latest"
+    try:
+        client.images.pull(repo, tag=tag)
+    except DockerException as exc:
+        raise EngineUnavailable(
+            f"docker image {spec.image} is not present locally and could not be pulled: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
+        ) from None
+
+
+class ManagedContainer:
+    """A started container; ``stop()`` stops and removes it (idempotent)."""
+
+    def __init__(self, client: Any, spec: ContainerSpec, *, grace_s: int = 15) -> None:
+        from docker.errors import APIError
+
+        self.spec = spec
+        self.grace_s = grace_s
+        self._client = client
+        self._secrets = secret_values(spec.env, spec.command)
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._last_logs = ""
+        try:
+            self.container = client.containers.create(**spec.run_kwargs())
+        except APIError as exc:
+            raise EngineStartError(
+                f"cannot create container {spec.name} from {spec.image}: {self._clean(exc)}"
+            ) from None
+        self._token = lifecycle.register(self.stop)
+        try:
+            self.container.start()
+        except APIError as exc:
+            tail = self.log_tail(60)
+            self.stop()
+            raise EngineStartError(
+                f"cannot start container {spec.name} ({spec.image}): {self._clean(exc)}", tail
+            ) from None
+        self.id = self.container.id
+
+    def _clean(self, exc: BaseException) -> str:
+        return redact_text(str(exc), self._secrets)[:500]
+
+    def alive(self) -> bool:
+        if self._stopped:
+            return False
+        try:
+            self.container.reload()
+        except Exception:
+            return False
+        return self.container.status in ("created", "running", "restarting")
+
+    def returncode(self) -> int | None:
+        try:
+            self.container.reload()
+            state = self.container.attrs.get("State", {})
+        except Exception:
+            return None
+        return None if state.get("Running") else state.get("ExitCode")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self._stopped:
+            try:
+                raw = self.container.logs(tail=lines)
+                self._last_logs = raw.decode("utf-8", errors="replace")
+            except Exception:
+                pass
+        return redact_text("\n".join(self._last_logs.splitlines()[-lines:]), self._secrets)
+
+    def describe(self) -> dict[str, Any]:
+        d = self.spec.describe()
+        d["id"] = getattr(self, "id", None) and self.id[:12]
+        return d
+
+    def stop(self) -> None:
+        from docker.errors import NotFound
+
+        with self._lock:
+            if self._stopped:
+                return
+            # Keep the last logs: after removal they are gone, and a failure report needs them.
+            with contextlib.suppress(Exception):
+                self._last_logs = self.container.logs(tail=200).decode("utf-8", errors="replace")
+            self._stopped = True
+        try:
+            with contextlib.suppress(NotFound):
+                self.container.stop(timeout=self.grace_s)
+        except Exception:
+            pass
+        finally:
+            with contextlib.suppress(NotFound, Exception):
+                self.container.remove(force=True)
+            lifecycle.unregister(self._token)
+
+
+def start_containers(specs: Sequence[ContainerSpec]) -> list[ManagedContainer]:
+    """Check docker (and GPUs where needed), make sure the images are there, start each
+    spec in order; on a failure stop those already started."""
+    client = docker_client()
+    if any(s.needs_gpu for s in specs):
+        reason = gpu_unavailable_reason(client.info())
+        if reason:
+            raise EngineUnavailable(reason)
+    for spec in specs:
+        _ensure_image(client, spec)
+    started: list[ManagedContainer] = []
+    try:
+        for spec in specs:
+            started.append(ManagedContainer(client, spec))
+    except BaseException:
+        for c in reversed(started):
+            c.stop()
+        raise
+    return started
+
+
+def is_stale(labels: Mapping[str, str], hostname: str | None = None) -> bool:
+    """True when the session that labelled a container is gone: its pid is dead or now
+    belongs to another process. Containers of this session and of other hosts are kept."""
+    if labels.get(LABEL_SESSION) == SESSION_ID:
+        return False
+    if labels.get(LABEL_HOST, "") not in ("", hostname or socket.gethostname()):
+        return False
+    try:
+        pid = int(labels.get(LABEL_PID, ""))
+    except ValueError:
+        return True
+    if not lifecycle.pid_alive(pid):
+        return True
+    started = labels.get(LABEL_PID_START)
+    now = lifecycle.process_start_time(pid)
+    return bool(started and now and started != now)
+
+
+def reap_stale_containers() -> list[str]:
+    """Remove containers left by dead sessions; ``[]`` when docker is not available."""
+    try:
+        client = docker_client()
+    except EngineUnavailable:
+        return []
+    removed: list[str] = []
+    for c in client.containers.list(all=True, filters={"label": LABEL_SESSION}):
+        if is_stale(c.labels or {}):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+                removed.append(c.name)
+    return removed

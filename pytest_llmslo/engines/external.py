@@ -1,0 +1,69 @@
+"""An engine someone else runs: ``config.url`` points at an OpenAI-compatible server.
+
+Nothing is started or stopped; readiness is ``/v1/models`` answering, and the model is
+the first one it lists when the config names none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..errors import ConfigError
+from .base import EngineConfig
+from .launch import LaunchPlan, RunningEngine, launch
+from .readiness import model_ids, models_listed, version_from_json
+
+OPTIONS: Mapping[str, str] = {}
+
+
+def base_url_of(url: str) -> str:
+    """``url`` without a trailing ``/`` or ``/v1`` (users paste either)."""
+    u = url.strip().rstrip("/")
+    if u.endswith("/v1"):
+        u = u[: -len("/v1")]
+    return u
+
+
+def plan(config: EngineConfig) -> LaunchPlan:
+    if not config.url:
+        raise ConfigError(
+            f"engine {config.display_name!r} (kind external) needs url= "
+            '(e.g. url = "http://127.0.0.1:8000")'
+        )
+    base = base_url_of(config.url)
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"engine {config.display_name!r}: url={config.url!r} is not an http(s) URL"
+        )
+    model = config.served_model_name or config.model
+    return LaunchPlan(
+        config=config,
+        host=parts.hostname,
+        port=parts.port or (443 if parts.scheme == "https" else 80),
+        model=model,
+        ready=models_listed(model or None),
+        version_probe=version_from_json("/version"),
+        meta={"url": base},
+        url=base,
+        on_ready=_first_model(model),
+    )
+
+
+def _first_model(model: str) -> Any:
+    def pick(client: httpx.Client, base_url: str) -> str | None:
+        if model:
+            return model
+        r = client.get(base_url + "/v1/models")
+        ids = model_ids(r.json())
+        return ids[0] if ids else None
+
+    return pick
+
+
+def start(config: EngineConfig) -> RunningEngine:
+    return launch(plan(config))

@@ -1,0 +1,249 @@
+"""From a launch plan to a ready engine: start the units, wait for readiness, read the
+version, and hand back an ``EngineHandle``.
+
+Each engine's spec module only describes *what* to run (a :class:`LaunchPlan` of process
+or container specs, a readiness check and a version probe); this module does the running
+the same way for every engine, so teardown, timeouts and log tails behave identically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
+
+from .. import __version__ as harness_version
+from ..errors import EngineStartError
+from .base import EngineConfig
+from .process import ProcessSpec, start_processes, wait_port_free
+from .readiness import ReadyCheck, VersionProbe
+from .redact import redact_env
+
+if TYPE_CHECKING:
+    from .docker import ContainerSpec
+
+
+class Unit(Protocol):
+    """A started process group or container."""
+
+    def alive(self) -> bool: ...
+    def log_tail(self, lines: int = 40) -> str: ...
+    def stop(self) -> None: ...
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """What to run for one engine and how to tell it is ready."""
+
+    config: EngineConfig
+    host: str
+    port: int
+    model: str
+    ready: ReadyCheck
+    processes: tuple[ProcessSpec, ...] = ()
+    containers: tuple[ContainerSpec, ...] = ()
+    version_probe: VersionProbe | None = None
+    # A version known without asking the engine (image tag, package version).
+    static_version: str | None = None
+    # Asked when the engine does not answer the probe (e.g. the package in config.python).
+    version_fallback: Any = None
+    # Ports the units listen on, checked free before start and after stop.
+    ports: tuple[int, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    # Called once when ready, before the handle is returned (e.g. to discover the model).
+    on_ready: Any = None
+    # A base URL given as is (an external engine's), instead of host and port.
+    url: str | None = None
+
+    @property
+    def client_host(self) -> str:
+        """Where the harness connects: a wildcard bind is reached on loopback."""
+        if self.host in ("0.0.0.0", "", "::"):
+            return "127.0.0.1"
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
+    def base_url(self) -> str:
+        if self.url:
+            return self.url
+        return f"http://{self.client_host}:{self.port}"
+
+
+class RunningEngine:
+    """A ready engine made of one or more units; implements ``EngineHandle``."""
+
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        units: list[Unit],
+        *,
+        base_url: str | None = None,
+        model: str | None = None,
+        version: str | None = None,
+        started_s: float = 0.0,
+    ) -> None:
+        self.config = plan.config
+        self.plan = plan
+        self.base_url = (base_url or plan.base_url).rstrip("/")
+        self.model = model or plan.model
+        self._units = units
+        self._version = version
+        self._started_s = started_s
+        self._stopped = False
+
+    def version(self) -> str | None:
+        return self._version
+
+    def metadata(self) -> dict[str, Any]:
+        cfg = self.config
+        images = sorted({c.image for c in self.plan.containers})
+        return {
+            "name": cfg.display_name,
+            "kind": cfg.kind,
+            "runtime": cfg.runtime,
+            "version": self._version,
+            "model": self.model,
+            "base_url": self.base_url,
+            "image": images[0] if len(images) == 1 else (images or None),
+            "tensor_parallel_size": cfg.tensor_parallel_size,
+            "dtype": cfg.dtype,
+            "quantization": cfg.quantization,
+            "max_model_len": cfg.max_model_len,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "gpus": cfg.gpus,
+            "env": redact_env(cfg.env),
+            "units": [u.describe() for u in self._units],
+            "startup_s": round(self._started_s, 3),
+            "hardware": _hardware(),
+            "harness_version": harness_version,
+            **dict(self.plan.meta),
+        }
+
+    def alive(self) -> bool:
+        return not self._stopped and all(u.alive() for u in self._units)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return _tails(self._units, lines)
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        _stop_units(self._units)
+        for port in self.plan.ports:
+            wait_port_free(port, _bind_host(self.plan.host), timeout_s=10)
+
+    def __enter__(self) -> RunningEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<RunningEngine {self.config.display_name} {self.base_url} model={self.model}>"
+
+
+def _bind_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
+def _hardware() -> dict[str, Any]:
+    return {"machine": platform.machine(), "system": platform.system(), "node": platform.node()}
+
+
+def _tails(units: list[Unit], lines: int) -> str:
+    if len(units) == 1:
+        return units[0].log_tail(lines)
+    parts = []
+    for u in units:
+        d = u.describe()
+        parts.append(f"--- {d.get('role') or d.get('name')} ---\n{u.log_tail(lines)}")
+    return "\n".join(parts)
+
+
+def _stop_units(units: list[Unit]) -> None:
+    # Workers before the frontend (reverse start order), and every unit even if one fails.
+    for u in reversed(units):
+        with contextlib.suppress(Exception):
+            u.stop()
+
+
+def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
+    """Start the plan's units and wait until ready; on failure stop everything and raise
+    ``EngineStartError`` with the log tails."""
+    from .process import port_is_free
+
+    cfg = plan.config
+    for port in plan.ports:
+        if not port_is_free(port, _bind_host(plan.host)):
+            raise EngineStartError(
+                f"{cfg.display_name}: port {port} on {plan.host} is already in use "
+                "(set port= to another value or leave it unset to pick a free one)"
+            )
+    t0 = time.monotonic()
+    units: list[Unit] = []
+    try:
+        if plan.containers:
+            from .docker import start_containers
+
+            units.extend(start_containers(plan.containers))
+        if plan.processes:
+            log_dir = tempfile.mkdtemp(prefix=f"llmslo-{cfg.kind}-")
+            units.extend(start_processes(plan.processes, log_dir))
+        handle = _wait_ready(plan, units, t0, poll_s)
+    except BaseException:
+        _stop_units(units)
+        raise
+    return handle
+
+
+def _wait_ready(plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float) -> RunningEngine:
+    cfg = plan.config
+    deadline = t0 + cfg.startup_timeout_s
+    reason = "no answer yet"
+    # Short timeouts: a loading engine may accept a connection and answer late.
+    timeout = httpx.Timeout(10.0, connect=2.0)
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        while True:
+            dead = [u for u in units if not u.alive()]
+            if dead:
+                d = dead[0].describe()
+                raise EngineStartError(
+                    f"{cfg.display_name}: {d.get('role') or d.get('name')} exited before "
+                    f"it was ready ({_exit_text(dead[0])})",
+                    _tails(units, 60),
+                )
+            reason = plan.ready(client, plan.base_url) or ""
+            if not reason:
+                break
+            if time.monotonic() >= deadline:
+                raise EngineStartError(
+                    f"{cfg.display_name}: not ready after {cfg.startup_timeout_s:.0f} s "
+                    f"(startup_timeout_s); last check: {reason}",
+                    _tails(units, 60),
+                )
+            time.sleep(poll_s)
+        version = plan.static_version
+        if plan.version_probe is not None:
+            with contextlib.suppress(Exception):
+                version = plan.version_probe(client, plan.base_url) or version
+        if version is None and callable(plan.version_fallback):
+            with contextlib.suppress(Exception):
+                version = plan.version_fallback()
+        model = plan.model
+        if callable(plan.on_ready):
+            model = plan.on_ready(client, plan.base_url) or model
+    return RunningEngine(plan, units, model=model, version=version, started_s=time.monotonic() - t0)
+
+
+def _exit_text(unit: Unit) -> str:
+    rc = getattr(unit, "returncode", None)
+    code = rc() if callable(rc) else None
+    return f"exit status {code}" if code is not None else "exited"

@@ -1,0 +1,110 @@
+"""Teardown that happens even when the session does not end normally.
+
+Every started engine unit (process group or container) registers a stop callback here.
+They are all run at interpreter exit (``atexit``) and on SIGTERM, so a CI job that is
+cancelled or a user who presses Ctrl-C leaves no engine, container or held port behind.
+Ctrl-C reaches fixtures as ``KeyboardInterrupt`` and their ``finally`` blocks stop engines
+normally; the atexit hook is the backstop for anything still registered.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+_lock = threading.RLock()
+_stops: dict[int, Callable[[], None]] = {}
+_next_id = 0
+_installed = False
+_previous_sigterm: Any = None
+
+
+def register(stop: Callable[[], None]) -> int:
+    """Remember ``stop`` until :func:`unregister`; returns a token."""
+    global _next_id
+    _install()
+    with _lock:
+        _next_id += 1
+        _stops[_next_id] = stop
+        return _next_id
+
+
+def unregister(token: int) -> None:
+    with _lock:
+        _stops.pop(token, None)
+
+
+def stop_all() -> None:
+    """Run every registered stop callback, newest first, ignoring their failures
+    (one engine that cannot be stopped must not keep the others running)."""
+    with _lock:
+        items = sorted(_stops.items(), reverse=True)
+        _stops.clear()
+    for _, stop in items:
+        with contextlib.suppress(Exception):
+            stop()
+
+
+def registered() -> int:
+    """How many units are still registered (for tests)."""
+    with _lock:
+        return len(_stops)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    stop_all()
+    prev = _previous_sigterm
+    if callable(prev):
+        prev(signum, frame)
+        return
+    if prev == signal.SIG_IGN:
+        return
+    # Default action: exit with the conventional status after cleaning up; raising
+    # SystemExit lets finally blocks and other atexit hooks run as well.
+    raise SystemExit(128 + signum)
+
+
+def _install() -> None:
+    global _installed, _previous_sigterm
+    with _lock:
+        if _installed:
+            return
+        _installed = True
+        atexit.register(stop_all)
+        # Signal handlers can only be set from the main thread; elsewhere atexit remains.
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError):
+                _previous_sigterm = signal.getsignal(signal.SIGTERM)
+                signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while a process with this pid exists (zombies included)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), to tell a live owner
+    from an unrelated process that reused its pid. None where /proc is not available."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Field 22; the command name (field 2) may hold spaces, so split after its ')'.
+    rest = stat.rpartition(")")[2].split()
+    return rest[19] if len(rest) > 19 else None

@@ -1,0 +1,231 @@
+"""A generic launcher for engines that run as local processes.
+
+Commands are argument lists, never shell strings. Each process gets its own process group
+(an engine spawns workers: vLLM's engine core, Dynamo's worker runtimes), so stopping it
+signals the whole group: SIGTERM, a grace period, then SIGKILL. Output goes to a log file
+whose tail is shown when the engine fails to start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineStartError
+from . import lifecycle
+from .redact import redact_argv, redact_env, redact_text, secret_values
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    """One process to start: ``argv`` (``argv[0]`` a program or path), environment
+    variables added to the current environment, and a short role name for logs."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    role: str = "engine"
+    cwd: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The spec with secrets masked (for metadata)."""
+        secrets = secret_values(self.env, self.argv)
+        return {
+            "role": self.role,
+            "argv": redact_argv(self.argv, secrets),
+            "env": redact_env(self.env),
+        }
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` now (the kernel picks it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``host:port`` and it can be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        # SO_REUSEADDR mirrors what servers set, so TIME_WAIT leftovers count as free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_port_free(port: int, host: str = "127.0.0.1", timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if port_is_free(port, host):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def read_tail(path: str | os.PathLike[str], lines: int = 40, max_bytes: int = 256_000) -> str:
+    """The last ``lines`` lines of a text file ('' if it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _child_setup() -> None:
+    # Runs in the child between fork and exec. The engine dies with the thread that
+    # started it if the harness is killed outright (SIGKILL skips atexit and handlers).
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class ManagedProcess:
+    """A started process group with its log file. ``stop()`` is idempotent."""
+
+    def __init__(
+        self,
+        spec: ProcessSpec,
+        log_path: str | os.PathLike[str] | None = None,
+        *,
+        grace_s: float = 15.0,
+    ) -> None:
+        self.spec = spec
+        self.grace_s = grace_s
+        if log_path is None:
+            log_dir = tempfile.mkdtemp(prefix="llmslo-engine-")
+            log_path = Path(log_dir) / f"{spec.role}.log"
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._secrets = secret_values(spec.env, spec.argv)
+        env = dict(os.environ)
+        env.update(spec.env)
+        # Engines written in Python buffer stdout when it is a file; the log tail on a
+        # start failure would then miss the last lines.
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # Kept open for the life of the process; closed in stop().
+        self._log = open(self.log_path, "ab", buffering=0)
+        # PDEATHSIG is tied to the thread that forked: only use it from the main thread,
+        # whose exit is the harness's exit.
+        main = threading.current_thread() is threading.main_thread()
+        preexec = _child_setup if (main and sys.platform.startswith("linux")) else None
+        try:
+            self.popen = subprocess.Popen(
+                list(spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=spec.cwd,
+                start_new_session=True,
+                preexec_fn=preexec,  # only prctl(); no Python state touched in the child
+            )
+        except OSError as exc:
+            self._log.close()
+            raise EngineStartError(f"cannot start {spec.role} ({spec.argv[0]}): {exc}") from exc
+        self.pid = self.popen.pid
+        self.pgid = self.pid
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._token = lifecycle.register(self.stop)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return redact_text(read_tail(self.log_path, lines), self._secrets)
+
+    def describe(self) -> dict[str, Any]:
+        d = self.spec.describe()
+        d.update({"pid": self.pid, "log": str(self.log_path)})
+        return d
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    def stop(self) -> None:
+        """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL it; reap."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        try:
+            if self._group_alive():
+                self._signal_group(signal.SIGTERM)
+                deadline = time.monotonic() + self.grace_s
+                while time.monotonic() < deadline:
+                    self.popen.poll()
+                    if not self._group_alive():
+                        break
+                    time.sleep(0.05)
+                if self._group_alive():
+                    self._signal_group(signal.SIGKILL)
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(timeout=5)
+            # Members that left the group's leader behind (already reaped) may linger.
+            end = time.monotonic() + 5
+            while self._group_alive() and time.monotonic() < end:
+                self._signal_group(signal.SIGKILL)
+                time.sleep(0.05)
+        finally:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            lifecycle.unregister(self._token)
+
+
+def start_processes(
+    specs: Sequence[ProcessSpec], log_dir: str | os.PathLike[str] | None = None
+) -> list[ManagedProcess]:
+    """Start each spec in order; if one cannot be started, stop those already running."""
+    if log_dir is None:
+        log_dir = tempfile.mkdtemp(prefix="llmslo-engine-")
+    started: list[ManagedProcess] = []
+    try:
+        for i, spec in enumerate(specs):
+            name = spec.role if len(specs) == 1 else f"{i}-{spec.role}"
+            started.append(ManagedProcess(spec, Path(log_dir) / f"{name}.log"))
+    except BaseException:
+        for p in reversed(started):
+            p.stop()
+        raise
+    return started

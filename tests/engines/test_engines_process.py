@@ -1,0 +1,227 @@
+"""The process launcher: start, readiness, log tail on failure, teardown of the whole
+process group, port release, secrets kept out of metadata and logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import httpx
+import pytest
+
+from pytest_llmslo.engines import lifecycle
+from pytest_llmslo.engines.base import EngineConfig
+from pytest_llmslo.engines.launch import LaunchPlan, launch
+from pytest_llmslo.engines.process import (
+    ManagedProcess,
+    ProcessSpec,
+    pick_free_port,
+    port_is_free,
+    read_tail,
+)
+from pytest_llmslo.engines.readiness import http_ok, version_from_json
+from pytest_llmslo.errors import EngineStartError
+
+
+def _plan(argv: list[str], port: int, timeout: float = 30.0, **env: str) -> LaunchPlan:
+    cfg = EngineConfig(kind="external", name="fake", env=env, startup_timeout_s=timeout)
+    return LaunchPlan(
+        config=cfg,
+        host="127.0.0.1",
+        port=port,
+        model="fake-model",
+        ready=http_ok("/health"),
+        processes=(ProcessSpec(argv=(*argv, "--port", str(port)), env=env, role="fake"),),
+        version_probe=version_from_json("/version"),
+        ports=(port,),
+    )
+
+
+def _pids_in_group(pgid: int) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True).stdout
+    return [int(p) for p, g in (line.split() for line in out.splitlines()) if int(g) == pgid]
+
+
+def test_pick_free_port_is_bindable() -> None:
+    port = pick_free_port()
+    assert 0 < port < 65536
+    assert port_is_free(port)
+
+
+def test_start_ready_stream_stop_leaves_nothing(fake_engine_argv: list[str]) -> None:
+    port = pick_free_port()
+    handle = launch(_plan([*fake_engine_argv, "--ready-after", "0.5", "--spawn-child"], port))
+    try:
+        assert handle.base_url == f"http://127.0.0.1:{port}"
+        assert handle.alive()
+        assert handle.version() == "9.9.9-fake"
+        with httpx.stream(
+            "POST", handle.base_url + "/v1/chat/completions", json={"max_tokens": 4}
+        ) as r:
+            chunks = [line for line in r.iter_lines() if line.startswith("data: {")]
+        assert len(chunks) == 5
+        proc = handle._units[0]
+        assert isinstance(proc, ManagedProcess)
+        pgid = proc.pgid
+        assert len(_pids_in_group(pgid)) >= 2  # the server and its child
+        assert not port_is_free(port)
+    finally:
+        handle.stop()
+    assert not handle.alive()
+    assert _pids_in_group(pgid) == []
+    assert port_is_free(port)
+    handle.stop()  # idempotent
+
+
+def test_sigkill_after_grace_when_sigterm_is_ignored(fake_engine_argv: list[str]) -> None:
+    port = pick_free_port()
+    spec = ProcessSpec(argv=(*fake_engine_argv, "--port", str(port), "--ignore-sigterm"))
+    proc = ManagedProcess(spec, grace_s=0.5)
+    try:
+        time.sleep(0.5)
+        assert proc.alive()
+    finally:
+        t0 = time.monotonic()
+        proc.stop()
+    assert time.monotonic() - t0 < 10
+    assert not proc.alive()
+    assert proc.returncode() == -signal.SIGKILL
+
+
+def test_exit_before_ready_raises_with_log_tail(fake_engine_argv: list[str]) -> None:
+    port = pick_free_port()
+    with pytest.raises(EngineStartError) as info:
+        launch(_plan([*fake_engine_argv, "--exit-after", "0.2"], port))
+    assert "exited before it was ready" in str(info.value)
+    assert "exit status 3" in str(info.value)
+    assert "simulated start failure" in info.value.log_tail
+    assert port_is_free(port)
+
+
+def test_timeout_raises_with_last_check_and_tail(fake_engine_argv: list[str]) -> None:
+    port = pick_free_port()
+    with pytest.raises(EngineStartError) as info:
+        launch(_plan([*fake_engine_argv, "--ready-after", "60"], port, timeout=2))
+    msg = str(info.value)
+    assert "not ready after 2 s" in msg
+    assert "HTTP 503" in msg
+    assert "fake engine listening" in info.value.log_tail
+
+
+def test_missing_program_is_a_start_error() -> None:
+    with pytest.raises(EngineStartError, match="cannot start"):
+        ManagedProcess(ProcessSpec(argv=("/nonexistent/engine-binary",)))
+
+
+def test_port_in_use_is_reported(fake_engine_argv: list[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(EngineStartError, match="already in use"):
+            launch(_plan(fake_engine_argv, port))
+
+
+def test_tokens_are_redacted_in_metadata_and_log_tail(fake_engine_argv: list[str]) -> None:
+    port = pick_free_port()
+    secret = "hf_abcdefSECRET"
+    plan = _plan([*fake_engine_argv, "--api-key", "sk-verysecret"], port, HF_TOKEN=secret)
+    handle = launch(plan)
+    try:
+        meta = repr(handle.metadata())
+        tail = handle.log_tail()
+    finally:
+        handle.stop()
+    assert secret not in meta and "sk-verysecret" not in meta
+    assert "***" in meta
+    assert "token=***" in tail and secret not in tail
+
+
+def test_read_tail_lines(tmp_path) -> None:
+    p = tmp_path / "x.log"
+    p.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert read_tail(p, 3).splitlines() == ["line 97", "line 98", "line 99"]
+    assert read_tail(tmp_path / "missing.log") == ""
+
+
+def test_sigterm_to_harness_stops_engines(tmp_path, fake_engine_argv: list[str]) -> None:
+    """A harness killed with SIGTERM (CI cancel) stops its engine process groups."""
+    port = pick_free_port()
+    script = tmp_path / "harness.py"
+    argv = [*fake_engine_argv, "--port", str(port), "--spawn-child"]
+    script.write_text(
+        textwrap.dedent(f"""
+        import sys, time
+        from pytest_llmslo.engines.process import ManagedProcess, ProcessSpec
+        p = ManagedProcess(ProcessSpec(argv={argv!r}))
+        print(p.pgid, flush=True)
+        time.sleep(600)
+    """)
+    )
+    harness = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert harness.stdout is not None
+        pgid = int(harness.stdout.readline())
+        deadline = time.monotonic() + 20
+        while port_is_free(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pids_in_group(pgid)
+        harness.send_signal(signal.SIGTERM)
+        assert harness.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+    assert _pids_in_group(pgid) == []
+    assert port_is_free(port)
+
+
+def test_harness_killed_outright_takes_the_engine_with_it(
+    tmp_path, fake_engine_argv: list[str]
+) -> None:
+    """SIGKILL skips every handler; the parent-death signal still ends the engine."""
+    port = pick_free_port()
+    script = tmp_path / "harness.py"
+    argv = [*fake_engine_argv, "--port", str(port)]
+    script.write_text(
+        textwrap.dedent(f"""
+        import time
+        from pytest_llmslo.engines.process import ManagedProcess, ProcessSpec
+        p = ManagedProcess(ProcessSpec(argv={argv!r}))
+        print(p.pid, flush=True)
+        time.sleep(600)
+    """)
+    )
+    harness = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert harness.stdout is not None
+    pid = int(harness.stdout.readline())
+    harness.kill()
+    harness.wait()
+    deadline = time.monotonic() + 10
+    while lifecycle.pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        # The engine was re-parented; reap it if it became our zombie (it is not ours).
+    assert not _alive_not_zombie(pid)
+
+
+def _alive_not_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_lifecycle_stop_all_runs_every_callback() -> None:
+    calls: list[int] = []
+    lifecycle.register(lambda: calls.append(1))
+    lifecycle.register(lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    lifecycle.register(lambda: calls.append(3))
+    lifecycle.stop_all()
+    assert calls == [3, 1]
+    assert os.getpid() > 0
