@@ -1,0 +1,946 @@
+"""Records -> numbers: per-request latencies, token gaps, throughput, goodput and the
+confidence bounds that say whether a percentile can be trusted.
+
+Every definition lives here once, with its formula. Timestamps in the records are int
+nanoseconds from ``time.perf_counter_ns()``; every latency this module returns is in
+milliseconds (float64), every rate per second.
+
+Per request (completed requests only; a failed request has NaN everywhere):
+
+- ``ttft``  = first output chunk (content *or* reasoning) − request sent
+- ``ttfot`` = first *content* chunk − request sent (time to first output token of a
+  reasoning model; equal to ``ttft`` for other models; NaN when no content came)
+- ``e2e``   = last byte − request sent
+- ``tpot``  = (e2e − ttft) / (output_tokens − 1); NaN when output_tokens < 2.
+  ``output_tokens`` is the server's ``usage.completion_tokens`` when it reported one,
+  else the tokens counted in the chunks.
+- ``itl``   = the gaps between successive output chunks (content and reasoning alike),
+  one value per *token*: a gap is divided evenly over the tokens the later chunk carries
+  (see :func:`token_gaps` for the rule when the server's per-chunk counts are inexact).
+
+Per run:
+
+- throughput over the measured window ``run.start_ns .. run.end_ns`` (falling back to the
+  span of the records when the window is empty): ``output_tok_s`` = Σ output_tokens of
+  completed requests / window, ``total_tok_s`` adds their prompt tokens, ``req_s`` =
+  completed requests / window.
+- ``error_rate`` = failed / all requests; failures are counted by ``error_kind``.
+- goodput (DistServe, vLLM ``--goodput``): a request is *good* when it completed and meets
+  every per-request threshold of all objectives together. ``goodput_tok_s`` /
+  ``goodput_req_s`` are the output tokens / count of good requests over the window,
+  ``attainment`` = good / all requests (failed requests are never good and count in all).
+
+Percentiles use numpy's default ``'linear'`` method (the one vLLM ``benchmark_serving``
+uses): for n sorted values x[0..n-1] and q in (0, 100), h = (n − 1)·q/100 and
+P_q = x[⌊h⌋] + (h − ⌊h⌋)·(x[⌊h⌋+1] − x[⌊h⌋]). NaN values are dropped first.
+
+Confidence bounds are distribution-free, from binomial order statistics (the argument
+behind MLPerf LoadGen's early stopping): with n i.i.d. samples and p = q/100, the order
+statistic X_(k) (1-based) exceeds the true p-quantile ξ_p with probability
+P(X_(k) ≥ ξ_p) = P(Binomial(n, p) ≤ k − 1). The one-sided upper bound at confidence c is
+X_(k) for the smallest k with P(Binomial(n, p) < k) ≥ c. It exists only when even the
+maximum suffices, 1 − p^n ≥ c, i.e. n ≥ log(1 − c) / log(p): that n is
+:func:`samples_needed` (299 for P99 at 95 %, 2995 for P99.9).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from .records import LoadLevel, Run
+
+__all__ = [
+    "METRICS",
+    "PERCENTILES",
+    "Distribution",
+    "Goodput",
+    "RunSummary",
+    "Stat",
+    "Threshold",
+    "aggregate_values",
+    "goodput",
+    "lower_confidence_bound",
+    "lower_rank",
+    "meets_threshold",
+    "parse_stat",
+    "per_request",
+    "percentile",
+    "request_values",
+    "samples_needed",
+    "stat_name",
+    "summarize",
+    "token_gaps",
+    "upper_confidence_bound",
+    "upper_rank",
+]
+
+METRICS: tuple[str, ...] = ("ttft", "ttfot", "itl", "tpot", "e2e")
+PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+# Metrics measured from a gap between two tokens: a completed request with fewer than two
+# tokens (or one chunk) has no gap, so it cannot violate their threshold (vLLM counts a
+# one-token request's TPOT as 0 for --goodput). Metrics measured from an event (first
+# token, last byte) that never happened cannot be shown to meet a threshold.
+GAP_METRICS: frozenset[str] = frozenset({"itl", "tpot"})
+
+Stat = float | Literal["mean"]
+Op = Literal["<", "<=", ">", ">="]
+
+_NS_PER_MS = 1e6
+_CACHE_SIZE = 8
+# Slack for comparing a computed binomial CDF with the confidence: a boundary case such as
+# P(B >= 1) = 0.95 exactly must not be lost to rounding in the logs.
+_EPS = 1e-12
+
+
+class Threshold(Protocol):
+    """What goodput needs of an objective (``slo.Objective`` has these fields)."""
+
+    @property
+    def metric(self) -> str: ...
+    @property
+    def stat(self) -> Stat: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def threshold(self) -> float: ...
+
+
+# --------------------------------------------------------------------------- stats names
+
+
+def parse_stat(stat: object) -> Stat:
+    """Normalise a statistic: ``99``, ``99.9``, ``"p99"``, ``"p999"``, ``"99.9"``,
+    ``"mean"`` -> a float percentile in (0, 100) or ``"mean"``. ValueError otherwise.
+
+    ``"p999"`` is P99.9 and ``"p9999"`` P99.99 (digits after the first two are decimals),
+    matching the flat names ``ttft_p999``."""
+    if isinstance(stat, str):
+        s = stat.strip().lower()
+        if s in ("mean", "avg", "average"):
+            return "mean"
+        if s == "median":
+            return 50.0
+        if s.startswith("p"):
+            s = s[1:]
+            if s.isdigit() and len(s) > 2:
+                if s[2:].strip("0") == "":
+                    # "p100" is not P10.0 by intent, and P100 is no percentile.
+                    raise ValueError(f"ambiguous statistic {stat!r}; write e.g. p10 or p99.9")
+                s = s[:2] + "." + s[2:]
+        try:
+            q = float(s)
+        except ValueError:
+            raise ValueError(f"unknown statistic {stat!r}") from None
+    elif isinstance(stat, bool):
+        raise ValueError(f"unknown statistic {stat!r}")
+    elif isinstance(stat, int | float):
+        q = float(stat)
+    else:
+        raise ValueError(f"unknown statistic {stat!r}")
+    if not 0.0 < q < 100.0 or math.isnan(q):
+        raise ValueError(f"a percentile must be in (0, 100), got {stat!r}")
+    return q
+
+
+def stat_name(stat: Stat) -> str:
+    """``50.0`` -> ``"p50"``, ``99.9`` -> ``"p999"``, ``99.5`` -> ``"p995"``, ``"mean"``.
+
+    The inverse of :func:`parse_stat` for percentiles with two integer digits; others are
+    written ``p7.5``."""
+    if stat == "mean":
+        return "mean"
+    q = float(stat)
+    text = f"{q:g}"
+    if q >= 10 and "e" not in text:
+        return "p" + text.replace(".", "")
+    return "p" + text
+
+
+def _qkey(q: float) -> str:
+    """Mapping key used in JSON for a percentile: ``"50"``, ``"99.9"``."""
+    return f"{q:g}"
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _finite(values: Iterable[float] | np.ndarray) -> np.ndarray:
+    a = np.asarray(values, dtype=np.float64).ravel()
+    return a[np.isfinite(a)]
+
+
+def _linear_positions(n: int, q: float) -> tuple[int, int, float]:
+    h = (n - 1) * q / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, n - 1)
+    return lo, hi, h - lo
+
+
+def percentile(values: Iterable[float] | np.ndarray, q: float) -> float:
+    """P_q of the finite values with numpy's ``'linear'`` method; NaN when none."""
+    a = _finite(values)
+    if a.size == 0:
+        return math.nan
+    return float(np.percentile(a, q, method="linear"))
+
+
+def _binom_cdf(n: int, p: float) -> tuple[int, np.ndarray]:
+    """P(Binomial(n, p) ≤ j) for j = lo .. hi, returned as (lo, cdf).
+
+    Only a window of ±40 standard deviations (+10) around n·p is evaluated: the mass
+    outside it is far below float64 resolution, and the window keeps this O(√n) for the
+    millions of token gaps a run has. The pmf comes from log-gamma at ``lo`` and the
+    ratio pmf(j+1)/pmf(j) = (n−j)/(j+1)·p/(1−p) after it."""
+    mu = n * p
+    sd = math.sqrt(n * p * (1.0 - p))
+    lo = max(0, math.floor(mu - 40.0 * sd - 10.0))
+    hi = min(n, math.ceil(mu + 40.0 * sd + 10.0))
+    log_p, log_q = math.log(p), math.log1p(-p)
+    base = (
+        math.lgamma(n + 1)
+        - math.lgamma(lo + 1)
+        - math.lgamma(n - lo + 1)
+        + lo * log_p
+        + (n - lo) * log_q
+    )
+    j = np.arange(lo, hi, dtype=np.float64)
+    steps = np.log(n - j) - np.log(j + 1.0) + (log_p - log_q)
+    logpmf = np.empty(hi - lo + 1, dtype=np.float64)
+    logpmf[0] = base
+    np.cumsum(steps, out=logpmf[1:])
+    logpmf[1:] += base
+    cdf = np.cumsum(np.exp(logpmf))
+    return lo, np.minimum(cdf, 1.0)
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def upper_rank(n: int, q: float, confidence: float = 0.95) -> int | None:
+    """The 1-based k of the order statistic X_(k) that is a one-sided upper confidence
+    bound of the q-th percentile: the smallest k with P(Binomial(n, q/100) < k) ≥ c.
+    None when no k ≤ n qualifies (n < :func:`samples_needed`)."""
+    _check_confidence(confidence)
+    p = float(q) / 100.0
+    if n <= 0:
+        return None
+    lo, cdf = _binom_cdf(n, p)
+    # cdf[i] = P(B <= lo + i) = P(B < k) for k = lo + i + 1; k must stay <= n.
+    i = int(np.searchsorted(cdf, confidence - _EPS, side="left"))
+    if i >= cdf.size:
+        return None
+    k = lo + i + 1
+    return k if k <= n else None
+
+
+def lower_rank(n: int, q: float, confidence: float = 0.95) -> int | None:
+    """The 1-based k of the order statistic X_(k) that is a one-sided lower confidence
+    bound of the q-th percentile: the largest k with P(Binomial(n, q/100) ≥ k) ≥ c, i.e.
+    P(B ≤ k − 1) ≤ 1 − c. None when even X_(1) does not qualify: (1 − p)^n > 1 − c."""
+    _check_confidence(confidence)
+    p = float(q) / 100.0
+    if n <= 0:
+        return None
+    lo, cdf = _binom_cdf(n, p)
+    # Largest j = k - 1 with cdf(j) <= 1 - c; cdf(j) for j < lo is ~0 <= 1 - c.
+    i = int(np.searchsorted(cdf, 1.0 - confidence + _EPS, side="right")) - 1
+    j = lo + i  # i = -1 means j = lo - 1 (mass below the window, ~0)
+    if j < 0:
+        return None
+    return min(j + 1, n)
+
+
+def samples_needed(
+    q: float, confidence: float = 0.95, side: Literal["upper", "lower"] = "upper"
+) -> int:
+    """Smallest n for which the one-sided bound of P_q exists at ``confidence``.
+
+    Upper bound: the maximum X_(n) is the bound when 1 − p^n ≥ c, so
+    n = ⌈log(1 − c) / log(p)⌉ (p = q/100): 299 for P99 at 95 %, 2995 for P99.9, 59 for P95,
+    5 for P50. Lower bound: the same with 1 − p in place of p."""
+    _check_confidence(confidence)
+    p = float(q) / 100.0
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"a percentile must be in (0, 100), got {q!r}")
+    base = p if side == "upper" else 1.0 - p
+    n = max(1, math.ceil(math.log1p(-confidence) / math.log(base)))
+    # Guard the ceiling against rounding in the logs: 1 - base**n >= c is the definition.
+    while n > 1 and 1.0 - base ** (n - 1) >= confidence:
+        n -= 1
+    while 1.0 - base**n < confidence:
+        n += 1
+    return n
+
+
+def _order_stat(values: np.ndarray, k: int) -> float:
+    return float(np.partition(values, k - 1)[k - 1])
+
+
+def upper_confidence_bound(
+    values: Iterable[float] | np.ndarray, q: float, confidence: float = 0.95
+) -> float | None:
+    """Distribution-free one-sided upper confidence bound of P_q of the finite values:
+    X_(k) with k from :func:`upper_rank`; None when there are too few samples."""
+    a = _finite(values)
+    k = upper_rank(a.size, q, confidence)
+    return None if k is None else _order_stat(a, k)
+
+
+def lower_confidence_bound(
+    values: Iterable[float] | np.ndarray, q: float, confidence: float = 0.95
+) -> float | None:
+    """Distribution-free one-sided lower confidence bound of P_q (for ``>`` objectives):
+    X_(k) with k from :func:`lower_rank`; None when there are too few samples."""
+    a = _finite(values)
+    k = lower_rank(a.size, q, confidence)
+    return None if k is None else _order_stat(a, k)
+
+
+# --------------------------------------------------------------------------- Distribution
+
+
+def _num(x: float | None) -> float | None:
+    """JSON has no NaN: undefined numbers travel as null."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    return float(x)
+
+
+def _unnum(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Summary of one metric's samples (ms). ``percentiles[q]`` is the point estimate,
+    ``upper_bounds[q]`` its one-sided upper confidence bound at ``confidence`` (None with
+    fewer than ``samples_needed[q]`` samples). ``std`` is the population std (ddof=0).
+    Empty samples give NaN statistics."""
+
+    name: str
+    unit: str = "ms"
+    count: int = 0
+    mean: float = math.nan
+    std: float = math.nan
+    min: float = math.nan
+    max: float = math.nan
+    percentiles: Mapping[float, float] = field(default_factory=dict)
+    upper_bounds: Mapping[float, float | None] = field(default_factory=dict)
+    samples_needed: Mapping[float, int] = field(default_factory=dict)
+    confidence: float = 0.95
+
+    def p(self, q: float) -> float:
+        """The point estimate of P_q; KeyError when q was not summarised."""
+        return self.percentiles[float(q)]
+
+    def ub(self, q: float) -> float | None:
+        """The upper confidence bound of P_q (None: too few samples)."""
+        return self.upper_bounds[float(q)]
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        values: Iterable[float] | np.ndarray,
+        *,
+        percentiles: Sequence[float] = PERCENTILES,
+        confidence: float = 0.95,
+        unit: str = "ms",
+    ) -> Distribution:
+        """Summarise the finite values. One ``np.partition`` serves every percentile and
+        every bound, so this stays O(n) for millions of token gaps."""
+        a = _finite(values)
+        n = int(a.size)
+        qs = tuple(float(q) for q in percentiles)
+        needed = {q: samples_needed(q, confidence) for q in qs}
+        if n == 0:
+            return cls(
+                name=name,
+                unit=unit,
+                count=0,
+                percentiles={q: math.nan for q in qs},
+                upper_bounds={q: None for q in qs},
+                samples_needed=needed,
+                confidence=confidence,
+            )
+        ranks = {q: upper_rank(n, q, confidence) for q in qs}
+        kth: set[int] = set()
+        for q in qs:
+            lo, hi, _ = _linear_positions(n, q)
+            kth.update((lo, hi))
+            k = ranks[q]
+            if k is not None:
+                kth.add(k - 1)
+        part = np.partition(a, sorted(kth))
+        pct: dict[float, float] = {}
+        for q in qs:
+            lo, hi, frac = _linear_positions(n, q)
+            x_lo, x_hi = float(part[lo]), float(part[hi])
+            pct[q] = x_lo + frac * (x_hi - x_lo)
+        ubs = {q: (None if ranks[q] is None else float(part[ranks[q] - 1])) for q in qs}
+        return cls(
+            name=name,
+            unit=unit,
+            count=n,
+            mean=float(a.mean()),
+            std=float(a.std()),
+            min=float(a.min()),
+            max=float(a.max()),
+            percentiles=pct,
+            upper_bounds=ubs,
+            samples_needed=needed,
+            confidence=confidence,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "count": self.count,
+            "mean": _num(self.mean),
+            "std": _num(self.std),
+            "min": _num(self.min),
+            "max": _num(self.max),
+            "percentiles": {_qkey(q): _num(v) for q, v in self.percentiles.items()},
+            "upper_bounds": {_qkey(q): _num(v) for q, v in self.upper_bounds.items()},
+            "samples_needed": {_qkey(q): n for q, n in self.samples_needed.items()},
+            "confidence": self.confidence,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Distribution:
+        return cls(
+            name=d["name"],
+            unit=d.get("unit", "ms"),
+            count=int(d.get("count", 0)),
+            mean=_unnum(d.get("mean")),
+            std=_unnum(d.get("std")),
+            min=_unnum(d.get("min")),
+            max=_unnum(d.get("max")),
+            percentiles={float(q): _unnum(v) for q, v in d.get("percentiles", {}).items()},
+            upper_bounds={float(q): _num(v) for q, v in d.get("upper_bounds", {}).items()},
+            samples_needed={float(q): int(v) for q, v in d.get("samples_needed", {}).items()},
+            confidence=float(d.get("confidence", 0.95)),
+        )
+
+
+# --------------------------------------------------------------------------- raw arrays
+
+
+class _Arrays:
+    """Columns extracted once from a run's records (the Python-object walk is the slow
+    part; everything after it is numpy). Token gaps and their per-request grouping are
+    built lazily because only ITL needs them."""
+
+    __slots__ = (
+        "_gap_groups",
+        "_gaps",
+        "_sorted_gaps",
+        "chunk_counts",
+        "e2e",
+        "n",
+        "ok",
+        "output_tokens",
+        "per_request",
+        "prompt_tokens",
+        "run",
+        "sent",
+    )
+
+    def __init__(self, run: Run) -> None:
+        recs = run.records
+        n = len(recs)
+        self.run = run
+        self.n = n
+        self.ok = np.fromiter((r.ok for r in recs), dtype=bool, count=n)
+        self.sent = np.fromiter((r.sent_ns for r in recs), dtype=np.int64, count=n)
+        end = np.fromiter((r.end_ns for r in recs), dtype=np.int64, count=n)
+        self.chunk_counts = np.fromiter((len(r.chunk_ns) for r in recs), dtype=np.int64, count=n)
+        has = self.chunk_counts > 0
+        first = np.fromiter(
+            (r.chunk_ns[0] if r.chunk_ns else 0 for r in recs), dtype=np.int64, count=n
+        )
+        content = np.fromiter(
+            (-1 if r.first_content_ns is None else r.first_content_ns for r in recs),
+            dtype=np.int64,
+            count=n,
+        )
+        self.output_tokens = np.fromiter((r.output_tokens for r in recs), dtype=np.int64, count=n)
+        self.prompt_tokens = np.fromiter(
+            (
+                r.prompt_tokens if r.prompt_tokens is not None else (r.requested_prompt_tokens or 0)
+                for r in recs
+            ),
+            dtype=np.int64,
+            count=n,
+        )
+        nan = np.full(n, np.nan)
+        e2e = np.where(self.ok, (end - self.sent) / _NS_PER_MS, nan)
+        ttft = np.where(self.ok & has, (first - self.sent) / _NS_PER_MS, nan)
+        ttfot = np.where(self.ok & (content >= 0), (content - self.sent) / _NS_PER_MS, nan)
+        denom = (self.output_tokens - 1).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = np.where(self.output_tokens >= 2, (e2e - ttft) / denom, nan)
+        self.e2e = e2e
+        self.per_request: dict[str, np.ndarray] = {
+            "ttft": ttft,
+            "ttfot": ttfot,
+            "tpot": tpot,
+            "e2e": e2e,
+        }
+        self._gaps: np.ndarray | None = None
+        self._gap_groups: np.ndarray | None = None
+        self._sorted_gaps: np.ndarray | None = None
+
+    def _build_gaps(self) -> None:
+        recs = self.run.records
+        counts = self.chunk_counts
+        total = int(counts.sum())
+        if total == 0:
+            self._gaps = np.empty(0)
+            self._gap_groups = np.empty(0, dtype=np.int64)
+            return
+        ts = np.fromiter(chain.from_iterable(r.chunk_ns for r in recs), np.int64, count=total)
+        # Records without per-chunk counts mean one token per chunk.
+        tok_counts = np.fromiter((len(r.chunk_tokens) for r in recs), dtype=np.int64, count=self.n)
+        if np.array_equal(tok_counts, counts):
+            toks = np.fromiter(
+                chain.from_iterable(r.chunk_tokens for r in recs), np.int64, count=total
+            )
+        else:
+            toks = np.fromiter(
+                chain.from_iterable(
+                    r.chunk_tokens
+                    if len(r.chunk_tokens) == len(r.chunk_ns)
+                    else (1,) * len(r.chunk_ns)
+                    for r in recs
+                ),
+                np.int64,
+                count=total,
+            )
+        np.maximum(toks, 1, out=toks)  # a chunk in chunk_ns carried output: >= 1 token
+        group = np.repeat(np.arange(self.n, dtype=np.int64), counts)
+        starts = np.cumsum(counts) - counts
+        pos = np.arange(total, dtype=np.int64) - starts[group]
+        # Inexact counts and a server total above them: spread the extra tokens evenly over
+        # the request's chunks (integer shares, floor((j+1)E/m) - floor(jE/m)), so the
+        # request's token count matches usage and each gap is split over its share.
+        exact = np.fromiter((r.tokens_exact for r in recs), dtype=bool, count=self.n)
+        has_usage = np.fromiter((r.completion_tokens is not None for r in recs), bool, count=self.n)
+        counted = np.bincount(group, weights=toks, minlength=self.n).astype(np.int64)
+        extra = np.where(~exact & has_usage, self.output_tokens - counted, 0)
+        extra = np.maximum(extra, 0)
+        if extra.any():
+            e = extra[group]
+            m = counts[group]
+            toks = toks + ((pos + 1) * e) // m - (pos * e) // m
+        later = pos > 0  # a gap ends at every chunk but a request's first
+        keep = later & self.ok[group]
+        idx = np.flatnonzero(keep)
+        gap_ns = ts[idx] - ts[idx - 1]
+        w = toks[idx]
+        per_token = gap_ns / (w * _NS_PER_MS)
+        if np.all(w == 1):
+            self._gaps = per_token
+            self._gap_groups = group[idx]
+        else:
+            self._gaps = np.repeat(per_token, w)
+            self._gap_groups = np.repeat(group[idx], w)
+
+    @property
+    def gaps(self) -> np.ndarray:
+        if self._gaps is None:
+            self._build_gaps()
+        return self._gaps  # type: ignore[return-value]
+
+    @property
+    def gap_groups(self) -> np.ndarray:
+        if self._gap_groups is None:
+            self._build_gaps()
+        return self._gap_groups  # type: ignore[return-value]
+
+    def gap_counts(self) -> np.ndarray:
+        return np.bincount(self.gap_groups, minlength=self.n)
+
+    def itl_mean(self) -> np.ndarray:
+        counts = self.gap_counts()
+        sums = np.bincount(self.gap_groups, weights=self.gaps, minlength=self.n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+    def itl_percentile(self, q: float) -> np.ndarray:
+        """Each request's own P_q over its own gaps (linear method), vectorised: one sort
+        of all gaps within their groups, then index arithmetic per group."""
+        gaps, groups = self.gaps, self.gap_groups
+        if self._sorted_gaps is None:
+            # Groups are already contiguous and ascending; sort by value within each.
+            order = np.lexsort((gaps, groups))
+            self._sorted_gaps = gaps[order]
+        s = self._sorted_gaps
+        counts = self.gap_counts()
+        starts = np.cumsum(counts) - counts
+        out = np.full(self.n, np.nan)
+        sel = np.flatnonzero(counts > 0)
+        if sel.size == 0:
+            return out
+        m = counts[sel]
+        h = (m - 1) * (q / 100.0)
+        lo = np.floor(h).astype(np.int64)
+        hi = np.minimum(lo + 1, m - 1)
+        frac = h - lo
+        x_lo = s[starts[sel] + lo]
+        x_hi = s[starts[sel] + hi]
+        out[sel] = x_lo + frac * (x_hi - x_lo)
+        return out
+
+
+_cache: dict[int, _Arrays] = {}
+
+
+def _arrays(run: Run) -> _Arrays:
+    """Cached by identity: summarize, evaluate and the reports all ask about one run, and
+    the record walk is the expensive part. The entry holds the run, so an id is never
+    reused while cached."""
+    got = _cache.get(id(run))
+    if got is not None and got.run is run:
+        return got
+    arr = _Arrays(run)
+    if len(_cache) >= _CACHE_SIZE:
+        _cache.pop(next(iter(_cache)))
+    _cache[id(run)] = arr
+    return arr
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
+
+
+def per_request(run: Run) -> dict[str, np.ndarray]:
+    """Per-request values (ms), aligned with ``run.records``: ``ttft``, ``ttfot``,
+    ``tpot``, ``e2e`` and ``itl`` (the request's mean token gap). NaN for failed requests
+    and where a value is undefined (no content chunk, fewer than two tokens)."""
+    arr = _arrays(run)
+    out = {k: v.copy() for k, v in arr.per_request.items()}
+    out["itl"] = arr.itl_mean()
+    return out
+
+
+def token_gaps(run: Run) -> np.ndarray:
+    """All ITL samples (ms) of completed requests, one per token after each request's
+    first chunk.
+
+    A gap g between chunk i−1 and chunk i that carries t_i tokens gives t_i samples of
+    g / t_i (speculative decoding and frontends such as Dynamo pack several tokens into
+    one chunk). t_i is ``chunk_tokens[i]`` (1 when absent). When ``tokens_exact`` is
+    False and the server's ``completion_tokens`` N exceeds the counted Σ t_i, the E = N −
+    Σ t_i uncounted tokens are spread evenly over the request's m chunks in integer
+    shares (chunk j gets ⌊(j+1)E/m⌋ − ⌊jE/m⌋ more), so the samples of a request add up
+    to its last − first chunk time and their count matches usage. Tokens that arrived in
+    the first chunk have no preceding chunk and give no sample (their time is in TTFT).
+    When usage reports fewer tokens than the chunks show, the chunks win."""
+    return _arrays(run).gaps.copy()
+
+
+def request_values(run: Run, metric: str, stat: Stat) -> np.ndarray:
+    """The per-request value a goodput threshold ``metric`` ``stat`` is checked against,
+    aligned with ``run.records``. For ``itl`` it is the request's own statistic over its
+    own token gaps (its median gap for p50, its mean gap for mean); the other metrics
+    have one value per request, so the statistic does not change it."""
+    _check_metric(metric)
+    arr = _arrays(run)
+    if metric != "itl":
+        return arr.per_request[metric].copy()
+    if stat == "mean":
+        return arr.itl_mean()
+    return arr.itl_percentile(float(stat))
+
+
+def aggregate_values(run: Run, metric: str) -> np.ndarray:
+    """The samples an aggregate gate on ``metric`` is computed over (ms, finite only):
+    one per completed request, or one per token gap for ``itl``."""
+    _check_metric(metric)
+    arr = _arrays(run)
+    if metric == "itl":
+        return arr.gaps.copy()
+    return _finite(arr.per_request[metric])
+
+
+# --------------------------------------------------------------------------- goodput
+
+_OPS = {
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
+
+
+def meets_threshold(run: Run, metric: str, stat: Stat, op: str, threshold: float) -> np.ndarray:
+    """Bool per record: completed and its :func:`request_values` ``op`` ``threshold``.
+
+    An undefined value of a gap metric (``itl``, ``tpot``: fewer than two tokens) is met,
+    there being no gap to miss it; an undefined event metric (``ttft``, ``ttfot``,
+    ``e2e``: the event never came) is not."""
+    if op not in _OPS:
+        raise ValueError(f"unknown comparison {op!r}; use one of {', '.join(_OPS)}")
+    arr = _arrays(run)
+    v = request_values(run, metric, stat)
+    defined = np.isfinite(v)
+    with np.errstate(invalid="ignore"):
+        ok = _OPS[op](v, float(threshold))
+    if metric in GAP_METRICS:
+        ok = ok | ~defined
+    else:
+        ok = ok & defined
+    return ok & arr.ok
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput:
+    """Good requests under a set of per-request thresholds. ``attainment`` is good / all
+    requests (None for a run without requests)."""
+
+    good: int
+    requests: int
+    good_output_tokens: int
+    duration_s: float
+    tok_s: float
+    req_s: float
+    attainment: float | None
+    mask: np.ndarray = field(compare=False, repr=False, default_factory=lambda: np.zeros(0, bool))
+
+
+def _window_s(run: Run, arr: _Arrays | None = None) -> float:
+    """The measured window: ``run.start_ns .. run.end_ns``; when it is empty, the span of
+    the records (first send to last byte)."""
+    if run.end_ns > run.start_ns:
+        return (run.end_ns - run.start_ns) / 1e9
+    if run.records:
+        a = arr or _arrays(run)
+        end = max(r.end_ns for r in run.records)
+        span = end - int(a.sent.min())
+        return max(span, 0) / 1e9
+    return 0.0
+
+
+def _rate(x: float, seconds: float) -> float:
+    return x / seconds if seconds > 0 else 0.0
+
+
+def goodput(run: Run, objectives: Iterable[Threshold]) -> Goodput:
+    """Goodput of ``run``: a request is good when it completed and meets the per-request
+    threshold of every objective (:func:`meets_threshold`); with no objectives every
+    completed request is good."""
+    arr = _arrays(run)
+    mask = arr.ok.copy()
+    for o in objectives:
+        mask &= meets_threshold(run, o.metric, o.stat, o.op, o.threshold)
+    good = int(mask.sum())
+    tokens = int(arr.output_tokens[mask].sum())
+    secs = _window_s(run, arr)
+    return Goodput(
+        good=good,
+        requests=arr.n,
+        good_output_tokens=tokens,
+        duration_s=secs,
+        tok_s=_rate(tokens, secs),
+        req_s=_rate(good, secs),
+        attainment=(good / arr.n) if arr.n else None,
+        mask=mask,
+    )
+
+
+# --------------------------------------------------------------------------- RunSummary
+
+
+def _failure_kind(status: int, kind: str | None) -> str:
+    if kind is not None:
+        return kind
+    return "http" if status else "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """The numbers of one run. ``distributions`` maps each of :data:`METRICS` to its
+    :class:`Distribution` (completed requests; ``itl`` over token gaps). Goodput fields
+    are None unless :func:`summarize` was given objectives (``objectives`` holds their
+    labels). ``valid``/``invalid_reasons`` come from the client's self-check: an invalid
+    run measured the load generator, not the engine."""
+
+    level: LoadLevel
+    requests: int
+    completed: int
+    failed: int
+    failures: Mapping[str, int]
+    error_rate: float
+    duration_s: float
+    distributions: Mapping[str, Distribution]
+    output_tok_s: float
+    total_tok_s: float
+    req_s: float
+    goodput_tok_s: float | None = None
+    goodput_req_s: float | None = None
+    attainment: float | None = None
+    valid: bool = True
+    invalid_reasons: tuple[str, ...] = ()
+    good: int | None = None
+    objectives: tuple[str, ...] = ()
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    confidence: float = 0.95
+
+    _RUN_FIELDS = (
+        "output_tok_s",
+        "total_tok_s",
+        "req_s",
+        "goodput_tok_s",
+        "goodput_req_s",
+        "attainment",
+        "error_rate",
+        "duration_s",
+    )
+
+    def metric(self, name: str, stat: Stat | str | None = None) -> float:
+        """A number by name: ``metric("ttft", 99)``, ``metric("ttft", "p99")``,
+        ``metric("ttft_p99")``, ``metric("itl", "mean")``, or a run figure such as
+        ``metric("output_tok_s")``. NaN when undefined; KeyError for an unknown name or a
+        percentile that was not summarised."""
+        if stat is None and name in self._RUN_FIELDS:
+            v = getattr(self, name)
+            return math.nan if v is None else float(v)
+        if stat is None:
+            base, sep, st = name.partition("_")
+            if not sep:
+                raise KeyError(f"{name!r}: give a statistic, e.g. metric({name!r}, 'p99')")
+            name, stat = base, st
+        if name not in self.distributions:
+            raise KeyError(f"unknown metric {name!r}; valid: {', '.join(self.distributions)}")
+        dist = self.distributions[name]
+        try:
+            s = parse_stat(stat)
+        except ValueError as exc:
+            raise KeyError(str(exc)) from None
+        if s == "mean":
+            return dist.mean
+        return dist.p(s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level.to_dict(),
+            "requests": self.requests,
+            "completed": self.completed,
+            "failed": self.failed,
+            "failures": dict(self.failures),
+            "error_rate": self.error_rate,
+            "duration_s": self.duration_s,
+            "distributions": {k: d.to_dict() for k, d in self.distributions.items()},
+            "output_tok_s": self.output_tok_s,
+            "total_tok_s": self.total_tok_s,
+            "req_s": self.req_s,
+            "goodput_tok_s": self.goodput_tok_s,
+            "goodput_req_s": self.goodput_req_s,
+            "attainment": self.attainment,
+            "valid": self.valid,
+            "invalid_reasons": list(self.invalid_reasons),
+            "good": self.good,
+            "objectives": list(self.objectives),
+            "output_tokens": self.output_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "confidence": self.confidence,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunSummary:
+        def opt(key: str) -> float | None:
+            v = d.get(key)
+            return None if v is None else float(v)
+
+        return cls(
+            level=LoadLevel.from_dict(d["level"]),
+            requests=int(d["requests"]),
+            completed=int(d["completed"]),
+            failed=int(d["failed"]),
+            failures={str(k): int(v) for k, v in d.get("failures", {}).items()},
+            error_rate=float(d.get("error_rate", 0.0)),
+            duration_s=float(d.get("duration_s", 0.0)),
+            distributions={
+                k: Distribution.from_dict(v) for k, v in d.get("distributions", {}).items()
+            },
+            output_tok_s=float(d.get("output_tok_s", 0.0)),
+            total_tok_s=float(d.get("total_tok_s", 0.0)),
+            req_s=float(d.get("req_s", 0.0)),
+            goodput_tok_s=opt("goodput_tok_s"),
+            goodput_req_s=opt("goodput_req_s"),
+            attainment=opt("attainment"),
+            valid=bool(d.get("valid", True)),
+            invalid_reasons=tuple(d.get("invalid_reasons", ())),
+            good=None if d.get("good") is None else int(d["good"]),
+            objectives=tuple(d.get("objectives", ())),
+            output_tokens=int(d.get("output_tokens", 0)),
+            prompt_tokens=int(d.get("prompt_tokens", 0)),
+            confidence=float(d.get("confidence", 0.95)),
+        )
+
+
+def _label(o: Threshold) -> str:
+    label = getattr(o, "label", None)
+    if isinstance(label, str):
+        return label
+    return f"{o.metric}_{stat_name(o.stat)} {o.op} {o.threshold:g} ms"
+
+
+def summarize(
+    run: Run, objectives: Iterable[Threshold] = (), confidence: float = 0.95
+) -> RunSummary:
+    """Summarise a run: distributions of every metric with percentiles and bounds,
+    throughput, failures, and, when ``objectives`` are given, goodput and attainment."""
+    _check_confidence(confidence)
+    objs = tuple(objectives)
+    arr = _arrays(run)
+    ok = arr.ok
+    completed = int(ok.sum())
+    failures: dict[str, int] = {}
+    for r in run.records:
+        if not r.ok:
+            k = _failure_kind(r.status, r.error_kind)
+            failures[k] = failures.get(k, 0) + 1
+    dists = {
+        m: Distribution.of(m, aggregate_values(run, m), confidence=confidence) for m in METRICS
+    }
+    secs = _window_s(run, arr)
+    out_tokens = int(arr.output_tokens[ok].sum())
+    prompt_tokens = int(arr.prompt_tokens[ok].sum())
+    gp = goodput(run, objs) if objs else None
+    return RunSummary(
+        level=run.level,
+        requests=arr.n,
+        completed=completed,
+        failed=arr.n - completed,
+        failures=dict(sorted(failures.items())),
+        error_rate=((arr.n - completed) / arr.n) if arr.n else 0.0,
+        duration_s=secs,
+        distributions=dists,
+        output_tok_s=_rate(out_tokens, secs),
+        total_tok_s=_rate(out_tokens + prompt_tokens, secs),
+        req_s=_rate(completed, secs),
+        goodput_tok_s=None if gp is None else gp.tok_s,
+        goodput_req_s=None if gp is None else gp.req_s,
+        attainment=None if gp is None else gp.attainment,
+        valid=run.health.valid,
+        invalid_reasons=tuple(run.health.reasons),
+        good=None if gp is None else gp.good,
+        objectives=tuple(_label(o) for o in objs),
+        output_tokens=out_tokens,
+        prompt_tokens=prompt_tokens,
+        confidence=confidence,
+    )

@@ -1,0 +1,866 @@
+"""The SLO DSL: metric symbols, objectives, verdicts and the assertion helpers.
+
+    from pytest_llmslo import assert_goodput, ttft_p99, itl_p50
+
+    def test_chat(load):
+        assert_goodput(ttft_p99 < 500, itl_p50 < 30)      # the run the load fixture bound
+
+A comparison of a metric statistic with a number builds an :class:`Objective`; nothing is
+evaluated until :func:`evaluate` (or ``assert_goodput``/``assert_slo``) gets a run. An
+objective refuses to be truth-tested, so a bare ``assert ttft_p99 < 500`` raises a
+TypeError instead of passing by accident.
+
+What an objective ``P_q(m) < x`` means, twice over:
+
+- the *aggregate gate*: the run's q-th percentile of m is below x (for ``itl`` over all
+  token gaps of the run, for the other metrics over completed requests);
+- the *per-request threshold*: a request is good when its own m is below x. For ``itl``
+  "its own m" is the request's own q-th percentile (or mean) over its own token gaps;
+  TTFT, TTFOT, TPOT and e2e have one value per request, so q does not change it.
+  Goodput counts the completed requests that meet every threshold together (DistServe,
+  vLLM ``--goodput``); attainment = good / all requests.
+
+Gates compare the point estimate by default. ``strict=True`` compares the one-sided
+confidence bound instead: for ``<``/``<=`` the distribution-free upper bound of the
+percentile, for ``>``/``>=`` the lower bound (so strict always errs against passing);
+with too few samples for the bound the gate fails and says how many are needed. A
+``mean`` has no distribution-free bound; strict mode uses the normal (CLT) bound
+mean ± z_c·s/√n and says so.
+
+``assert_goodput`` checks every aggregate gate *and* attainment ≥ ``min_attainment``,
+0.9 by default (the 90 % SLO attainment target of the DistServe evaluation; pass
+``min_attainment=None`` to only report goodput). ``assert_slo`` checks the aggregate gates
+only, plus ``min_attainment``/``min_goodput_tok_s``/``max_error_rate`` when given. A run the
+load generator flagged invalid (it, not the engine, was the bottleneck) always fails with
+the reason: its numbers would be the client's latency, not the engine's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from . import metrics
+from .errors import ConfigError, LoadError, SloViolation
+from .metrics import METRICS, Stat, parse_stat, stat_name
+from .records import Run
+
+__all__ = [
+    "DEFAULT_MIN_ATTAINMENT",
+    "STATS",
+    "MetricSymbol",
+    "Objective",
+    "ObjectiveResult",
+    "StatSymbol",
+    "Verdict",
+    "add_verdict_listener",
+    "assert_goodput",
+    "assert_slo",
+    "bind_run",
+    "current_run",
+    "e2e",
+    "e2e_mean",
+    "e2e_p50",
+    "e2e_p90",
+    "e2e_p95",
+    "e2e_p99",
+    "e2e_p999",
+    "evaluate",
+    "itl",
+    "itl_mean",
+    "itl_p50",
+    "itl_p90",
+    "itl_p95",
+    "itl_p99",
+    "itl_p999",
+    "parse_objectives",
+    "remove_verdict_listener",
+    "tpot",
+    "tpot_mean",
+    "tpot_p50",
+    "tpot_p90",
+    "tpot_p95",
+    "tpot_p99",
+    "tpot_p999",
+    "ttfot",
+    "ttfot_mean",
+    "ttfot_p50",
+    "ttfot_p90",
+    "ttfot_p95",
+    "ttfot_p99",
+    "ttfot_p999",
+    "ttft",
+    "ttft_mean",
+    "ttft_p50",
+    "ttft_p90",
+    "ttft_p95",
+    "ttft_p99",
+    "ttft_p999",
+    "unbind_run",
+]
+
+Op = Literal["<", "<=", ">", ">="]
+OPS: tuple[Op, ...] = ("<", "<=", ">", ">=")
+STATS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p999", "mean")
+DEFAULT_MIN_ATTAINMENT = 0.9
+
+_HELP = "use assert_goodput(...) or assert_slo(...) to check objectives against a run"
+
+
+# --------------------------------------------------------------------------- objectives
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """``metric`` ``stat`` ``op`` ``threshold`` (ms), e.g. ttft P99 < 500 ms."""
+
+    metric: str
+    stat: Stat
+    op: Op
+    threshold: float
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"unknown metric {self.metric!r}; valid: {', '.join(METRICS)}")
+        if self.op not in OPS:
+            raise ValueError(f"unknown comparison {self.op!r}; valid: {' '.join(OPS)}")
+        object.__setattr__(self, "stat", parse_stat(self.stat))
+        t = float(self.threshold)
+        if math.isnan(t):
+            raise ValueError("an objective's threshold cannot be NaN")
+        object.__setattr__(self, "threshold", t)
+
+    @property
+    def name(self) -> str:
+        """Flat name of the statistic: ``ttft_p99``."""
+        return f"{self.metric}_{stat_name(self.stat)}"
+
+    @property
+    def label(self) -> str:
+        """``ttft_p99 < 500 ms``."""
+        return f"{self.name} {self.op} {self.threshold:g} ms"
+
+    @property
+    def upper(self) -> bool:
+        """True for ``<``/``<=``: the objective bounds the metric from above."""
+        return self.op in ("<", "<=")
+
+    def holds(self, value: float | None) -> bool:
+        """Whether ``value`` satisfies the comparison (False for None/NaN)."""
+        if value is None or math.isnan(value):
+            return False
+        t = self.threshold
+        return {
+            "<": value < t,
+            "<=": value <= t,
+            ">": value > t,
+            ">=": value >= t,
+        }[self.op]
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"the objective `{self.label}` has no truth value: a bare "
+            f"`assert {self.name} {self.op} {self.threshold:g}` cannot be evaluated without "
+            f"a run; {_HELP}, e.g. assert_goodput({self.name} {self.op} {self.threshold:g})"
+        )
+
+    def __str__(self) -> str:
+        return self.label
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "stat": self.stat,
+            "op": self.op,
+            "threshold": self.threshold,
+            "label": self.label,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Objective:
+        return cls(d["metric"], d["stat"], d["op"], float(d["threshold"]))
+
+
+def _threshold(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} can only be compared with a number of milliseconds, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class StatSymbol:
+    """A statistic of a metric, such as ``ttft.p99`` (alias ``ttft_p99``); comparing it
+    with a number of milliseconds builds an :class:`Objective`."""
+
+    metric: str
+    stat: Stat
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}_{stat_name(self.stat)}"
+
+    def _objective(self, op: Op, other: object) -> Objective:
+        return Objective(self.metric, self.stat, op, _threshold(other, self.name))
+
+    def __lt__(self, other: object) -> Objective:
+        return self._objective("<", other)
+
+    def __le__(self, other: object) -> Objective:
+        return self._objective("<=", other)
+
+    def __gt__(self, other: object) -> Objective:
+        return self._objective(">", other)
+
+    def __ge__(self, other: object) -> Objective:
+        return self._objective(">=", other)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSymbol:
+    """A metric (``ttft``, ``ttfot``, ``itl``, ``tpot``, ``e2e``); pick a statistic with
+    ``.p50 .p90 .p95 .p99 .p999 .mean`` or ``.p(99.5)``."""
+
+    metric: str
+
+    def p(self, q: float) -> StatSymbol:
+        """Any percentile in (0, 100)."""
+        return StatSymbol(self.metric, parse_stat(q))
+
+    @property
+    def p50(self) -> StatSymbol:
+        return StatSymbol(self.metric, 50.0)
+
+    @property
+    def p90(self) -> StatSymbol:
+        return StatSymbol(self.metric, 90.0)
+
+    @property
+    def p95(self) -> StatSymbol:
+        return StatSymbol(self.metric, 95.0)
+
+    @property
+    def p99(self) -> StatSymbol:
+        return StatSymbol(self.metric, 99.0)
+
+    @property
+    def p999(self) -> StatSymbol:
+        return StatSymbol(self.metric, 99.9)
+
+    @property
+    def mean(self) -> StatSymbol:
+        return StatSymbol(self.metric, "mean")
+
+    def _no_stat(self, op: str, other: object) -> Objective:
+        raise TypeError(
+            f"`{self.metric} {op} {other!r}` needs a statistic: write "
+            f"`{self.metric}.p99 {op} {other!r}` (or {self.metric}_p99); "
+            f"statistics: {', '.join(STATS)}"
+        )
+
+    def __lt__(self, other: object) -> Objective:
+        return self._no_stat("<", other)
+
+    def __le__(self, other: object) -> Objective:
+        return self._no_stat("<=", other)
+
+    def __gt__(self, other: object) -> Objective:
+        return self._no_stat(">", other)
+
+    def __ge__(self, other: object) -> Objective:
+        return self._no_stat(">=", other)
+
+    def __repr__(self) -> str:
+        return self.metric
+
+
+ttft = MetricSymbol("ttft")
+ttfot = MetricSymbol("ttfot")
+itl = MetricSymbol("itl")
+tpot = MetricSymbol("tpot")
+e2e = MetricSymbol("e2e")
+
+ttft_p50, ttft_p90, ttft_p95 = ttft.p50, ttft.p90, ttft.p95
+ttft_p99, ttft_p999, ttft_mean = ttft.p99, ttft.p999, ttft.mean
+ttfot_p50, ttfot_p90, ttfot_p95 = ttfot.p50, ttfot.p90, ttfot.p95
+ttfot_p99, ttfot_p999, ttfot_mean = ttfot.p99, ttfot.p999, ttfot.mean
+itl_p50, itl_p90, itl_p95 = itl.p50, itl.p90, itl.p95
+itl_p99, itl_p999, itl_mean = itl.p99, itl.p999, itl.mean
+tpot_p50, tpot_p90, tpot_p95 = tpot.p50, tpot.p90, tpot.p95
+tpot_p99, tpot_p999, tpot_mean = tpot.p99, tpot.p999, tpot.mean
+e2e_p50, e2e_p90, e2e_p95 = e2e.p50, e2e.p90, e2e.p95
+e2e_p99, e2e_p999, e2e_mean = e2e.p99, e2e.p999, e2e.mean
+
+
+# --------------------------------------------------------------------------- parsing
+
+_UNITS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 1e-3, "µs": 1e-3}
+_OBJ_RE = re.compile(
+    r"""^\s*(?P<metric>[a-z0-9]+)\s*(?:[._]\s*(?P<stat>[a-z]+[0-9.]*|[0-9.]+))?\s*
+        (?P<op><=|>=|<|>)\s*
+        (?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?)\s*
+        (?P<unit>ms|s|us|µs)?\s*$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def _valid_names() -> str:
+    return (
+        f"valid metrics: {', '.join(METRICS)}; valid statistics: {', '.join(STATS)} "
+        "(or pNN such as p99.5); units: ms (default), s, us; "
+        "e.g. 'ttft_p99<500,itl_p50<30' or 'ttft.p99 < 0.5s'"
+    )
+
+
+def parse_objectives(text: str | Iterable[str], *, source: str = "") -> tuple[Objective, ...]:
+    """Objectives from text such as ``"ttft_p99<500,itl_p50<30"`` or
+    ``"ttft.p99 < 500ms; itl.p50 < 30"`` (separators: comma, semicolon, newline; units ms,
+    s, us). An iterable of such strings is joined. ConfigError names the bad part, the
+    ``source`` (e.g. ``"--slo"``, ``"ini llmslo_slo"``) and the valid names."""
+    parts_in = [text] if isinstance(text, str) else list(text)
+    where = f" (from {source})" if source else ""
+    out: list[Objective] = []
+    for chunk in parts_in:
+        if not isinstance(chunk, str):
+            raise ConfigError(f"SLO objectives{where} must be text, got {chunk!r}")
+        for part in re.split(r"[,;\n]", chunk):
+            if not part.strip():
+                continue
+            m = _OBJ_RE.match(part)
+            if m is None:
+                raise ConfigError(
+                    f"cannot parse SLO objective {part.strip()!r}{where}: expected "
+                    f"METRIC_STAT OP NUMBER[UNIT]; {_valid_names()}"
+                )
+            metric = m["metric"].lower()
+            if metric not in METRICS:
+                raise ConfigError(
+                    f"unknown metric {m['metric']!r} in SLO objective {part.strip()!r}"
+                    f"{where}; {_valid_names()}"
+                )
+            stat_text = m["stat"]
+            if stat_text is None:
+                raise ConfigError(
+                    f"SLO objective {part.strip()!r}{where} needs a statistic "
+                    f"(e.g. {metric}_p99); {_valid_names()}"
+                )
+            try:
+                stat = parse_stat(stat_text)
+            except ValueError:
+                raise ConfigError(
+                    f"unknown statistic {stat_text!r} in SLO objective {part.strip()!r}"
+                    f"{where}; {_valid_names()}"
+                ) from None
+            value = float(m["num"]) * _UNITS[(m["unit"] or "").lower()]
+            out.append(Objective(metric, stat, m["op"], value))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectiveResult:
+    """One objective checked on one run. ``observed`` is the point estimate, ``bound`` the
+    one-sided confidence bound (upper for ``<``, lower for ``>``; None with too few
+    samples), ``count`` the samples (requests, or token gaps for itl) and
+    ``samples_needed`` the count that makes the bound exist (None for a mean that cannot
+    be shown from the data seen). ``gated_on`` says what ``passed`` compared."""
+
+    objective: Objective
+    observed: float
+    bound: float | None
+    count: int
+    samples_needed: int | None
+    passed: bool
+    gated_on: Literal["estimate", "bound"] = "estimate"
+    bound_method: Literal["order-statistic", "normal"] = "order-statistic"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "objective": self.objective.to_dict(),
+            "observed": _num(self.observed),
+            "bound": _num(self.bound),
+            "count": self.count,
+            "samples_needed": self.samples_needed,
+            "passed": self.passed,
+            "gated_on": self.gated_on,
+            "bound_method": self.bound_method,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ObjectiveResult:
+        obs = d.get("observed")
+        return cls(
+            objective=Objective.from_dict(d["objective"]),
+            observed=math.nan if obs is None else float(obs),
+            bound=None if d.get("bound") is None else float(d["bound"]),
+            count=int(d.get("count", 0)),
+            samples_needed=None if d.get("samples_needed") is None else int(d["samples_needed"]),
+            passed=bool(d["passed"]),
+            gated_on=d.get("gated_on", "estimate"),
+            bound_method=d.get("bound_method", "order-statistic"),
+        )
+
+
+def _num(x: float | None) -> float | None:
+    if x is None or math.isnan(x):
+        return None
+    return float(x)
+
+
+def _opt(d: Mapping[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    return None if v is None else float(v)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of checking objectives against a run. ``passed`` needs every result
+    to pass, the run to be valid, and the goodput gates that were set to hold."""
+
+    results: tuple[ObjectiveResult, ...]
+    passed: bool
+    goodput_tok_s: float | None
+    goodput_req_s: float | None
+    attainment: float | None
+    min_attainment: float | None
+    min_goodput_tok_s: float | None
+    strict: bool
+    run_valid: bool
+    confidence: float = 0.95
+    invalid_reasons: tuple[str, ...] = ()
+    requests: int = 0
+    completed: int = 0
+    good: int | None = None
+    failures: Mapping[str, int] | None = None
+    error_rate: float = 0.0
+    max_error_rate: float | None = None
+    level: str = ""
+    problems: tuple[str, ...] = ()
+
+    @property
+    def failed_results(self) -> tuple[ObjectiveResult, ...]:
+        return tuple(r for r in self.results if not r.passed)
+
+    def format(self) -> str:
+        """A multi-line table: every objective with threshold, observed value, bound,
+        samples and samples needed, pass/fail; then goodput, attainment, failures and
+        the run's validity."""
+        c = f"{self.confidence * 100:g}%"
+        head = "PASSED" if self.passed else "FAILED"
+        at = f" at {self.level}" if self.level else ""
+        mode = (
+            f"strict: gates on the {c} confidence bound"
+            if self.strict
+            else f"gates on the point estimate; {c} bound shown"
+        )
+        lines = [f"SLO {head}{at} ({mode})"]
+        rows = [("objective", "observed", f"bound({c})", "samples", "needed", "result")]
+        for r in self.results:
+            bound = _fmt_ms(r.bound) if r.bound is not None else "n/a"
+            if r.bound_method == "normal" and r.bound is not None:
+                bound += "*"
+            needed = "-" if r.samples_needed is None else str(r.samples_needed)
+            rows.append(
+                (
+                    r.objective.label,
+                    _fmt_ms(r.observed),
+                    bound,
+                    str(r.count),
+                    needed,
+                    "pass" if r.passed else "FAIL",
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            cells = [row[0].ljust(widths[0])] + [
+                row[i].rjust(widths[i]) for i in range(1, len(row))
+            ]
+            lines.append("  " + "  ".join(cells).rstrip())
+        if any(r.bound_method == "normal" for r in self.results):
+            lines.append("  * normal-approximation bound of a mean (not distribution-free)")
+        for r in self.results:
+            if r.count == 0:
+                lines.append(f"  {r.objective.name}: no samples (no completed request had it)")
+            elif self.strict and r.bound is None:
+                need = r.samples_needed
+                extra = f"; {need} needed" if need is not None else ""
+                lines.append(
+                    f"  {r.objective.name}: {r.count} samples are too few for a {c} bound{extra}"
+                )
+        lines.append("  " + self._goodput_line())
+        lines.append("  " + self._requests_line())
+        if not self.results:
+            lines.append("  no objectives given: nothing was checked")
+        if not self.run_valid:
+            why = "; ".join(self.invalid_reasons) or "no reason given"
+            lines.append(
+                "  INVALID RUN: the load generator was the bottleneck, so these numbers are "
+                f"the client's, not the engine's: {why}"
+            )
+        return "\n".join(lines)
+
+    def _goodput_line(self) -> str:
+        if self.attainment is None:
+            att = "attainment n/a (no requests)"
+        else:
+            att = f"attainment {self.attainment:.1%}"
+            if self.good is not None:
+                att += f" ({self.good}/{self.requests} good)"
+        if self.min_attainment is not None:
+            ok = self.attainment is not None and self.attainment >= self.min_attainment
+            att += f", required >= {self.min_attainment:.1%}: {'pass' if ok else 'FAIL'}"
+        tok = "n/a" if self.goodput_tok_s is None else f"{self.goodput_tok_s:.1f}"
+        req = "n/a" if self.goodput_req_s is None else f"{self.goodput_req_s:.2f}"
+        line = f"goodput {tok} tok/s, {req} req/s"
+        if self.min_goodput_tok_s is not None:
+            ok = self.goodput_tok_s is not None and self.goodput_tok_s >= self.min_goodput_tok_s
+            line += f" (required >= {self.min_goodput_tok_s:g} tok/s: {'pass' if ok else 'FAIL'})"
+        return f"{line}; {att}"
+
+    def _requests_line(self) -> str:
+        failed = self.requests - self.completed
+        line = f"requests: {self.requests}, completed {self.completed}, failed {failed}"
+        if self.failures:
+            line += " (" + ", ".join(f"{k}: {v}" for k, v in self.failures.items()) + ")"
+        line += f", error rate {self.error_rate:.1%}"
+        if self.max_error_rate is not None:
+            ok = self.error_rate <= self.max_error_rate
+            line += f" (allowed <= {self.max_error_rate:.1%}: {'pass' if ok else 'FAIL'})"
+        return line
+
+    def summary_line(self) -> str:
+        """One line naming what failed (the first line of an SloViolation)."""
+        if self.passed:
+            return "SLO met"
+        bits = []
+        if not self.run_valid:
+            bits.append("run invalid (client bottleneck)")
+        for r in self.failed_results:
+            shown = r.bound if (self.strict and r.bound is not None) else r.observed
+            what = "bound" if self.strict else "observed"
+            if self.strict and r.bound is None:
+                bits.append(f"{r.objective.label} (too few samples: {r.count})")
+            else:
+                bits.append(f"{r.objective.label} ({what} {_fmt_ms(shown)})")
+        bits.extend(self.problems)
+        return "SLO not met: " + "; ".join(bits)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "results": [r.to_dict() for r in self.results],
+            "passed": self.passed,
+            "goodput_tok_s": self.goodput_tok_s,
+            "goodput_req_s": self.goodput_req_s,
+            "attainment": self.attainment,
+            "min_attainment": self.min_attainment,
+            "min_goodput_tok_s": self.min_goodput_tok_s,
+            "strict": self.strict,
+            "run_valid": self.run_valid,
+            "confidence": self.confidence,
+            "invalid_reasons": list(self.invalid_reasons),
+            "requests": self.requests,
+            "completed": self.completed,
+            "good": self.good,
+            "failures": None if self.failures is None else dict(self.failures),
+            "error_rate": self.error_rate,
+            "max_error_rate": self.max_error_rate,
+            "level": self.level,
+            "problems": list(self.problems),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        failures = d.get("failures")
+        return cls(
+            results=tuple(ObjectiveResult.from_dict(r) for r in d.get("results", ())),
+            passed=bool(d["passed"]),
+            goodput_tok_s=_opt(d, "goodput_tok_s"),
+            goodput_req_s=_opt(d, "goodput_req_s"),
+            attainment=_opt(d, "attainment"),
+            min_attainment=_opt(d, "min_attainment"),
+            min_goodput_tok_s=_opt(d, "min_goodput_tok_s"),
+            strict=bool(d.get("strict", False)),
+            run_valid=bool(d.get("run_valid", True)),
+            confidence=float(d.get("confidence", 0.95)),
+            invalid_reasons=tuple(d.get("invalid_reasons", ())),
+            requests=int(d.get("requests", 0)),
+            completed=int(d.get("completed", 0)),
+            good=None if d.get("good") is None else int(d["good"]),
+            failures=None if failures is None else {str(k): int(v) for k, v in failures.items()},
+            error_rate=float(d.get("error_rate", 0.0)),
+            max_error_rate=_opt(d, "max_error_rate"),
+            level=str(d.get("level", "")),
+            problems=tuple(d.get("problems", ())),
+        )
+
+
+def _fmt_ms(x: float | None) -> str:
+    if x is None or math.isnan(x):
+        return "n/a"
+    if abs(x) >= 100:
+        return f"{x:.1f} ms"
+    if abs(x) >= 1:
+        return f"{x:.2f} ms"
+    return f"{x:.3f} ms"
+
+
+def _check_one(o: Objective, run: Run, strict: bool, confidence: float) -> ObjectiveResult:
+    values = metrics.aggregate_values(run, o.metric)
+    n = int(values.size)
+    if o.stat == "mean":
+        observed = float(values.mean()) if n else math.nan
+        bound: float | None = None
+        needed: int | None = None
+        if n >= 2:
+            # CLT one-sided bound; the n at which it would clear the threshold at the
+            # observed mean and spread is the samples-needed figure.
+            z = statistics.NormalDist().inv_cdf(confidence)
+            s = float(values.std(ddof=1))
+            half = z * s / math.sqrt(n)
+            bound = observed + half if o.upper else observed - half
+            margin = (o.threshold - observed) if o.upper else (observed - o.threshold)
+            if s == 0.0:
+                needed = 2 if margin > 0 or (margin == 0 and o.op in ("<=", ">=")) else None
+            elif margin > 0:
+                needed = max(2, math.ceil((z * s / margin) ** 2))
+        method: Literal["order-statistic", "normal"] = "normal"
+    else:
+        q = float(o.stat)
+        observed = float(np.percentile(values, q, method="linear")) if n else math.nan
+        if o.upper:
+            bound = metrics.upper_confidence_bound(values, q, confidence)
+            needed = metrics.samples_needed(q, confidence, "upper")
+        else:
+            bound = metrics.lower_confidence_bound(values, q, confidence)
+            needed = metrics.samples_needed(q, confidence, "lower")
+        method = "order-statistic"
+    passed = o.holds(bound) if strict else o.holds(observed)
+    return ObjectiveResult(
+        objective=o,
+        observed=observed,
+        bound=bound,
+        count=n,
+        samples_needed=needed,
+        passed=passed,
+        gated_on="bound" if strict else "estimate",
+        bound_method=method,
+    )
+
+
+def _objectives(items: Iterable[Any]) -> tuple[Objective, ...]:
+    out: list[Objective] = []
+    for item in items:
+        if isinstance(item, Objective):
+            out.append(item)
+        elif isinstance(item, str):
+            out.extend(parse_objectives(item))
+        elif isinstance(item, StatSymbol | MetricSymbol):
+            raise TypeError(
+                f"{item!r} is a metric statistic, not an objective: compare it with a "
+                f"threshold, e.g. {item!r} < 500"
+            )
+        elif isinstance(item, Iterable):
+            out.extend(_objectives(item))
+        else:
+            raise TypeError(f"expected an objective such as ttft_p99 < 500, got {item!r}")
+    return tuple(out)
+
+
+def evaluate(
+    run: Run,
+    objectives: Iterable[Objective | str] | str,
+    *,
+    strict: bool = False,
+    confidence: float = 0.95,
+    min_attainment: float | None = None,
+    min_goodput_tok_s: float | None = None,
+    max_error_rate: float | None = None,
+) -> Verdict:
+    """Check ``objectives`` (Objective objects or text for :func:`parse_objectives`)
+    against ``run`` and return a :class:`Verdict`; raises nothing on failure.
+
+    Each objective's aggregate gate compares the point estimate (or, with ``strict``, the
+    confidence bound at ``confidence``) with its threshold. Goodput and attainment are
+    computed from the per-request thresholds of all objectives together;
+    ``min_attainment`` (0..1), ``min_goodput_tok_s`` and ``max_error_rate`` (0..1) add
+    gates when given. An invalid run fails."""
+    if not isinstance(run, Run):
+        raise TypeError(f"evaluate() needs a Run, got {type(run).__name__}")
+    objs = _objectives((objectives,) if isinstance(objectives, str) else objectives)
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    for name, v in (("min_attainment", min_attainment), ("max_error_rate", max_error_rate)):
+        if v is not None and not 0.0 <= v <= 1.0:
+            raise ValueError(f"{name} is a fraction in [0, 1], got {v!r}")
+    results = tuple(_check_one(o, run, strict, confidence) for o in objs)
+    gp = metrics.goodput(run, objs)
+    requests = len(run.records)
+    completed = sum(1 for r in run.records if r.ok)
+    failures: dict[str, int] = {}
+    for r in run.records:
+        if not r.ok:
+            k = r.error_kind or ("http" if r.status else "unknown")
+            failures[k] = failures.get(k, 0) + 1
+    error_rate = (requests - completed) / requests if requests else 0.0
+    problems: list[str] = []
+    if not objs:
+        problems.append("no objectives given")
+    if min_attainment is not None and (gp.attainment is None or gp.attainment < min_attainment):
+        att = "n/a" if gp.attainment is None else f"{gp.attainment:.1%}"
+        problems.append(f"attainment {att} < required {min_attainment:.1%}")
+    if min_goodput_tok_s is not None and gp.tok_s < min_goodput_tok_s:
+        problems.append(f"goodput {gp.tok_s:.1f} tok/s < required {min_goodput_tok_s:g} tok/s")
+    if max_error_rate is not None and error_rate > max_error_rate:
+        problems.append(f"error rate {error_rate:.1%} > allowed {max_error_rate:.1%}")
+    passed = run.health.valid and not problems and all(r.passed for r in results)
+    return Verdict(
+        results=results,
+        passed=passed,
+        goodput_tok_s=gp.tok_s if objs else None,
+        goodput_req_s=gp.req_s if objs else None,
+        attainment=gp.attainment if objs else None,
+        min_attainment=min_attainment,
+        min_goodput_tok_s=min_goodput_tok_s,
+        strict=strict,
+        run_valid=run.health.valid,
+        confidence=confidence,
+        invalid_reasons=tuple(run.health.reasons),
+        requests=requests,
+        completed=completed,
+        good=gp.good if objs else None,
+        failures=dict(sorted(failures.items())),
+        error_rate=error_rate,
+        max_error_rate=max_error_rate,
+        level=run.level.label,
+        problems=tuple(problems),
+    )
+
+
+# --------------------------------------------------------------------------- current run
+
+_current: Run | None = None
+VerdictListener = Callable[[Run, Verdict], None]
+_listeners: list[VerdictListener] = []
+
+
+def bind_run(run: Run | None) -> Run | None:
+    """Make ``run`` the current run for ``assert_goodput(...)`` without an explicit run
+    (the plugin's load fixture does this); returns the previously bound run. A plain
+    module-level slot, not a ContextVar: fixtures and tests may run in different asyncio
+    contexts, and one pytest process runs one test at a time."""
+    global _current
+    if run is not None and not isinstance(run, Run):
+        raise TypeError(f"bind_run() needs a Run, got {type(run).__name__}")
+    previous, _current = _current, run
+    return previous
+
+
+def current_run() -> Run | None:
+    """The run bound by :func:`bind_run`, or None."""
+    return _current
+
+
+def unbind_run() -> None:
+    """Forget the current run (the load fixture does this at teardown)."""
+    global _current
+    _current = None
+
+
+def add_verdict_listener(cb: VerdictListener) -> None:
+    """Call ``cb(run, verdict)`` after every evaluation made by ``assert_goodput`` /
+    ``assert_slo``, passed or failed, before a failure is raised."""
+    if cb not in _listeners:
+        _listeners.append(cb)
+
+
+def remove_verdict_listener(cb: VerdictListener) -> None:
+    """Stop calling ``cb``; no error when it was not registered."""
+    if cb in _listeners:
+        _listeners.remove(cb)
+
+
+def _split_run(args: tuple[Any, ...], helper: str) -> tuple[Run, tuple[Any, ...]]:
+    if args and isinstance(args[0], Run):
+        return args[0], args[1:]
+    if args and args[0] is None:
+        args = args[1:]
+    run = current_run()
+    if run is None:
+        raise LoadError(
+            f"{helper}() found no current run: call it in a test that uses the load fixture, "
+            f"or pass the run first: {helper}(run, ttft_p99 < 500, ...)"
+        )
+    return run, args
+
+
+def _check(run: Run, objs: tuple[Any, ...], **kwargs: Any) -> Verdict:
+    __tracebackhide__ = True
+    verdict = evaluate(run, objs, **kwargs)
+    for cb in list(_listeners):
+        cb(run, verdict)
+    if not verdict.passed:
+        raise SloViolation(verdict.summary_line() + "\n" + verdict.format(), verdict)
+    return verdict
+
+
+def assert_goodput(
+    *args: Any,
+    strict: bool = False,
+    confidence: float = 0.95,
+    min_attainment: float | None = DEFAULT_MIN_ATTAINMENT,
+    min_goodput_tok_s: float | None = None,
+    max_error_rate: float | None = None,
+) -> Verdict:
+    """``assert_goodput(ttft_p99 < 500, itl_p50 < 30)`` on the current run, or
+    ``assert_goodput(run, ...)`` on an explicit one.
+
+    Passes when every aggregate gate holds, attainment (good requests / all requests)
+    is at least ``min_attainment`` (0.9 by default; None only reports it), goodput is at
+    least ``min_goodput_tok_s`` when given, and the run is valid. Raises
+    :class:`~pytest_llmslo.errors.SloViolation` (an AssertionError) listing every
+    objective; returns the Verdict when it passes."""
+    __tracebackhide__ = True
+    run, objs = _split_run(args, "assert_goodput")
+    return _check(
+        run,
+        objs,
+        strict=strict,
+        confidence=confidence,
+        min_attainment=min_attainment,
+        min_goodput_tok_s=min_goodput_tok_s,
+        max_error_rate=max_error_rate,
+    )
+
+
+def assert_slo(
+    *args: Any,
+    strict: bool = False,
+    confidence: float = 0.95,
+    min_attainment: float | None = None,
+    min_goodput_tok_s: float | None = None,
+    max_error_rate: float | None = None,
+) -> Verdict:
+    """Like :func:`assert_goodput` but gates on the aggregate objectives only (goodput and
+    attainment are reported); ``min_attainment``, ``min_goodput_tok_s`` and
+    ``max_error_rate`` add gates when given."""
+    __tracebackhide__ = True
+    run, objs = _split_run(args, "assert_slo")
+    return _check(
+        run,
+        objs,
+        strict=strict,
+        confidence=confidence,
+        min_attainment=min_attainment,
+        min_goodput_tok_s=min_goodput_tok_s,
+        max_error_rate=max_error_rate,
+    )
