@@ -1,0 +1,600 @@
+"""The reproducible JSON document of a session (DESIGN "Reports"), versioned.
+
+Layout (``SCHEMA_VERSION`` 1)::
+
+    {
+      "schema": "pytest-llmslo/run", "schema_version": 1,
+      "harness": {"name": "pytest-llmslo", "version": "0.1.0"},
+      "created_utc": "2026-12-02T14:00:00Z",
+      "complete": true,              # false: partial results (interrupted session)
+      "constants": {...},            # model, precision, hardware, workload, slo, warmup, ...
+      "engines": {NAME: {"version": "...", "metadata": {...}}},
+      "points": [                    # every measured level, one SweepPoint.to_dict() each
+        {"engine", "test", "level", "summary", "verdict", "samples"}, ...],
+      "sweeps": [{"engine", "test", "mode", "levels": ["c1", ...], "knee": {...}}, ...],
+      "results_at_knee": [{"engine", "test", "level", "label", "point", "goodput_tok_s",
+                           "output_tok_s", "attainment", "ttft_p99_ms", ...}, ...]
+    }
+
+``constants`` is what makes a run comparable with another: the plugin puts there ``model``,
+``precision``, ``hardware``, ``workload`` (or dataset), ``slo`` (the objectives), ``warmup``,
+``requests`` per level, the client settings. ``samples`` are compact per-request values
+(``compact_samples``: ttft/itl/tpot/e2e in ms rounded to µs, aligned with the run's
+records), so a later comparison can run rank tests without the raw records.
+
+Writing is atomic (``write_atomic``: a temporary file in the same directory, fsync,
+``os.replace``), so an interrupted session leaves either the previous document or the new
+one, never half a file. ``DocumentBuilder`` collects points as tests finish and can rewrite
+the partial document after each one. NaN and infinities become ``null``: the file is strict
+JSON that any parser reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_llmslo import __version__
+from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.sweep import (
+    Knee,
+    SweepPoint,
+    find_knee,
+    group_sweeps,
+    lookup_knee,
+    point_goodput,
+    summary_stat,
+)
+
+if TYPE_CHECKING:
+    from pytest_llmslo.records import Run
+
+__all__ = [
+    "HARNESS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "DocumentBuilder",
+    "DocumentError",
+    "build_document",
+    "compact_samples",
+    "jsonable",
+    "load_points",
+    "read_document",
+    "validate_document",
+    "write_atomic",
+]
+
+SCHEMA = "pytest-llmslo/run"
+SCHEMA_VERSION = 1
+HARNESS = "pytest-llmslo"
+
+#: Per-request metrics carried as samples (ms), in this order.
+SAMPLE_METRICS: tuple[str, ...] = ("ttft", "ttfot", "itl", "tpot", "e2e")
+
+_LOAD_MODES = ("concurrency", "rate")
+_ARRIVALS = ("closed", "constant", "poisson")
+_KNEE_STATUSES = ("found", "all_passed", "none_passed", "unchecked", "empty")
+
+
+class DocumentError(ConfigError):
+    """A run document that cannot be read or is not well formed. ``field`` is the path of
+    the bad field (``points[3].level.mode``), ``source`` the file, when known."""
+
+    def __init__(self, message: str, *, field: str | None = None, source: str | None = None):
+        self.field = field
+        self.source = source
+        where = f"{source}: " if source else ""
+        at = f"{field}: " if field else ""
+        super().__init__(f"{where}{at}{message}")
+
+
+# --------------------------------------------------------------------------- building
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data: mappings with str keys, lists, finite floats (NaN and
+    infinities become None), objects with ``to_dict()`` or dataclasses expanded, numpy
+    scalars and arrays converted, paths as strings; anything else becomes ``str()``."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict) and not isinstance(value, type):
+        return jsonable(to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
+    if callable(tolist):
+        return jsonable(tolist())
+    return str(value)
+
+
+def compact_samples(run: Run, *, digits: int = 3) -> dict[str, list[float | None]]:
+    """Per-request values of ``run`` for the document: ``<metric>_ms`` for ttft, ttfot,
+    itl (the request's own gap statistic), tpot and e2e, rounded to ``digits`` decimals
+    (µs), None where undefined (failed request, single-token output); plus ``ok`` (1/0) and
+    ``output_tokens``. Aligned with ``run.records``."""
+    from pytest_llmslo import metrics  # numpy; only needed when samples are wanted
+
+    per = metrics.per_request(run)
+    out: dict[str, list[Any]] = {}
+    for name in SAMPLE_METRICS:
+        values = per.get(name)
+        if values is None:
+            continue
+        out[f"{name}_ms"] = [
+            round(float(v), digits) if math.isfinite(float(v)) else None for v in values
+        ]
+    out["ok"] = [1 if r.ok else 0 for r in run.records]
+    out["output_tokens"] = [r.output_tokens for r in run.records]
+    return out
+
+
+def _engine_entry(value: Any) -> dict[str, Any]:
+    # An EngineHandle (has metadata()/version()) or a mapping of its metadata.
+    meta_fn = getattr(value, "metadata", None)
+    if callable(meta_fn):
+        metadata = dict(meta_fn())
+        version_fn = getattr(value, "version", None)
+        version = version_fn() if callable(version_fn) else metadata.get("version")
+    else:
+        metadata = dict(value or {})
+        version = metadata.get("version")
+    return {"version": None if version is None else str(version), "metadata": jsonable(metadata)}
+
+
+def _knee_result(point: SweepPoint, index: int, knee: Knee) -> dict[str, Any]:
+    s = point.summary
+    attainment = None if point.verdict is None else point.verdict.attainment
+    return {
+        "engine": point.engine,
+        "test": point.test,
+        "level": point.level.to_dict(),
+        "label": point.level.label,
+        "point": index,
+        "status": knee.status,
+        "goodput_tok_s": point_goodput(point),
+        "output_tok_s": s.output_tok_s,
+        "attainment": s.attainment if attainment is None else attainment,
+        "ttft_p50_ms": summary_stat(s, "ttft", 50),
+        "ttft_p99_ms": summary_stat(s, "ttft", 99),
+        "itl_p50_ms": summary_stat(s, "itl", 50),
+        "tpot_p50_ms": summary_stat(s, "tpot", 50),
+        "e2e_p99_ms": summary_stat(s, "e2e", 99),
+        "saturation_level": None
+        if knee.saturation_level is None
+        else knee.saturation_level.to_dict(),
+    }
+
+
+def build_document(
+    constants: Mapping[str, Any],
+    engines: Mapping[str, Any],
+    points: Sequence[SweepPoint],
+    knees: Mapping[Any, Knee] | None = None,
+    *,
+    complete: bool = True,
+    created_utc: str | None = None,
+    _point_dicts: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The run document (see the module docstring). ``engines`` maps engine name to an
+    ``EngineHandle`` or its metadata mapping (``version`` inside); an engine that has points
+    but no entry gets an empty one. ``knees`` is keyed by ``(engine, test)`` or engine name;
+    missing knees are computed with ``find_knee``. ``complete=False`` marks partial results.
+    """
+    points = list(points)
+    engine_map = {str(name): _engine_entry(v) for name, v in engines.items()}
+    for p in points:
+        engine_map.setdefault(p.engine, {"version": None, "metadata": {}})
+    point_dicts = (
+        [jsonable(p.to_dict()) for p in points] if _point_dicts is None else list(_point_dicts)
+    )
+    position = {id(p): i for i, p in enumerate(points)}
+    sweeps: list[dict[str, Any]] = []
+    at_knee: list[dict[str, Any]] = []
+    for (engine, test), sweep in group_sweeps(points).items():
+        by_mode: dict[str, list[SweepPoint]] = {}
+        for p in sweep:
+            by_mode.setdefault(p.level.mode, []).append(p)
+        for mode, pts in by_mode.items():
+            knee = lookup_knee(knees, (engine, test)) if len(by_mode) == 1 else None
+            if knee is None:
+                knee = find_knee(pts)
+            ordered = sorted(pts, key=lambda p: p.level.value)
+            sweeps.append(
+                {
+                    "engine": engine,
+                    "test": test,
+                    "mode": mode,
+                    "levels": [p.level.label for p in ordered],
+                    "knee": jsonable(knee.to_dict()),
+                }
+            )
+            if knee.level is not None:
+                hits = [p for p in pts if p.level == knee.level]
+                if hits:
+                    at_knee.append(jsonable(_knee_result(hits[-1], position[id(hits[-1])], knee)))
+    if created_utc is None:
+        now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
+        created_utc = now.isoformat().replace("+00:00", "Z")
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "harness": {"name": HARNESS, "version": __version__},
+        "created_utc": created_utc,
+        "complete": bool(complete),
+        "constants": jsonable(dict(constants)),
+        "engines": engine_map,
+        "points": point_dicts,
+        "sweeps": sweeps,
+        "results_at_knee": at_knee,
+    }
+
+
+class DocumentBuilder:
+    """Collects a session's points as tests finish, so that partial results can be written
+    at any moment (``save(complete=False)`` on interrupt) and the full document at the end.
+
+    With ``path`` and ``autosave=True``, every ``add_point`` rewrites the partial document
+    atomically: a session killed outright still leaves every point measured before it.
+    Each point is converted to JSON data once, when it is added.
+    """
+
+    __slots__ = ("_constants", "_engines", "_point_dicts", "_points", "autosave", "path")
+
+    def __init__(
+        self,
+        constants: Mapping[str, Any] | None = None,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        autosave: bool = False,
+    ) -> None:
+        self._constants: dict[str, Any] = dict(constants or {})
+        self._engines: dict[str, Any] = {}
+        self._points: list[SweepPoint] = []
+        self._point_dicts: list[Any] = []
+        self.path = None if path is None else Path(path)
+        self.autosave = autosave
+
+    @property
+    def points(self) -> tuple[SweepPoint, ...]:
+        return tuple(self._points)
+
+    def update_constants(self, constants: Mapping[str, Any]) -> None:
+        self._constants.update(constants)
+
+    def add_engine(self, name: str, engine: Any) -> None:
+        """Record an engine's metadata: an ``EngineHandle`` or a mapping (read now, while
+        the engine still runs)."""
+        self._engines[name] = _engine_entry(engine)
+
+    def add_point(self, point: SweepPoint) -> None:
+        self._points.append(point)
+        self._point_dicts.append(jsonable(point.to_dict()))
+        if self.autosave and self.path is not None:
+            self.save(complete=False)
+
+    def build(
+        self, *, complete: bool = True, knees: Mapping[Any, Knee] | None = None
+    ) -> dict[str, Any]:
+        doc = build_document(
+            self._constants,
+            {},
+            self._points,
+            knees,
+            complete=complete,
+            _point_dicts=self._point_dicts,
+        )
+        # Engine entries were converted when added; keep them over the empty defaults.
+        doc["engines"].update(self._engines)
+        return doc
+
+    def save(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        complete: bool = True,
+        knees: Mapping[Any, Knee] | None = None,
+    ) -> Path:
+        target = Path(path) if path is not None else self.path
+        if target is None:
+            raise ValueError("DocumentBuilder.save() needs a path (none was given at creation)")
+        return write_atomic(target, self.build(complete=complete, knees=knees))
+
+
+def load_points(doc: Mapping[str, Any]) -> list[SweepPoint]:
+    """The document's points as ``SweepPoint`` objects (needs metrics and slo)."""
+    return [SweepPoint.from_dict(p) for p in doc.get("points", ())]
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_atomic(
+    path: str | os.PathLike[str], doc: Mapping[str, Any], *, validate: bool = True
+) -> Path:
+    """Write ``doc`` to ``path`` atomically and durably; return the path.
+
+    The document goes to a temporary file in the same directory (same filesystem, so the
+    rename is atomic), is fsync'ed, then renamed over ``path`` and the directory fsync'ed.
+    If anything fails on the way the temporary file is removed and ``path`` keeps its
+    previous content. The header is indented for reading; each point is one compact line.
+    """
+    target = Path(path)
+    if validate:
+        validate_document(doc)
+    directory = target.parent if str(target.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            _dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+    return target
+
+
+def _dump(doc: Mapping[str, Any], f: Any) -> None:
+    def enc(v: Any, indent: int | None = None) -> str:
+        return json.dumps(v, ensure_ascii=False, allow_nan=False, indent=indent)
+
+    f.write("{\n")
+    keys = list(doc)
+    for n, key in enumerate(keys):
+        value = doc[key]
+        f.write(f"  {enc(key)}: ")
+        if key == "points" and isinstance(value, list):
+            f.write("[" if value else "[]")
+            for i, point in enumerate(value):
+                f.write("\n    " + enc(point) + ("," if i < len(value) - 1 else "\n  ]"))
+        else:
+            f.write(enc(value, 2).replace("\n", "\n  "))
+        f.write(",\n" if n < len(keys) - 1 else "\n")
+    f.write("}\n")
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; not every platform can open a directory.
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate a run document. Raises ``DocumentError`` (a ``ConfigError``) for a
+    missing file, malformed JSON, a document of another kind, a schema version this
+    pytest-llmslo cannot read, or a malformed field (the message names its path)."""
+    source = os.fspath(path)
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DocumentError("no such file", source=source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DocumentError(f"cannot read the file: {exc}", source=source) from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DocumentError(
+            f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "an interrupted writer never leaves such a file, so it was written or cut elsewhere",
+            source=source,
+        ) from exc
+    try:
+        validate_document(doc)
+    except DocumentError as exc:
+        raise DocumentError(_strip(exc), field=exc.field, source=source) from None
+    return doc
+
+
+def _strip(exc: DocumentError) -> str:
+    text = str(exc)
+    prefix = f"{exc.field}: " if exc.field else ""
+    return text[len(prefix) :] if prefix and text.startswith(prefix) else text
+
+
+def validate_document(doc: Any) -> None:
+    """Structural checks of a run document; raises ``DocumentError`` naming the first bad
+    field's path. Checks kinds and required keys, not every number's plausibility."""
+    _expect(isinstance(doc, Mapping), "", "a run document is a JSON object")
+    schema = doc.get("schema")
+    _expect(
+        schema == SCHEMA,
+        "schema",
+        f"expected {SCHEMA!r}, got {schema!r}: not a pytest-llmslo run document",
+    )
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise DocumentError(f"expected an integer, got {version!r}", field="schema_version")
+    if version > SCHEMA_VERSION:
+        raise DocumentError(
+            f"written with schema version {version}; pytest-llmslo {__version__} reads "
+            f"version {SCHEMA_VERSION}: upgrade pytest-llmslo to read it",
+            field="schema_version",
+        )
+    if version < SCHEMA_VERSION:
+        raise DocumentError(
+            f"schema version {version} is older than {SCHEMA_VERSION} and has no migration: "
+            "re-run the sweep to produce a current document",
+            field="schema_version",
+        )
+    harness = _get(doc, "harness", Mapping, "")
+    _get(harness, "name", str, "harness")
+    _get(harness, "version", str, "harness")
+    _get(doc, "complete", bool, "")
+    _get(doc, "constants", Mapping, "")
+    engines = _get(doc, "engines", Mapping, "")
+    for name, entry in engines.items():
+        where = f"engines.{name}"
+        _expect(isinstance(entry, Mapping), where, "expected an object")
+        _opt(entry, "version", str, where)
+        _get(entry, "metadata", Mapping, where)
+    points = _get(doc, "points", list, "")
+    for i, p in enumerate(points):
+        _check_point(p, f"points[{i}]", engines)
+    for i, s in enumerate(_get(doc, "sweeps", list, "")):
+        where = f"sweeps[{i}]"
+        _expect(isinstance(s, Mapping), where, "expected an object")
+        _get(s, "engine", str, where)
+        _get(s, "test", str, where)
+        _expect(s.get("mode") in _LOAD_MODES, f"{where}.mode", f"expected one of {_LOAD_MODES}")
+        levels = _get(s, "levels", list, where)
+        for j, lv in enumerate(levels):
+            _expect(isinstance(lv, str), f"{where}.levels[{j}]", "expected a level label")
+        knee = _get(s, "knee", Mapping, where)
+        _expect(
+            knee.get("status") in _KNEE_STATUSES,
+            f"{where}.knee.status",
+            f"expected one of {_KNEE_STATUSES}, got {knee.get('status')!r}",
+        )
+        for key in ("level", "saturation_level", "first_failure"):
+            if knee.get(key) is not None:
+                _check_level(knee[key], f"{where}.knee.{key}")
+    for i, r in enumerate(_get(doc, "results_at_knee", list, "")):
+        where = f"results_at_knee[{i}]"
+        _expect(isinstance(r, Mapping), where, "expected an object")
+        _get(r, "engine", str, where)
+        _get(r, "test", str, where)
+        _check_level(r.get("level"), f"{where}.level")
+        idx = _get(r, "point", int, where)
+        _expect(0 <= idx < len(points), f"{where}.point", f"no point {idx} in points")
+        for key in ("goodput_tok_s", "output_tok_s", "ttft_p99_ms"):
+            _opt(r, key, (int, float), where)
+
+
+def _check_point(p: Any, where: str, engines: Mapping[str, Any]) -> None:
+    _expect(isinstance(p, Mapping), where, "expected an object")
+    engine = _get(p, "engine", str, where)
+    _expect(engine in engines, f"{where}.engine", f"engine {engine!r} is not in engines")
+    _get(p, "test", str, where)
+    _check_level(p.get("level"), f"{where}.level")
+    s = _get(p, "summary", Mapping, where)
+    sw = f"{where}.summary"
+    for key in ("requests", "completed", "failed"):
+        n = _get(s, key, int, sw)
+        _expect(n >= 0, f"{sw}.{key}", f"expected a count >= 0, got {n!r}")
+    for key in ("output_tok_s", "total_tok_s", "req_s"):
+        _opt(s, key, (int, float), sw)
+    for key in ("goodput_tok_s", "goodput_req_s", "attainment"):
+        _opt(s, key, (int, float), sw)
+    _get(s, "valid", bool, sw)
+    dists = _get(s, "distributions", Mapping, sw)
+    for name, d in dists.items():
+        _expect(isinstance(d, Mapping), f"{sw}.distributions.{name}", "expected an object")
+        _get(d, "count", int, f"{sw}.distributions.{name}")
+        _get(d, "percentiles", Mapping, f"{sw}.distributions.{name}")
+    verdict = p.get("verdict")
+    if verdict is not None:
+        vw = f"{where}.verdict"
+        _expect(isinstance(verdict, Mapping), vw, "expected an object or null")
+        _get(verdict, "passed", bool, vw)
+        for j, r in enumerate(_get(verdict, "results", list, vw)):
+            rw = f"{vw}.results[{j}]"
+            _expect(isinstance(r, Mapping), rw, "expected an object")
+            _get(r, "objective", Mapping, rw)
+            _get(r, "passed", bool, rw)
+            _opt(r, "observed", (int, float), rw)
+    samples = p.get("samples")
+    if samples is not None:
+        sw2 = f"{where}.samples"
+        _expect(isinstance(samples, Mapping), sw2, "expected an object or null")
+        lengths = set()
+        for name, values in samples.items():
+            _expect(isinstance(values, list), f"{sw2}.{name}", "expected an array")
+            lengths.add(len(values))
+            for j, v in enumerate(values):
+                ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                _expect(ok, f"{sw2}.{name}[{j}]", f"expected a number or null, got {v!r}")
+        _expect(len(lengths) <= 1, sw2, "sample arrays differ in length (one value per request)")
+
+
+def _check_level(lv: Any, where: str) -> None:
+    _expect(isinstance(lv, Mapping), where, "expected a load level object")
+    _expect(
+        lv.get("mode") in _LOAD_MODES,
+        f"{where}.mode",
+        f"expected one of {_LOAD_MODES}, got {lv.get('mode')!r}",
+    )
+    value = lv.get("value")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    _expect(ok, f"{where}.value", f"expected a number > 0, got {value!r}")
+    _expect(
+        lv.get("arrival", "closed") in _ARRIVALS,
+        f"{where}.arrival",
+        f"expected one of {_ARRIVALS}, got {lv.get('arrival')!r}",
+    )
+
+
+def _expect(ok: bool, where: str, message: str) -> None:
+    if not ok:
+        raise DocumentError(message, field=where or "(document)")
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _type_name(kind: Any) -> str:
+    names = {Mapping: "an object", list: "an array", str: "a string", bool: "true/false"}
+    names[int] = "an integer"
+    if isinstance(kind, tuple):
+        return "a number"
+    return names.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+def _is(value: Any, kind: Any) -> bool:
+    if isinstance(value, bool) and kind is not bool:
+        return False  # JSON true/false is not a count or a number here
+    return isinstance(value, kind)
+
+
+def _get(obj: Mapping[str, Any], key: str, kind: Any, where: str) -> Any:
+    path = _join(where, key)
+    if key not in obj:
+        raise DocumentError("missing", field=path)
+    value = obj[key]
+    if not _is(value, kind):
+        raise DocumentError(f"expected {_type_name(kind)}, got {value!r:.60}", field=path)
+    return value
+
+
+def _opt(obj: Mapping[str, Any], key: str, kind: Any, where: str) -> Any:
+    value = obj.get(key)
+    if value is not None and not _is(value, kind):
+        raise DocumentError(
+            f"expected {_type_name(kind)} or null, got {value!r:.60}", field=_join(where, key)
+        )
+    return value

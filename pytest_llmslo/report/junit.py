@@ -1,0 +1,212 @@
+"""JUnit properties: flat ``("llmslo.<name>", str)`` pairs.
+
+``testcase_properties`` goes on each test case (the plugin appends it to
+``item.user_properties``, which reaches the JUnit file under the default xunit2 without the
+``record_property`` warning); ``suite_properties`` carries the run constants (model,
+workload, precision, hardware, ...) as suite properties.
+
+Names use only ``[A-Za-z0-9_.]`` so every CI system that parses them (Jenkins, GitLab,
+Buildkite) keeps them intact; values are ``str()``. Milliseconds and tok/s are rounded to
+3 decimals (µs is below the clock's meaning for a request); attainment is a fraction 0..1.
+A value that is undefined (no samples, no objectives) is left out rather than written as an
+empty string, so that numeric parsers never meet a non-number.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pytest_llmslo.sweep import summary_stat
+
+if TYPE_CHECKING:
+    from pytest_llmslo.metrics import RunSummary
+    from pytest_llmslo.slo import Verdict
+
+__all__ = ["PREFIX", "property_name", "suite_properties", "testcase_properties"]
+
+PREFIX = "llmslo."
+
+_BAD = re.compile(r"[^A-Za-z0-9_.]+")
+
+# (property, metric, stat): the latency figures each test case carries.
+_LATENCIES: tuple[tuple[str, str, float | str], ...] = (
+    ("ttft_p50_ms", "ttft", 50),
+    ("ttft_p90_ms", "ttft", 90),
+    ("ttft_p99_ms", "ttft", 99),
+    ("ttfot_p99_ms", "ttfot", 99),
+    ("itl_p50_ms", "itl", 50),
+    ("itl_p99_ms", "itl", 99),
+    ("tpot_p50_ms", "tpot", 50),
+    ("tpot_p99_ms", "tpot", 99),
+    ("tpot_mean_ms", "tpot", "mean"),
+    ("e2e_p50_ms", "e2e", 50),
+    ("e2e_p99_ms", "e2e", 99),
+)
+
+
+def property_name(*parts: object) -> str:
+    """``llmslo.`` + the parts joined by ``.``, each reduced to ``[A-Za-z0-9_]`` runs."""
+    cleaned = [_BAD.sub("_", str(p)).strip("_.") for p in parts]
+    return PREFIX + ".".join(c for c in cleaned if c)
+
+
+def _value(v: object) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return None
+        r = round(v, 3)
+        return str(int(r)) if r.is_integer() and abs(r) < 1e15 else repr(r)
+    return str(v)
+
+
+def testcase_properties(
+    summary: RunSummary,
+    verdict: Verdict | None,
+    *,
+    engine: str | None = None,
+    test: str | None = None,
+) -> list[tuple[str, str]]:
+    """The flat properties of one test case's run (and its verdict, when it evaluated one).
+
+    Keys: ``engine``, ``test``, ``level``, ``level_mode``, ``level_value``, ``requests``,
+    ``completed``, ``failed``, ``error_rate``, ``failures.<kind>``, ``duration_s``, the
+    latency percentiles (``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``, ``tpot_p50_ms``,
+    ``e2e_p99_ms``, ...), ``output_tok_s``, ``total_tok_s``, ``req_s``,
+    ``goodput_tok_s``, ``goodput_req_s``, ``attainment``, ``valid``, ``invalid_reasons``,
+    ``verdict`` (pass/fail/invalid/unchecked), ``strict``, and per objective
+    ``slo.<metric_stat>.{objective,op,threshold_ms,observed_ms,bound_ms,count,samples_needed,passed}``.
+    """
+    out: list[tuple[str, str]] = []
+
+    def add(name: str, value: object) -> None:
+        text = _value(value)
+        if text is not None:
+            out.append((name, text))
+
+    level = summary.level
+    add(property_name("engine"), engine)
+    add(property_name("test"), test)
+    add(property_name("level"), level.label)
+    add(property_name("level_mode"), level.mode)
+    add(property_name("level_value"), level.value)
+    if level.mode == "rate":
+        add(property_name("level_arrival"), level.arrival)
+    add(property_name("requests"), summary.requests)
+    add(property_name("completed"), summary.completed)
+    add(property_name("failed"), summary.failed)
+    add(property_name("error_rate"), summary.error_rate)
+    for kind, count in sorted((summary.failures or {}).items()):
+        add(property_name("failures", kind), count)
+    add(property_name("duration_s"), summary.duration_s)
+    for name, metric, stat in _LATENCIES:
+        add(property_name(name), summary_stat(summary, metric, stat))
+    add(property_name("output_tok_s"), summary.output_tok_s)
+    add(property_name("total_tok_s"), summary.total_tok_s)
+    add(property_name("req_s"), summary.req_s)
+
+    goodput_tok = summary.goodput_tok_s
+    goodput_req = summary.goodput_req_s
+    attainment = summary.attainment
+    if verdict is not None:
+        # The verdict's goodput is computed from the objectives this test asserted.
+        goodput_tok = verdict.goodput_tok_s if verdict.goodput_tok_s is not None else goodput_tok
+        goodput_req = verdict.goodput_req_s if verdict.goodput_req_s is not None else goodput_req
+        attainment = verdict.attainment if verdict.attainment is not None else attainment
+    add(property_name("goodput_tok_s"), goodput_tok)
+    add(property_name("goodput_req_s"), goodput_req)
+    add(property_name("attainment"), attainment)
+    add(property_name("valid"), summary.valid)
+    if summary.invalid_reasons:
+        add(property_name("invalid_reasons"), "; ".join(summary.invalid_reasons))
+
+    if not summary.valid or (verdict is not None and not verdict.run_valid):
+        state = "invalid"
+    elif verdict is None:
+        state = "unchecked"
+    else:
+        state = "pass" if verdict.passed else "fail"
+    add(property_name("verdict"), state)
+    if verdict is None:
+        return out
+    add(property_name("strict"), verdict.strict)
+    add(property_name("min_attainment"), verdict.min_attainment)
+    add(property_name("min_goodput_tok_s"), verdict.min_goodput_tok_s)
+    seen: dict[str, int] = {}
+    for r in verdict.results:
+        obj = r.objective
+        base = _objective_key(obj)
+        seen[base] = seen.get(base, 0) + 1
+        key = base if seen[base] == 1 else f"{base}_{seen[base]}"
+        add(property_name("slo", key, "objective"), getattr(obj, "label", None))
+        add(property_name("slo", key, "op"), obj.op)
+        add(property_name("slo", key, "threshold_ms"), obj.threshold)
+        add(property_name("slo", key, "observed_ms"), r.observed)
+        add(property_name("slo", key, "bound_ms"), r.bound)
+        add(property_name("slo", key, "count"), r.count)
+        add(property_name("slo", key, "samples_needed"), r.samples_needed)
+        add(property_name("slo", key, "passed"), r.passed)
+    return out
+
+
+# Its name starts with "test": keep pytest from collecting it where a test module imports it.
+testcase_properties.__test__ = False  # type: ignore[attr-defined]
+
+
+def _objective_key(obj: Any) -> str:
+    """The objective's flat name (``ttft_p99``, ``itl_p50``, ``e2e_p999``, ``tpot_mean``)."""
+    name = getattr(obj, "name", None)
+    if name:
+        return _BAD.sub("_", str(name))
+    stat = obj.stat
+    if stat == "mean":
+        suffix = "mean"
+    else:
+        q = float(stat)
+        suffix = "p" + (str(int(q)) if q.is_integer() else str(q).replace(".", "_"))
+    return _BAD.sub("_", f"{obj.metric}_{suffix}")
+
+
+def suite_properties(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The run constants flattened to ``llmslo.<path>`` pairs: nested mappings by ``.``,
+    lists of scalars joined by ``,``, lists of mappings by index (``llmslo.slo.0.metric``);
+    objects with ``to_dict()`` are expanded. None values are left out."""
+    out: list[tuple[str, str]] = []
+    _flatten(constants, (), out)
+    return out
+
+
+def _is_scalar(v: object) -> bool:
+    return not isinstance(v, (Mapping, list, tuple)) and not hasattr(v, "to_dict")
+
+
+def _flatten(value: Any, path: tuple[str, ...], out: list[tuple[str, str]]) -> None:
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict) and not isinstance(value, type):
+        value = to_dict()
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flatten(v, (*path, str(k)), out)
+        return
+    if isinstance(value, (list, tuple)):
+        if all(
+            not isinstance(v, (Mapping, list, tuple)) and not hasattr(v, "to_dict") for v in value
+        ):
+            texts = [t for t in (_value(v) for v in value) if t is not None]
+            if path:
+                out.append((property_name(*path), ",".join(texts)))
+            return
+        for i, v in enumerate(value):
+            _flatten(v, (*path, str(i)), out)
+        return
+    text = _value(value)
+    if text is not None and path:
+        out.append((property_name(*path), text))

@@ -1,0 +1,363 @@
+"""Terminal report: pure renderers that return lists of lines.
+
+The plugin writes them with ``terminalreporter.write_line`` (titles with ``write_sep``);
+nothing here prints. Layout, for 100 columns:
+
+- ``render_sweep``: per engine and test, the sweep table (load, TTFT P50/P99, ITL P50, TPOT
+  P50, output and goodput tok/s, attainment, verdict) with the knee row marked ``*`` and
+  invalid client runs marked ``!``, then a line with the knee level and the goodput there;
+- ``render_pareto``: across engines, per test, the Pareto frontier of throughput vs TTFT
+  P99 at each engine's knee and over all points;
+- ``render_verdict``: a verdict's table, for failure messages and ``system-out``.
+
+Numbers: milliseconds with 1 decimal, tok/s as integers, attainment as a percentage with 1
+decimal, ``-`` where a value is undefined (no samples, no objectives).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pytest_llmslo.sweep import (
+    Knee,
+    SweepPoint,
+    find_knee,
+    group_sweeps,
+    knee_points,
+    lookup_knee,
+    pareto_front,
+    point_goodput,
+    point_status,
+    summary_stat,
+)
+
+if TYPE_CHECKING:
+    from pytest_llmslo.slo import Verdict
+
+__all__ = [
+    "DEFAULT_WIDTH",
+    "fmt_ms",
+    "fmt_pct",
+    "fmt_tok",
+    "render_pareto",
+    "render_summary",
+    "render_sweep",
+    "render_verdict",
+]
+
+DEFAULT_WIDTH = 100
+
+KNEE_MARK = "*"
+INVALID_MARK = "!"
+
+# (header, width) of the numeric columns; the verdict column takes what is left.
+_COLUMNS: tuple[tuple[str, int], ...] = (
+    ("load", 8),
+    ("TTFT p50", 10),
+    ("TTFT p99", 10),
+    ("ITL p50", 9),
+    ("TPOT p50", 10),
+    ("out tok/s", 11),
+    ("good tok/s", 12),
+    ("attain", 8),
+)
+_LEAD = 2  # the marker column and a space
+_TABLE_WIDTH = _LEAD + sum(w for _, w in _COLUMNS) + 2  # + gap before the verdict
+
+
+def fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def fmt_tok(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def fmt_pct(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100.0 * fraction:.1f}%"
+
+
+# --------------------------------------------------------------------------- sweep table
+
+
+def render_sweep(
+    engine: str,
+    points: Sequence[SweepPoint],
+    knee: Knee | Mapping[Any, Knee] | None = None,
+    width: int = DEFAULT_WIDTH,
+) -> list[str]:
+    """The sweep table(s) of one engine: one block per test among ``points``.
+
+    ``knee`` is the knee of the (single) sweep, or a mapping keyed by ``(engine, test)``,
+    test name or engine name, or None to compute it with ``find_knee``. Points of other
+    engines are ignored.
+    """
+    mine = [p for p in points if p.engine == engine]
+    sweeps = group_sweeps(mine)
+    if isinstance(knee, Knee) and len(sweeps) > 1:
+        raise ValueError(
+            f"one Knee given for {len(sweeps)} tests of {engine!r}: pass a mapping keyed by test"
+        )
+    lines: list[str] = []
+    if not sweeps:
+        return [f"{engine}: no load level was measured"]
+    for (_, test), sweep in sweeps.items():
+        if isinstance(knee, Knee):
+            k: Knee | None = knee
+        elif knee:
+            k = knee.get((engine, test)) or knee.get(test) or knee.get(engine)
+        else:
+            k = None
+        if lines:
+            lines.append("")
+        lines.extend(_render_one(engine, test, sweep, k or find_knee(sweep), width))
+    return lines
+
+
+def _render_one(
+    engine: str, test: str, sweep: Sequence[SweepPoint], knee: Knee, width: int
+) -> list[str]:
+    order = sorted(range(len(sweep)), key=lambda i: sweep[i].level.value)
+    mode = sweep[0].level.mode
+    n = len({p.level.value for p in sweep})
+    plural = "s" if n != 1 else ""
+    lines = [_clip(f"{engine} | {test} | {mode} sweep, {n} level{plural}", width)]
+    verdict_w = max(width - _TABLE_WIDTH, 7)
+    head = " " * _LEAD + "".join(h.rjust(w) for h, w in _COLUMNS) + "  " + "verdict"
+    lines.append(_clip(head, width))
+    knee_row = _knee_position(sweep, knee)
+    for i in order:
+        p = sweep[i]
+        status = point_status(p)
+        mark = KNEE_MARK if i == knee_row else INVALID_MARK if status == "invalid" else " "
+        cells = _row_cells(p)
+        row = mark + " " + "".join(c.rjust(w) for c, (_, w) in zip(cells, _COLUMNS, strict=True))
+        lines.append(row + "  " + _verdict_cell(p, verdict_w))
+    lines.extend(_wrap(_knee_line(sweep, knee), width))
+    invalid = [sweep[i] for i in order if point_status(sweep[i]) == "invalid"]
+    if invalid:
+        reasons = "; ".join(f"{p.level.label}: {_invalid_reason(p)}" for p in invalid)
+        text = f"{INVALID_MARK} invalid client run (the load generator, not the engine, was the "
+        text += f"bottleneck; excluded from knee and Pareto): {reasons}"
+        lines.extend(_wrap(text, width))
+    return lines
+
+
+def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
+    if knee.level is None:
+        return None
+    if knee.index is not None and 0 <= knee.index < len(sweep):
+        if sweep[knee.index].level == knee.level:
+            return knee.index
+    hits = [i for i, p in enumerate(sweep) if p.level == knee.level]
+    return hits[-1] if hits else None
+
+
+def _row_cells(p: SweepPoint) -> list[str]:
+    s = p.summary
+    tpot = summary_stat(s, "tpot", 50)
+    if tpot is None:
+        tpot = summary_stat(s, "tpot", "mean")
+    return [
+        _clip(p.level.label, _COLUMNS[0][1] - 1),
+        fmt_ms(summary_stat(s, "ttft", 50)),
+        fmt_ms(summary_stat(s, "ttft", 99)),
+        fmt_ms(summary_stat(s, "itl", 50)),
+        fmt_ms(tpot),
+        fmt_tok(s.output_tok_s),
+        fmt_tok(point_goodput(p)),
+        fmt_pct(_attainment(p)),
+    ]
+
+
+def _attainment(p: SweepPoint) -> float | None:
+    value = None if p.verdict is None else p.verdict.attainment
+    return p.summary.attainment if value is None else value
+
+
+def _verdict_cell(p: SweepPoint, width: int) -> str:
+    status = point_status(p)
+    if status == "invalid":
+        return "invalid client"
+    if status == "unchecked":
+        return "-"
+    if status == "pass":
+        return "pass"
+    return _clip("FAIL " + ", ".join(_failed_names(p.verdict)), width)  # type: ignore[arg-type]
+
+
+def _failed_names(verdict: Verdict) -> list[str]:
+    names = [_objective_name(r.objective) for r in verdict.results if not r.passed]
+    # The aggregate gates are not objectives; name them when they are what failed.
+    if verdict.min_attainment is not None and verdict.attainment is not None:
+        if verdict.attainment < verdict.min_attainment:
+            names.append("attainment")
+    if verdict.min_goodput_tok_s is not None and verdict.goodput_tok_s is not None:
+        if verdict.goodput_tok_s < verdict.min_goodput_tok_s:
+            names.append("goodput")
+    max_error_rate = getattr(verdict, "max_error_rate", None)
+    if max_error_rate is not None and getattr(verdict, "error_rate", 0.0) > max_error_rate:
+        names.append("errors")
+    if not names and not verdict.results:
+        names.append("no objectives")
+    return names
+
+
+def _objective_name(objective: Any) -> str:
+    name = getattr(objective, "name", None)
+    return str(name) if name else f"{objective.metric}_{objective.stat}"
+
+
+def _knee_line(sweep: Sequence[SweepPoint], knee: Knee) -> str:
+    if knee.level is None:
+        text = f"knee: none - {knee.note}" if knee.note else "knee: none"
+    else:
+        at = [p for p in sweep if p.level == knee.level]
+        att = fmt_pct(_attainment(at[-1])) if at else "-"
+        text = (
+            f"{KNEE_MARK} knee: {knee.level.label}, goodput {fmt_tok(knee.goodput_tok_s)} tok/s,"
+            f" attainment {att}"
+        )
+        if knee.status == "all_passed":
+            text += " (every level passed: capacity may be higher, extend the sweep)"
+        elif knee.first_failure is not None:
+            text += f" ({knee.first_failure.label} failed)"
+        if knee.passed_above_failure:
+            text += "; passed above that failure: " + ", ".join(
+                x.label for x in knee.passed_above_failure
+            )
+    if knee.saturation_level is not None:
+        text += (
+            f"; saturation at {knee.saturation_level.label} "
+            "(throughput grows < 10 % above it while latency rises)"
+        )
+    return text
+
+
+def _invalid_reason(p: SweepPoint) -> str:
+    reasons = tuple(getattr(p.summary, "invalid_reasons", ()) or ())
+    return ", ".join(reasons) if reasons else "marked invalid"
+
+
+# --------------------------------------------------------------------------- Pareto
+
+
+def render_pareto(
+    points_by_engine: Mapping[str, Sequence[SweepPoint]],
+    knees: Mapping[Any, Knee] | None = None,
+    width: int = DEFAULT_WIDTH,
+) -> list[str]:
+    """The Pareto summary across engines: per test, output tok/s (up) vs TTFT P99 (down) at
+    each engine's knee and over all points, frontier points marked ``*``. ``knees`` is keyed
+    by ``(engine, test)`` or engine name; missing knees are computed."""
+    everything = [p for pts in points_by_engine.values() for p in pts]
+    by_test: dict[str, list[SweepPoint]] = {}
+    for p in everything:
+        by_test.setdefault(p.test, []).append(p)
+    lines: list[str] = []
+    for test, pts in by_test.items():
+        if lines:
+            lines.append("")
+        lines.append(
+            _clip(
+                f"Pareto | {test} | output tok/s up, TTFT P99 down; {KNEE_MARK} = on the frontier",
+                width,
+            )
+        )
+        at_knee = knee_points(pts, knees)
+        lines.append("  at each engine's knee:")
+        if at_knee:
+            lines.extend(_pareto_rows(at_knee, pareto_front(at_knee), width, only_front=False))
+        engines_with_knee = {p.engine for p in at_knee}
+        for (engine, _), sweep in group_sweeps(pts).items():
+            if engine in engines_with_knee:
+                continue
+            knee = lookup_knee(knees, (engine, test)) or find_knee(sweep)
+            lines.extend(_wrap(f"     {engine}: no knee ({knee.note})", width))
+        front = pareto_front(pts)
+        eligible = sum(1 for p in pts if p.summary.valid)
+        lines.append(f"  over all points ({sum(front)} of {eligible} valid on the frontier):")
+        lines.extend(_pareto_rows(pts, front, width, only_front=True))
+    return lines
+
+
+_PARETO_HEAD = (
+    f"  {'':2} {'engine':<24} {'load':>8} {'out tok/s':>10} {'TTFT p99':>10} {'good tok/s':>11}"
+)
+
+
+def _pareto_rows(
+    pts: Sequence[SweepPoint], front: Sequence[bool], width: int, *, only_front: bool
+) -> list[str]:
+    rows = [_clip(_PARETO_HEAD, width)]
+    order = sorted(range(len(pts)), key=lambda i: -(pts[i].summary.output_tok_s or 0.0))
+    for i in order:
+        if only_front and not front[i]:
+            continue
+        p = pts[i]
+        mark = KNEE_MARK if front[i] else " "
+        row = (
+            f"  {mark:2} {_clip(p.engine, 24):<24} {_clip(p.level.label, 8):>8}"
+            f" {fmt_tok(p.summary.output_tok_s):>10}"
+            f" {fmt_ms(summary_stat(p.summary, 'ttft', 99)):>10}"
+            f" {fmt_tok(point_goodput(p)):>11}"
+        )
+        if not p.summary.valid:
+            row += "  invalid client"
+        rows.append(_clip(row, width))
+    return rows
+
+
+# --------------------------------------------------------------------------- verdict / all
+
+
+def render_verdict(verdict: Verdict) -> list[str]:
+    """A verdict as lines: its own ``format()`` table when it has one."""
+    fmt = getattr(verdict, "format", None)
+    if callable(fmt):
+        return str(fmt()).splitlines()
+    lines = [f"SLO {'passed' if verdict.passed else 'FAILED'}"]
+    for r in verdict.results:
+        mark = "ok  " if r.passed else "FAIL"
+        lines.append(
+            f"  {mark} {r.objective.label}: observed {fmt_ms(r.observed)} ms, "
+            f"bound {fmt_ms(r.bound)} ms, n={r.count} (needs {r.samples_needed})"
+        )
+    return lines
+
+
+def render_summary(
+    points: Iterable[SweepPoint],
+    knees: Mapping[Any, Knee] | None = None,
+    width: int = DEFAULT_WIDTH,
+) -> list[str]:
+    """Everything the terminal summary shows: each engine's sweep tables, then the Pareto
+    summary when more than one engine or configuration was measured."""
+    pts = list(points)
+    by_engine: dict[str, list[SweepPoint]] = {}
+    for p in pts:
+        by_engine.setdefault(p.engine, []).append(p)
+    lines: list[str] = []
+    for engine, mine in by_engine.items():
+        if lines:
+            lines.append("")
+        per_test = None
+        if knees:
+            per_test = {
+                key: k for key in group_sweeps(mine) if (k := lookup_knee(knees, key)) is not None
+            }
+        lines.extend(render_sweep(engine, mine, per_test or None, width))
+    if len(by_engine) > 1:
+        lines.append("")
+        lines.extend(render_pareto(by_engine, knees, width))
+    return lines
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width=width, subsequent_indent="    ") or [""]

@@ -1,0 +1,693 @@
+"""Sweeps over load levels: the points they produce, the knee, the Pareto frontier, how far
+to extend a sweep, and a search for the maximum load that meets the SLO.
+
+A *sweep* is the set of ``SweepPoint``s of one test on one engine, one per load level. From
+it come:
+
+- the **knee** (``find_knee``): the highest load level at which every objective holds, the
+  defensible capacity, and the **saturation level**, after which throughput grows by less
+  than 10 % while latency still rises;
+- the **Pareto frontier** (``pareto_front``): across engines and configs, throughput up and
+  TTFT P99 down; use it on the knee points (``knee_points``) or on every point;
+- the **extension** (``extend_levels``, ``extend_sweep``): the next concurrency or rate
+  past the last level, until goodput falls below half of its best;
+- the **capacity search** (``CapacitySearch``): an exponential probe then a bisection,
+  as a state machine with no I/O.
+
+Everything here is pure and depends only on the fields of ``RunSummary`` and ``Verdict``
+that the contract names, so it can be fed synthetic summaries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pytest_llmslo.records import Arrival, LoadLevel, LoadMode
+
+if TYPE_CHECKING:
+    from pytest_llmslo.metrics import RunSummary
+    from pytest_llmslo.slo import Verdict
+
+__all__ = [
+    "EXTEND_DROP",
+    "EXTEND_FACTOR",
+    "SATURATION_GAIN",
+    "CapacityResult",
+    "CapacitySearch",
+    "Knee",
+    "KneeStatus",
+    "PointStatus",
+    "SweepPoint",
+    "extend_levels",
+    "extend_sweep",
+    "find_knee",
+    "group_sweeps",
+    "knee_points",
+    "lookup_knee",
+    "pareto_front",
+    "point_goodput",
+    "point_status",
+    "summary_stat",
+]
+
+#: Throughput growth below which a step counts as saturated (DESIGN "Knee and Pareto").
+SATURATION_GAIN = 0.10
+
+#: ``pass``: valid run, every objective held. ``fail``: valid run, an objective failed.
+#: ``invalid``: the load generator was the bottleneck, the numbers are not the engine's.
+#: ``unchecked``: valid run with no verdict (the test asserted no SLO).
+PointStatus = Literal["pass", "fail", "invalid", "unchecked"]
+
+KneeStatus = Literal["found", "all_passed", "none_passed", "unchecked", "empty"]
+
+
+# --------------------------------------------------------------------------- points
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """One load level of one test on one engine: its summary and, when the test asserted an
+    SLO, its verdict. ``samples`` optionally holds compact per-request values
+    (``{"ttft_ms": [...], ...}``, see ``report.jsonio.compact_samples``) so a later
+    comparison can run rank tests; it is carried into the JSON document as is."""
+
+    engine: str
+    test: str
+    level: LoadLevel
+    summary: RunSummary
+    verdict: Verdict | None = None
+    samples: Mapping[str, Sequence[float | None]] | None = None
+
+    @property
+    def status(self) -> PointStatus:
+        return point_status(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "test": self.test,
+            "level": self.level.to_dict(),
+            "summary": self.summary.to_dict(),
+            "verdict": None if self.verdict is None else self.verdict.to_dict(),
+            "samples": None
+            if self.samples is None
+            else {k: list(v) for k, v in self.samples.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SweepPoint:
+        # Imported here: sweep.py is importable (and its pure functions usable) without numpy.
+        from pytest_llmslo.metrics import RunSummary
+
+        verdict = d.get("verdict")
+        samples = d.get("samples")
+        return cls(
+            engine=str(d["engine"]),
+            test=str(d["test"]),
+            level=LoadLevel.from_dict(d["level"]),
+            summary=RunSummary.from_dict(d["summary"]),
+            verdict=None if verdict is None else _verdict_from_dict(verdict),
+            samples=None if samples is None else {k: tuple(v) for k, v in samples.items()},
+        )
+
+
+def _verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
+    from pytest_llmslo.slo import Verdict
+
+    return Verdict.from_dict(d)
+
+
+def point_status(point: SweepPoint) -> PointStatus:
+    """Classify a point. A run whose client was the bottleneck is ``invalid`` whatever its
+    verdict says: its latencies are the client's, not the engine's."""
+    if not point.summary.valid:
+        return "invalid"
+    verdict = point.verdict
+    if verdict is None:
+        return "unchecked"
+    if not getattr(verdict, "run_valid", True):
+        return "invalid"
+    return "pass" if verdict.passed else "fail"
+
+
+def summary_stat(summary: RunSummary, metric: str, stat: float | str) -> float | None:
+    """``summary``'s ``stat`` (a percentile such as 99, or ``"mean"``) of ``metric`` in ms;
+    None when the metric has no samples (every request failed) or the value is not finite."""
+    dist = summary.distributions.get(metric)
+    if dist is None or not dist.count:
+        return None
+    try:
+        value = dist.mean if stat == "mean" else dist.p(float(stat))
+    except (KeyError, ValueError):
+        return None
+    return _finite(value)
+
+
+def point_goodput(point: SweepPoint) -> float | None:
+    """Goodput (tok/s) of a point: the verdict's when the test evaluated one (it is computed
+    from the objectives the test asserted), else the summary's."""
+    value = None if point.verdict is None else point.verdict.goodput_tok_s
+    if value is None:
+        value = point.summary.goodput_tok_s
+    return _finite(value)
+
+
+def group_sweeps(points: Iterable[SweepPoint]) -> dict[tuple[str, str], list[SweepPoint]]:
+    """Points grouped by ``(engine, test)``, in order of first appearance."""
+    groups: dict[tuple[str, str], list[SweepPoint]] = {}
+    for p in points:
+        groups.setdefault((p.engine, p.test), []).append(p)
+    return groups
+
+
+def _finite(value: object) -> float | None:
+    if value is None:
+        return None
+    try:
+        f = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _ordered(points: Sequence[SweepPoint]) -> list[int]:
+    """Indices of ``points`` sorted by load; a level measured twice keeps its last point."""
+    modes = {p.level.mode for p in points}
+    if len(modes) > 1:
+        raise ValueError(f"a sweep mixes load modes {sorted(modes)}: split it by mode first")
+    last: dict[float, int] = {}
+    for i, p in enumerate(points):
+        last[p.level.value] = i
+    return [last[v] for v in sorted(last)]
+
+
+# --------------------------------------------------------------------------- knee
+
+
+@dataclass(frozen=True, slots=True)
+class Knee:
+    """The capacity of one sweep.
+
+    ``level`` is the defensible capacity: the highest level that met every objective with
+    no failing level below it (points with an invalid client run or no verdict are skipped:
+    they neither pass nor break the run of passes). ``index`` is its position in the
+    sequence given to ``find_knee``. ``passed_above_failure`` lists levels that passed above
+    the first failure (a noisy or non-monotone sweep): they are not counted as capacity.
+
+    ``saturation_level`` is the lowest level after which throughput never grows by 10 % or
+    more while TTFT P99 or e2e P99 still rises at the next level (valid runs only, with or
+    without a verdict). ``status``: ``found``; ``all_passed`` (every checked level passed, so
+    capacity may lie beyond the sweep); ``none_passed``; ``unchecked`` (no point had a
+    verdict on a valid run); ``empty``. ``note`` says the same in one sentence.
+    """
+
+    level: LoadLevel | None
+    index: int | None
+    goodput_tok_s: float | None
+    saturation_level: LoadLevel | None
+    saturation_index: int | None = None
+    status: KneeStatus = "found"
+    first_failure: LoadLevel | None = None
+    passed_above_failure: tuple[LoadLevel, ...] = ()
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        def lv(level: LoadLevel | None) -> dict[str, Any] | None:
+            return None if level is None else level.to_dict()
+
+        return {
+            "level": lv(self.level),
+            "index": self.index,
+            "goodput_tok_s": self.goodput_tok_s,
+            "saturation_level": lv(self.saturation_level),
+            "saturation_index": self.saturation_index,
+            "status": self.status,
+            "first_failure": lv(self.first_failure),
+            "passed_above_failure": [x.to_dict() for x in self.passed_above_failure],
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Knee:
+        def lv(x: Mapping[str, Any] | None) -> LoadLevel | None:
+            return None if x is None else LoadLevel.from_dict(x)
+
+        return cls(
+            level=lv(d.get("level")),
+            index=d.get("index"),
+            goodput_tok_s=d.get("goodput_tok_s"),
+            saturation_level=lv(d.get("saturation_level")),
+            saturation_index=d.get("saturation_index"),
+            status=d.get("status", "found"),
+            first_failure=lv(d.get("first_failure")),
+            passed_above_failure=tuple(
+                LoadLevel.from_dict(x) for x in d.get("passed_above_failure", ())
+            ),
+            note=str(d.get("note", "")),
+        )
+
+
+def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN) -> Knee:
+    """The knee of one sweep (one engine, one test, one load mode); see ``Knee``.
+
+    Raises ValueError when ``points`` mix engines, tests or load modes: a knee across them
+    means nothing (group them with ``group_sweeps`` first).
+    """
+    points = list(points)
+    if not points:
+        return Knee(None, None, None, None, status="empty", note="no load level was measured")
+    sweeps = {(p.engine, p.test) for p in points}
+    if len(sweeps) > 1:
+        raise ValueError(
+            f"find_knee takes one sweep, got {len(sweeps)} (engine, test) pairs: "
+            "group the points with group_sweeps() first"
+        )
+    order = _ordered(points)
+    sat_index = _saturation_index(points, order, min_gain)
+    sat_level = None if sat_index is None else points[sat_index].level
+
+    knee_i: int | None = None
+    first_fail: int | None = None
+    above: list[LoadLevel] = []
+    checked = 0
+    for i in order:
+        status = point_status(points[i])
+        if status in ("invalid", "unchecked"):
+            continue
+        checked += 1
+        if status == "pass":
+            if first_fail is None:
+                knee_i = i
+            else:
+                above.append(points[i].level)
+        elif first_fail is None:
+            first_fail = i
+
+    invalid = [points[i].level.label for i in order if point_status(points[i]) == "invalid"]
+    skipped = f"; skipped invalid client runs: {', '.join(invalid)}" if invalid else ""
+    if checked == 0:
+        status_: KneeStatus = "unchecked"
+        note = "no level was checked against an SLO on a valid run: no knee" + skipped
+    elif knee_i is None:
+        status_ = "none_passed"
+        note = f"no level met every objective (lowest checked: {points[first_fail].level.label})"  # type: ignore[index]
+        note += skipped
+    elif first_fail is None:
+        status_ = "all_passed"
+        note = (
+            f"every checked level passed up to {points[knee_i].level.label}: "
+            "capacity may be higher (extend the sweep)" + skipped
+        )
+    else:
+        status_ = "found"
+        note = (
+            f"highest level meeting every objective: {points[knee_i].level.label} "
+            f"({points[first_fail].level.label} failed)"
+        )
+        if above:
+            note += f"; also passed above that failure: {', '.join(x.label for x in above)}"
+        note += skipped
+    return Knee(
+        level=None if knee_i is None else points[knee_i].level,
+        index=knee_i,
+        goodput_tok_s=None if knee_i is None else point_goodput(points[knee_i]),
+        saturation_level=sat_level,
+        saturation_index=sat_index,
+        status=status_,
+        first_failure=None if first_fail is None else points[first_fail].level,
+        passed_above_failure=tuple(above),
+        note=note,
+    )
+
+
+def _saturation_index(
+    points: Sequence[SweepPoint], order: Sequence[int], min_gain: float
+) -> int | None:
+    # Only valid runs: an invalid run's throughput is the client's ceiling, not the engine's.
+    idx = [
+        i
+        for i in order
+        if points[i].summary.valid and _finite(points[i].summary.output_tok_s) is not None
+    ]
+    thr = [float(points[i].summary.output_tok_s) for i in idx]
+    for k in range(len(idx) - 1):
+        # Every higher level, not only the next: one noisy dip must not look like saturation.
+        best_after = max(thr[k + 1 :])
+        if thr[k] <= 0 or best_after >= thr[k] * (1.0 + min_gain):
+            continue
+        if _latency_rises(points[idx[k]].summary, points[idx[k + 1]].summary):
+            return idx[k]
+    return None
+
+
+def _latency_rises(a: RunSummary, b: RunSummary) -> bool:
+    for metric in ("ttft", "e2e"):
+        la, lb = summary_stat(a, metric, 99), summary_stat(b, metric, 99)
+        if la is not None and lb is not None and lb > la:
+            return True
+    return False
+
+
+def knee_points(
+    points: Iterable[SweepPoint],
+    knees: Mapping[Any, Knee] | None = None,
+) -> list[SweepPoint]:
+    """The point at the knee of every sweep in ``points`` that has one (in order of first
+    appearance). ``knees`` may give precomputed knees keyed by ``(engine, test)`` or by
+    engine name; missing ones are computed."""
+    out: list[SweepPoint] = []
+    for key, sweep in group_sweeps(points).items():
+        knee = lookup_knee(knees, key)
+        if knee is None or knee.level is None:
+            knee = find_knee(sweep)
+        if knee.level is None:
+            continue
+        at = [p for p in sweep if p.level == knee.level]
+        if at:
+            out.append(at[-1])
+    return out
+
+
+def lookup_knee(knees: Mapping[Any, Knee] | None, key: tuple[str, str]) -> Knee | None:
+    """The knee for ``(engine, test)`` in a mapping keyed by that pair or by engine name."""
+    if not knees:
+        return None
+    knee = knees.get(key)
+    if knee is None:
+        knee = knees.get(key[0])
+    return knee
+
+
+# --------------------------------------------------------------------------- Pareto
+
+
+def pareto_front(points: Sequence[SweepPoint], *, throughput: str = "output_tok_s") -> list[bool]:
+    """For each point, whether it is on the Pareto frontier of (throughput up, TTFT P99 down).
+
+    A point is on it when no other point has at least its throughput and at most its TTFT
+    P99 with one of them strictly better; equal points are both on it. Points of an invalid
+    client run, or without a throughput or a TTFT P99 (every request failed), are never on it
+    and dominate nothing. ``throughput`` names the summary field (``output_tok_s``,
+    ``goodput_tok_s``, ``total_tok_s``, ``req_s``). Compare points of the same workload: the
+    caller groups by test.
+    """
+    coords: list[tuple[float, float] | None] = []
+    for p in points:
+        thr = _finite(getattr(p.summary, throughput))
+        lat = summary_stat(p.summary, "ttft", 99)
+        ok = p.summary.valid and thr is not None and lat is not None
+        coords.append((thr, lat) if ok else None)  # type: ignore[arg-type]
+    front: list[bool] = []
+    for i, c in enumerate(coords):
+        if c is None:
+            front.append(False)
+            continue
+        dominated = any(
+            o is not None and o[0] >= c[0] and o[1] <= c[1] and (o[0] > c[0] or o[1] < c[1])
+            for j, o in enumerate(coords)
+            if j != i
+        )
+        front.append(not dominated)
+    return front
+
+
+# --------------------------------------------------------------------------- extension
+
+#: Growth of an extended sweep: x1.5 per step (48 -> 72 -> 108 -> 162 for concurrency,
+#: rounded up). Finer than doubling, so the knee is not overshot by a whole power of two,
+#: while a 50 % goodput drop is still reached in a few steps.
+EXTEND_FACTOR = 1.5
+
+#: The extension stops once goodput at the last level falls below this fraction of its best.
+EXTEND_DROP = 0.5
+
+
+def extend_levels(
+    levels: Sequence[LoadLevel],
+    best_goodput: float | None,
+    last_goodput: float | None,
+    *,
+    factor: float = EXTEND_FACTOR,
+    drop: float = EXTEND_DROP,
+    max_value: float | None = None,
+) -> LoadLevel | None:
+    """The next level past the last of ``levels``, or None when the sweep should stop.
+
+    Stops when goodput at the last level is below ``drop`` (50 %) of the best goodput seen,
+    when the best goodput is zero or unknown (no level produced good requests: there is no
+    knee to go past), when the last level has no goodput (its client run was invalid or no
+    objective was evaluated: a higher load would be invalid too), or when ``max_value`` is
+    reached. The next value is ``last * factor``: for concurrency rounded up to an integer
+    (at least +1); for a rate rounded to 3 significant digits. A rate level keeps its arrival
+    process and seed.
+    """
+    if not levels:
+        raise ValueError("extend_levels needs the levels run so far")
+    if not factor > 1:
+        raise ValueError(f"factor must be > 1, got {factor!r}")
+    last = max(levels, key=lambda lv: lv.value)
+    best, cur = _finite(best_goodput), _finite(last_goodput)
+    if best is None or best <= 0 or cur is None or cur < drop * best:
+        return None
+    if max_value is not None and last.value >= max_value:
+        return None
+    if last.mode == "concurrency":
+        value = float(max(math.ceil(last.value * factor - 1e-9), int(last.value) + 1))
+    else:
+        value = _round_sig(last.value * factor, 3)
+    if max_value is not None:
+        value = min(value, float(max_value))
+    return LoadLevel(last.mode, value, last.arrival, last.seed)
+
+
+def extend_sweep(points: Sequence[SweepPoint], **kwargs: Any) -> LoadLevel | None:
+    """``extend_levels`` for one sweep's points: best goodput over its valid points, last
+    goodput at its highest level. Keyword arguments go to ``extend_levels``."""
+    if not points:
+        return None
+    order = _ordered(points)
+    valid = [point_goodput(points[i]) for i in order if points[i].summary.valid]
+    best = max((g for g in valid if g is not None), default=None)
+    top = points[order[-1]]
+    last = point_goodput(top) if top.summary.valid else None
+    return extend_levels([p.level for p in points], best, last, **kwargs)
+
+
+def _round_sig(x: float, digits: int) -> float:
+    if x == 0:
+        return 0.0
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+# --------------------------------------------------------------------------- capacity search
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityResult:
+    """Where a ``CapacitySearch`` stands. ``capacity`` is the highest level that passed
+    (None when none did); the true capacity lies in ``[lower, upper)`` (``upper`` None: no
+    level failed, capacity is at least ``lower``). ``probes`` is the number of levels run.
+    ``client_limited``: some level was recorded as invalid (``passed=None``) and bounded the
+    search from above."""
+
+    mode: LoadMode
+    capacity: LoadLevel | None
+    lower: float | None
+    upper: float | None
+    probes: int
+    history: tuple[tuple[LoadLevel, bool | None], ...]
+    done: bool
+    reason: str
+    client_limited: bool = False
+
+
+class CapacitySearch:
+    """The maximum concurrency (integers) or rate that meets the SLO, with few levels.
+
+    Exponential probe from ``start`` (1, 2, 4, ... with ``factor=2``) until a level fails,
+    then bisection between the highest pass and the lowest failure until they are within the
+    resolution: 1 for concurrency (the exact integer), ``max(resolution, rel_resolution *
+    lower)`` for a rate (defaults 0.01 req/s and 5 %). If the first level fails, a rate
+    search probes downwards (``start / factor``, ...) to ``min_value``; a concurrency search
+    at 1 stops with no capacity. The search also stops at ``max_value`` (capacity is at least
+    that) and after ``max_probes`` levels.
+
+    Use::
+
+        search = CapacitySearch("concurrency")
+        while (level := search.next_level()) is not None:
+            search.record(level, passed=run_and_check(level))
+        search.result.capacity
+
+    ``record(level, None)`` marks an invalid run (the client was the bottleneck): it bounds
+    the search from above like a failure, and the result says so. The search assumes that
+    passing is monotone in load; on a noisy curve it returns a level that passed with a
+    failure within the resolution above it, somewhere inside the noisy band.
+    """
+
+    __slots__ = (
+        "_arrival",
+        "_client_limited",
+        "_factor",
+        "_hi",
+        "_history",
+        "_lo",
+        "_max_probes",
+        "_max_value",
+        "_min_value",
+        "_mode",
+        "_pending",
+        "_reason",
+        "_rel_resolution",
+        "_resolution",
+        "_seed",
+        "_start",
+    )
+
+    def __init__(
+        self,
+        mode: LoadMode = "concurrency",
+        *,
+        start: float = 1,
+        factor: float = 2.0,
+        resolution: float | None = None,
+        rel_resolution: float | None = None,
+        max_value: float | None = None,
+        min_value: float | None = None,
+        max_probes: int = 40,
+        arrival: Arrival = "poisson",
+        seed: int = 0,
+    ) -> None:
+        if mode not in ("concurrency", "rate"):
+            raise ValueError(f"mode must be 'concurrency' or 'rate', got {mode!r}")
+        if not factor > 1:
+            raise ValueError(f"factor must be > 1, got {factor!r}")
+        if not start > 0:
+            raise ValueError(f"start must be > 0, got {start!r}")
+        if mode == "concurrency" and float(start) != int(start):
+            raise ValueError(f"a concurrency search starts at an integer, got {start!r}")
+        if max_value is not None and max_value < start:
+            raise ValueError(f"max_value {max_value!r} is below start {start!r}")
+        if max_probes < 1:
+            raise ValueError(f"max_probes must be >= 1, got {max_probes!r}")
+        self._mode: LoadMode = mode
+        self._start = float(start)
+        self._factor = float(factor)
+        if mode == "concurrency":
+            self._resolution = max(1.0, float(resolution or 1.0))
+            self._rel_resolution = float(rel_resolution or 0.0)
+            self._min_value = max(1.0, float(min_value or 1.0))
+        else:
+            self._resolution = 0.01 if resolution is None else float(resolution)
+            self._rel_resolution = 0.05 if rel_resolution is None else float(rel_resolution)
+            self._min_value = 0.01 if min_value is None else float(min_value)
+        self._max_value = None if max_value is None else float(max_value)
+        self._max_probes = int(max_probes)
+        self._arrival: Arrival = "closed" if mode == "concurrency" else arrival
+        self._seed = int(seed)
+        self._lo: float | None = None
+        self._hi: float | None = None
+        self._pending: LoadLevel | None = None
+        self._history: list[tuple[LoadLevel, bool | None]] = []
+        self._reason = ""
+        self._client_limited = False
+
+    @property
+    def done(self) -> bool:
+        return bool(self._reason)
+
+    @property
+    def probes(self) -> int:
+        return len(self._history)
+
+    def next_level(self) -> LoadLevel | None:
+        """The next level to run, or None when the search is over. Asking again before
+        ``record`` returns the same level."""
+        if self._pending is not None or self.done:
+            return self._pending
+        value = self._next_value()
+        if value is None:
+            return None
+        self._pending = self._level(value)
+        return self._pending
+
+    def record(self, level: LoadLevel, passed: bool | None) -> None:
+        """Record the outcome of the level ``next_level`` returned: True (every objective
+        held), False (one failed) or None (invalid run: the client was the bottleneck)."""
+        if self._pending is None:
+            raise ValueError("record() without a pending level: call next_level() first")
+        if level.mode != self._pending.mode or level.value != self._pending.value:
+            raise ValueError(
+                f"recorded {level.label}, but the pending level is {self._pending.label}"
+            )
+        self._pending = None
+        self._history.append((level, passed))
+        if passed is True:
+            self._lo = level.value if self._lo is None else max(self._lo, level.value)
+        else:
+            self._client_limited |= passed is None
+            self._hi = level.value if self._hi is None else min(self._hi, level.value)
+
+    @property
+    def result(self) -> CapacityResult:
+        return CapacityResult(
+            mode=self._mode,
+            capacity=None if self._lo is None else self._level(self._lo),
+            lower=self._lo,
+            upper=self._hi,
+            probes=len(self._history),
+            history=tuple(self._history),
+            done=self.done,
+            reason=self._reason,
+            client_limited=self._client_limited,
+        )
+
+    def _level(self, value: float) -> LoadLevel:
+        if self._mode == "concurrency":
+            return LoadLevel.concurrency(int(value))
+        return LoadLevel("rate", value, self._arrival, self._seed)
+
+    def _stop(self, reason: str) -> None:
+        self._reason = reason
+
+    def _next_value(self) -> float | None:
+        lo, hi = self._lo, self._hi
+        if len(self._history) >= self._max_probes:
+            self._stop(f"probe budget of {self._max_probes} levels spent")
+            return None
+        if lo is None and hi is None:
+            return self._start
+        if hi is None:  # probing up: everything so far passed
+            if self._max_value is not None and lo >= self._max_value:  # type: ignore[operator]
+                self._stop("every level passed up to max_value: capacity is at least that")
+                return None
+            nxt = self._up(lo)  # type: ignore[arg-type]
+            if self._max_value is not None:
+                nxt = min(nxt, self._max_value)
+            return nxt
+        if lo is None:  # probing down: everything so far failed
+            nxt = self._down(hi)
+            if nxt is None:
+                self._stop("even the lowest level failed: no capacity")
+            return nxt
+        if hi - lo <= max(self._resolution, self._rel_resolution * lo):
+            self._stop("bracketed to the resolution")
+            return None
+        if self._mode == "concurrency":
+            return float((int(lo) + int(hi)) // 2)
+        return (lo + hi) / 2.0
+
+    def _up(self, lo: float) -> float:
+        if self._mode == "concurrency":
+            return float(max(math.ceil(lo * self._factor - 1e-9), int(lo) + 1))
+        return lo * self._factor
+
+    def _down(self, hi: float) -> float | None:
+        if self._mode == "concurrency":
+            nxt = float(int(hi / self._factor))
+            return nxt if nxt >= self._min_value and nxt < hi else None
+        nxt = hi / self._factor
+        return nxt if nxt >= self._min_value else None

@@ -1,0 +1,187 @@
+"""Terminal renderers: knee marker on the right row, invalid rows flagged, 100 columns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_llmslo.records import LoadLevel
+from pytest_llmslo.report.terminal import (
+    fmt_ms,
+    fmt_pct,
+    fmt_tok,
+    render_pareto,
+    render_summary,
+    render_sweep,
+    render_verdict,
+)
+from pytest_llmslo.sweep import Knee, SweepPoint, find_knee
+
+WIDTH = 100
+
+
+def table_rows(lines: list[str]) -> dict[str, str]:
+    """Table rows by load label (the second field of a row)."""
+    rows = {}
+    for line in lines:
+        fields = line[1:].split()
+        if fields and fields[0][:1] in "cr" and fields[0][1:2].isdigit():
+            rows[fields[0]] = line
+    return rows
+
+
+def test_sweep_table_marks_the_knee_row(sweep_factory: Callable[..., list[SweepPoint]]) -> None:
+    pts = sweep_factory("sim")  # TTFT P99 ~ 1.2 x 50 c: c8 passes (470 ms), c16 fails
+    lines = render_sweep("sim", pts)
+    rows = table_rows(lines)
+    assert list(rows) == ["c1", "c4", "c8", "c16", "c32"]
+    assert rows["c8"].startswith("*")
+    assert [label for label, row in rows.items() if row.startswith("*")] == ["c8"]
+    assert rows["c4"].rstrip().endswith("pass")
+    assert "FAIL ttft_p99" in rows["c16"]
+    assert lines[0] == "sim | test_chat | concurrency sweep, 5 levels"
+    knee_line = next(line for line in lines if "knee:" in line)
+    assert knee_line.startswith("* knee: c8, goodput ")
+    goodput = round(find_knee(pts).goodput_tok_s)  # type: ignore[arg-type]
+    assert f"goodput {goodput} tok/s" in knee_line
+    assert "(c16 failed)" in knee_line
+    assert all(len(line) <= WIDTH for line in lines)
+
+
+def test_sweep_table_columns_and_formats(point_factory: Callable[..., SweepPoint]) -> None:
+    p = point_factory(4, ttft_ms=100.0, gap_ms=12.5)
+    lines = render_sweep("sim", [p])
+    header = lines[1]
+    for name in ("load", "TTFT p50", "TTFT p99", "ITL p50", "TPOT p50", "out tok/s"):
+        assert name in header
+    assert "good tok/s" in header and "attain" in header and "verdict" in header
+    row = table_rows(lines)["c4"]
+    fields = row[1:].split()
+    ttft_p99 = p.summary.distributions["ttft"].p(99)
+    assert fields[2] == f"{ttft_p99:.1f}"
+    assert fields[3] == "12.5"  # ITL P50, ms with one decimal
+    assert fields[5] == str(round(p.summary.output_tok_s))
+    assert fields[7] == "100.0%"
+
+
+def test_invalid_rows_are_flagged(
+    sweep_factory: Callable[..., list[SweepPoint]], point_factory: Callable[..., SweepPoint]
+) -> None:
+    pts = sweep_factory("sim", levels=(1, 4))
+    pts.append(point_factory(8, ttft_ms=60.0, valid=False))
+    lines = render_sweep("sim", pts)
+    row = table_rows(lines)["c8"]
+    assert row.startswith("!") and row.rstrip().endswith("invalid client")
+    note = " ".join(line for line in lines if "invalid client run" in line or "Pareto):" in line)
+    assert "c8: schedule lag p99 48.0 ms" in note
+    # The invalid c8 passed its objectives but is not the knee.
+    assert table_rows(lines)["c4"].startswith("*")
+
+
+def test_no_knee_and_unchecked(sweep_factory: Callable[..., list[SweepPoint]]) -> None:
+    failing = sweep_factory("sim", ttft=lambda c: 1000.0)
+    lines = render_sweep("sim", failing)
+    assert not any(row.startswith("*") for row in table_rows(lines).values())
+    assert any(line.startswith("knee: none - no level met every objective") for line in lines)
+
+    unchecked = sweep_factory("sim", objectives=None)
+    lines = render_sweep("sim", unchecked)
+    assert all(row.rstrip().endswith("-") for row in table_rows(lines).values())
+    assert any("no knee" in line for line in lines)
+
+
+def test_all_passed_says_capacity_may_be_higher(
+    sweep_factory: Callable[..., list[SweepPoint]],
+) -> None:
+    lines = render_sweep("sim", sweep_factory("sim", ttft=lambda c: 10.0))
+    assert table_rows(lines)["c32"].startswith("*")
+    assert "capacity may be higher" in " ".join(lines)
+
+
+def test_given_knee_is_used(sweep_factory: Callable[..., list[SweepPoint]]) -> None:
+    pts = sweep_factory("sim")
+    forced = Knee(LoadLevel.concurrency(1), 0, 1.0, None)
+    rows = table_rows(render_sweep("sim", pts, forced))
+    assert rows["c1"].startswith("*") and not rows["c8"].startswith("*")
+    rows = table_rows(render_sweep("sim", pts, {("sim", "test_chat"): forced}))
+    assert rows["c1"].startswith("*")
+
+
+def test_several_tests_render_one_block_each(
+    sweep_factory: Callable[..., list[SweepPoint]],
+) -> None:
+    pts = sweep_factory("sim", test="test_chat") + sweep_factory("sim", test="test_rag")
+    lines = render_sweep("sim", pts)
+    assert "sim | test_chat | concurrency sweep, 5 levels" in lines
+    assert "sim | test_rag | concurrency sweep, 5 levels" in lines
+    assert sum(1 for line in lines if "knee:" in line) == 2
+    with pytest.raises(ValueError, match="mapping keyed by test"):
+        render_sweep("sim", pts, find_knee(pts[:5]))
+
+
+def test_nothing_measured() -> None:
+    assert render_sweep("sim", []) == ["sim: no load level was measured"]
+
+
+def test_pareto_marks_the_frontier(sweep_factory: Callable[..., list[SweepPoint]]) -> None:
+    fast = sweep_factory("fast", ttft=lambda c: 20.0 * c)
+    slow = sweep_factory("slow", ttft=lambda c: 100.0 * c)
+    lines = render_pareto({"fast": fast, "slow": slow})
+    assert lines[0].startswith("Pareto | test_chat |")
+    at_knee = lines[lines.index("  at each engine's knee:") + 2 :][:2]
+    # fast's knee (c16, TTFT P99 ~ 380 ms) beats slow's (c4) on both axes.
+    assert at_knee[0].split()[:3] == ["*", "fast", "c16"]
+    assert at_knee[1].split()[:2] == ["slow", "c4"]
+    over = next(line for line in lines if line.startswith("  over all points"))
+    assert "of 10 valid on the frontier" in over
+    assert all(len(line) <= WIDTH for line in lines)
+
+
+def test_pareto_engine_without_knee(sweep_factory: Callable[..., list[SweepPoint]]) -> None:
+    ok = sweep_factory("ok")
+    bad = sweep_factory("bad", ttft=lambda c: 2000.0)
+    lines = render_pareto({"ok": ok, "bad": bad})
+    assert any("bad: no knee (no level met every objective" in line for line in lines)
+
+
+def test_summary_fits_100_columns_with_long_names(
+    sweep_factory: Callable[..., list[SweepPoint]], point_factory: Callable[..., SweepPoint]
+) -> None:
+    long_engine = "dynamo-disaggregated-prefill-decode-trtllm-tp8-" + "x" * 40
+    long_test = "test_" + "very_long_parametrized_name_" * 5 + "[sim-c8]"
+    pts = sweep_factory(long_engine, test=long_test, levels=(1, 10000))
+    pts += sweep_factory("vllm", test=long_test, levels=(1, 4, 8))
+    pts.append(point_factory(2.5, ttft_ms=30.0, engine="vllm", test="rate_test", rate=True))
+    pts.append(
+        point_factory(
+            123456, ttft_ms=90000.0, engine="vllm", test=long_test, valid=False, requests=5
+        )
+    )
+    lines = render_summary(pts)
+    assert max(len(line) for line in lines) <= WIDTH
+    assert any("Pareto |" in line for line in lines)
+    assert any(line.startswith("vllm | rate_test | rate sweep, 1 level") for line in lines)
+
+
+def test_summary_single_engine_has_no_pareto(
+    sweep_factory: Callable[..., list[SweepPoint]],
+) -> None:
+    lines = render_summary(sweep_factory("sim"))
+    assert not any("Pareto" in line for line in lines)
+
+
+def test_render_verdict_uses_the_verdict_table(point_factory: Callable[..., SweepPoint]) -> None:
+    p = point_factory(16, ttft_ms=800.0)
+    lines = render_verdict(p.verdict)  # type: ignore[arg-type]
+    assert lines == p.verdict.format().splitlines()  # type: ignore[union-attr]
+    assert lines[0].startswith("SLO FAILED")
+
+
+def test_formatters() -> None:
+    assert fmt_ms(12.345) == "12.3"
+    assert fmt_ms(None) == "-"
+    assert fmt_tok(1234.6) == "1235"
+    assert fmt_tok(None) == "-"
+    assert fmt_pct(0.995) == "99.5%"
+    assert fmt_pct(None) == "-"
