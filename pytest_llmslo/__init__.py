@@ -1,7 +1,170 @@
-"""pytest-llmslo: SLOs of LLM serving engines as pytest performance tests."""
+"""pytest-llmslo: SLOs of LLM serving engines as pytest performance tests.
+
+    import pytest
+    from pytest_llmslo import assert_goodput, itl_p50, ttft_p99
+
+    @pytest.mark.slo(concurrency=[1, 8, 32])
+    def test_chat(slo_run):
+        assert_goodput(ttft_p99 < 500, itl_p50 < 30)
+
+The plugin (``pytest_llmslo.plugin``, loaded through the ``pytest11`` entry point) runs each
+SLO test over engine x load level; this module is the API a test imports: the metric
+symbols of the SLO DSL, the assertion helpers, and the data types of runs and reports.
+Submodules are imported lazily, so ``import pytest_llmslo`` stays cheap.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_METRICS = ("ttft", "ttfot", "itl", "tpot", "e2e")
+_STATS = ("p50", "p90", "p95", "p99", "p999", "mean")
+_SYMBOLS = (*_METRICS, *(f"{m}_{s}" for m in _METRICS for s in _STATS))
+
+# name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    **{name: "pytest_llmslo.slo" for name in _SYMBOLS},
+    "Objective": "pytest_llmslo.slo",
+    "ObjectiveResult": "pytest_llmslo.slo",
+    "Verdict": "pytest_llmslo.slo",
+    "assert_goodput": "pytest_llmslo.slo",
+    "assert_slo": "pytest_llmslo.slo",
+    "evaluate": "pytest_llmslo.slo",
+    "parse_objectives": "pytest_llmslo.slo",
+    "current_run": "pytest_llmslo.slo",
+    "bind_run": "pytest_llmslo.slo",
+    "LoadLevel": "pytest_llmslo.records",
+    "Run": "pytest_llmslo.records",
+    "RequestRecord": "pytest_llmslo.records",
+    "ClientHealth": "pytest_llmslo.records",
+    "RunSummary": "pytest_llmslo.metrics",
+    "Distribution": "pytest_llmslo.metrics",
+    "summarize": "pytest_llmslo.metrics",
+    "SweepPoint": "pytest_llmslo.sweep",
+    "Knee": "pytest_llmslo.sweep",
+    "CapacitySearch": "pytest_llmslo.sweep",
+    "find_knee": "pytest_llmslo.sweep",
+    "pareto_front": "pytest_llmslo.sweep",
+    "WorkloadSpec": "pytest_llmslo.load",
+    "ClientSettings": "pytest_llmslo.load",
+    "run_load": "pytest_llmslo.load",
+    "run_load_sync": "pytest_llmslo.load",
+    "EngineConfig": "pytest_llmslo.engines.base",
+    "EngineHandle": "pytest_llmslo.engines.base",
+    "start_engine": "pytest_llmslo.engines",
+    "TestSettings": "pytest_llmslo.settings",
+    "LlmSloError": "pytest_llmslo.errors",
+    "ConfigError": "pytest_llmslo.errors",
+    "EngineUnavailable": "pytest_llmslo.errors",
+    "EngineStartError": "pytest_llmslo.errors",
+    "EngineDiedError": "pytest_llmslo.errors",
+    "LoadInterrupted": "pytest_llmslo.errors",
+    "SloViolation": "pytest_llmslo.errors",
+    "RegressionError": "pytest_llmslo.errors",
+}
+
+__all__ = [  # noqa: RUF022 - grouped by kind, not sorted
+    "__version__",
+    # the DSL
+    "ttft", "ttfot", "itl", "tpot", "e2e",
+    "ttft_p50", "ttft_p90", "ttft_p95", "ttft_p99", "ttft_p999", "ttft_mean",
+    "ttfot_p50", "ttfot_p90", "ttfot_p95", "ttfot_p99", "ttfot_p999", "ttfot_mean",
+    "itl_p50", "itl_p90", "itl_p95", "itl_p99", "itl_p999", "itl_mean",
+    "tpot_p50", "tpot_p90", "tpot_p95", "tpot_p99", "tpot_p999", "tpot_mean",
+    "e2e_p50", "e2e_p90", "e2e_p95", "e2e_p99", "e2e_p999", "e2e_mean",
+    "Objective", "ObjectiveResult", "Verdict",
+    "assert_goodput", "assert_slo", "evaluate", "parse_objectives", "current_run", "bind_run",
+    # runs and summaries
+    "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
+    "summarize",
+    # sweeps
+    "SweepPoint", "Knee", "CapacitySearch", "find_knee", "pareto_front",
+    # the load generator and engines
+    "WorkloadSpec", "ClientSettings", "run_load", "run_load_sync",
+    "EngineConfig", "EngineHandle", "start_engine", "TestSettings",
+    # errors
+    "LlmSloError", "ConfigError", "EngineUnavailable", "EngineStartError", "EngineDiedError",
+    "LoadInterrupted", "SloViolation", "RegressionError",
+]  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytest_llmslo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # cached: later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from pytest_llmslo.engines import start_engine
+    from pytest_llmslo.engines.base import EngineConfig, EngineHandle
+    from pytest_llmslo.errors import (
+        ConfigError,
+        EngineDiedError,
+        EngineStartError,
+        EngineUnavailable,
+        LlmSloError,
+        LoadInterrupted,
+        RegressionError,
+        SloViolation,
+    )
+    from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load, run_load_sync
+    from pytest_llmslo.metrics import Distribution, RunSummary, summarize
+    from pytest_llmslo.records import ClientHealth, LoadLevel, RequestRecord, Run
+    from pytest_llmslo.settings import TestSettings
+    from pytest_llmslo.slo import (
+        Objective,
+        ObjectiveResult,
+        Verdict,
+        assert_goodput,
+        assert_slo,
+        bind_run,
+        current_run,
+        e2e,
+        e2e_mean,
+        e2e_p50,
+        e2e_p90,
+        e2e_p95,
+        e2e_p99,
+        e2e_p999,
+        evaluate,
+        itl,
+        itl_mean,
+        itl_p50,
+        itl_p90,
+        itl_p95,
+        itl_p99,
+        itl_p999,
+        parse_objectives,
+        tpot,
+        tpot_mean,
+        tpot_p50,
+        tpot_p90,
+        tpot_p95,
+        tpot_p99,
+        tpot_p999,
+        ttfot,
+        ttfot_mean,
+        ttfot_p50,
+        ttfot_p90,
+        ttfot_p95,
+        ttfot_p99,
+        ttfot_p999,
+        ttft,
+        ttft_mean,
+        ttft_p50,
+        ttft_p90,
+        ttft_p95,
+        ttft_p99,
+        ttft_p999,
+    )
+    from pytest_llmslo.sweep import CapacitySearch, Knee, SweepPoint, find_knee, pareto_front

@@ -1,1 +1,1341 @@
-"""pytest glue: options, markers, fixtures, parametrization and reporting hooks."""
+"""pytest glue: options, markers, fixtures, parametrization and reporting hooks.
+
+The only module of the package that imports pytest. What it does, in session order:
+
+- ``pytest_addoption``: one ``llmslo`` option group and the matching ``llmslo_*`` ini keys,
+  both generated from ``settings.SPECS``;
+- ``pytest_configure``: the ``slo`` marker, session settings (CLI > env > ini > default),
+  engine configs, the xdist refusal, the regression baseline; state in ``config.stash``;
+- ``pytest_generate_tests``: each SLO test is parametrized over engine x load level
+  (``test_chat[sim-c32]``); the engine parameter is session-scoped so pytest groups the
+  tests of one engine and starts each engine once;
+- fixtures ``slo_engine`` (started lazily through ``slo_engine_factory``), ``slo_level``,
+  ``slo_settings``, ``slo_objectives``, ``slo_run`` (runs the load, binds it as the current
+  run for ``assert_goodput``), ``slo_load`` (run any other load) and ``slo_capacity``;
+- ``pytest_runtest_call``: after the test body, the configured SLO (when the body asserted
+  none), the sweep extension and the baseline comparison (which fails the test that
+  regressed);
+- reports: JUnit properties and system-out, the terminal summary, the JSON document
+  (after every test as a partial document, and complete at session end).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_llmslo import __version__
+from pytest_llmslo import settings as S
+from pytest_llmslo.engines.base import EngineConfig, EngineHandle
+from pytest_llmslo.errors import (
+    ConfigError,
+    EngineDiedError,
+    EngineStartError,
+    EngineUnavailable,
+    LoadInterrupted,
+    RegressionError,
+    SloViolation,
+    WorkloadError,
+)
+from pytest_llmslo.records import LoadLevel, Run
+
+SLO_MARKER = "slo"
+ENGINE_ARG = "slo_engine"
+LEVEL_ARG = "slo_level"
+# Fixtures whose use makes a test an SLO test (parametrized over engine x level).
+SLO_FIXTURES = (ENGINE_ARG, LEVEL_ARG, "slo_run")
+README_XDIST = "README.md#running-under-pytest-xdist"
+
+
+# ------------------------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("llmslo", "LLM serving SLOs (pytest-llmslo)")
+    for spec in S.SPECS:
+        default = spec.default
+        if isinstance(default, tuple):
+            default = ",".join(str(v) for v in default) or "none"
+        if spec.name == "concurrency":
+            default = ",".join(str(v) for v in S.DEFAULT_CONCURRENCY)
+        helptext = f"{spec.help} Ini: {spec.ini}, env: {spec.env}."
+        if spec.cli:
+            kw: dict[str, Any] = {"dest": f"llmslo_{spec.name}", "default": None}
+            if spec.flag:
+                kw.update(action="store_const", const=True)
+            else:
+                kw.update(
+                    action="append" if spec.repeatable else "store",
+                    type=S.cli_type(spec),
+                    metavar=spec.metavar or (("{" + ",".join(spec.choices) + "}") or None),
+                )
+            # argparse %-formats help texts.
+            helpcli = f"{helptext} Default: {default}.".replace("%", "%%")
+            group.addoption(spec.cli, help=helpcli, **kw)
+        parser.addini(spec.ini, help=spec.help, type="string", default="")
+
+
+def _sources(config: pytest.Config) -> S.Sources:
+    cli = {s.name: config.getoption(f"llmslo_{s.name}", None) for s in S.SPECS if s.cli}
+    ini = {s.ini: config.getini(s.ini) for s in S.SPECS}
+    return S.Sources.from_environ(cli, ini)
+
+
+# --------------------------------------------------------------------------------- state
+
+
+@dataclasses.dataclass
+class TestContext:
+    """What the plugin knows about one collected SLO test item."""
+
+    __test__ = False
+
+    test: str  # the sweep's test id: the node id without the engine/level parameters
+    engine: str
+    level: LoadLevel
+    settings: S.TestSettings
+    last_level: bool
+    point_keys: list[int] = dataclasses.field(default_factory=list)
+    verdicts: list[Any] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    comparison: Any = None
+
+
+class EngineFactory:
+    """Starts engines by name, once each, and keeps them until ``stop``/``stop_all``.
+
+    A start failure is remembered, so every test of that engine reports the same error
+    without starting it again. ``on_start`` is told each new handle (for the report)."""
+
+    def __init__(
+        self,
+        configs: Mapping[str, EngineConfig],
+        starter: Callable[[EngineConfig], EngineHandle] | None = None,
+        announce: Callable[[str], None] | None = None,
+        on_start: Callable[[str, EngineHandle], None] | None = None,
+    ) -> None:
+        self.configs = dict(configs)
+        self._starter = starter
+        self._announce = announce or (lambda _msg: None)
+        self._on_start = on_start
+        self._handles: dict[str, EngineHandle] = {}
+        self._failed: dict[str, BaseException] = {}
+
+    def config(self, name: str) -> EngineConfig:
+        if name not in self.configs:
+            known = ", ".join(self.configs)
+            raise ConfigError(f"engine {name!r} is not configured. Configured: {known}.")
+        return self.configs[name]
+
+    def get(self, name: str) -> EngineHandle:
+        if name in self._handles:
+            return self._handles[name]
+        if name in self._failed:
+            raise self._failed[name]
+        config = self.config(name)
+        starter = self._starter
+        if starter is None:
+            from pytest_llmslo.engines import start_engine
+
+            starter = start_engine
+        self._announce(f"llmslo: starting engine {name} ({config.kind}, {config.runtime}) ...")
+        t0 = time.monotonic()
+        try:
+            handle = starter(config)
+        except (EngineUnavailable, EngineStartError, ConfigError) as exc:
+            self._failed[name] = exc
+            raise
+        except Exception as exc:  # a launcher bug still must not stop other engines' tests
+            err = EngineStartError(f"engine {name!r} failed to start: {exc!r}")
+            self._failed[name] = err
+            raise err from exc
+        self._handles[name] = handle
+        self._announce(
+            f"llmslo: engine {name} ready at {handle.base_url} "
+            f"(model {handle.model}) in {time.monotonic() - t0:.1f} s"
+        )
+        if self._on_start is not None:
+            self._on_start(name, handle)
+        return handle
+
+    def running(self) -> dict[str, EngineHandle]:
+        return dict(self._handles)
+
+    def stop(self, name: str) -> None:
+        handle = self._handles.pop(name, None)
+        if handle is not None:
+            handle.stop()
+
+    def stop_all(self) -> None:
+        for name in list(self._handles):
+            try:
+                self.stop(name)
+            except Exception as exc:  # keep stopping the others
+                self._announce(f"llmslo: stopping engine {name} failed: {exc!r}")
+
+
+class SloState:
+    """Session state, kept in ``config.stash[STATE_KEY]``."""
+
+    def __init__(self, config: pytest.Config, session: S.SessionSettings) -> None:
+        self.config = config
+        self.session = session
+        self.sources = _sources(config)
+        self.defaults = S.resolve_test(self.sources, {}, "")
+        self.engine_configs: dict[str, EngineConfig] = {}
+        self.factory: EngineFactory | None = None
+        self.points: list[Any] = []  # SweepPoint, replaced in place when a verdict arrives
+        self.point_runs: dict[int, Run] = {}
+        self.run_index: dict[int, int] = {}  # id(run) -> index into points
+        self.contexts: dict[str, TestContext] = {}
+        self.current: TestContext | None = None
+        self.engine_meta: dict[str, Any] = {}
+        self.test_constants: dict[str, dict[str, Any]] = {}
+        self.marker_errors: list[str] = []
+        self.notes: list[str] = []
+        self.comparisons: list[tuple[str, Any]] = []
+        self.mismatches: list[str] = []
+        self.baseline: dict[str, Any] | None = None
+        self.baseline_source: str | None = None
+        self.tolerances: Any = None
+        self.suite_property: Callable[[str, object], None] | None = None
+        self.disabled_reason: str | None = None
+        self.dirty = False
+
+    # ---- points
+
+    def add_point(self, ctx: TestContext | None, run: Run, point: Any) -> int:
+        idx = len(self.points)
+        self.points.append(point)
+        self.point_runs[idx] = run
+        self.run_index[id(run)] = idx
+        if ctx is not None:
+            ctx.point_keys.append(idx)
+        self.dirty = True
+        return idx
+
+    def set_verdict(self, idx: int, verdict: Any, confidence: float) -> None:
+        from pytest_llmslo import metrics
+
+        point = self.points[idx]
+        old = point.verdict
+        # A failed verdict is what the point is remembered by; among passing ones the latest.
+        if old is not None and not old.passed and verdict.passed:
+            return
+        objectives = [r.objective for r in verdict.results]
+        summary = metrics.summarize(self.point_runs[idx], objectives, confidence=confidence)
+        self.points[idx] = dataclasses.replace(point, summary=summary, verdict=verdict)
+        self.dirty = True
+
+    def on_verdict(self, run: Any, verdict: Any) -> None:
+        idx = self.run_index.get(id(run))
+        ctx = self.current
+        if ctx is not None:
+            ctx.verdicts.append(verdict)
+        if idx is not None:
+            conf = ctx.settings.confidence if ctx is not None else self.defaults.confidence
+            self.set_verdict(idx, verdict, conf)
+
+    # ---- the document
+
+    def constants(self) -> dict[str, Any]:
+        d = self.defaults
+        kind, path = d.dataset_kind()
+        models = sorted({str(m.get("model")) for m in self.engine_meta.values() if m.get("model")})
+        precision = sorted(
+            {
+                str(c.quantization or c.dtype)
+                for c in self.engine_configs.values()
+                if c.quantization or c.dtype
+            }
+        )
+        hardware = {
+            "machine": platform.machine(),
+            "system": platform.system(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        }
+        if self.session.sim_profile:
+            hardware["sim_profile"] = self.session.sim_profile
+        return {
+            "harness": "pytest-llmslo",
+            "harness_version": __version__,
+            "model": d.model or (models[0] if len(models) == 1 else ",".join(models)),
+            "precision": ",".join(precision) or None,
+            "hardware": hardware,
+            "workload": {"kind": kind, "path": path, **_workload_text(d)},
+            "dataset": path,
+            "isl": d.isl,
+            "osl": d.osl,
+            "slo": [_objective_dict(o) for o in d.objectives],
+            "strict": d.strict,
+            "confidence": d.confidence,
+            "warmup": d.warmup,
+            "requests": d.requests,
+            "duration_s": d.duration_s,
+            "endpoint": d.endpoint,
+            "levels": [lv.label for lv in d.levels],
+            "engines": list(self.session.engines),
+            "engine_versions": {n: m.get("version") for n, m in self.engine_meta.items()},
+            "tests": self.test_constants,
+        }
+
+    def document(self, *, complete: bool) -> dict[str, Any]:
+        from pytest_llmslo.report import jsonio
+
+        return jsonio.build_document(
+            self.constants(), self.engine_meta, self.points, None, complete=complete
+        )
+
+
+STATE_KEY = pytest.StashKey[SloState]()
+
+
+def _state(config: pytest.Config) -> SloState:
+    return config.stash[STATE_KEY]
+
+
+def _workload_text(d: S.TestSettings) -> dict[str, Any]:
+    f = d.workload_fields()
+    return {k: v for k, v in f.items() if k not in ("kind", "path")}
+
+
+def _objective_dict(o: Any) -> Any:
+    to_dict = getattr(o, "to_dict", None)
+    return to_dict() if callable(to_dict) else str(o)
+
+
+# ----------------------------------------------------------------------------- configure
+
+
+def _usage(exc: Exception) -> pytest.UsageError:
+    return pytest.UsageError(str(exc))
+
+
+def _xdist_active(config: pytest.Config) -> bool:
+    if hasattr(config, "workerinput"):
+        return True
+    n = config.getoption("numprocesses", None)
+    return bool(n) and n != 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "slo(*objectives, concurrency=[...], rate=[...], isl=, osl=, objectives=, strict=, "
+        "...): an SLO test of LLM serving engines, parametrized over engine x load level "
+        "(pytest-llmslo; see README.md).",
+    )
+    try:
+        session = S.resolve_session(_sources(config))
+        state = SloState(config, session)
+    except ConfigError as exc:
+        raise _usage(exc) from None
+    config.stash[STATE_KEY] = state
+    if _xdist_active(config):
+        _refuse_xdist(config, state)
+    try:
+        state.engine_configs = _engine_configs(config, state)
+    except ConfigError as exc:
+        raise _usage(exc) from None
+    _load_baseline(state)
+    config.pluginmanager.register(_JunitSystemOut(config), "llmslo-junit-system-out")
+    from pytest_llmslo import slo
+
+    slo.add_verdict_listener(state.on_verdict)
+
+
+def _refuse_xdist(config: pytest.Config, state: SloState) -> None:
+    """SLO tests under xdist would start one engine per worker and run loads in parallel
+    on one machine, which corrupts every number. An explicit SLO session (``-m slo`` or any
+    llmslo option on the command line) is refused; otherwise SLO tests are skipped in the
+    workers with the same reason, so a project's other tests still run in parallel."""
+    reason = (
+        "pytest-llmslo: SLO tests cannot run under pytest-xdist (-n): each worker would start "
+        "its own engine and the loads would run at the same time, corrupting every number. "
+        f"Run them without -n (or with -p no:xdist). See {README_XDIST}."
+    )
+    state.disabled_reason = reason
+    if hasattr(config, "workerinput"):
+        return
+    markexpr = config.getoption("markexpr", "") or ""
+    explicit = SLO_MARKER in markexpr.replace("(", " ").replace(")", " ").split()
+    explicit = explicit or any(
+        config.getoption(f"llmslo_{s.name}", None) not in (None, []) for s in S.SPECS if s.cli
+    )
+    if explicit:
+        raise pytest.UsageError(reason)
+
+
+def _engine_configs(config: pytest.Config, state: SloState) -> dict[str, EngineConfig]:
+    from pytest_llmslo.engines import apply_overrides, load_engine_configs
+
+    session = state.session
+    configured: dict[str, EngineConfig] = {}
+    where = "--engine"
+    if session.engine_config:
+        path = Path(session.engine_config)
+        if not path.is_absolute():
+            base = config.invocation_params.dir
+            if session.sources.get("engine_config", "").startswith("ini") and config.inipath:
+                base = config.inipath.parent
+            path = base / path
+        label = session.sources.get("engine_config", "--engine-config")
+        try:
+            configured = load_engine_configs(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{label}: {exc}") from None
+    else:
+        pyproject = config.rootpath / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                import tomllib  # type: ignore[import-not-found]
+            except ImportError:  # pragma: no cover - 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            try:
+                doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                doc = {}
+            if doc.get("tool", {}).get("llmslo", {}).get("engines"):
+                configured = load_engine_configs(pyproject)
+    where = session.sources.get("engine", "--engine")
+    S.check_engine_names(session.engines, configured, where)
+    model = state.defaults.model
+    model_set = state.defaults.sources.get("model", "default") != "default"
+    out: dict[str, EngineConfig] = {}
+    for name in session.engines:
+        cfg = configured.get(name) or EngineConfig(kind=name, name=name)
+        if not cfg.name:
+            cfg = dataclasses.replace(cfg, name=name)
+        if model_set or not cfg.model:
+            cfg = dataclasses.replace(cfg, model=model or cfg.model)
+        if cfg.kind == "sim" and session.sim_profile:
+            cfg = dataclasses.replace(cfg, options={**cfg.options, "profile": session.sim_profile})
+        if cfg.kind == "external":
+            url = session.engine_url or cfg.url
+            if not url:
+                raise ConfigError(
+                    f"{where}: engine {name!r} is external and needs a URL: give --engine-url "
+                    "(or url = ... in its engine config)."
+                )
+            cfg = dataclasses.replace(cfg, url=url)
+        out[name] = cfg
+    opts: dict[str, list[str]] = {}
+    for item in session.engine_opts:
+        head, _, value = item.partition("=")
+        ename, _, key = head.partition(".")
+        if ename not in out:
+            raise ConfigError(
+                f"--engine-opt {item!r}: {ename!r} is not an engine of this session. "
+                f"Engines: {', '.join(out)}."
+            )
+        opts.setdefault(ename, []).append(f"{key}={value}")
+    for ename, items in opts.items():
+        out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
+    return out
+
+
+def _load_baseline(state: SloState) -> None:
+    session = state.session
+    if not session.compare and not session.compare_fail:
+        return
+    from pytest_llmslo import compare
+
+    try:
+        state.tolerances = compare.parse_tolerances(session.compare_fail or "")
+    except (ConfigError, ValueError) as exc:
+        label = session.sources.get("slo_compare_fail", "--slo-compare-fail")
+        raise pytest.UsageError(f"{label}: {exc}") from None
+    if session.compare:
+        label = session.sources.get("slo_compare", "--slo-compare")
+        try:
+            state.baseline = compare.load_baseline(session.compare, root=_baseline_root(state))
+        except (ConfigError, OSError, ValueError) as exc:
+            raise pytest.UsageError(f"{label}: {exc}") from None
+        state.baseline_source = session.compare
+
+
+def _baseline_root(state: SloState) -> str:
+    return str(state.config.rootpath / ".llmslo" / "baselines")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is None:
+        return
+    from pytest_llmslo import slo
+
+    try:
+        slo.remove_verdict_listener(state.on_verdict)
+    except (ValueError, KeyError):
+        pass
+    if state.factory is not None:
+        state.factory.stop_all()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is None:
+        return None
+    line = "llmslo: " + S.describe(state.session, state.defaults)
+    line += f" (CLI > env > ini > marker; json={state.session.json_path or 'off'})"
+    if state.disabled_reason:
+        line += " (disabled under xdist)"
+    return [line]
+
+
+# ------------------------------------------------------------------------ parametrization
+
+
+def _marker_settings(state: SloState, definition: Any, where: str) -> S.TestSettings:
+    merged: dict[str, Any] = {}
+    positional: list[Any] = []
+    # Closest marker last so that a function's marker overrides its class's and module's.
+    for mark in reversed(list(definition.iter_markers(name=SLO_MARKER))):
+        kw = S.split_marker(mark.args, mark.kwargs, where)
+        positional.extend(kw.pop("objectives", []) if mark.args else [])
+        merged.update(kw)
+    if positional and "objectives" not in merged:
+        merged["objectives"] = positional
+    return S.resolve_test(state.sources, merged, where)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    state = metafunc.config.stash.get(STATE_KEY, None)
+    if state is None:
+        return
+    marked = metafunc.definition.get_closest_marker(SLO_MARKER) is not None
+    uses = any(name in metafunc.fixturenames for name in SLO_FIXTURES)
+    if not (marked or uses):
+        return
+    where = metafunc.definition.nodeid
+    try:
+        settings = _marker_settings(state, metafunc.definition, where)
+    except ConfigError as exc:
+        state.marker_errors.append(str(exc))
+        return
+    engines = list(state.session.engines)
+    levels = list(settings.levels)
+    for name in (ENGINE_ARG, LEVEL_ARG):
+        if name not in metafunc.fixturenames:
+            metafunc.fixturenames.append(name)
+    metafunc.parametrize(ENGINE_ARG, engines, indirect=True, ids=engines, scope="session")
+    ids = S.level_ids(levels)
+    # The last level is marked so the extension runs in that test.
+    values = [
+        pytest.param(_LevelParam(lv, settings, i == len(levels) - 1, ids[i]), id=ids[i])
+        for i, lv in enumerate(levels)
+    ]
+    metafunc.parametrize(LEVEL_ARG, values, indirect=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LevelParam:
+    level: LoadLevel
+    settings: S.TestSettings
+    last: bool
+    id: str
+
+    def __repr__(self) -> str:  # shown by --collect-only and in assertion messages
+        return self.level.label
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is None:
+        return
+    if state.marker_errors:
+        raise pytest.UsageError("\n".join(dict.fromkeys(state.marker_errors)))
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or LEVEL_ARG not in callspec.params:
+            continue
+        if item.get_closest_marker(SLO_MARKER) is None:
+            item.add_marker(SLO_MARKER)
+        param: _LevelParam = callspec.params[LEVEL_ARG]
+        engine = callspec.params[ENGINE_ARG]
+        ctx = TestContext(
+            test=_sweep_test_id(item, engine, param.id),
+            engine=engine,
+            level=param.level,
+            settings=param.settings,
+            last_level=param.last,
+        )
+        state.contexts[item.nodeid] = ctx
+        state.test_constants.setdefault(ctx.test, _test_constants(param.settings))
+        if state.disabled_reason:
+            item.add_marker(pytest.mark.skip(reason=state.disabled_reason))
+
+
+def _sweep_test_id(item: pytest.Item, engine: str, level_id: str) -> str:
+    """The node id without the engine and level parameters: what the levels share. Our two
+    ids are adjacent in the callspec id (one hook call parametrizes both): remove them."""
+    nodeid = item.nodeid
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "[" not in nodeid:
+        return nodeid
+    base = nodeid[: len(nodeid) - len(callspec.id) - 2]
+    rest = callspec.id.replace(f"{engine}-{level_id}", "", 1)
+    rest = rest.replace("--", "-").strip("-")
+    return f"{base}[{rest}]" if rest else base
+
+
+def _test_constants(ts: S.TestSettings) -> dict[str, Any]:
+    kind, path = ts.dataset_kind()
+    return {
+        "workload": {"kind": kind, "path": path, **_workload_text(ts)},
+        "slo": [_objective_dict(o) for o in ts.objectives],
+        "levels": [lv.label for lv in ts.levels],
+        "warmup": ts.warmup,
+        "requests": ts.requests,
+        "duration_s": ts.duration_s,
+        "endpoint": ts.endpoint,
+        "strict": ts.strict,
+        "confidence": ts.confidence,
+    }
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="session")
+def slo_engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory]:
+    """Starts engines by configured name, once each, lazily; stops them at session end."""
+    state = _state(request.config)
+    if state.factory is None:
+        state.factory = EngineFactory(
+            state.engine_configs,
+            announce=lambda msg: _say(request.config, msg),
+            on_start=lambda name, h: _record_engine(state, name, h),
+        )
+    try:
+        yield state.factory
+    finally:
+        state.factory.stop_all()
+
+
+def _record_engine(state: SloState, name: str, handle: EngineHandle) -> None:
+    try:
+        meta = dict(handle.metadata())
+    except Exception as exc:  # metadata is for the report: never fail a test over it
+        meta = {"error": repr(exc)}
+    try:
+        version = handle.version()
+    except Exception:
+        version = None
+    meta.setdefault("model", handle.model)
+    meta.setdefault("kind", handle.config.kind)
+    meta["version"] = meta.get("version") or version
+    state.engine_meta[name] = meta
+
+
+@pytest.fixture(scope="session")
+def slo_engine(
+    request: pytest.FixtureRequest, slo_engine_factory: EngineFactory
+) -> Iterator[EngineHandle]:
+    """The running engine of the current test (session-scoped per engine name).
+
+    A start failure is an error on each of the engine's tests, with the log tail; an engine
+    that cannot run here (no docker, GPU, package) skips them with the reason."""
+    state = _state(request.config)
+    name = getattr(request, "param", None) or state.session.engines[0]
+    try:
+        handle = slo_engine_factory.get(name)
+    except EngineUnavailable as exc:
+        pytest.skip(f"engine {name!r} unavailable: {exc}")
+    except (EngineStartError, ConfigError) as exc:
+        # An error (not a failure) of each test of this engine, without a traceback.
+        pytest.fail(f"engine {name!r} did not start:\n{exc}", pytrace=False)
+    try:
+        yield handle
+    finally:
+        # pytest tears this down when the next test uses another engine: one engine runs
+        # at a time, which is what real engines on one set of GPUs need.
+        slo_engine_factory.stop(name)
+
+
+@pytest.fixture
+def slo_level(request: pytest.FixtureRequest) -> LoadLevel:
+    """The load level of the current test (its first level when not parametrized)."""
+    param = getattr(request, "param", None)
+    if isinstance(param, _LevelParam):
+        return param.level
+    return _state(request.config).defaults.levels[0]
+
+
+@pytest.fixture
+def slo_settings(request: pytest.FixtureRequest) -> S.TestSettings:
+    """The resolved settings of the current test (CLI > env > ini > marker > default)."""
+    state = _state(request.config)
+    ctx = state.contexts.get(request.node.nodeid)
+    return ctx.settings if ctx is not None else state.defaults
+
+
+@pytest.fixture
+def slo_objectives(slo_settings: S.TestSettings) -> tuple[Any, ...]:
+    """The configured SLO of the current test (``--slo``, ini, marker ``objectives=``)."""
+    return slo_settings.objectives
+
+
+@pytest.fixture
+def slo_run(
+    request: pytest.FixtureRequest,
+    slo_engine: EngineHandle,
+    slo_level: LoadLevel,
+    slo_settings: S.TestSettings,
+) -> Iterator[Run]:
+    """Runs the current test's load (engine x level x workload) and returns the ``Run``.
+
+    The run is bound as the current run, so ``assert_goodput(ttft_p99 < 500)`` in the test
+    body checks it."""
+    from pytest_llmslo import slo
+
+    state = _state(request.config)
+    run = _run_level(state, request.node, slo_engine, slo_level, slo_settings)
+    slo.bind_run(run)
+    try:
+        yield run
+    finally:
+        slo.unbind_run()
+
+
+@pytest.fixture
+def slo_load(
+    request: pytest.FixtureRequest, slo_engine: EngineHandle, slo_settings: S.TestSettings
+) -> Callable[..., Run]:
+    """Run any load against the current engine: ``slo_load(level, **settings)``.
+
+    ``level`` is a ``LoadLevel`` or an int (concurrency); keyword arguments override the
+    test's settings (``isl=``, ``osl=``, ``requests=``, ``warmup=``, ``duration_s=``, ...).
+    The run is recorded in the reports and bound as the current run."""
+    from pytest_llmslo import slo
+
+    state = _state(request.config)
+
+    def load(level: LoadLevel | int | float | None = None, **overrides: Any) -> Run:
+        if level is None:
+            level = slo_settings.levels[0]
+        elif not isinstance(level, LoadLevel):
+            level = LoadLevel.concurrency(int(level))
+        try:
+            ts = dataclasses.replace(slo_settings, **overrides)
+        except TypeError as exc:
+            fields = ", ".join(f.name for f in dataclasses.fields(S.TestSettings))
+            raise ConfigError(f"slo_load: {exc}. Valid settings: {fields}.") from None
+        run = _run_level(state, request.node, slo_engine, level, ts)
+        slo.bind_run(run)
+        return run
+
+    yield load  # type: ignore[misc]
+    slo.unbind_run()
+
+
+@pytest.fixture
+def slo_capacity(
+    request: pytest.FixtureRequest, slo_engine: EngineHandle, slo_settings: S.TestSettings
+) -> Callable[..., Any]:
+    """Search the highest load that meets the SLO (``sweep.CapacitySearch``: exponential
+    probe, then bisection). ``slo_capacity(*objectives, mode="concurrency", start=1,
+    max_value=None, max_probes=12)`` returns the ``CapacityResult``; every probed level is
+    recorded as a point of this test's sweep (so its knee is the capacity), and the run at
+    the capacity is bound as the current run."""
+    from pytest_llmslo import slo, sweep
+
+    state = _state(request.config)
+
+    def search(*objectives: Any, mode: str = "concurrency", **kw: Any) -> Any:
+        objs = tuple(objectives) or slo_settings.objectives
+        if not objs:
+            raise ConfigError(
+                "slo_capacity needs objectives: pass them (slo_capacity(ttft_p99 < 500)) or "
+                "configure --slo / the marker's objectives="
+            )
+        kw.setdefault("max_probes", 12)
+        s = sweep.CapacitySearch(mode, **kw)  # type: ignore[arg-type]
+        best: Run | None = None
+        ts = dataclasses.replace(slo_settings, objectives=objs)
+        while (level := s.next_level()) is not None:
+            run = _run_level(state, request.node, slo_engine, level, ts)
+            verdict = slo.evaluate(
+                run,
+                objs,
+                strict=ts.strict,
+                confidence=ts.confidence,
+                min_attainment=ts.min_attainment,
+                min_goodput_tok_s=ts.min_goodput_tok_s,
+            )
+            state.set_verdict(state.run_index[id(run)], verdict, ts.confidence)
+            passed: bool | None = verdict.passed if run.health.valid else None
+            s.record(level, passed)
+            if passed:
+                best = run
+        result = s.result
+        if best is not None:
+            slo.bind_run(best)
+        ctx = state.contexts.get(request.node.nodeid)
+        cap = result.capacity.label if result.capacity is not None else "none"
+        note = f"capacity {cap} after {result.probes} levels ({result.reason})"
+        if ctx is not None:
+            ctx.notes.append(note)
+        state.notes.append(f"{request.node.nodeid}: {note}")
+        return result
+
+    yield search  # type: ignore[misc]
+    slo.unbind_run()
+
+
+# --------------------------------------------------------------------------- running loads
+
+
+def _run_level(
+    state: SloState,
+    item: pytest.Item,
+    handle: EngineHandle,
+    level: LoadLevel,
+    ts: S.TestSettings,
+    *,
+    extended: bool = False,
+) -> Run:
+    from pytest_llmslo import load, metrics, sweep
+    from pytest_llmslo.report import jsonio
+
+    ctx = state.contexts.get(item.nodeid)
+    engine = ctx.engine if ctx is not None else handle.config.display_name
+    test = ctx.test if ctx is not None else item.nodeid
+    if not handle.alive():
+        raise EngineDiedError(
+            f"engine {engine!r} is not running any more (it exited during an earlier test)",
+            handle.log_tail(),
+        )
+    client = load.ClientSettings(
+        base_url=handle.base_url,
+        model=handle.model,
+        endpoint=ts.endpoint,  # type: ignore[arg-type]
+        timeout_s=ts.request_timeout_s,
+    )
+    try:
+        workload = load.WorkloadSpec(**ts.workload_fields())
+    except (TypeError, ValueError, WorkloadError) as exc:
+        raise ConfigError(f"{test}: bad workload: {exc}") from None
+    meta = {
+        "engine": engine,
+        "test": test,
+        "engine_version": state.engine_meta.get(engine, {}).get("version"),
+        "extended": extended,
+    }
+    progress = _Progress(state.config, f"{engine} {level.label}", ts.requests, ts.warmup)
+    partial: Run | None = None
+    try:
+        try:
+            run = load.run_load_sync(
+                client,
+                workload,
+                level,
+                requests=ts.requests,
+                warmup=ts.warmup,
+                duration_s=ts.duration_s,
+                progress=progress,
+                meta=meta,
+            )
+        except LoadInterrupted as exc:
+            partial = exc.run if isinstance(exc.run, Run) else None
+            raise
+    except (LoadInterrupted, KeyboardInterrupt):
+        if partial is not None:
+            _record(state, ctx, engine, test, level, partial, ts, metrics, sweep, jsonio)
+        progress.close("interrupted")
+        # Ctrl-C stops the session (pytest's own handling); the partial run is kept.
+        raise KeyboardInterrupt from None
+    progress.close(_run_line(run))
+    _record(state, ctx, engine, test, level, run, ts, metrics, sweep, jsonio)
+    if not handle.alive():
+        raise EngineDiedError(
+            f"engine {engine!r} exited during the load at {level.label}; "
+            f"{len(run.ok_records)} of {len(run.records)} requests completed "
+            "(the results measured so far are kept in the report)",
+            handle.log_tail(),
+        )
+    return run
+
+
+def _record(
+    state: SloState,
+    ctx: TestContext | None,
+    engine: str,
+    test: str,
+    level: LoadLevel,
+    run: Run,
+    ts: S.TestSettings,
+    metrics: Any,
+    sweep: Any,
+    jsonio: Any,
+) -> int:
+    summary = metrics.summarize(run, ts.objectives, confidence=ts.confidence)
+    try:
+        samples = jsonio.compact_samples(run)
+    except Exception:  # samples only help later comparisons
+        samples = None
+    point = sweep.SweepPoint(
+        engine=engine, test=test, level=level, summary=summary, verdict=None, samples=samples
+    )
+    return state.add_point(ctx, run, point)
+
+
+def _run_line(run: Run) -> str:
+    ok = len(run.ok_records)
+    n = len(run.records)
+    line = f"{ok}/{n} requests ok in {run.duration_s:.1f} s"
+    if not run.health.valid:
+        line += " [client-limited: " + "; ".join(run.health.reasons) + "]"
+    return line
+
+
+class _Progress:
+    """The live progress line of one load level: shown on a terminal or with -v, updated in
+    place on a terminal, a final line otherwise; written with capture suspended so it never
+    lands in a test's captured output."""
+
+    def __init__(self, config: pytest.Config, label: str, requests: int, warmup: int) -> None:
+        self.config = config
+        self.label = label
+        self.tr = config.pluginmanager.get_plugin("terminalreporter")
+        self.capman = config.pluginmanager.get_plugin("capturemanager")
+        verbose = config.get_verbosity() > 0
+        tty = bool(self.tr is not None and getattr(self.tr, "isatty", False))
+        self.enabled = self.tr is not None and (verbose or tty) and config.get_verbosity() >= 0
+        self.tty = tty
+        self.started = False
+        self.last = 0.0
+        self.width = 0
+
+    def _write(self, text: str, *, final: bool) -> None:
+        if not self.enabled or self.tr is None:
+            return
+        ctx = self.capman.global_and_fixture_disabled() if self.capman else _nullcontext()
+        with ctx:
+            if not self.started:
+                self.tr.ensure_newline()
+                self.started = True
+            line = f"  llmslo {self.label}: {text}"
+            if self.tty:
+                pad = max(self.width - len(line), 0)
+                self.tr.write("\r" + line + " " * pad, flush=True)
+                self.width = len(line)
+                if final:
+                    self.tr.write("\n", flush=True)
+            elif final:
+                self.tr.write(line + "\n", flush=True)
+
+    def __call__(self, p: Any) -> None:
+        now = time.monotonic()
+        # On a terminal every half second; in a log (-v without a TTY) only the final line.
+        if not self.tty or now - self.last < 0.5:
+            return
+        self.last = now
+        phase = "warm-up" if p.warmup else "measuring"
+        self._write(
+            f"{phase} {p.done}/{p.total} ({p.failed} failed) {p.elapsed_s:.0f} s", final=False
+        )
+
+    def close(self, text: str) -> None:
+        self._write(text, final=True)
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _say(config: pytest.Config, msg: str) -> None:
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None or config.get_verbosity() < 0:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman else _nullcontext()
+    with ctx:
+        tr.ensure_newline()
+        tr.write_line(msg)
+
+
+# ------------------------------------------------------------------------------- hooks
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    state = item.config.stash.get(STATE_KEY, None)
+    ctx = state.contexts.get(item.nodeid) if state is not None else None
+    if state is None or ctx is None:
+        return (yield)
+    state.current = ctx
+    try:
+        try:
+            result = yield
+        except BaseException as exc:
+            if not isinstance(exc, (KeyboardInterrupt, EngineDiedError)):
+                try:
+                    _extend(state, item, ctx)
+                except Exception as ext_exc:  # keep the test's own failure as the outcome
+                    ctx.notes.append(f"extension stopped: {ext_exc}")
+            raise
+        _configured_gate(state, ctx)
+        _extend(state, item, ctx)
+        _compare(state, ctx)
+        return result
+    finally:
+        state.current = None
+        _attach_properties(state, item, ctx)
+        if ctx.point_keys:
+            item.add_report_section("call", "llmslo", "\n".join(_test_summary_lines(state, ctx)))
+
+
+def _primary(state: SloState, ctx: TestContext) -> int | None:
+    return ctx.point_keys[0] if ctx.point_keys else None
+
+
+def _gate_kwargs(ts: S.TestSettings) -> dict[str, Any]:
+    from pytest_llmslo import slo
+
+    return {
+        "strict": ts.strict,
+        "confidence": ts.confidence,
+        "min_attainment": (
+            slo.DEFAULT_MIN_ATTAINMENT if ts.min_attainment is None else ts.min_attainment
+        ),
+        "min_goodput_tok_s": ts.min_goodput_tok_s,
+    }
+
+
+def _configured_gate(state: SloState, ctx: TestContext) -> None:
+    """After the body: the configured SLO (``--slo``, ini, marker ``objectives=``) when the
+    body asserted none itself; and the session's ``--slo-strict``/``--slo-confidence`` on
+    what the body asserted with the defaults, so a CI gate made strict on the command line
+    cannot pass on a point estimate."""
+    from pytest_llmslo import slo
+
+    __tracebackhide__ = True
+    ts = ctx.settings
+    idx = _primary(state, ctx)
+    if idx is None:
+        return
+    run = state.point_runs[idx]
+    if not ctx.verdicts:
+        if ts.objectives:
+            slo.assert_goodput(run, *ts.objectives, **_gate_kwargs(ts))
+        return
+    if not (ts.strict or ts.confidence != 0.95):
+        return
+    for verdict in list(ctx.verdicts):
+        if verdict.strict == ts.strict and verdict.confidence == ts.confidence:
+            continue
+        objectives = tuple(r.objective for r in verdict.results)
+        again = slo.evaluate(
+            run,
+            objectives,
+            strict=ts.strict,
+            confidence=ts.confidence,
+            min_attainment=verdict.min_attainment,
+            min_goodput_tok_s=verdict.min_goodput_tok_s,
+        )
+        state.set_verdict(idx, again, ts.confidence)
+        if not again.passed:
+            mode = "strict (upper confidence bounds)" if ts.strict else "the point estimates"
+            raise SloViolation(
+                f"SLO failed under {mode} at {ts.confidence:.0%} confidence "
+                f"({ts.sources.get('slo_strict', '')}):\n"
+                + again.summary_line()
+                + "\n"
+                + again.format(),
+                again,
+            )
+
+
+def _extend(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
+    """``--slo-extend``: in the last level's test, run further levels (x1.5 each) until
+    goodput falls below half its best; the extra points join the sweep, not the verdict."""
+    if not (ctx.settings.extend and ctx.last_level and ctx.point_keys):
+        return
+    from pytest_llmslo import slo, sweep
+
+    factory = state.factory
+    if factory is None:
+        return
+    handle = factory.running().get(ctx.engine)
+    if handle is None:
+        return
+    ts = ctx.settings
+    objectives = ts.objectives
+    last_verdict = state.points[ctx.point_keys[0]].verdict
+    if last_verdict is not None:
+        objectives = tuple(r.objective for r in last_verdict.results)
+    if not objectives:
+        ctx.notes.append("not extended: the extension needs objectives (goodput)")
+        return
+    added: list[str] = []
+    for _ in range(S.MAX_EXTEND_LEVELS):
+        pts = [p for p in state.points if p.engine == ctx.engine and p.test == ctx.test]
+        nxt = sweep.extend_sweep(pts)
+        if nxt is None:
+            break
+        run = _run_level(state, item, handle, nxt, ts, extended=True)
+        verdict = slo.evaluate(
+            run,
+            objectives,
+            strict=ts.strict,
+            confidence=ts.confidence,
+            min_attainment=ts.min_attainment,
+            min_goodput_tok_s=ts.min_goodput_tok_s,
+        )
+        state.set_verdict(state.run_index[id(run)], verdict, ts.confidence)
+        added.append(nxt.label)
+    if added:
+        note = f"extended past {ctx.level.label}: {', '.join(added)} (--slo-extend)"
+        ctx.notes.append(note)
+        state.notes.append(f"{ctx.engine} {ctx.test}: {note}")
+
+
+def _compare(state: SloState, ctx: TestContext) -> None:
+    """``--slo-compare``: the same test, engine and level in the baseline; a regression
+    beyond the tolerance fails this test."""
+    if state.baseline is None:
+        return
+    from pytest_llmslo import compare
+    from pytest_llmslo.report import jsonio
+
+    idx = _primary(state, ctx)
+    if idx is None:
+        return
+    point = state.points[idx]
+    key = f"{ctx.engine} {ctx.test} {ctx.level.label}"
+    old = compare.find_point(state.baseline, ctx.test, ctx.engine, ctx.level)
+    if old is None:
+        state.mismatches.append(f"{key}: not in the baseline {state.baseline_source}")
+        return
+    old_consts = _point_constants(state.baseline.get("constants", {}), ctx.test)
+    new_consts = _point_constants(state.constants(), ctx.test)
+    diff = compare.constants_mismatch(old_consts, new_consts)
+    if diff:
+        state.mismatches.append(f"{key}: not compared, constants differ: {'; '.join(diff)}")
+        return
+    comparison = compare.compare_points(old, jsonio.jsonable(point.to_dict()), state.tolerances)
+    ctx.comparison = comparison
+    state.comparisons.append((key, comparison))
+    if comparison.regressed:
+        __tracebackhide__ = True
+        raise RegressionError(
+            f"regression against baseline {state.baseline_source} "
+            f"({ctx.engine}, {ctx.level.label}):\n{comparison.format()}",
+            point.verdict,
+        )
+
+
+def _point_constants(constants: Mapping[str, Any], test: str) -> dict[str, Any]:
+    """The constants that must match for two points of ``test`` to be compared."""
+    out = {k: v for k, v in constants.items() if k not in ("tests", "engines", "levels")}
+    per_test = (constants.get("tests") or {}).get(test)
+    if per_test:
+        out.update({k: v for k, v in per_test.items() if k != "levels"})
+    return out
+
+
+def _attach_properties(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
+    from pytest_llmslo.report import junit
+
+    idx = _primary(state, ctx)
+    if idx is None:
+        return
+    point = state.points[idx]
+    try:
+        props = junit.testcase_properties(
+            point.summary, point.verdict, engine=ctx.engine, test=ctx.test
+        )
+    except Exception as exc:  # the report must not change a test's outcome
+        props = [("llmslo.error", repr(exc))]
+    if ctx.comparison is not None:
+        props.append(("llmslo.baseline", str(state.baseline_source)))
+        props.append(("llmslo.regressed", str(bool(ctx.comparison.regressed)).lower()))
+    item.user_properties.extend(props)
+
+
+def _test_summary_lines(state: SloState, ctx: TestContext) -> list[str]:
+    from pytest_llmslo.report import terminal
+
+    lines: list[str] = []
+    for idx in ctx.point_keys:
+        p = state.points[idx]
+        s = p.summary
+        lines.append(
+            f"{ctx.engine} {ctx.test} {p.level.label}: {s.completed}/{s.requests} completed, "
+            f"{s.failed} failed, {s.output_tok_s:.1f} out tok/s, "
+            f"goodput {_fmt(s.goodput_tok_s)} tok/s, attainment {_fmt_pct(s.attainment)}"
+        )
+        for name in ("ttft", "itl", "tpot", "e2e"):
+            d = s.distributions.get(name)
+            if d is None or not d.count:
+                continue
+            lines.append(
+                f"  {name}: p50 {_fmt(d.p(50))} ms, p99 {_fmt(d.p(99))} ms "
+                f"(upper bound {_fmt(d.ub(99))} ms at {d.confidence:.0%}), n={d.count}"
+            )
+        if not s.valid:
+            lines.append("  INVALID (client-limited): " + "; ".join(s.invalid_reasons))
+        if p.verdict is not None:
+            lines.extend("  " + ln for ln in terminal.render_verdict(p.verdict))
+    lines.extend(ctx.notes)
+    if ctx.comparison is not None:
+        lines.extend(str(ctx.comparison.format()).splitlines())
+    return lines
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}"
+
+
+def _fmt_pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+class _JunitSystemOut:
+    """With ``junit_logging=no`` (pytest's default) no captured output reaches the JUnit
+    file; the SLO numbers of each test go there anyway, as the test case's system-out."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        text = "\n".join(c for name, c in report.sections if "llmslo" in name)
+        if not text:
+            return
+        from _pytest.junitxml import xml_key  # the LogXML object, as record_* fixtures use
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is None or getattr(xml, "logging", "no") != "no":
+            return  # junit_logging on: the captured output carries the section already
+        try:
+            node = ET.Element("system-out")
+            node.text = text
+            xml.node_reporter(report).append(node)
+        except Exception:  # reporting must never break the run
+            pass
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    state = item.config.stash.get(STATE_KEY, None)
+    if state is not None and state.suite_property is None:
+        _bind_suite_property(state, item)
+    try:
+        return (yield)
+    finally:
+        if state is not None and state.dirty and state.session.json_path:
+            _write_json(state, complete=False)
+
+
+def _bind_suite_property(state: SloState, item: pytest.Item) -> None:
+    from _pytest.junitxml import xml_key
+
+    xml = item.config.stash.get(xml_key, None)
+    state.suite_property = xml.add_global_property if xml is not None else (lambda n, v: None)
+
+
+# ------------------------------------------------------------------------- session end
+
+
+def _json_path(state: SloState) -> Path | None:
+    p = state.session.json_path
+    if not p:
+        return None
+    path = Path(p)
+    return path if path.is_absolute() else state.config.invocation_params.dir / path
+
+
+def _write_json(state: SloState, *, complete: bool) -> None:
+    from pytest_llmslo.report import jsonio
+
+    path = _json_path(state)
+    if path is None:
+        return
+    try:
+        jsonio.write_atomic(path, state.document(complete=complete))
+        state.dirty = False
+    except Exception as exc:
+        state.notes.append(f"could not write {path}: {exc!r}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(STATE_KEY, None)
+    if state is None:
+        return
+    # Stop the engines first: on Ctrl-C fixture teardown may not have run yet.
+    if state.factory is not None:
+        state.factory.stop_all()
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    if state.suite_property is not None and state.points:
+        from pytest_llmslo.report import junit
+
+        consts = {k: v for k, v in state.constants().items() if k != "tests"}
+        for name, value in junit.suite_properties(consts):
+            state.suite_property(name, value)
+    if state.session.json_path:
+        _write_json(state, complete=not interrupted)
+    if state.session.save and state.points:
+        from pytest_llmslo import compare
+
+        try:
+            saved = compare.save_baseline(
+                state.document(complete=not interrupted),
+                state.session.save,
+                root=_baseline_root(state),
+            )
+            state.notes.append(f"baseline {state.session.save!r} saved to {saved}")
+        except Exception as exc:
+            state.notes.append(f"could not save baseline {state.session.save!r}: {exc!r}")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is None or not (state.points or state.notes or state.mismatches):
+        return
+    from pytest_llmslo.report import terminal
+
+    tr = terminalreporter
+    # 100 columns unless the terminal is wider: CI logs are not terminals (80 by default).
+    width = min(max(getattr(tr._tw, "fullwidth", 100), 100), 120)
+    tr.write_sep("=", "llmslo: SLO sweeps")
+    if state.points:
+        try:
+            lines = terminal.render_summary(state.points, None, width=width)
+        except Exception as exc:  # a renderer bug must not hide the test results
+            lines = [f"(could not render the sweep tables: {exc!r})"]
+        for line in lines:
+            tr.write_line(line)
+    if state.comparisons or state.mismatches:
+        tr.write_sep("-", f"llmslo: comparison with baseline {state.baseline_source}")
+        for key, comp in state.comparisons:
+            status = "REGRESSED" if comp.regressed else "ok"
+            tr.write_line(f"{key}: {status}")
+            for ln in str(comp.format()).splitlines():
+                tr.write_line("  " + ln)
+        for line in state.mismatches:
+            tr.write_line(line)
+    for note in state.notes:
+        tr.write_line(f"llmslo: {note}")
+    path = _json_path(state)
+    if path is not None and path.exists():
+        tr.write_line(f"llmslo: results written to {path}")

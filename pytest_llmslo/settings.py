@@ -1,0 +1,949 @@
+"""Settings of an SLO session and of each SLO test, resolved from their sources.
+
+Every setting has one spec (``SPECS``) that names it on every source:
+
+- the command line (``--isl 1024``), parsed by argparse ``type=`` functions from here;
+- the environment (``LLMSLO_ISL=1024``);
+- ini files (``llmslo_isl = 1024`` in pytest.ini/tox.ini, or ``[tool.pytest.ini_options]``);
+- the test's marker (``@pytest.mark.slo(isl=1024)``), for per-test settings only;
+- a built-in default.
+
+The first source that sets a value wins, in that order: CLI, then environment, then ini,
+then marker, then the default. A bad value raises ``errors.ConfigError`` whose message
+names the source and lists the valid choices; the plugin turns it into a
+``pytest.UsageError``. Nothing here imports pytest, so resolution is testable on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pytest_llmslo.engines.base import ENGINE_KINDS
+from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.records import LoadLevel
+
+ENV_PREFIX = "LLMSLO_"
+INI_PREFIX = "llmslo_"
+DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48, 64)
+ARRIVALS = ("poisson", "constant")
+ENDPOINTS = ("chat", "completions")
+WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix")
+DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
+CAPACITY_MODES = ("concurrency", "rate")
+# Past the last planned level, at most this many extra levels are run by --slo-extend, so a
+# curve that never drops (an engine far from saturation) cannot extend a session forever.
+MAX_EXTEND_LEVELS = 6
+
+Scope = Literal["session", "test"]
+
+
+# --------------------------------------------------------------------------- parsers
+# Each parser turns text (CLI, env, ini) into a value and raises ValueError with a short
+# reason; ``parse_from`` adds the source. Marker values may already be typed (lists, ints,
+# Objective objects): ``coerce`` functions accept both.
+
+
+def _split_list(text: str) -> list[str]:
+    return [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
+
+
+def parse_int_list(text: str) -> tuple[int, ...]:
+    """``"1,4,8"`` -> ``(1, 4, 8)``; every value a positive integer."""
+    parts = _split_list(text)
+    if not parts:
+        raise ValueError(f"Could not parse value: {text!r}. Expected a comma list like 1,4,8.")
+    out = []
+    for p in parts:
+        try:
+            v = int(p)
+        except ValueError:
+            raise ValueError(
+                f"Could not parse value: {text!r}. {p!r} is not an integer; "
+                "expected a comma list like 1,4,8."
+            ) from None
+        if v <= 0:
+            raise ValueError(f"Could not parse value: {text!r}. Levels must be > 0.")
+        out.append(v)
+    return tuple(out)
+
+
+def parse_float_list(text: str) -> tuple[float, ...]:
+    """``"1,2.5,4"`` -> ``(1.0, 2.5, 4.0)``; every value positive and finite."""
+    parts = _split_list(text)
+    if not parts:
+        raise ValueError(f"Could not parse value: {text!r}. Expected a comma list like 1,2,4.")
+    out = []
+    for p in parts:
+        try:
+            v = float(p)
+        except ValueError:
+            raise ValueError(
+                f"Could not parse value: {text!r}. {p!r} is not a number; "
+                "expected a comma list like 1,2,4."
+            ) from None
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"Could not parse value: {text!r}. Rates must be > 0.")
+        out.append(v)
+    return tuple(out)
+
+
+def parse_int(text: str) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"Could not parse value: {text!r}. Expected an integer.") from None
+    if v < 0:
+        raise ValueError(f"Could not parse value: {text!r}. Must be >= 0.")
+    return v
+
+
+def parse_positive_int(text: str) -> int:
+    v = parse_int(text)
+    if v == 0:
+        raise ValueError(f"Could not parse value: {text!r}. Must be > 0.")
+    return v
+
+
+def parse_float(text: str) -> float:
+    try:
+        v = float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"Could not parse value: {text!r}. Expected a number.") from None
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"Could not parse value: {text!r}. Must be a finite number >= 0.")
+    return v
+
+
+def parse_optional_duration(text: str) -> float | None:
+    """Seconds; ``0``/``none``/empty mean no duration bound."""
+    s = str(text).strip().lower()
+    if s in ("", "0", "none", "off"):
+        return None
+    s = s.removesuffix("s")
+    v = parse_float(s)
+    return v or None
+
+
+def parse_confidence(text: str) -> float:
+    v = parse_float(text)
+    if not 0.5 <= v < 1.0:
+        raise ValueError(f"Could not parse value: {text!r}. Expected a confidence in [0.5, 1).")
+    return v
+
+
+def parse_fraction(text: str) -> float:
+    s = str(text).strip()
+    pct = s.endswith("%")
+    v = parse_float(s.rstrip("%"))
+    if pct:
+        v /= 100.0
+    if v > 1.0:
+        raise ValueError(f"Could not parse value: {text!r}. Expected a fraction in [0, 1].")
+    return v
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def parse_bool(text: str) -> bool:
+    s = str(text).strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise ValueError(f"{text!r} is not a boolean. Valid: {', '.join(_TRUE + _FALSE[:-1])}.")
+
+
+def _choice(name: str, choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        s = str(text).strip().lower()
+        if s not in choices:
+            raise ValueError(f"{text!r} is not a valid {name}. Valid: {', '.join(choices)}.")
+        return s
+
+    parse.__name__ = f"parse_{name}"
+    return parse
+
+
+def parse_str(text: str) -> str:
+    return str(text).strip()
+
+
+def parse_optional_str(text: str) -> str | None:
+    s = str(text).strip()
+    return s or None
+
+
+def parse_name_list(text: str) -> tuple[str, ...]:
+    parts = tuple(_split_list(text))
+    if not parts:
+        raise ValueError(f"Could not parse value: {text!r}. Expected names like sim,vllm.")
+    return parts
+
+
+def parse_engine_opts(text: str) -> tuple[str, ...]:
+    """Whitespace-separated ``NAME.key=value`` items (env/ini); each is checked."""
+    items = tuple(shlex.split(str(text)))
+    for item in items:
+        parse_engine_opt(item)
+    return items
+
+
+def parse_engine_opt(text: str) -> str:
+    """One ``NAME.key=value`` override."""
+    s = str(text).strip()
+    head, eq, _value = s.partition("=")
+    name, dot, key = head.partition(".")
+    if not (eq and dot and name.strip() and key.strip()):
+        raise ValueError(f"Could not parse value: {text!r}. Expected NAME.key=value.")
+    return s
+
+
+def parse_objectives(text: str) -> tuple[Any, ...]:
+    """``"ttft_p99<500,itl_p50<30"`` -> Objectives (via ``slo.parse_objectives``)."""
+    from pytest_llmslo import slo
+
+    s = str(text).strip()
+    if not s:
+        return ()
+    try:
+        return tuple(slo.parse_objectives(s))
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def coerce_objectives(value: Any) -> tuple[Any, ...]:
+    """Marker ``objectives=``: a string, one Objective, or a sequence of both."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return parse_objectives(value)
+    if isinstance(value, Iterable):
+        out: list[Any] = []
+        for v in value:
+            out.extend(coerce_objectives(v))
+        return tuple(out)
+    if hasattr(value, "metric") and hasattr(value, "threshold"):
+        return (value,)
+    raise ValueError(
+        f"{value!r} is not an objective. Use e.g. ttft_p99 < 500 or 'ttft_p99<500,itl_p50<30'."
+    )
+
+
+def _coerce_with(parser: Callable[[str], Any]) -> Callable[[Any], Any]:
+    """Marker values may be typed already; normalise through the text parser anyway so every
+    source gets the same checks."""
+
+    def coerce(value: Any) -> Any:
+        if isinstance(value, bool):
+            return parser("true" if value else "false")
+        if isinstance(value, (list, tuple)):
+            return parser(",".join(str(v) for v in value))
+        return parser(str(value))
+
+    return coerce
+
+
+def _coerce_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return parse_bool(str(value))
+
+
+# ----------------------------------------------------------------------------- specs
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One setting on every source. ``cli`` is the flag (``None``: not on the command line),
+    ``marker`` the marker keyword (``None``: session-wide only)."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    cli: str | None = None
+    marker: str | None = None
+    coerce: Callable[[Any], Any] | None = None
+    metavar: str | None = None
+    flag: bool = False  # a CLI switch without a value
+    repeatable: bool = False  # the CLI flag may be given several times
+    choices: tuple[str, ...] = ()
+
+    @property
+    def ini(self) -> str:
+        return INI_PREFIX + self.name
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def scope(self) -> Scope:
+        return "test" if self.marker else "session"
+
+    def coerce_marker(self, value: Any) -> Any:
+        return (self.coerce or _coerce_with(self.parse))(value)
+
+
+def _spec(name: str, parse: Callable[[str], Any], default: Any, help: str, **kw: Any) -> Spec:
+    return Spec(name=name, parse=parse, default=default, help=help, **kw)
+
+
+SPECS: tuple[Spec, ...] = (
+    # session-wide
+    _spec(
+        "engine",
+        parse_name_list,
+        ("sim",),
+        "Engines to test: configured engine names or bare kinds "
+        f"({', '.join(ENGINE_KINDS)}); comma list or repeated.",
+        cli="--engine",
+        metavar="NAME[,NAME]",
+        repeatable=True,
+    ),
+    _spec(
+        "engine_url",
+        parse_optional_str,
+        None,
+        "Base URL of an already running OpenAI-compatible server (engine kind 'external').",
+        cli="--engine-url",
+        metavar="URL",
+    ),
+    _spec(
+        "engine_config",
+        parse_optional_str,
+        None,
+        "TOML file with [engines.NAME] tables (or [tool.llmslo.engines.NAME]). "
+        "Default: [tool.llmslo.engines.*] of the rootdir's pyproject.toml.",
+        cli="--engine-config",
+        metavar="PATH",
+    ),
+    _spec(
+        "engine_opt",
+        parse_engine_opts,
+        (),
+        "Override one engine config key: NAME.key=value (repeatable).",
+        cli="--engine-opt",
+        metavar="NAME.KEY=VALUE",
+        repeatable=True,
+    ),
+    _spec(
+        "sim_profile",
+        parse_optional_str,
+        None,
+        "Profile of the sim engine (python -m pytest_llmslo.sim --list-profiles).",
+        cli="--sim-profile",
+        metavar="NAME",
+    ),
+    _spec(
+        "slo_json",
+        parse_optional_str,
+        None,
+        "Write the session's results document (versioned JSON) to PATH, atomically.",
+        cli="--slo-json",
+        metavar="PATH",
+    ),
+    _spec(
+        "slo_save",
+        parse_optional_str,
+        None,
+        "Save the session's results as the named baseline (under .llmslo/baselines).",
+        cli="--slo-save",
+        metavar="NAME",
+    ),
+    _spec(
+        "slo_compare",
+        parse_optional_str,
+        None,
+        "Compare each test against a saved baseline (a name or a JSON path).",
+        cli="--slo-compare",
+        metavar="NAME|PATH",
+    ),
+    _spec(
+        "slo_compare_fail",
+        parse_optional_str,
+        None,
+        "Regression tolerances per metric, e.g. goodput:5%,ttft_p99:10%.",
+        cli="--slo-compare-fail",
+        metavar="SPEC",
+    ),
+    # per test (marker keywords too)
+    _spec(
+        "concurrency",
+        parse_int_list,
+        None,
+        "Closed-loop sweep: concurrent requests per level.",
+        cli="--concurrency",
+        marker="concurrency",
+        metavar="N[,N]",
+    ),
+    _spec(
+        "rate",
+        parse_float_list,
+        None,
+        "Open-loop sweep: requests per second per level (instead of --concurrency).",
+        cli="--rate",
+        marker="rate",
+        metavar="R[,R]",
+    ),
+    _spec(
+        "arrival",
+        _choice("arrival", ARRIVALS),
+        "poisson",
+        "Arrivals of an open-loop (--rate) level.",
+        cli="--arrival",
+        marker="arrival",
+        choices=ARRIVALS,
+    ),
+    _spec(
+        "model",
+        parse_str,
+        "",
+        "Model to serve and request (default: the engine config's model).",
+        cli="--model",
+        marker="model",
+        metavar="NAME",
+    ),
+    _spec(
+        "isl",
+        parse_positive_int,
+        512,
+        "Input sequence length (prompt tokens) of synthetic requests.",
+        cli="--isl",
+        marker="isl",
+        metavar="N",
+    ),
+    _spec(
+        "osl",
+        parse_positive_int,
+        256,
+        "Output sequence length (max tokens, ignore_eos) of every request.",
+        cli="--osl",
+        marker="osl",
+        metavar="N",
+    ),
+    _spec(
+        "isl_stddev",
+        parse_float,
+        0.0,
+        "Standard deviation of the input length (0: fixed).",
+        cli="--isl-stddev",
+        marker="isl_stddev",
+        metavar="X",
+    ),
+    _spec(
+        "osl_stddev",
+        parse_float,
+        0.0,
+        "Standard deviation of the output length (0: fixed).",
+        cli="--osl-stddev",
+        marker="osl_stddev",
+        metavar="X",
+    ),
+    _spec(
+        "distribution",
+        _choice("distribution", DISTRIBUTIONS),
+        None,
+        "Length distribution when a stddev is set (default: normal).",
+        cli="--length-distribution",
+        marker="distribution",
+        choices=DISTRIBUTIONS,
+    ),
+    _spec(
+        "dataset",
+        parse_optional_str,
+        None,
+        "Dataset instead of synthetic prompts: a ShareGPT .json or a .jsonl path "
+        "(prefix sharegpt: or jsonl: to force the format).",
+        cli="--dataset",
+        marker="dataset",
+        metavar="PATH",
+    ),
+    _spec(
+        "workload",
+        _choice("workload", WORKLOADS),
+        None,
+        "Workload kind (default: synthetic, or the dataset's kind).",
+        cli="--workload",
+        marker="workload",
+        choices=WORKLOADS,
+    ),
+    _spec(
+        "num_prefixes",
+        parse_int,
+        0,
+        "shared_prefix workload: number of distinct shared prefixes.",
+        cli="--num-prefixes",
+        marker="num_prefixes",
+        metavar="N",
+    ),
+    _spec(
+        "prefix_len",
+        parse_int,
+        0,
+        "shared_prefix workload: tokens in each shared prefix.",
+        cli="--prefix-len",
+        marker="prefix_len",
+        metavar="N",
+    ),
+    _spec(
+        "seed",
+        parse_int,
+        0,
+        "Seed of prompts, lengths and Poisson arrivals.",
+        cli="--seed",
+        marker="seed",
+        metavar="N",
+    ),
+    _spec(
+        "warmup",
+        parse_int,
+        200,
+        "Warm-up requests per level, sent first and discarded.",
+        cli="--warmup",
+        marker="warmup",
+        metavar="N",
+    ),
+    _spec(
+        "requests",
+        parse_positive_int,
+        500,
+        "Measured requests per level.",
+        cli="--requests",
+        marker="requests",
+        metavar="N",
+    ),
+    _spec(
+        "duration",
+        parse_optional_duration,
+        None,
+        "Time bound per level in seconds (0: none); the level ends at --requests or here.",
+        cli="--duration",
+        marker="duration",
+        metavar="S",
+    ),
+    _spec(
+        "endpoint",
+        _choice("endpoint", ENDPOINTS),
+        "chat",
+        "OpenAI endpoint: chat (/v1/chat/completions) or completions (/v1/completions).",
+        cli="--endpoint",
+        marker="endpoint",
+        choices=ENDPOINTS,
+    ),
+    _spec(
+        "slo",
+        parse_objectives,
+        (),
+        'SLO of every SLO test, e.g. "ttft_p99<500,itl_p50<30" (ms).',
+        cli="--slo",
+        marker="objectives",
+        coerce=coerce_objectives,
+        metavar="SPEC",
+    ),
+    _spec(
+        "slo_strict",
+        parse_bool,
+        False,
+        "Gate on the upper confidence bound of each percentile, not the point estimate.",
+        cli="--slo-strict",
+        marker="strict",
+        coerce=_coerce_bool,
+        flag=True,
+    ),
+    _spec(
+        "slo_confidence",
+        parse_confidence,
+        0.95,
+        "Confidence of the percentile upper bounds.",
+        cli="--slo-confidence",
+        marker="confidence",
+        metavar="C",
+    ),
+    _spec(
+        "slo_extend",
+        parse_bool,
+        False,
+        "Extend each sweep past its last level until goodput < 50% of its best "
+        f"(at most {MAX_EXTEND_LEVELS} extra levels).",
+        cli="--slo-extend",
+        marker="extend",
+        coerce=_coerce_bool,
+        flag=True,
+    ),
+    _spec(
+        "min_attainment",
+        parse_fraction,
+        None,
+        "Minimum share of good requests (0..1 or NN%) for assert_goodput.",
+        cli="--slo-min-attainment",
+        marker="min_attainment",
+        metavar="F",
+    ),
+    _spec(
+        "min_goodput",
+        parse_float,
+        None,
+        "Minimum goodput in output tok/s for assert_goodput.",
+        cli="--slo-min-goodput",
+        marker="min_goodput_tok_s",
+        metavar="TOK_S",
+    ),
+    _spec(
+        "request_timeout",
+        parse_float,
+        600.0,
+        "Per-request timeout in seconds.",
+        cli="--request-timeout",
+        marker="request_timeout",
+        metavar="S",
+    ),
+)
+
+SPEC_BY_NAME: dict[str, Spec] = {s.name: s for s in SPECS}
+MARKER_KWARGS: dict[str, Spec] = {s.marker: s for s in SPECS if s.marker}
+# ``slo=`` is accepted as an alias of ``objectives=`` on the marker.
+MARKER_ALIASES = {"slo": "objectives", "min_goodput": "min_goodput_tok_s"}
+
+
+def cli_type(spec: Spec) -> Callable[[str], Any]:
+    """The argparse ``type=`` of a spec: format errors become argparse's own messages."""
+
+    def parse(text: str) -> Any:
+        try:
+            return spec.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = spec.name
+    return parse
+
+
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Raw values from each source. ``cli`` holds values argparse already parsed (``None``
+    when a flag was not given; repeatable flags a list of parsed values); ``ini`` holds the
+    raw text of each ini key (``""`` when unset); ``env`` is the process environment."""
+
+    cli: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    ini: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_environ(
+        cls, cli: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str, str] | None = None
+    ) -> Sources:
+        return cls(cli=cli, env=dict(os.environ if env is None else env), ini=ini)
+
+
+def _flatten_cli(spec: Spec, value: Any) -> Any:
+    if spec.repeatable and isinstance(value, list):
+        out: list[Any] = []
+        for v in value:
+            out.extend(v if isinstance(v, (tuple, list)) else (v,))
+        return tuple(out)
+    return value
+
+
+def _lookup(
+    spec: Spec, sources: Sources, marker: Mapping[str, Any] | None, where: str
+) -> tuple[Any, str, bool]:
+    """(value, source label, found). Checks the sources in precedence order."""
+    if spec.cli:
+        v = sources.cli.get(spec.name)
+        if v is not None and v != []:
+            return _flatten_cli(spec, v), spec.cli, True
+    raw = sources.env.get(spec.env)
+    if raw is not None and raw.strip() != "":
+        return _parse_from(spec, raw, spec.env), spec.env, True
+    raw = sources.ini.get(spec.ini)
+    if isinstance(raw, list):  # ini "args"/"linelist" types
+        raw = " ".join(raw)
+    if raw is not None and str(raw).strip() != "":
+        label = f"ini {spec.ini}"
+        return _parse_from(spec, str(raw), label), label, True
+    if marker is not None and spec.marker and spec.marker in marker:
+        label = f"@pytest.mark.slo({spec.marker}=...) on {where}"
+        try:
+            return spec.coerce_marker(marker[spec.marker]), label, True
+        except ValueError as exc:
+            raise ConfigError(f"{label}: {exc}") from None
+    return spec.default, "default", False
+
+
+def _parse_from(spec: Spec, raw: str, label: str) -> Any:
+    try:
+        return spec.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
+
+
+# -------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """Session-wide settings (engines, files, regression); one per pytest session."""
+
+    engines: tuple[str, ...] = ("sim",)
+    engine_url: str | None = None
+    engine_config: str | None = None
+    engine_opts: tuple[str, ...] = ()
+    sim_profile: str | None = None
+    json_path: str | None = None
+    save: str | None = None
+    compare: str | None = None
+    compare_fail: str | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TestSettings:
+    """What one SLO test runs: its load levels, workload, request counts and SLO."""
+
+    __test__ = False  # not a test class, despite the name
+
+    levels: tuple[LoadLevel, ...] = tuple(LoadLevel.concurrency(n) for n in DEFAULT_CONCURRENCY)
+    model: str = ""
+    isl: int = 512
+    osl: int = 256
+    isl_stddev: float = 0.0
+    osl_stddev: float = 0.0
+    distribution: str | None = None
+    dataset: str | None = None
+    workload_kind: str | None = None
+    num_prefixes: int = 0
+    prefix_len: int = 0
+    seed: int = 0
+    warmup: int = 200
+    requests: int = 500
+    duration_s: float | None = None
+    endpoint: str = "chat"
+    objectives: tuple[Any, ...] = ()
+    strict: bool = False
+    confidence: float = 0.95
+    extend: bool = False
+    min_attainment: float | None = None
+    min_goodput_tok_s: float | None = None
+    request_timeout_s: float = 600.0
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def workload_fields(self) -> dict[str, Any]:
+        """Keyword arguments of ``load.WorkloadSpec`` for this test."""
+        kind, path = self.dataset_kind()
+        dist = self.distribution
+        if dist is None:
+            dist = "normal" if (self.isl_stddev or self.osl_stddev) else "fixed"
+        return {
+            "kind": kind,
+            "isl": self.isl,
+            "osl": self.osl,
+            "isl_stddev": self.isl_stddev,
+            "osl_stddev": self.osl_stddev,
+            "distribution": dist,
+            "path": path,
+            "num_prefixes": self.num_prefixes,
+            "prefix_len": self.prefix_len,
+            "seed": self.seed,
+        }
+
+    def dataset_kind(self) -> tuple[str, str | None]:
+        """(workload kind, dataset path)."""
+        if self.dataset:
+            text = self.dataset
+            for k in ("sharegpt", "jsonl"):
+                if text.startswith(k + ":"):
+                    return k, text[len(k) + 1 :]
+            if self.workload_kind in ("sharegpt", "jsonl"):
+                return self.workload_kind, text
+            return ("jsonl" if text.endswith(".jsonl") else "sharegpt"), text
+        return (self.workload_kind or "synthetic"), None
+
+    @property
+    def slo_text(self) -> str:
+        return ", ".join(getattr(o, "label", str(o)) for o in self.objectives)
+
+
+def resolve_session(sources: Sources) -> SessionSettings:
+    """Resolve the session-wide settings; raises ``ConfigError`` naming the source."""
+    vals: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for spec in SPECS:
+        if spec.scope != "session":
+            continue
+        v, label, _found = _lookup(spec, sources, None, "")
+        vals[spec.name] = v
+        where[spec.name] = label
+    return SessionSettings(
+        engines=tuple(dict.fromkeys(vals["engine"])),  # de-duplicated, order kept
+        engine_url=vals["engine_url"],
+        engine_config=vals["engine_config"],
+        engine_opts=tuple(vals["engine_opt"]),
+        sim_profile=vals["sim_profile"],
+        json_path=vals["slo_json"],
+        save=vals["slo_save"],
+        compare=vals["slo_compare"],
+        compare_fail=vals["slo_compare_fail"],
+        sources=where,
+    )
+
+
+def split_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Marker positional arguments are objectives; keyword arguments must be known."""
+    out: dict[str, Any] = {}
+    for k, v in kwargs.items():
+        key = MARKER_ALIASES.get(k, k)
+        if key not in MARKER_KWARGS:
+            valid = ", ".join(sorted(MARKER_KWARGS))
+            raise ConfigError(
+                f"@pytest.mark.slo on {where}: {k!r} is not a known argument. Valid: {valid}."
+            )
+        out[key] = v
+    if args:
+        extra = list(args)
+        if "objectives" in out:
+            extra.append(out["objectives"])
+        out["objectives"] = extra
+    return out
+
+
+def resolve_test(
+    sources: Sources,
+    marker: Mapping[str, Any] | None = None,
+    where: str = "",
+) -> TestSettings:
+    """Resolve one test's settings; ``marker`` holds the merged ``slo`` marker keywords
+    (from ``split_marker``). Raises ``ConfigError`` naming the source."""
+    marker = marker or {}
+    vals: dict[str, Any] = {}
+    where_from: dict[str, str] = {}
+    found: dict[str, bool] = {}
+    for spec in SPECS:
+        if spec.scope != "test":
+            continue
+        v, label, ok = _lookup(spec, sources, marker, where)
+        vals[spec.name] = v
+        where_from[spec.name] = label
+        found[spec.name] = ok
+    levels = _resolve_levels(sources, marker, where, vals, where_from)
+    return TestSettings(
+        levels=levels,
+        model=vals["model"],
+        isl=vals["isl"],
+        osl=vals["osl"],
+        isl_stddev=vals["isl_stddev"],
+        osl_stddev=vals["osl_stddev"],
+        distribution=vals["distribution"],
+        dataset=vals["dataset"],
+        workload_kind=vals["workload"],
+        num_prefixes=vals["num_prefixes"],
+        prefix_len=vals["prefix_len"],
+        seed=vals["seed"],
+        warmup=vals["warmup"],
+        requests=vals["requests"],
+        duration_s=vals["duration"],
+        endpoint=vals["endpoint"],
+        objectives=tuple(vals["slo"]),
+        strict=bool(vals["slo_strict"]),
+        confidence=vals["slo_confidence"],
+        extend=bool(vals["slo_extend"]),
+        min_attainment=vals["min_attainment"],
+        min_goodput_tok_s=vals["min_goodput"],
+        request_timeout_s=vals["request_timeout"],
+        sources=where_from,
+    )
+
+
+def _resolve_levels(
+    sources: Sources,
+    marker: Mapping[str, Any],
+    where: str,
+    vals: Mapping[str, Any],
+    where_from: dict[str, str],
+) -> tuple[LoadLevel, ...]:
+    """Concurrency and rate are one setting, the load: the highest source that gives either
+    wins; one source giving both is an error."""
+    order = ("cli", "env", "ini", "marker", "default")
+
+    def rank(label: str) -> int:
+        if label.startswith("--"):
+            return 0
+        if label.startswith(ENV_PREFIX):
+            return 1
+        if label.startswith("ini "):
+            return 2
+        if label.startswith("@pytest"):
+            return 3
+        return 4
+
+    c_rank = rank(where_from["concurrency"])
+    r_rank = rank(where_from["rate"])
+    if c_rank == r_rank and c_rank < 4:
+        src = order[c_rank]
+        raise ConfigError(
+            f"{where_from['concurrency']} and {where_from['rate']}: a {src} source sets both "
+            "concurrency and rate; give one of them."
+        )
+    if r_rank < c_rank:
+        arrival = vals["arrival"]
+        seed = vals["seed"]
+        where_from["load"] = where_from["rate"]
+        return tuple(LoadLevel.rate(r, arrival, seed) for r in vals["rate"])
+    conc = vals["concurrency"] or DEFAULT_CONCURRENCY
+    where_from["load"] = where_from["concurrency"]
+    return tuple(LoadLevel.concurrency(n) for n in conc)
+
+
+def level_ids(levels: Sequence[LoadLevel]) -> list[str]:
+    """Test ids of the levels (``c32``, ``r2.5``), unique even when values repeat."""
+    ids: list[str] = []
+    seen: dict[str, int] = {}
+    for lv in levels:
+        label = lv.label
+        n = seen.get(label, 0)
+        seen[label] = n + 1
+        ids.append(label if n == 0 else f"{label}_{n}")
+    return ids
+
+
+def check_engine_names(names: Sequence[str], configured: Iterable[str], label: str) -> None:
+    """Every name must be a configured engine or a bare kind."""
+    known = list(dict.fromkeys([*configured, *ENGINE_KINDS]))
+    for n in names:
+        if n not in known:
+            raise ConfigError(f"{label}: {n!r} is not a known engine. Known: {', '.join(known)}.")
+
+
+def describe(session: SessionSettings, test: TestSettings) -> str:
+    """One line of the active settings (for the report header)."""
+    levels = ",".join(lv.label for lv in test.levels)
+    kind, path = test.dataset_kind()
+    wl = f"{kind} isl={test.isl} osl={test.osl}" if path is None else f"{kind}:{path}"
+    parts = [
+        f"engines={','.join(session.engines)}",
+        f"levels={levels}",
+        f"workload={wl}",
+        f"warmup={test.warmup}",
+        f"requests={test.requests}",
+    ]
+    if test.duration_s:
+        parts.append(f"duration={test.duration_s:g}s")
+    parts.append(f"endpoint={test.endpoint}")
+    if test.objectives:
+        parts.append(f"slo={test.slo_text}")
+    if test.strict:
+        parts.append("strict")
+    if test.extend:
+        parts.append("extend")
+    return " ".join(parts)
