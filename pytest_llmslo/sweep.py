@@ -45,12 +45,16 @@ __all__ = [
     "extend_sweep",
     "find_knee",
     "group_sweeps",
+    "knee_of",
     "knee_points",
     "lookup_knee",
     "pareto_front",
+    "point_at",
     "point_goodput",
     "point_status",
+    "split_sweeps",
     "summary_stat",
+    "sweep_knees",
 ]
 
 #: Throughput growth below which a step counts as saturated (DESIGN "Knee and Pareto").
@@ -161,6 +165,26 @@ def group_sweeps(points: Iterable[SweepPoint]) -> dict[tuple[str, str], list[Swe
     for p in points:
         groups.setdefault((p.engine, p.test), []).append(p)
     return groups
+
+
+def split_sweeps(points: Iterable[SweepPoint]) -> list[tuple[tuple[str, str], list[SweepPoint]]]:
+    """One entry per sweep: ``group_sweeps`` further split by load mode, since a test run at
+    both concurrency and rate levels has two sweeps (and two knees)."""
+    out: list[tuple[tuple[str, str], list[SweepPoint]]] = []
+    for key, pts in group_sweeps(points).items():
+        modes: dict[str, list[SweepPoint]] = {}
+        for p in pts:
+            modes.setdefault(p.level.mode, []).append(p)
+        out.extend((key, m) for m in modes.values())
+    return out
+
+
+def knee_of(sweep: Sequence[SweepPoint], knee: Knee | None = None) -> Knee:
+    """``knee`` when it was given for this sweep (same load mode), else ``find_knee``."""
+    if knee is not None and sweep:
+        if knee.level is None or knee.level.mode == sweep[0].level.mode:
+            return knee
+    return find_knee(sweep)
 
 
 def _finite(value: object) -> float | None:
@@ -351,24 +375,31 @@ def _latency_rises(a: RunSummary, b: RunSummary) -> bool:
     return False
 
 
+def sweep_knees(
+    points: Iterable[SweepPoint], knees: Mapping[Any, Knee] | None = None
+) -> list[tuple[tuple[str, str], list[SweepPoint], Knee]]:
+    """Every sweep in ``points`` (``split_sweeps``) with its knee: the one given in
+    ``knees`` (keyed by ``(engine, test)`` or engine name) when it is for that sweep, else
+    computed with ``find_knee``."""
+    return [
+        (key, sweep, knee_of(sweep, lookup_knee(knees, key))) for key, sweep in split_sweeps(points)
+    ]
+
+
+def point_at(sweep: Sequence[SweepPoint], level: LoadLevel | None) -> SweepPoint | None:
+    """The (last) point of ``sweep`` measured at ``level``."""
+    hits = [p for p in sweep if level is not None and p.level == level]
+    return hits[-1] if hits else None
+
+
 def knee_points(
     points: Iterable[SweepPoint],
     knees: Mapping[Any, Knee] | None = None,
 ) -> list[SweepPoint]:
     """The point at the knee of every sweep in ``points`` that has one (in order of first
-    appearance). ``knees`` may give precomputed knees keyed by ``(engine, test)`` or by
-    engine name; missing ones are computed."""
-    out: list[SweepPoint] = []
-    for key, sweep in group_sweeps(points).items():
-        knee = lookup_knee(knees, key)
-        if knee is None or knee.level is None:
-            knee = find_knee(sweep)
-        if knee.level is None:
-            continue
-        at = [p for p in sweep if p.level == knee.level]
-        if at:
-            out.append(at[-1])
-    return out
+    appearance). ``knees`` as for ``sweep_knees``."""
+    at = (point_at(sweep, knee.level) for _, sweep, knee in sweep_knees(points, knees))
+    return [p for p in at if p is not None]
 
 
 def lookup_knee(knees: Mapping[Any, Knee] | None, key: tuple[str, str]) -> Knee | None:

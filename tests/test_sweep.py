@@ -19,10 +19,14 @@ from pytest_llmslo.sweep import (
     extend_sweep,
     find_knee,
     group_sweeps,
+    knee_of,
     knee_points,
     pareto_front,
+    point_at,
     point_status,
+    split_sweeps,
     summary_stat,
+    sweep_knees,
 )
 
 # --------------------------------------------------------------------------- builders
@@ -511,3 +515,24 @@ def test_capacity_search_protocol_errors_and_budget() -> None:
 def test_capacity_search_rejects_bad_settings(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         CapacitySearch(**kwargs)
+
+
+def test_split_sweeps_and_sweep_knees() -> None:
+    conc = sweep({1: True, 4: True, 8: False})
+    rates = [point(r, rate=True, passed=r < 3) for r in (1.0, 2.0, 4.0)]
+    other = sweep({1: True}, engine="b")
+    split = split_sweeps(conc + rates + other)
+    assert [(key, [p.level.label for p in pts]) for key, pts in split] == [
+        (("sim", "test_chat"), ["c1", "c4", "c8"]),
+        (("sim", "test_chat"), ["r1", "r2", "r4"]),
+        (("b", "test_chat"), ["c1"]),
+    ]
+    # A given knee applies to the sweep of its own load mode only.
+    given = Knee(LoadLevel.concurrency(1), 0, 1.0, None)
+    knees = sweep_knees(conc + rates, {("sim", "test_chat"): given})
+    assert knees[0][2] is given
+    assert knees[1][2].level == LoadLevel.rate(2.0)
+    assert [p.level.label for p in knee_points(conc + rates + other)] == ["c4", "r2", "c1"]
+    assert point_at(conc, LoadLevel.concurrency(4)) is conc[1]
+    assert point_at(conc, None) is None
+    assert knee_of(conc).level == LoadLevel.concurrency(4)

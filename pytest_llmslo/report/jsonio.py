@@ -11,10 +11,14 @@ Layout (``SCHEMA_VERSION`` 1)::
       "engines": {NAME: {"version": "...", "metadata": {...}}},
       "points": [                    # every measured level, one SweepPoint.to_dict() each
         {"engine", "test", "level", "summary", "verdict", "samples"}, ...],
-      "sweeps": [{"engine", "test", "mode", "levels": ["c1", ...], "knee": {...}}, ...],
+      "sweeps": [{"engine", "test", "mode", "levels": ["c1", ...],
+                  "points": [0, 1, ...], "knee": {...}}, ...],
       "results_at_knee": [{"engine", "test", "level", "label", "point", "goodput_tok_s",
                            "output_tok_s", "attainment", "ttft_p99_ms", ...}, ...]
     }
+
+A sweep is one test on one engine at one load mode; its ``points`` are indices into
+``points``, and its knee's ``index`` is a position in that list.
 
 ``constants`` is what makes a run comparable with another: the plugin puts there ``model``,
 ``precision``, ``hardware``, ``workload`` (or dataset), ``slo`` (the objectives), ``warmup``,
@@ -46,11 +50,10 @@ from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
-    find_knee,
-    group_sweeps,
-    lookup_knee,
+    point_at,
     point_goodput,
     summary_stat,
+    sweep_knees,
 )
 
 if TYPE_CHECKING:
@@ -206,28 +209,21 @@ def build_document(
     position = {id(p): i for i, p in enumerate(points)}
     sweeps: list[dict[str, Any]] = []
     at_knee: list[dict[str, Any]] = []
-    for (engine, test), sweep in group_sweeps(points).items():
-        by_mode: dict[str, list[SweepPoint]] = {}
-        for p in sweep:
-            by_mode.setdefault(p.level.mode, []).append(p)
-        for mode, pts in by_mode.items():
-            knee = lookup_knee(knees, (engine, test)) if len(by_mode) == 1 else None
-            if knee is None:
-                knee = find_knee(pts)
-            ordered = sorted(pts, key=lambda p: p.level.value)
-            sweeps.append(
-                {
-                    "engine": engine,
-                    "test": test,
-                    "mode": mode,
-                    "levels": [p.level.label for p in ordered],
-                    "knee": jsonable(knee.to_dict()),
-                }
-            )
-            if knee.level is not None:
-                hits = [p for p in pts if p.level == knee.level]
-                if hits:
-                    at_knee.append(jsonable(_knee_result(hits[-1], position[id(hits[-1])], knee)))
+    for (engine, test), sweep, knee in sweep_knees(points, knees):
+        levels = sorted({p.level.value: p.level for p in sweep}.values(), key=lambda lv: lv.value)
+        sweeps.append(
+            {
+                "engine": engine,
+                "test": test,
+                "mode": sweep[0].level.mode,
+                "levels": [lv.label for lv in levels],
+                "points": [position[id(p)] for p in sweep],
+                "knee": jsonable(knee.to_dict()),
+            }
+        )
+        at = point_at(sweep, knee.level)
+        if at is not None:
+            at_knee.append(jsonable(_knee_result(at, position[id(at)], knee)))
     if created_utc is None:
         now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
         created_utc = now.isoformat().replace("+00:00", "Z")
@@ -474,7 +470,14 @@ def validate_document(doc: Any) -> None:
         levels = _get(s, "levels", list, where)
         for j, lv in enumerate(levels):
             _expect(isinstance(lv, str), f"{where}.levels[{j}]", "expected a level label")
+        members = _get(s, "points", list, where)
+        for j, idx in enumerate(members):
+            ok = _is(idx, int) and 0 <= idx < len(points)
+            _expect(ok, f"{where}.points[{j}]", f"expected an index into points, got {idx!r}")
         knee = _get(s, "knee", Mapping, where)
+        kidx = _opt(knee, "index", int, f"{where}.knee")
+        if kidx is not None:
+            _expect(0 <= kidx < len(members), f"{where}.knee.index", "not a position in the sweep")
         _expect(
             knee.get("status") in _KNEE_STATUSES,
             f"{where}.knee.status",

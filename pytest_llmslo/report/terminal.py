@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
-    find_knee,
-    group_sweeps,
-    knee_points,
-    lookup_knee,
+    knee_of,
     pareto_front,
+    point_at,
     point_goodput,
     point_status,
+    split_sweeps,
     summary_stat,
+    sweep_knees,
 )
 
 if TYPE_CHECKING:
@@ -52,7 +52,8 @@ DEFAULT_WIDTH = 100
 KNEE_MARK = "*"
 INVALID_MARK = "!"
 
-# (header, width) of the numeric columns; the verdict column takes what is left.
+# (header, width) of the table's columns, in the order of ``_row_cells``; the verdict
+# column takes what is left of the line.
 _COLUMNS: tuple[tuple[str, int], ...] = (
     ("load", 8),
     ("TTFT p50", 10),
@@ -64,7 +65,11 @@ _COLUMNS: tuple[tuple[str, int], ...] = (
     ("attain", 8),
 )
 _LEAD = 2  # the marker column and a space
-_TABLE_WIDTH = _LEAD + sum(w for _, w in _COLUMNS) + 2  # + gap before the verdict
+_GAP = 2  # before the verdict
+_VERDICT_MIN = len("invalid client")
+# On a narrower terminal the columns first lose a space each, then these go, in this order
+# (the SLO figures, TTFT P99 and goodput, always stay).
+_DROP_ORDER = ("TPOT p50", "TTFT p50", "ITL p50")
 
 
 def fmt_ms(value: float | None) -> str:
@@ -95,25 +100,40 @@ def render_sweep(
     engines are ignored.
     """
     mine = [p for p in points if p.engine == engine]
-    sweeps = group_sweeps(mine)
-    if isinstance(knee, Knee) and len(sweeps) > 1:
+    if not mine:
+        return [f"{engine}: no load level was measured"]
+    sweeps = split_sweeps(mine)
+    if isinstance(knee, Knee) and len({key for key, _ in sweeps}) > 1:
         raise ValueError(
-            f"one Knee given for {len(sweeps)} tests of {engine!r}: pass a mapping keyed by test"
+            f"one Knee given for several tests of {engine!r}: pass a mapping keyed by test"
         )
     lines: list[str] = []
-    if not sweeps:
-        return [f"{engine}: no load level was measured"]
-    for (_, test), sweep in sweeps.items():
-        if isinstance(knee, Knee):
-            k: Knee | None = knee
-        elif knee:
-            k = knee.get((engine, test)) or knee.get(test) or knee.get(engine)
+    for (_, test), sweep in sweeps:
+        if isinstance(knee, Knee) or knee is None:
+            given: Knee | None = knee
         else:
-            k = None
+            given = knee.get((engine, test)) or knee.get(test) or knee.get(engine)
         if lines:
             lines.append("")
-        lines.extend(_render_one(engine, test, sweep, k or find_knee(sweep), width))
+        lines.extend(_render_one(engine, test, sweep, knee_of(sweep, given), width))
     return lines
+
+
+def _layout(width: int) -> list[tuple[int, str, int]]:
+    """The columns that fit ``width``: (index into ``_COLUMNS``, header, width)."""
+    cols = [(i, h, w) for i, (h, w) in enumerate(_COLUMNS)]
+
+    def fits(c: list[tuple[int, str, int]]) -> bool:
+        return _LEAD + sum(w for *_, w in c) + _GAP + _VERDICT_MIN <= width
+
+    if fits(cols):
+        return cols
+    cols = [(i, h, w - 1) for i, h, w in cols]
+    for name in _DROP_ORDER:
+        if fits(cols):
+            break
+        cols = [c for c in cols if c[1] != name]
+    return cols
 
 
 def _render_one(
@@ -124,8 +144,9 @@ def _render_one(
     n = len({p.level.value for p in sweep})
     plural = "s" if n != 1 else ""
     lines = [_clip(f"{engine} | {test} | {mode} sweep, {n} level{plural}", width)]
-    verdict_w = max(width - _TABLE_WIDTH, 7)
-    head = " " * _LEAD + "".join(h.rjust(w) for h, w in _COLUMNS) + "  " + "verdict"
+    cols = _layout(width)
+    verdict_w = max(width - _LEAD - sum(w for *_, w in cols) - _GAP, 7)
+    head = " " * _LEAD + "".join(h.rjust(w) for _, h, w in cols) + " " * _GAP + "verdict"
     lines.append(_clip(head, width))
     knee_row = _knee_position(sweep, knee)
     for i in order:
@@ -133,8 +154,8 @@ def _render_one(
         status = point_status(p)
         mark = KNEE_MARK if i == knee_row else INVALID_MARK if status == "invalid" else " "
         cells = _row_cells(p)
-        row = mark + " " + "".join(c.rjust(w) for c, (_, w) in zip(cells, _COLUMNS, strict=True))
-        lines.append(row + "  " + _verdict_cell(p, verdict_w))
+        row = mark + " " + "".join(cells[j][: w - 1].rjust(w) for j, _, w in cols)
+        lines.append(_clip(row + " " * _GAP + _verdict_cell(p, verdict_w), width))
     lines.extend(_wrap(_knee_line(sweep, knee), width))
     invalid = [sweep[i] for i in order if point_status(sweep[i]) == "invalid"]
     if invalid:
@@ -146,13 +167,12 @@ def _render_one(
 
 
 def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
-    if knee.level is None:
-        return None
+    # ``knee.index`` is into the sequence find_knee was given, which may not be this one.
     if knee.index is not None and 0 <= knee.index < len(sweep):
         if sweep[knee.index].level == knee.level:
             return knee.index
-    hits = [i for i, p in enumerate(sweep) if p.level == knee.level]
-    return hits[-1] if hits else None
+    p = point_at(sweep, knee.level)
+    return None if p is None else next(i for i, q in enumerate(sweep) if q is p)
 
 
 def _row_cells(p: SweepPoint) -> list[str]:
@@ -161,7 +181,7 @@ def _row_cells(p: SweepPoint) -> list[str]:
     if tpot is None:
         tpot = summary_stat(s, "tpot", "mean")
     return [
-        _clip(p.level.label, _COLUMNS[0][1] - 1),
+        p.level.label,
         fmt_ms(summary_stat(s, "ttft", 50)),
         fmt_ms(summary_stat(s, "ttft", 99)),
         fmt_ms(summary_stat(s, "itl", 50)),
@@ -214,8 +234,8 @@ def _knee_line(sweep: Sequence[SweepPoint], knee: Knee) -> str:
     if knee.level is None:
         text = f"knee: none - {knee.note}" if knee.note else "knee: none"
     else:
-        at = [p for p in sweep if p.level == knee.level]
-        att = fmt_pct(_attainment(at[-1])) if at else "-"
+        at = point_at(sweep, knee.level)
+        att = "-" if at is None else fmt_pct(_attainment(at))
         text = (
             f"{KNEE_MARK} knee: {knee.level.label}, goodput {fmt_tok(knee.goodput_tok_s)} tok/s,"
             f" attainment {att}"
@@ -266,16 +286,18 @@ def render_pareto(
                 width,
             )
         )
-        at_knee = knee_points(pts, knees)
+        at_knee: list[SweepPoint] = []
+        no_knee: list[str] = []
+        for (engine, _), sweep, knee in sweep_knees(pts, knees):
+            p = point_at(sweep, knee.level)
+            if p is not None:
+                at_knee.append(p)
+            else:
+                no_knee.extend(_wrap(f"     {engine}: no knee ({knee.note})", width))
         lines.append("  at each engine's knee:")
         if at_knee:
             lines.extend(_pareto_rows(at_knee, pareto_front(at_knee), width, only_front=False))
-        engines_with_knee = {p.engine for p in at_knee}
-        for (engine, _), sweep in group_sweeps(pts).items():
-            if engine in engines_with_knee:
-                continue
-            knee = lookup_knee(knees, (engine, test)) or find_knee(sweep)
-            lines.extend(_wrap(f"     {engine}: no knee ({knee.note})", width))
+        lines.extend(no_knee)
         front = pareto_front(pts)
         eligible = sum(1 for p in pts if p.summary.valid)
         lines.append(f"  over all points ({sum(front)} of {eligible} valid on the frontier):")
@@ -343,12 +365,7 @@ def render_summary(
     for engine, mine in by_engine.items():
         if lines:
             lines.append("")
-        per_test = None
-        if knees:
-            per_test = {
-                key: k for key in group_sweeps(mine) if (k := lookup_knee(knees, key)) is not None
-            }
-        lines.extend(render_sweep(engine, mine, per_test or None, width))
+        lines.extend(render_sweep(engine, mine, knees, width))
     if len(by_engine) > 1:
         lines.append("")
         lines.extend(render_pareto(by_engine, knees, width))

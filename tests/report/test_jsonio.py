@@ -85,7 +85,10 @@ def test_document_contents(doc: dict[str, Any], points: list[SweepPoint]) -> Non
     assert first["verdict"]["passed"] is True
     sweeps = {(s["engine"], s["test"]): s for s in doc["sweeps"]}
     assert sweeps[("sim", "test_chat")]["levels"] == ["c1", "c4", "c8", "c16", "c32"]
-    assert sweeps[("sim", "test_chat")]["knee"]["level"]["value"] == 8.0
+    sim = sweeps[("sim", "test_chat")]
+    assert sim["knee"]["level"]["value"] == 8.0
+    assert sim["points"] == [0, 1, 2, 3, 4] and sweeps[("vllm", "test_chat")]["points"] == [5, 6, 7]
+    assert doc["points"][sim["points"][sim["knee"]["index"]]]["level"]["value"] == 8.0
     assert sweeps[("vllm", "test_chat")]["knee"]["status"] == "all_passed"
     knees = {r["engine"]: r for r in doc["results_at_knee"]}
     assert knees["sim"]["label"] == "c8"
@@ -232,6 +235,8 @@ def _mutations() -> list[tuple[str, Callable[[dict[str, Any]], None], str, str]]
             "results_at_knee[0].point",
             "no point 99",
         ),
+        ("members", setp("sweeps.1.points.0", 8), "sweeps[1].points[0]", "index into points"),
+        ("knee pos", setp("sweeps.0.knee.index", 5), "sweeps[0].knee.index", "in the sweep"),
         ("engines", setp("engines.sim.metadata", []), "engines.sim.metadata", "object"),
     ]
 

@@ -185,3 +185,36 @@ def test_formatters() -> None:
     assert fmt_tok(None) == "-"
     assert fmt_pct(0.995) == "99.5%"
     assert fmt_pct(None) == "-"
+
+
+@pytest.mark.parametrize("width", [64, 72, 80, 87, 88, 100, 120])
+def test_narrow_terminals_drop_columns_not_the_knee(
+    width: int,
+    sweep_factory: Callable[..., list[SweepPoint]],
+    point_factory: Callable[..., SweepPoint],
+) -> None:
+    pts = sweep_factory("sim") + sweep_factory("vllm", ttft=lambda c: 20.0 * c)
+    pts.append(point_factory(48, ttft_ms=60.0, valid=False))
+    lines = render_summary(pts, width=width)
+    assert max(len(line) for line in lines) <= width
+    sim = render_sweep("sim", pts, width=width)
+    rows = table_rows(sim)
+    assert rows["c8"].startswith("*") and rows["c48"].startswith("!")
+    assert "TTFT p99" in sim[1] and "good tok/s" in sim[1]
+    # Columns lose a space each below 96, then TPOT goes below 88.
+    assert ("TPOT p50" in sim[1]) is (width >= 88)
+    assert ("TTFT p50" in sim[1]) is (width >= 79)
+    assert "FAIL" in rows["c16"] and rows["c48"].endswith("invalid client")
+
+
+def test_concurrency_and_rate_levels_of_one_test_are_two_sweeps(
+    sweep_factory: Callable[..., list[SweepPoint]], point_factory: Callable[..., SweepPoint]
+) -> None:
+    pts = sweep_factory("sim", levels=(1, 4, 8))
+    pts += [point_factory(r, ttft_ms=40.0 * r, rate=True) for r in (1.0, 2.5, 5.0)]
+    lines = render_sweep("sim", pts)
+    assert "sim | test_chat | concurrency sweep, 3 levels" in lines
+    assert "sim | test_chat | rate sweep, 3 levels" in lines
+    assert sum(1 for line in lines if "knee:" in line) == 2
+    assert table_rows(lines)["r5"].startswith("*")
+    assert render_summary(pts)
