@@ -1,0 +1,1239 @@
+"""Regression checks: a later run against a saved baseline, per test, engine and load level.
+
+Baselines are run documents (``report/jsonio.py``) saved under a project folder,
+``.llmslo/baselines/NAME.json`` by default (``save_baseline``, ``load_baseline``).
+
+A comparison pairs two points (one test, one engine, one load level) only when their
+runs are comparable: the documents' pinned constants (``PINNED_CONSTANTS``: model,
+precision, hardware, dataset/workload with ISL/OSL, SLO) match (``constants_mismatch``),
+both points evaluated the same objectives, and both client runs are valid. Otherwise the
+comparison says which constant differs and compares nothing.
+
+Tolerances (``parse_tolerances("goodput:5%,ttft_p99:10%,itl_p50:2ms")``) give, per metric,
+how much worse a value may get: relative (``%`` of the baseline value) or absolute (``ms``
+for latencies, ``tok/s`` / ``req/s`` for throughputs, ``pp`` percentage points for
+attainment and error rate). Each metric knows its direction: goodput, throughput and
+attainment are better higher; latencies and the error rate are better lower.
+
+The rule (``RULE``), per metric, for the change from baseline to new:
+
+1. worse by more than the tolerance -> ``regressed``; better by more -> ``improved``;
+   otherwise ``within tolerance``;
+2. a ``regressed`` or ``improved`` change that the per-request samples cannot tell from
+   run-to-run noise is shown as ``noise`` instead and does not fail. For a latency
+   statistic (``ttft_p99``, ...) the samples stored in the document give a seeded
+   bootstrap interval of the change of that very statistic (95 %); when it contains 0,
+   the change is noise. A Mann-Whitney rank test of the same samples is reported next to
+   it. For attainment a two-proportion test (p >= 0.05 -> noise). Throughput and goodput
+   are one number per run, with no per-request noise test: the tolerance alone decides.
+   Without samples (or with fewer than ``MIN_NOISE_SAMPLES`` a side) the tolerance alone
+   decides too;
+3. a metric without a value on one side (goodput of a run that asserted no SLO) is
+   ``n/a`` and never fails.
+
+``Comparison.regressed`` is true when a row regressed; ``Comparison.format()`` is the
+old-vs-new table for an assertion message and JUnit; ``assert_no_regression`` raises
+``errors.RegressionError`` with it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_llmslo.errors import ConfigError, RegressionError
+from pytest_llmslo.records import LoadLevel
+
+__all__ = [
+    "DEFAULT_BASELINE_ROOT",
+    "DEFAULT_TOLERANCES",
+    "METRIC_SPECS",
+    "MIN_NOISE_SAMPLES",
+    "PINNED_CONSTANTS",
+    "RULE",
+    "Comparison",
+    "ComparisonRow",
+    "DocumentComparison",
+    "MetricSpec",
+    "NoiseJudgement",
+    "RowStatus",
+    "Tolerance",
+    "assert_no_regression",
+    "baseline_path",
+    "compare_documents",
+    "compare_points",
+    "constants_mismatch",
+    "find_point",
+    "list_baselines",
+    "load_baseline",
+    "metric_value",
+    "parse_tolerances",
+    "save_baseline",
+]
+
+DEFAULT_BASELINE_ROOT = os.path.join(".llmslo", "baselines")
+
+#: Used when a comparison is asked for without tolerances.
+DEFAULT_TOLERANCES = (
+    "goodput:5%,throughput:5%,attainment:2pp,ttft_p50:10%,ttft_p99:10%,itl_p50:10%,"
+    "tpot_p50:10%,e2e_p99:10%"
+)
+
+#: Constants of a run document that must match for two runs to be compared.
+PINNED_CONSTANTS: tuple[str, ...] = (
+    "model",
+    "precision",
+    "hardware",
+    "dataset",
+    "workload",
+    "isl",
+    "osl",
+    "slo",
+)
+
+# Leaves of the pinned constants that name a place on one machine, not what was measured.
+_IGNORED_LEAVES = frozenset({"tokenizer"})
+# Leaves compared by file name only: a dataset read from another directory is the same one.
+_BASENAME_LEAVES = frozenset({"path", "dataset_path"})
+
+#: Fewer samples than this on a side: no noise judgement, the tolerance alone decides.
+MIN_NOISE_SAMPLES = 20
+
+RULE = (
+    "rule: a metric regresses when it gets worse than its baseline by more than its "
+    "tolerance, unless the change is within run-to-run noise (latencies: the 95 % bootstrap "
+    "interval of the change from the per-request samples contains 0; attainment: "
+    "two-proportion test p >= 0.05), which is shown as noise and does not fail; throughput "
+    "and goodput are judged by the tolerance alone"
+)
+
+RowStatus = Literal["regressed", "improved", "within tolerance", "noise", "n/a"]
+MetricKind = Literal["latency", "rate", "fraction"]
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """A metric a comparison can gate on. ``field`` is the summary field (rates and
+    fractions) or the distribution name (latencies, with ``stat``); ``units`` are the
+    absolute tolerance units accepted besides ``%``."""
+
+    name: str
+    kind: MetricKind
+    higher_is_better: bool
+    unit: str
+    field: str
+    stat: float | str | None = None
+    units: tuple[str, ...] = ()
+
+
+def _build_specs() -> dict[str, MetricSpec]:
+    specs: dict[str, MetricSpec] = {}
+    rates = (
+        ("goodput", "goodput_tok_s", "tok/s"),
+        ("goodput_req", "goodput_req_s", "req/s"),
+        ("throughput", "output_tok_s", "tok/s"),
+        ("total_throughput", "total_tok_s", "tok/s"),
+        ("req_s", "req_s", "req/s"),
+    )
+    for name, fld, unit in rates:
+        specs[name] = MetricSpec(name, "rate", True, unit, fld, units=(unit,))
+    specs["attainment"] = MetricSpec(
+        "attainment", "fraction", True, "", "attainment", units=("pp",)
+    )
+    specs["error_rate"] = MetricSpec(
+        "error_rate", "fraction", False, "", "error_rate", units=("pp",)
+    )
+    stats: tuple[tuple[str, float | str], ...] = (
+        ("p50", 50.0),
+        ("p90", 90.0),
+        ("p95", 95.0),
+        ("p99", 99.0),
+        ("p999", 99.9),
+        ("mean", "mean"),
+    )
+    for metric in ("ttft", "ttfot", "itl", "tpot", "e2e"):
+        for sname, stat in stats:
+            name = f"{metric}_{sname}"
+            specs[name] = MetricSpec(
+                name, "latency", False, "ms", metric, stat, units=("ms", "s", "us")
+            )
+    return specs
+
+
+#: Every metric name ``parse_tolerances`` accepts.
+METRIC_SPECS: Mapping[str, MetricSpec] = _build_specs()
+
+_ALIASES = {
+    "goodput_tok_s": "goodput",
+    "goodput_req_s": "goodput_req",
+    "output_tok_s": "throughput",
+    "total_tok_s": "total_throughput",
+    "req/s": "req_s",
+}
+
+
+def _valid_names() -> str:
+    rates = [n for n, s in METRIC_SPECS.items() if s.kind != "latency"]
+    return ", ".join(rates) + ", and <ttft|ttfot|itl|tpot|e2e>_<p50|p90|p95|p99|p999|mean>"
+
+
+def _canonical_metric(text: str) -> str | None:
+    name = text.strip().lower().replace(".", "_", 1)
+    name = _ALIASES.get(name, name)
+    if name in METRIC_SPECS:
+        return name
+    # ttft_p99.9 / ttft_99 / ttft_median spellings of the stored percentiles
+    metric, _, stat = name.partition("_")
+    if not stat:
+        return None
+    try:
+        from pytest_llmslo.metrics import parse_stat, stat_name
+
+        canon = f"{metric}_{stat_name(parse_stat(stat))}"
+    except (ValueError, ImportError):
+        return None
+    return canon if canon in METRIC_SPECS else None
+
+
+# --------------------------------------------------------------------------- tolerances
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """How much worse ``metric`` may get: ``amount`` percent of the baseline value
+    (``relative``) or ``amount`` in the metric's unit (ms, tok/s, req/s; fractions in
+    percentage points, stored as a fraction: 2 pp -> 0.02)."""
+
+    metric: str
+    amount: float
+    relative: bool
+
+    @property
+    def spec(self) -> MetricSpec:
+        return METRIC_SPECS[self.metric]
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.spec.higher_is_better
+
+    @property
+    def label(self) -> str:
+        if self.relative:
+            return f"{self.amount:g}%"
+        if self.spec.kind == "fraction":
+            return f"{self.amount * 100:g} pp"
+        return f"{self.amount:g} {self.spec.unit}"
+
+    def allowed(self, old: float) -> float:
+        """The absolute change allowed from a baseline value ``old``."""
+        return abs(old) * self.amount / 100.0 if self.relative else self.amount
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "amount": self.amount, "relative": self.relative}
+
+
+_TOL_RE = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z%/]*)\s*$", re.I)
+
+
+def _parse_one(part: str) -> Tolerance:
+    name, sep, value = part.partition(":")
+    if not sep:
+        name, sep, value = part.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise ConfigError(
+            f"Could not parse tolerance {part!r}: expected METRIC:VALUE such as goodput:5% "
+            f"or itl_p50:2ms. Valid metrics: {_valid_names()}."
+        )
+    metric = _canonical_metric(name)
+    if metric is None:
+        raise ConfigError(
+            f"Unknown metric {name.strip()!r} in tolerance {part!r}. Valid metrics: "
+            f"{_valid_names()}."
+        )
+    spec = METRIC_SPECS[metric]
+    m = _TOL_RE.match(value)
+    units = ("%", *spec.units)
+    if m is None:
+        raise ConfigError(
+            f"Could not parse the value {value.strip()!r} of tolerance {part!r}: expected a "
+            f"number with a unit, one of {', '.join(units)}."
+        )
+    amount, unit = float(m.group(1)), m.group(2).lower()
+    if not math.isfinite(amount) or amount < 0:
+        raise ConfigError(f"Tolerance {part!r} must be a number >= 0, got {m.group(1)!r}.")
+    if unit == "%":
+        return Tolerance(metric, amount, True)
+    if unit not in spec.units:
+        hint = "a unit" if not unit else f"unit {unit!r}"
+        raise ConfigError(
+            f"Tolerance {part!r} has {hint} that does not fit {metric}: use one of "
+            f"{', '.join(units)} (e.g. {metric}:5%)."
+        )
+    if unit == "s":
+        amount *= 1000.0
+    elif unit == "us":
+        amount /= 1000.0
+    elif unit == "pp":
+        amount /= 100.0
+    return Tolerance(metric, amount, False)
+
+
+def parse_tolerances(text: str | Iterable[str]) -> dict[str, Tolerance]:
+    """``"goodput:5%,ttft_p99:10%,itl_p50:2ms"`` -> ``{metric: Tolerance}``.
+
+    Parts are separated by commas (or semicolons); ``METRIC=VALUE`` works too. Units: ``%``
+    (relative to the baseline) for every metric; ``ms``, ``s``, ``us`` for latencies;
+    ``tok/s`` or ``req/s`` for throughputs; ``pp`` (percentage points) for attainment and
+    error_rate. Raises ``ConfigError`` naming the bad part and listing the valid metrics.
+    """
+    parts = (
+        [p.strip() for p in text.replace(";", ",").split(",")]
+        if isinstance(text, str)
+        else [str(p).strip() for p in text]
+    )
+    parts = [p for p in parts if p]
+    if not parts:
+        raise ConfigError(
+            f"No tolerance given: expected METRIC:VALUE pairs such as {DEFAULT_TOLERANCES!r}."
+        )
+    out: dict[str, Tolerance] = {}
+    for part in parts:
+        tol = _parse_one(part)
+        if tol.metric in out:
+            raise ConfigError(f"Tolerance for {tol.metric} given twice (in {text!r}).")
+        out[tol.metric] = tol
+    return out
+
+
+def _default_tolerances() -> dict[str, Tolerance]:
+    return parse_tolerances(DEFAULT_TOLERANCES)
+
+
+# --------------------------------------------------------------------------- baselines
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or name.endswith(".json"):
+        raise ConfigError(
+            f"{name!r} is not a valid baseline name: use letters, digits, '.', '_' and '-' "
+            "(no path separators, no .json suffix), e.g. vllm-0.9"
+        )
+    return name
+
+
+def baseline_path(name: str, root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT) -> Path:
+    """Where the baseline ``name`` lives: ``ROOT/NAME.json``."""
+    return Path(root) / f"{_check_name(name)}.json"
+
+
+def list_baselines(root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT) -> list[str]:
+    """Names of the baselines saved under ``root``, sorted."""
+    try:
+        return sorted(p.stem for p in Path(root).glob("*.json") if p.is_file())
+    except OSError:
+        return []
+
+
+def save_baseline(
+    doc: Mapping[str, Any], name: str, root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT
+) -> Path:
+    """Save the run document ``doc`` as the baseline ``name`` (validated, written
+    atomically, replacing an older one of that name); return its path."""
+    from pytest_llmslo.report.jsonio import write_atomic
+
+    return write_atomic(baseline_path(name, root), doc)
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith(".json") or "/" in text or os.sep in text or text.startswith(".")
+
+
+def load_baseline(
+    name_or_path: str | os.PathLike[str], root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT
+) -> dict[str, Any]:
+    """Read a baseline by name (``ROOT/NAME.json``) or by path (anything with a ``/`` or
+    ending in ``.json``, or an existing file). Raises ``jsonio.DocumentError`` (a
+    ``ConfigError``) for a missing or malformed document; a missing name lists the saved
+    ones."""
+    from pytest_llmslo.report.jsonio import DocumentError, read_document
+
+    text = os.fspath(name_or_path)
+    if isinstance(name_or_path, os.PathLike) or _looks_like_path(text) or Path(text).is_file():
+        return read_document(text)
+    path = baseline_path(text, root)
+    if not path.is_file():
+        saved = list_baselines(root)
+        have = f"saved baselines: {', '.join(saved)}" if saved else "no baseline is saved there"
+        raise DocumentError(
+            f"no baseline named {text!r} under {os.fspath(root)} ({have}); save one with "
+            f"--slo-save={text}, or pass the path of a run document",
+            source=os.fspath(path),
+        )
+    return read_document(path)
+
+
+# --------------------------------------------------------------------------- constants
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping):
+        if not value:
+            out[prefix] = {}
+        for k, v in value.items():
+            if str(k) in _IGNORED_LEAVES:
+                continue
+            _flatten(v, f"{prefix}.{k}", out)
+    else:
+        out[prefix] = value
+
+
+def _normalise_slo(value: Any) -> Any:
+    """An SLO as a sorted tuple of objective labels, whatever its spelling: a text such as
+    ``"ttft_p99<500,itl_p50<30"``, a list of labels, or of objective dicts."""
+    items: list[Any]
+    if isinstance(value, str):
+        items = [p for p in value.replace(";", ",").split(",") if p.strip()]
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        return value
+    labels = []
+    for item in items:
+        if isinstance(item, Mapping):
+            label = item.get("label")
+            if label is None:
+                label = json.dumps(item, sort_keys=True)
+            labels.append(_objective_label(str(label)))
+        else:
+            labels.append(_objective_label(str(item)))
+    return tuple(sorted(labels))
+
+
+def _objective_label(text: str) -> str:
+    try:
+        from pytest_llmslo.slo import parse_objectives
+
+        objs = parse_objectives(text)
+        if len(objs) == 1:
+            return objs[0].label
+    except Exception:
+        # Not an objective this version can parse: compare the text as written.
+        pass
+    return " ".join(text.split())
+
+
+def _leaf_equal(path: str, a: Any, b: Any) -> bool:
+    leaf = path.rsplit(".", 1)[-1]
+    if leaf in _BASENAME_LEAVES and isinstance(a, str) and isinstance(b, str):
+        return Path(a).name == Path(b).name
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
+    return a == b
+
+
+_MISSING = object()
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "(not recorded)"
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value)) or "(none)"
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def constants_mismatch(
+    old_constants: Mapping[str, Any] | None,
+    new_constants: Mapping[str, Any] | None,
+    *,
+    labels: tuple[str, str] = ("baseline", "new"),
+) -> list[str]:
+    """The pinned constants that differ between two documents, one line each
+    (``"workload.isl: 512 (baseline) != 1024 (this run)"``); empty when the runs are
+    comparable. Nested values are compared leaf by leaf; ``tokenizer`` paths are ignored
+    and dataset paths compared by file name; the SLO by its objectives in any order or
+    spelling. A constant recorded on one side only differs."""
+    old = dict(old_constants or {})
+    new = dict(new_constants or {})
+    out: list[str] = []
+    for key in PINNED_CONSTANTS:
+        if key not in old and key not in new:
+            continue
+        a: dict[str, Any] = {}
+        b: dict[str, Any] = {}
+        if key in old:
+            value = _normalise_slo(old[key]) if key == "slo" else old[key]
+            _flatten(value, key, a)
+        if key in new:
+            value = _normalise_slo(new[key]) if key == "slo" else new[key]
+            _flatten(value, key, b)
+        for path in sorted(set(a) | set(b)):
+            va, vb = a.get(path, _MISSING), b.get(path, _MISSING)
+            if va is _MISSING or vb is _MISSING or not _leaf_equal(path, va, vb):
+                out.append(f"{path}: {_show(va)} ({labels[0]}) != {_show(vb)} ({labels[1]})")
+    return out
+
+
+# --------------------------------------------------------------------------- points
+
+
+def _level_key(level: Any) -> tuple[str, float, str]:
+    if isinstance(level, LoadLevel):
+        return (level.mode, float(level.value), level.arrival)
+    if isinstance(level, Mapping):
+        lv = LoadLevel.from_dict(level)
+        return (lv.mode, float(lv.value), lv.arrival)
+    if isinstance(level, str):
+        text = level.strip()
+        try:
+            if text[:1] == "c":
+                return ("concurrency", float(text[1:]), "closed")
+            if text[:1] == "r":
+                return ("rate", float(text[1:]), "*")
+        except ValueError:
+            pass
+        raise ValueError(f"not a load level label: {level!r} (expected e.g. c32 or r2.5)")
+    raise TypeError(f"a load level is a LoadLevel, its dict or its label, got {level!r}")
+
+
+def _same_level(a: tuple[str, float, str], b: tuple[str, float, str]) -> bool:
+    # A label such as "r2.5" names no arrival process: it matches any.
+    return a[0] == b[0] and a[1] == b[1] and (a[2] == b[2] or "*" in (a[2], b[2]))
+
+
+def find_point(
+    doc: Mapping[str, Any], test: str, engine: str, level: LoadLevel | Mapping[str, Any] | str
+) -> dict[str, Any] | None:
+    """The point of ``test`` on ``engine`` at ``level`` (a ``LoadLevel``, its dict or its
+    label ``c32``) in a run document, or None. A level measured twice gives its last
+    point."""
+    want = _level_key(level)
+    found = None
+    for p in doc.get("points", ()):
+        if p.get("test") != test or p.get("engine") != engine:
+            continue
+        try:
+            key = _level_key(p.get("level"))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if _same_level(key, want):
+            found = p
+    return None if found is None else dict(found)
+
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _qkey(q: float) -> str:
+    return f"{q:g}"
+
+
+def metric_value(point: Mapping[str, Any], metric: str) -> float | None:
+    """The value of a comparison metric in a point dict: latencies in ms from the summary's
+    distributions, rates and fractions from the summary (goodput and attainment from the
+    verdict when the test evaluated one, as the reports do). None when undefined."""
+    spec = METRIC_SPECS[metric]
+    summary = point.get("summary") or {}
+    if spec.kind == "latency":
+        dist = (summary.get("distributions") or {}).get(spec.field) or {}
+        if not dist.get("count"):
+            return None
+        if spec.stat == "mean":
+            return _num(dist.get("mean"))
+        pct = dist.get("percentiles") or {}
+        q = float(spec.stat)  # type: ignore[arg-type]
+        value = pct.get(_qkey(q))
+        if value is None:
+            # Keys written by another formatter ("99.0"): match numerically.
+            for k, v in pct.items():
+                try:
+                    if float(k) == q:
+                        value = v
+                except ValueError:
+                    continue
+        return _num(value)
+    verdict = point.get("verdict") or {}
+    if spec.field in ("goodput_tok_s", "goodput_req_s", "attainment"):
+        value = _num(verdict.get(spec.field))
+        if value is not None:
+            return value
+    return _num(summary.get(spec.field))
+
+
+def _objective_labels(point: Mapping[str, Any]) -> tuple[str, ...] | None:
+    verdict = point.get("verdict")
+    if verdict:
+        labels = []
+        for r in verdict.get("results", ()):
+            obj = r.get("objective") or {}
+            labels.append(str(obj.get("label") or json.dumps(obj, sort_keys=True)))
+        return tuple(sorted(labels))
+    objectives = (point.get("summary") or {}).get("objectives")
+    return tuple(sorted(map(str, objectives))) if objectives else None
+
+
+def _counts(point: Mapping[str, Any]) -> tuple[int, int] | None:
+    for src in (point.get("verdict") or {}, point.get("summary") or {}):
+        good, requests = src.get("good"), src.get("requests")
+        if isinstance(good, int) and isinstance(requests, int) and requests > 0:
+            return good, requests
+    return None
+
+
+def _samples(point: Mapping[str, Any], metric: str) -> list[Any] | None:
+    samples = point.get("samples") or {}
+    values = samples.get(f"{metric}_ms")
+    return list(values) if isinstance(values, list | tuple) else None
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseJudgement:
+    """Whether a change is within run-to-run noise. ``noise`` True: it is; False: it is
+    significant; None: not judged (no samples, too few, a run-level metric). ``low`` and
+    ``high`` bound the change (new - old) in the metric's unit, when a bootstrap was run;
+    ``p_value`` is the rank test's (latencies) or the proportion test's (attainment)."""
+
+    method: str
+    noise: bool | None
+    p_value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    confidence: float = 0.95
+    n_old: int = 0
+    n_new: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "noise": self.noise,
+            "p_value": self.p_value,
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "n_old": self.n_old,
+            "n_new": self.n_new,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    """One metric of a comparison: baseline and new value, the change (``delta`` in the
+    metric's unit, ``delta_pct`` relative to the baseline), the tolerance, the noise
+    judgement and the status (see the module docstring for the rule)."""
+
+    metric: str
+    old: float | None
+    new: float | None
+    delta: float | None
+    delta_pct: float | None
+    status: RowStatus
+    tolerance: Tolerance
+    noise: NoiseJudgement | None = None
+
+    @property
+    def higher_is_better(self) -> bool:
+        return METRIC_SPECS[self.metric].higher_is_better
+
+    @property
+    def unit(self) -> str:
+        return METRIC_SPECS[self.metric].unit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "old": self.old,
+            "new": self.new,
+            "delta": self.delta,
+            "delta_pct": self.delta_pct,
+            "status": self.status,
+            "tolerance": self.tolerance.to_dict(),
+            "tolerance_label": self.tolerance.label,
+            "higher_is_better": self.higher_is_better,
+            "noise": None if self.noise is None else self.noise.to_dict(),
+        }
+
+
+def _judge_noise(
+    spec: MetricSpec,
+    old_point: Mapping[str, Any],
+    new_point: Mapping[str, Any],
+    *,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> NoiseJudgement:
+    from pytest_llmslo import stats
+
+    alpha = 1.0 - confidence
+    if spec.kind == "latency":
+        xs, ys = _samples(old_point, spec.field), _samples(new_point, spec.field)
+        if xs is None or ys is None:
+            return NoiseJudgement("none", None, note="no per-request samples stored")
+        a, b = stats.finite_samples(xs), stats.finite_samples(ys)
+        if min(a.size, b.size) < MIN_NOISE_SAMPLES:
+            return NoiseJudgement(
+                "none",
+                None,
+                n_old=int(a.size),
+                n_new=int(b.size),
+                note=f"fewer than {MIN_NOISE_SAMPLES} samples a side",
+            )
+        ci = stats.bootstrap_diff(
+            a, b, spec.stat or 50.0, confidence=confidence, resamples=resamples, seed=seed
+        )
+        rank = stats.mann_whitney_u(a, b)
+        note = "per-request mean ITL samples" if spec.field == "itl" else ""
+        return NoiseJudgement(
+            "bootstrap",
+            ci.contains_zero,
+            p_value=rank.p_value,
+            low=ci.low,
+            high=ci.high,
+            confidence=confidence,
+            n_old=int(a.size),
+            n_new=int(b.size),
+            note=note,
+        )
+    if spec.field == "attainment":
+        ca, cb = _counts(old_point), _counts(new_point)
+        if ca is None or cb is None:
+            return NoiseJudgement("none", None, note="no good/request counts stored")
+        test = stats.two_proportion_test(ca[0], ca[1], cb[0], cb[1])
+        return NoiseJudgement(
+            "two-proportion",
+            not test.significant(alpha),
+            p_value=test.p_value,
+            confidence=confidence,
+            n_old=ca[1],
+            n_new=cb[1],
+        )
+    return NoiseJudgement("none", None, note="one number per run: judged by the tolerance alone")
+
+
+def _row(
+    tol: Tolerance,
+    old_point: Mapping[str, Any],
+    new_point: Mapping[str, Any],
+    *,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> ComparisonRow:
+    spec = tol.spec
+    old, new = metric_value(old_point, tol.metric), metric_value(new_point, tol.metric)
+    if old is None or new is None:
+        return ComparisonRow(tol.metric, old, new, None, None, "n/a", tol)
+    delta = new - old
+    delta_pct = None if old == 0 else 100.0 * delta / abs(old)
+    worse = -delta if spec.higher_is_better else delta
+    allowed = tol.allowed(old)
+    # A tiny epsilon: a change of exactly the tolerance is within it despite float noise.
+    eps = 1e-9 * max(abs(old), abs(new), 1.0)
+    if worse > allowed + eps:
+        status: RowStatus = "regressed"
+    elif -worse > allowed + eps:
+        status = "improved"
+    else:
+        status = "within tolerance"
+    noise = None
+    if status != "within tolerance":
+        noise = _judge_noise(
+            spec, old_point, new_point, confidence=confidence, resamples=resamples, seed=seed
+        )
+        if noise.noise:
+            status = "noise"
+    return ComparisonRow(tol.metric, old, new, delta, delta_pct, status, tol, noise)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _fmt_value(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    spec = METRIC_SPECS[metric]
+    if spec.kind == "latency":
+        return f"{value:.1f} ms"
+    if spec.kind == "fraction":
+        return f"{100.0 * value:.1f}%"
+    return f"{value:.0f} {spec.unit}" if abs(value) >= 100 else f"{value:.2f} {spec.unit}"
+
+
+def _fmt_delta(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    spec = METRIC_SPECS[metric]
+    if spec.kind == "latency":
+        return f"{value:+.1f} ms"
+    if spec.kind == "fraction":
+        return f"{100.0 * value:+.1f} pp"
+    return f"{value:+.0f} {spec.unit}" if abs(value) >= 100 else f"{value:+.2f} {spec.unit}"
+
+
+def _fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def _noise_text(row: ComparisonRow) -> str:
+    n = row.noise
+    if n is None or n.noise is None:
+        return ""
+    conf = f"{100 * n.confidence:g}%"
+    if n.method == "bootstrap":
+        unit = " ms"
+        text = (
+            f"{conf} bootstrap interval of the change [{n.low:+.1f}, {n.high:+.1f}]{unit} "
+            f"{'contains' if n.noise else 'excludes'} 0; rank test p={n.p_value:.3g}, "
+            f"n={n.n_old}/{n.n_new}"
+        )
+        return text + (f" ({n.note})" if n.note else "")
+    if n.method == "two-proportion":
+        return f"two-proportion test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
+    return n.note
+
+
+def status_text(row: ComparisonRow) -> str:
+    """The status as shown: regressions in capitals so they stand out."""
+    return "REGRESSED" if row.status == "regressed" else row.status
+
+
+ROW_HEADERS = ("metric", "baseline", "new", "delta", "delta %", "tolerance", "status")
+
+
+def row_cells(row: ComparisonRow) -> list[str]:
+    """A row as display strings, in the order of ``ROW_HEADERS``."""
+    return [
+        row.metric,
+        _fmt_value(row.metric, row.old),
+        _fmt_value(row.metric, row.new),
+        _fmt_delta(row.metric, row.delta),
+        _fmt_pct(row.delta_pct),
+        row.tolerance.label,
+        status_text(row),
+    ]
+
+
+def _wrap_rule(indent: str) -> list[str]:
+    return textwrap.wrap(RULE, width=100, initial_indent=indent, subsequent_indent=indent + "  ")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    widths = [len(h) for h in headers]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r, strict=True)]
+    last = len(headers) - 1
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.ljust(w) if i in (0, last) else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return (indent + "  ".join(parts)).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One point (engine, test, load level) against its baseline. ``problems`` lists why
+    the two cannot be compared (then ``rows`` is empty and nothing regressed);
+    ``labels`` name the two sides (``("baseline", "new")``), ``versions`` the engine
+    versions when known."""
+
+    engine: str
+    test: str
+    level: LoadLevel | None
+    rows: tuple[ComparisonRow, ...] = ()
+    problems: tuple[str, ...] = ()
+    labels: tuple[str, str] = ("baseline", "new")
+    versions: tuple[str | None, str | None] = (None, None)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.problems
+
+    @property
+    def regressed(self) -> bool:
+        return any(r.status == "regressed" for r in self.rows)
+
+    @property
+    def improved(self) -> bool:
+        return any(r.status == "improved" for r in self.rows)
+
+    @property
+    def regressions(self) -> tuple[ComparisonRow, ...]:
+        return tuple(r for r in self.rows if r.status == "regressed")
+
+    @property
+    def status(self) -> str:
+        """``regressed``, ``improved``, ``unchanged`` (nothing beyond tolerance and noise)
+        or ``not comparable``."""
+        if not self.comparable:
+            return "not comparable"
+        if self.regressed:
+            return "regressed"
+        return "improved" if self.improved else "unchanged"
+
+    @property
+    def title(self) -> str:
+        label = "-" if self.level is None else self.level.label
+        return f"{self.engine} | {self.test} | {label}"
+
+    def _versions_text(self) -> str:
+        old, new = self.versions
+        if old is None and new is None:
+            return ""
+        if old == new:
+            return f" (engine {old})"
+        return f" (engine {old or '?'} -> {new or '?'})"
+
+    def format(self, *, rule: bool = True) -> str:
+        """The comparison as text: a heading with the outcome, the old-vs-new table, a line
+        per noise judgement and per regression, and (``rule``) the rule."""
+        head = f"{self.title}: {self.status.upper()} vs {self.labels[0]}{self._versions_text()}"
+        lines = [head]
+        if not self.comparable:
+            lines.append("  not compared, the runs differ:")
+            lines.extend(f"    {p}" for p in self.problems)
+            return "\n".join(lines)
+        headers = list(ROW_HEADERS)
+        headers[1], headers[2] = self.labels
+        lines.extend(_table(headers, [row_cells(r) for r in self.rows]))
+        for r in self.rows:
+            text = _noise_text(r)
+            if r.status == "regressed":
+                worse = "lower" if r.higher_is_better else "higher"
+                lines.append(
+                    f"  {r.metric}: {_fmt_value(r.metric, r.new)} is {worse} than "
+                    f"{_fmt_value(r.metric, r.old)} by {_fmt_delta(r.metric, r.delta)[1:]}"
+                    f" ({_fmt_pct(r.delta_pct)}), beyond the tolerance {r.tolerance.label}"
+                    + (f"; {text}" if text else "")
+                )
+            elif r.status == "noise":
+                lines.append(
+                    f"  {r.metric}: {_fmt_pct(r.delta_pct)} is beyond {r.tolerance.label} but "
+                    f"within noise: {text}"
+                )
+            elif r.status == "n/a":
+                lines.append(f"  {r.metric}: no value on one side, not compared")
+        if rule:
+            lines.extend(_wrap_rule("  "))
+        return "\n".join(lines)
+
+    def properties(self) -> list[tuple[str, str]]:
+        """Flat JUnit properties ``llmslo.compare.*``."""
+        props = [("llmslo.compare.status", self.status)]
+        if self.problems:
+            props.append(("llmslo.compare.problems", "; ".join(self.problems)))
+        for r in self.rows:
+            key = f"llmslo.compare.{r.metric}"
+            props.append((f"{key}.old", "" if r.old is None else f"{r.old:.6g}"))
+            props.append((f"{key}.new", "" if r.new is None else f"{r.new:.6g}"))
+            props.append((f"{key}.status", r.status))
+        return props
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "test": self.test,
+            "level": None if self.level is None else self.level.to_dict(),
+            "status": self.status,
+            "rows": [r.to_dict() for r in self.rows],
+            "problems": list(self.problems),
+            "labels": list(self.labels),
+            "versions": list(self.versions),
+        }
+
+
+def _point_level(point: Mapping[str, Any]) -> LoadLevel | None:
+    try:
+        return LoadLevel.from_dict(point["level"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _invalid_reason(point: Mapping[str, Any]) -> str | None:
+    summary = point.get("summary") or {}
+    if summary.get("valid", True) and (point.get("verdict") or {}).get("run_valid", True):
+        return None
+    reasons = summary.get("invalid_reasons") or []
+    return ", ".join(map(str, reasons)) or "marked invalid"
+
+
+def compare_points(
+    old_point: Mapping[str, Any],
+    new_point: Mapping[str, Any],
+    tolerances: Mapping[str, Tolerance] | str | None = None,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    labels: tuple[str, str] = ("baseline", "new"),
+    versions: tuple[str | None, str | None] = (None, None),
+) -> Comparison:
+    """Compare one point of a run document (``SweepPoint.to_dict()``) with its baseline.
+
+    ``tolerances``: the gates, from ``parse_tolerances`` (or its text); None uses
+    ``DEFAULT_TOLERANCES``. One row per gated metric, in the order given. The points are
+    not compared (``problems`` says why) when their load levels differ, when they evaluated
+    different objectives (goodput would mean different things), or when either client run
+    was invalid (its numbers are the load generator's). ``seed`` seeds the bootstrap.
+    """
+    if tolerances is None:
+        tols = _default_tolerances()
+    elif isinstance(tolerances, str):
+        tols = parse_tolerances(tolerances)
+    else:
+        tols = dict(tolerances)
+    engine = str(new_point.get("engine", old_point.get("engine", "?")))
+    test = str(new_point.get("test", old_point.get("test", "?")))
+    level = _point_level(new_point)
+    problems: list[str] = []
+    old_level = _point_level(old_point)
+    if old_level is None or level is None:
+        problems.append("load level: missing or malformed on one side")
+    elif not _same_level(_level_key(old_level), _level_key(level)):
+        problems.append(
+            f"load level: {old_level.label} ({labels[0]}) != {level.label} ({labels[1]})"
+        )
+    old_obj, new_obj = _objective_labels(old_point), _objective_labels(new_point)
+    if old_obj is not None and new_obj is not None and old_obj != new_obj:
+        problems.append(
+            f"slo: {', '.join(old_obj) or '(none)'} ({labels[0]}) != "
+            f"{', '.join(new_obj) or '(none)'} ({labels[1]})"
+        )
+    for point, side in ((old_point, labels[0]), (new_point, labels[1])):
+        reason = _invalid_reason(point)
+        if reason is not None:
+            problems.append(
+                f"the {side} run is invalid (the load generator was the bottleneck: {reason})"
+            )
+    if problems:
+        return Comparison(engine, test, level, (), tuple(problems), labels, versions)
+    rows = tuple(
+        _row(t, old_point, new_point, confidence=confidence, resamples=resamples, seed=seed)
+        for t in tols.values()
+    )
+    return Comparison(engine, test, level, rows, (), labels, versions)
+
+
+def assert_no_regression(comparison: Comparison) -> None:
+    """Raise ``errors.RegressionError`` (an ``AssertionError``) with the comparison's table
+    when it regressed; the error's ``verdict`` attribute carries the comparison."""
+    __tracebackhide__ = True
+    if comparison.regressed:
+        raise RegressionError(comparison.format(), comparison)
+
+
+# --------------------------------------------------------------------------- documents
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentComparison:
+    """Two run documents compared point by point. ``mismatch`` lists differing pinned
+    constants (then nothing is compared); ``only_old`` / ``only_new`` name the points
+    (``engine | test | level``) found on one side; ``notes`` say how engines were paired."""
+
+    comparisons: tuple[Comparison, ...] = ()
+    mismatch: tuple[str, ...] = ()
+    only_old: tuple[str, ...] = ()
+    only_new: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    labels: tuple[str, str] = ("baseline", "new")
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.mismatch
+
+    @property
+    def regressed(self) -> bool:
+        return any(c.regressed for c in self.comparisons)
+
+    @property
+    def status(self) -> str:
+        if not self.comparable:
+            return "not comparable"
+        if self.regressed:
+            return "regressed"
+        if any(c.improved for c in self.comparisons):
+            return "improved"
+        return "unchanged"
+
+    def format(self) -> str:
+        lines = [
+            f"llmslo compare: {self.labels[0]} -> {self.labels[1]}: {self.status.upper()}",
+        ]
+        if self.mismatch:
+            lines.append("not compared: the pinned constants differ:")
+            lines.extend(f"  {m}" for m in self.mismatch)
+            return "\n".join(lines)
+        if self.tolerances:
+            lines.append(
+                "tolerances: " + ", ".join(f"{k} {t.label}" for k, t in self.tolerances.items())
+            )
+        lines.extend(self.notes)
+        for c in self.comparisons:
+            lines.append("")
+            lines.append(c.format(rule=False))
+        if self.only_old:
+            lines.append("")
+            lines.append(f"only in {self.labels[0]} (not compared): {', '.join(self.only_old)}")
+        if self.only_new:
+            lines.append("")
+            lines.append(f"only in {self.labels[1]} (not compared): {', '.join(self.only_new)}")
+        if not self.comparisons:
+            lines.append("no point (engine, test, load level) is in both documents")
+        counts = {
+            s: sum(1 for c in self.comparisons if c.status == s)
+            for s in ("regressed", "improved", "unchanged", "not comparable")
+        }
+        lines.append("")
+        lines.append(
+            f"{len(self.comparisons)} points compared: "
+            + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        )
+        if self.comparisons:
+            lines.extend(_wrap_rule(""))
+        return "\n".join(lines).rstrip()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "labels": list(self.labels),
+            "mismatch": list(self.mismatch),
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "only_old": list(self.only_old),
+            "only_new": list(self.only_new),
+            "notes": list(self.notes),
+            "tolerances": {k: t.to_dict() for k, t in self.tolerances.items()},
+        }
+
+
+def _point_name(p: Mapping[str, Any]) -> str:
+    level = _point_level(p)
+    return f"{p.get('engine')} | {p.get('test')} | {'-' if level is None else level.label}"
+
+
+def _engine_version(doc: Mapping[str, Any], engine: str) -> str | None:
+    entry = (doc.get("engines") or {}).get(engine) or {}
+    version = entry.get("version")
+    return None if version is None else str(version)
+
+
+def compare_documents(
+    old_doc: Mapping[str, Any],
+    new_doc: Mapping[str, Any],
+    tolerances: Mapping[str, Tolerance] | str | None = None,
+    *,
+    engines: Mapping[str, str] | None = None,
+    labels: tuple[str, str] = ("baseline", "new"),
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> DocumentComparison:
+    """Compare every point of ``new_doc`` with the point of the same test, engine and load
+    level in ``old_doc``. ``engines`` maps baseline engine names to new ones; without it,
+    engines pair by name, and two documents of one engine each under different names pair
+    with each other (a note says so)."""
+    if tolerances is None:
+        tols = _default_tolerances()
+    elif isinstance(tolerances, str):
+        tols = parse_tolerances(tolerances)
+    else:
+        tols = dict(tolerances)
+    mismatch = constants_mismatch(old_doc.get("constants"), new_doc.get("constants"), labels=labels)
+    if mismatch:
+        return DocumentComparison(mismatch=tuple(mismatch), labels=labels, tolerances=tols)
+    old_points = list(old_doc.get("points", ()))
+    new_points = list(new_doc.get("points", ()))
+    old_engines = list(dict.fromkeys(str(p.get("engine")) for p in old_points))
+    new_engines = list(dict.fromkeys(str(p.get("engine")) for p in new_points))
+    notes: list[str] = []
+    if engines is not None:
+        mapping = dict(engines)
+    elif len(old_engines) == 1 and len(new_engines) == 1 and old_engines != new_engines:
+        mapping = {old_engines[0]: new_engines[0]}
+        notes.append(
+            f"engines paired by position: {old_engines[0]} ({labels[0]}) with "
+            f"{new_engines[0]} ({labels[1]})"
+        )
+    else:
+        mapping = {}
+    reverse = {v: k for k, v in mapping.items()}
+    used: set[int] = set()
+    comparisons: list[Comparison] = []
+    only_new: list[str] = []
+    for p in new_points:
+        engine = str(p.get("engine"))
+        old_engine = reverse.get(engine, engine if engine not in mapping else None)
+        old = None
+        level = _point_level(p)
+        if old_engine is not None and level is not None:
+            for i, q in enumerate(old_points):
+                if (
+                    i not in used
+                    and q.get("engine") == old_engine
+                    and q.get("test") == p.get("test")
+                    and (ql := _point_level(q)) is not None
+                    and _same_level(_level_key(ql), _level_key(level))
+                ):
+                    old = i  # keep looking: a level measured twice compares its last point
+            if old is not None:
+                used.add(old)
+        if old is None:
+            only_new.append(_point_name(p))
+            continue
+        versions = (
+            _engine_version(old_doc, old_engine or engine),
+            _engine_version(new_doc, engine),
+        )
+        comparisons.append(
+            compare_points(
+                old_points[old],
+                p,
+                tols,
+                confidence=confidence,
+                resamples=resamples,
+                seed=seed,
+                labels=labels,
+                versions=versions,
+            )
+        )
+    only_old = [_point_name(q) for i, q in enumerate(old_points) if i not in used]
+    return DocumentComparison(
+        comparisons=tuple(comparisons),
+        mismatch=(),
+        only_old=tuple(only_old),
+        only_new=tuple(only_new),
+        notes=tuple(notes),
+        labels=labels,
+        tolerances=tols,
+    )
