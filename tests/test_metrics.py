@@ -448,3 +448,48 @@ def test_cache_is_per_run_identity() -> None:
     per_request(a)["ttft"][0] = -1
     assert per_request(a)["ttft"][0] == pytest.approx(10)
     assert metrics.aggregate_values(a, "ttft")[0] == pytest.approx(10)
+
+
+def test_request_itl_percentiles_with_mixed_chunk_sizes() -> None:
+    # Requests of very different lengths land in different padded blocks; multi-token
+    # chunks expand into several samples. Check against a per-request numpy computation.
+    rng = np.random.default_rng(3)
+    recs = []
+    expected: list[np.ndarray] = []
+    for i in range(60):
+        n = int(rng.choice([1, 2, 3, 17, 64, 200]))
+        t = np.cumsum(rng.integers(1, 50, n)).astype(float)
+        toks = rng.integers(1, 4, n).tolist()
+        recs.append(
+            rec(i, sent=0, chunks=t.tolist(), tokens=toks, exact=True, completion=sum(toks))
+        )
+        gaps = np.diff(t)
+        expected.append(np.repeat(gaps / np.asarray(toks[1:]), toks[1:]))
+    run = make_run(recs)
+    for q in (50.0, 90.0, 99.0):
+        got = request_values(run, "itl", q)
+        for i, e in enumerate(expected):
+            if e.size == 0:
+                assert math.isnan(got[i])
+            else:
+                assert got[i] == pytest.approx(np.percentile(e, q))
+    means = request_values(run, "itl", "mean")
+    for i, e in enumerate(expected):
+        if e.size:
+            assert means[i] == pytest.approx(e.mean())
+    pooled = np.concatenate(expected)
+    assert np.sort(token_gaps(run)) == pytest.approx(np.sort(pooled))
+
+
+def test_zero_token_counts_are_treated_as_one() -> None:
+    r = rec(sent=0, chunks=[10, 20, 30], tokens=[1, 0, 2], exact=True, completion=3)
+    assert sorted(token_gaps(make_run([r])).tolist()) == pytest.approx([5.0, 5.0, 10.0])
+
+
+def test_failed_request_chunks_excluded_from_gap_blocks() -> None:
+    bad = rec(0, sent=0, chunks=[1, 2, 3, 4], kind="reset")
+    good = rec(1, sent=0, chunks=[10, 30, 60], completion=3)
+    run = make_run([bad, good])
+    assert token_gaps(run).tolist() == pytest.approx([20.0, 30.0])
+    v = request_values(run, "itl", 50.0)
+    assert math.isnan(v[0]) and v[1] == pytest.approx(25.0)
