@@ -1,0 +1,219 @@
+"""``python -m pytest_llmslo.sim``: start the simulated engine.
+
+    python -m pytest_llmslo.sim --host 127.0.0.1 --port 8000 \\
+        --profile llama3-70b-fp8-4xh100-vllm --model llama-70b [--trace-file tokens.jsonl]
+
+``--list-profiles`` prints the named profiles and exits. Custom numbers come from
+``--profile-file FILE.json`` (see ``profiles.profile_from_mapping``) and the flags below,
+which override the profile. Once listening, one line goes to stdout:
+``llmslo-sim ready on http://HOST:PORT (profile NAME, model MODEL)``; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from .profiles import DEFAULT_PROFILE, GPUS, PROFILES, Profile, get_profile, profile_from_mapping
+from .server import SimServer
+
+log = logging.getLogger("pytest_llmslo.sim")
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {s!r}.") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"Value must be >= 1, got {s!r}.")
+    return v
+
+
+def _nonneg_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {s!r}.") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"Value must be >= 0, got {s!r}.")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pytest_llmslo.sim",
+        description="A simulated LLM serving engine with an OpenAI-compatible API.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="Address to listen on. Default: 127.0.0.1")
+    p.add_argument(
+        "--port", type=int, default=8000, help="Port (0 picks a free one). Default: 8000"
+    )
+    p.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help=f"Named profile. Default: {DEFAULT_PROFILE}"
+    )
+    p.add_argument("--profile-file", help="JSON file with a custom profile (overrides --profile).")
+    p.add_argument(
+        "--model", help="Model name served and checked in requests. Default: the profile's model"
+    )
+    p.add_argument(
+        "--served-model-name", dest="model_alias", help="Alias of --model (vLLM's flag)."
+    )
+    p.add_argument(
+        "--trace-file", help="Append one JSON line per token written (rid, i, t_ns, sched_ns)."
+    )
+    p.add_argument("--list-profiles", action="store_true", help="List the profiles and exit.")
+    p.add_argument(
+        "--show-profile", action="store_true", help="Print the resolved profile as JSON and exit."
+    )
+    g = p.add_argument_group("custom hardware and scheduling (override the profile)")
+    g.add_argument("--gpu", choices=sorted(GPUS), help="GPU type.")
+    g.add_argument(
+        "--tp",
+        "--tensor-parallel-size",
+        dest="tp",
+        type=_positive_int,
+        help="Tensor-parallel GPUs.",
+    )
+    g.add_argument(
+        "--max-model-len",
+        type=_positive_int,
+        help="Context length (prompt + output). Default: 8192",
+    )
+    g.add_argument("--max-num-batched-tokens", type=_positive_int, help="Token budget per step.")
+    g.add_argument("--max-num-seqs", type=_positive_int, help="Largest batch.")
+    g.add_argument("--block-size", type=_positive_int, help="Tokens per KV block.")
+    g.add_argument(
+        "--num-gpu-blocks", type=_positive_int, help="KV-cache blocks (default: from GPU memory)."
+    )
+    g.add_argument(
+        "--gpu-memory-utilization", type=_nonneg_float, help="Fraction of GPU memory used."
+    )
+    g.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Prefix caching.",
+    )
+    g.add_argument("--no-chunked-prefill", action="store_true", help="Prefill whole prompts only.")
+    g.add_argument("--step-overhead-ms", type=_nonneg_float, help="Fixed CPU time per step.")
+    g.add_argument(
+        "--per-seq-overhead-ms", type=_nonneg_float, help="CPU time per sequence per step."
+    )
+    p.add_argument(
+        "--lag-warn-ms",
+        type=_nonneg_float,
+        default=20.0,
+        help="Warn when a step's tokens are written this late. Default: 20",
+    )
+    p.add_argument("--log-level", default="INFO", help="Logging level. Default: INFO")
+    return p
+
+
+def resolve_profile(args: argparse.Namespace) -> Profile:
+    """The profile the flags describe (named or file, then per-flag overrides)."""
+    if args.profile_file:
+        with open(args.profile_file, encoding="utf-8") as f:
+            profile = profile_from_mapping(json.load(f))
+    else:
+        profile = get_profile(args.profile)
+    engine = {}
+    for flag, fld in (
+        ("max_num_batched_tokens", "max_num_batched_tokens"),
+        ("max_num_seqs", "max_num_seqs"),
+        ("block_size", "block_size"),
+        ("gpu_memory_utilization", "gpu_memory_utilization"),
+        ("enable_prefix_caching", "enable_prefix_caching"),
+    ):
+        v = getattr(args, flag)
+        if v is not None:
+            engine[fld] = v
+    if args.no_chunked_prefill:
+        engine["chunked_prefill"] = False
+    if args.step_overhead_ms is not None:
+        engine["step_overhead_s"] = args.step_overhead_ms / 1e3
+    if args.per_seq_overhead_ms is not None:
+        engine["per_seq_overhead_s"] = args.per_seq_overhead_ms / 1e3
+    changes: dict[str, object] = {}
+    if engine:
+        changes["engine"] = dataclasses.replace(profile.engine, **engine)
+    if args.gpu:
+        changes["gpu"] = GPUS[args.gpu]
+    if args.tp:
+        changes["tp"] = args.tp
+    if args.max_model_len:
+        changes["max_model_len"] = args.max_model_len
+    if args.num_gpu_blocks:
+        changes["num_blocks"] = args.num_gpu_blocks
+    if changes:
+        profile = dataclasses.replace(profile, **changes)
+    return profile
+
+
+async def serve(
+    profile: Profile, model: str, host: str, port: int, args: argparse.Namespace
+) -> None:
+    server = SimServer(
+        profile, model, trace_file=args.trace_file, lag_warn_s=args.lag_warn_ms / 1e3
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    bound = await server.start(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    print(
+        f"llmslo-sim ready on http://{shown}:{bound} (profile {profile.name}, model {model})",
+        flush=True,
+    )
+    log.info(
+        "KV cache: %d blocks of %d tokens; step budget %d tokens; max batch %d",
+        profile.kv_blocks(),
+        profile.engine.block_size,
+        profile.engine.max_num_batched_tokens,
+        profile.engine.max_num_seqs,
+    )
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.list_profiles:
+        width = max(len(n) for n in PROFILES)
+        for name, prof in sorted(PROFILES.items()):
+            print(f"{name:<{width}}  {prof.description}")
+        return 0
+    try:
+        profile = resolve_profile(args)
+        profile.kv_blocks()
+    except (ValueError, OSError, KeyError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.show_profile:
+        print(json.dumps(profile.to_dict(), indent=2))
+        return 0
+    model = args.model or args.model_alias or profile.model.name
+    try:
+        asyncio.run(serve(profile, model, args.host, args.port, args))
+    except OSError as e:
+        print(f"error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Named setups for the sim engine: GPU x model x tensor parallelism x engine scheduling.
+
+A ``Profile`` is everything the sim needs: the hardware and model numbers behind the
+roofline (``costmodel.py``) and the scheduling limits and overheads of an engine
+(``scheduler.py``). Profile names read ``<model>-<gpus>-<engine>``, for example
+``llama3-70b-fp8-4xh100-vllm``.
+
+Hardware numbers are the vendors' dense figures (H100 SXM: 80 GB HBM3 at 3.35 TB/s, 989
+TFLOPS BF16, 1979 TFLOPS FP8, NVLink 450 GB/s per direction). Model numbers are the
+published Llama 3.1 configs. The engine presets differ where the engines do:
+
+- vLLM-like: 8192-token budget, 16-token blocks, prefix caching, the largest per-step and
+  per-sequence CPU overheads (Python scheduler, detokenisation in the API server);
+- SGLang-like: 8192-token chunked prefill, token-granular radix cache (block size 1),
+  lower overheads (the overlap scheduler hides most of the CPU work);
+- TRT-LLM-like: 8192 max tokens, 32-token blocks, the C++ runtime's small overheads and
+  slightly better kernel efficiency.
+
+The overheads and efficiencies are calibrated so that the 70B FP8 4xH100 vLLM-like profile
+at ISL 512 / OSL 256 gives an inter-token latency around 13 ms at concurrency 1 and a
+TTFT P99 < 500 ms / ITL P50 < 30 ms knee between concurrency 32 and 48, as published
+measurements of that setup show. ``docs/sim.md`` has the sweep.
+
+Custom numbers: ``profile_from_mapping`` (a JSON file given to ``--profile-file``) starts
+from a named profile (``"base"``) and overrides any field of ``gpu``, ``model`` and
+``engine``, or ``tp``, ``max_model_len``, ``num_blocks``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .costmodel import CostModel, Gpu, ModelSpec
+from .scheduler import SchedulerConfig
+
+GPUS: dict[str, Gpu] = {
+    "h100-sxm": Gpu(
+        name="H100-SXM-80GB",
+        hbm_bytes=80e9,
+        hbm_bw=3.35e12,
+        bf16_flops=989e12,
+        fp8_flops=1979e12,
+        link_bw=450e9,
+        allreduce_latency_s=12e-6,
+    ),
+    "h200": Gpu(
+        name="H200-141GB",
+        hbm_bytes=141e9,
+        hbm_bw=4.8e12,
+        bf16_flops=989e12,
+        fp8_flops=1979e12,
+        link_bw=450e9,
+        allreduce_latency_s=12e-6,
+    ),
+    "a100-sxm": Gpu(
+        name="A100-SXM-80GB",
+        hbm_bytes=80e9,
+        hbm_bw=2.039e12,
+        bf16_flops=312e12,
+        fp8_flops=None,
+        link_bw=300e9,
+        allreduce_latency_s=15e-6,
+    ),
+}
+
+MODELS: dict[str, ModelSpec] = {
+    "llama-3.1-70b": ModelSpec(
+        name="meta-llama/Llama-3.1-70B-Instruct",
+        params=70.6e9,
+        layers=80,
+        hidden=8192,
+        heads=64,
+        kv_heads=8,
+        head_dim=128,
+        vocab=128256,
+        weight_bytes=2.0,
+        kv_bytes=2.0,
+        max_model_len=131072,
+    ),
+    "llama-3.1-8b": ModelSpec(
+        name="meta-llama/Llama-3.1-8B-Instruct",
+        params=8.03e9,
+        layers=32,
+        hidden=4096,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        vocab=128256,
+        weight_bytes=2.0,
+        kv_bytes=2.0,
+        max_model_len=131072,
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePreset:
+    """Scheduling limits, CPU overheads and kernel efficiencies of one engine."""
+
+    name: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    enable_prefix_caching: bool = True
+    chunked_prefill: bool = True
+    step_overhead_s: float = 2e-3
+    per_seq_overhead_s: float = 20e-6
+    gpu_memory_utilization: float = 0.9
+    mem_efficiency: float = 0.8
+    attn_mem_efficiency: float = 0.6
+    compute_efficiency: float = 0.6
+
+
+ENGINES: dict[str, EnginePreset] = {
+    "vllm": EnginePreset(
+        name="vllm",
+        max_num_batched_tokens=2048,
+        max_num_seqs=1024,
+        block_size=16,
+        step_overhead_s=3.0e-3,
+        per_seq_overhead_s=0.38e-3,
+        mem_efficiency=0.8,
+        attn_mem_efficiency=0.55,
+        compute_efficiency=0.55,
+    ),
+    "sglang": EnginePreset(
+        name="sglang",
+        max_num_batched_tokens=8192,
+        max_num_seqs=1024,
+        block_size=1,
+        step_overhead_s=1.8e-3,
+        per_seq_overhead_s=0.22e-3,
+        mem_efficiency=0.82,
+        attn_mem_efficiency=0.6,
+        compute_efficiency=0.58,
+    ),
+    "trtllm": EnginePreset(
+        name="trtllm",
+        max_num_batched_tokens=8192,
+        max_num_seqs=2048,
+        block_size=32,
+        step_overhead_s=1.2e-3,
+        per_seq_overhead_s=0.18e-3,
+        mem_efficiency=0.85,
+        attn_mem_efficiency=0.65,
+        compute_efficiency=0.62,
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """One sim setup. ``num_blocks=None`` sizes the KV cache from GPU memory."""
+
+    name: str
+    description: str
+    gpu: Gpu
+    model: ModelSpec
+    tp: int
+    engine: EnginePreset
+    max_model_len: int = 8192
+    num_blocks: int | None = None
+
+    def cost_model(self) -> CostModel:
+        e = self.engine
+        return CostModel(
+            gpu=self.gpu,
+            model=self.model,
+            tp=self.tp,
+            mem_efficiency=e.mem_efficiency,
+            attn_mem_efficiency=e.attn_mem_efficiency,
+            compute_efficiency=e.compute_efficiency,
+            step_overhead_s=e.step_overhead_s,
+            per_seq_overhead_s=e.per_seq_overhead_s,
+        )
+
+    def kv_blocks(self) -> int:
+        if self.num_blocks is not None:
+            return self.num_blocks
+        tokens = self.cost_model().kv_cache_tokens(self.engine.gpu_memory_utilization)
+        return max(tokens // self.engine.block_size, 1)
+
+    def scheduler_config(self) -> SchedulerConfig:
+        e = self.engine
+        return SchedulerConfig(
+            max_num_batched_tokens=e.max_num_batched_tokens,
+            max_num_seqs=e.max_num_seqs,
+            block_size=e.block_size,
+            num_blocks=self.kv_blocks(),
+            enable_prefix_caching=e.enable_prefix_caching,
+            chunked_prefill=e.chunked_prefill,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "gpu": asdict(self.gpu),
+            "model": asdict(self.model),
+            "tp": self.tp,
+            "engine": asdict(self.engine),
+            "max_model_len": self.max_model_len,
+            "num_blocks": self.kv_blocks(),
+        }
+
+
+def _fp8(model: ModelSpec) -> ModelSpec:
+    # FP8 weights; the KV cache stays BF16 (vLLM's default kv_cache_dtype="auto").
+    return dataclasses.replace(model, name=model.name + "-FP8", weight_bytes=1.0)
+
+
+def _build() -> dict[str, Profile]:
+    out: dict[str, Profile] = {}
+    setups = (
+        (
+            "llama3-70b-fp8-4xh100",
+            "Llama-3.1-70B FP8 on 4x H100 SXM (TP4)",
+            _fp8(MODELS["llama-3.1-70b"]),
+            "h100-sxm",
+            4,
+        ),
+        (
+            "llama3-70b-bf16-4xh100",
+            "Llama-3.1-70B BF16 on 4x H100 SXM (TP4)",
+            MODELS["llama-3.1-70b"],
+            "h100-sxm",
+            4,
+        ),
+        (
+            "llama3-8b-1xh100",
+            "Llama-3.1-8B BF16 on 1x H100 SXM",
+            MODELS["llama-3.1-8b"],
+            "h100-sxm",
+            1,
+        ),
+        (
+            "llama3-8b-fp8-1xh100",
+            "Llama-3.1-8B FP8 on 1x H100 SXM",
+            _fp8(MODELS["llama-3.1-8b"]),
+            "h100-sxm",
+            1,
+        ),
+    )
+    for prefix, desc, model, gpu, tp in setups:
+        for ename, preset in ENGINES.items():
+            name = f"{prefix}-{ename}"
+            out[name] = Profile(
+                name=name,
+                description=f"{desc}, {ename}-like scheduling",
+                gpu=GPUS[gpu],
+                model=model,
+                tp=tp,
+                engine=preset,
+            )
+    return out
+
+
+PROFILES: dict[str, Profile] = _build()
+DEFAULT_PROFILE = "llama3-70b-fp8-4xh100-vllm"
+
+
+def get_profile(name: str) -> Profile:
+    """The named profile; ``ValueError`` listing the valid names otherwise."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        valid = ", ".join(sorted(PROFILES))
+        raise ValueError(f"{name!r} is not a sim profile. Valid profiles: {valid}.") from None
+
+
+def _override(obj: Any, values: Mapping[str, Any], what: str) -> Any:
+    names = {f.name for f in dataclasses.fields(obj)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"unknown {what} field(s) {unknown}; valid: {sorted(names)}")
+    return dataclasses.replace(obj, **values)
+
+
+def profile_from_mapping(d: Mapping[str, Any]) -> Profile:
+    """A custom profile: ``{"base": NAME, "name": ..., "gpu": {...} or GPU key,
+    "model": {...} or model key, "engine": {...} or engine key, "tp": N, ...}``."""
+    base = get_profile(str(d.get("base", DEFAULT_PROFILE)))
+    gpu, model, engine = base.gpu, base.model, base.engine
+    if "gpu" in d:
+        g = d["gpu"]
+        gpu = GPUS[g] if isinstance(g, str) else _override(gpu, g, "gpu")
+    if "model" in d:
+        m = d["model"]
+        model = MODELS[m] if isinstance(m, str) else _override(model, m, "model")
+    if "engine" in d:
+        e = d["engine"]
+        engine = ENGINES[e] if isinstance(e, str) else _override(engine, e, "engine")
+    known = {"base", "gpu", "model", "engine", "name", "description", "tp", "max_model_len"}
+    known |= {"num_blocks"}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown profile key(s) {unknown}; valid: {sorted(known)}")
+    return Profile(
+        name=str(d.get("name", base.name + "-custom")),
+        description=str(d.get("description", base.description + " (custom)")),
+        gpu=gpu,
+        model=model,
+        tp=int(d.get("tp", base.tp)),
+        engine=engine,
+        max_model_len=int(d.get("max_model_len", base.max_model_len)),
+        num_blocks=d.get("num_blocks", base.num_blocks),
+    )
