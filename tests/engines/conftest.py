@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from engines_helpers import FAKE_ENGINE
 
 from pytest_llmslo.engines import lifecycle
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-FAKE_ENGINE = HERE / "fake_engine.py"
 
 
 @pytest.fixture
