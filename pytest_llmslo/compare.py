@@ -57,6 +57,7 @@ __all__ = [
     "METRIC_SPECS",
     "MIN_NOISE_SAMPLES",
     "PINNED_CONSTANTS",
+    "ROW_HEADERS",
     "RULE",
     "Comparison",
     "ComparisonRow",
@@ -69,13 +70,16 @@ __all__ = [
     "baseline_path",
     "compare_documents",
     "compare_points",
+    "constants_for_test",
     "constants_mismatch",
     "find_point",
     "list_baselines",
     "load_baseline",
     "metric_value",
     "parse_tolerances",
+    "row_cells",
     "save_baseline",
+    "status_text",
 ]
 
 DEFAULT_BASELINE_ROOT = os.path.join(".llmslo", "baselines")
@@ -99,9 +103,10 @@ PINNED_CONSTANTS: tuple[str, ...] = (
 )
 
 # Leaves of the pinned constants that name a place on one machine, not what was measured.
-_IGNORED_LEAVES = frozenset({"tokenizer"})
+# The Python version is the harness's interpreter, not the serving hardware.
+_IGNORED_LEAVES = frozenset({"tokenizer", "python"})
 # Leaves compared by file name only: a dataset read from another directory is the same one.
-_BASENAME_LEAVES = frozenset({"path", "dataset_path"})
+_BASENAME_LEAVES = frozenset({"path", "dataset", "dataset_path"})
 
 #: Fewer samples than this on a side: no noise judgement, the tolerance alone decides.
 MIN_NOISE_SAMPLES = 20
@@ -288,31 +293,41 @@ def _parse_one(part: str) -> Tolerance:
     return Tolerance(metric, amount, False)
 
 
-def parse_tolerances(text: str | Iterable[str]) -> dict[str, Tolerance]:
+def parse_tolerances(text: str | Iterable[str] | None) -> dict[str, Tolerance]:
     """``"goodput:5%,ttft_p99:10%,itl_p50:2ms"`` -> ``{metric: Tolerance}``.
 
     Parts are separated by commas (or semicolons); ``METRIC=VALUE`` works too. Units: ``%``
     (relative to the baseline) for every metric; ``ms``, ``s``, ``us`` for latencies;
     ``tok/s`` or ``req/s`` for throughputs; ``pp`` (percentage points) for attainment and
-    error_rate. Raises ``ConfigError`` naming the bad part and listing the valid metrics.
+    error_rate. An empty text (or None) gives ``{}``, which ``compare_points`` reads as
+    ``DEFAULT_TOLERANCES``. Raises ``ConfigError`` naming the bad part and listing the
+    valid metrics.
     """
+    if text is None:
+        return {}
     parts = (
         [p.strip() for p in text.replace(";", ",").split(",")]
         if isinstance(text, str)
         else [str(p).strip() for p in text]
     )
-    parts = [p for p in parts if p]
-    if not parts:
-        raise ConfigError(
-            f"No tolerance given: expected METRIC:VALUE pairs such as {DEFAULT_TOLERANCES!r}."
-        )
     out: dict[str, Tolerance] = {}
     for part in parts:
+        if not part:
+            continue
         tol = _parse_one(part)
         if tol.metric in out:
             raise ConfigError(f"Tolerance for {tol.metric} given twice (in {text!r}).")
         out[tol.metric] = tol
     return out
+
+
+def _tolerances(tolerances: Mapping[str, Tolerance] | str | None) -> dict[str, Tolerance]:
+    tols = (
+        parse_tolerances(tolerances)
+        if tolerances is None or isinstance(tolerances, str)
+        else dict(tolerances)
+    )
+    return tols or _default_tolerances()
 
 
 def _default_tolerances() -> dict[str, Tolerance]:
@@ -483,6 +498,18 @@ def constants_mismatch(
             va, vb = a.get(path, _MISSING), b.get(path, _MISSING)
             if va is _MISSING or vb is _MISSING or not _leaf_equal(path, va, vb):
                 out.append(f"{path}: {_show(va)} ({labels[0]}) != {_show(vb)} ({labels[1]})")
+    return out
+
+
+def constants_for_test(constants: Mapping[str, Any] | None, test: str) -> dict[str, Any]:
+    """The constants that apply to ``test``: the document's, with the test's own settings
+    (``constants["tests"][test]``, from its marker) over them; the lists of tests, engines
+    and levels left out (they say what ran, not how)."""
+    constants = constants or {}
+    out = {k: v for k, v in constants.items() if k not in ("tests", "engines", "levels")}
+    per_test = (constants.get("tests") or {}).get(test)
+    if isinstance(per_test, Mapping):
+        out.update({k: v for k, v in per_test.items() if k != "levels"})
     return out
 
 
@@ -863,9 +890,9 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = 
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """One point (engine, test, load level) against its baseline. ``problems`` lists why
-    the two cannot be compared (then ``rows`` is empty and nothing regressed);
-    ``labels`` name the two sides (``("baseline", "new")``), ``versions`` the engine
-    versions when known."""
+    the two cannot be compared (then ``rows`` is empty and nothing regressed;
+    ``constants_differ`` when the reason is a pinned constant); ``labels`` name the two
+    sides (``("baseline", "new")``), ``versions`` the engine versions when known."""
 
     engine: str
     test: str
@@ -874,6 +901,7 @@ class Comparison:
     problems: tuple[str, ...] = ()
     labels: tuple[str, str] = ("baseline", "new")
     versions: tuple[str | None, str | None] = (None, None)
+    constants_differ: bool = False
 
     @property
     def comparable(self) -> bool:
@@ -1006,12 +1034,7 @@ def compare_points(
     different objectives (goodput would mean different things), or when either client run
     was invalid (its numbers are the load generator's). ``seed`` seeds the bootstrap.
     """
-    if tolerances is None:
-        tols = _default_tolerances()
-    elif isinstance(tolerances, str):
-        tols = parse_tolerances(tolerances)
-    else:
-        tols = dict(tolerances)
+    tols = _tolerances(tolerances)
     engine = str(new_point.get("engine", old_point.get("engine", "?")))
     test = str(new_point.get("test", old_point.get("test", "?")))
     level = _point_level(new_point)
@@ -1076,6 +1099,11 @@ class DocumentComparison:
     @property
     def regressed(self) -> bool:
         return any(c.regressed for c in self.comparisons)
+
+    @property
+    def constants_differ(self) -> bool:
+        """The documents, or some of their points, differ in a pinned constant."""
+        return bool(self.mismatch) or any(c.constants_differ for c in self.comparisons)
 
     @property
     def status(self) -> str:
@@ -1163,15 +1191,18 @@ def compare_documents(
     level in ``old_doc``. ``engines`` maps baseline engine names to new ones; without it,
     engines pair by name, and two documents of one engine each under different names pair
     with each other (a note says so)."""
-    if tolerances is None:
-        tols = _default_tolerances()
-    elif isinstance(tolerances, str):
-        tols = parse_tolerances(tolerances)
-    else:
-        tols = dict(tolerances)
-    mismatch = constants_mismatch(old_doc.get("constants"), new_doc.get("constants"), labels=labels)
-    if mismatch:
-        return DocumentComparison(mismatch=tuple(mismatch), labels=labels, tolerances=tols)
+    tols = _tolerances(tolerances)
+    old_constants = old_doc.get("constants") or {}
+    new_constants = new_doc.get("constants") or {}
+    # Without per-test settings the document's constants decide for every point at once.
+    if not old_constants.get("tests") and not new_constants.get("tests"):
+        mismatch = constants_mismatch(
+            constants_for_test(old_constants, ""),
+            constants_for_test(new_constants, ""),
+            labels=labels,
+        )
+        if mismatch:
+            return DocumentComparison(mismatch=tuple(mismatch), labels=labels, tolerances=tols)
     old_points = list(old_doc.get("points", ()))
     new_points = list(new_doc.get("points", ()))
     old_engines = list(dict.fromkeys(str(p.get("engine")) for p in old_points))
@@ -1215,6 +1246,18 @@ def compare_documents(
             _engine_version(old_doc, old_engine or engine),
             _engine_version(new_doc, engine),
         )
+        test = str(p.get("test"))
+        diff = constants_mismatch(
+            constants_for_test(old_constants, test),
+            constants_for_test(new_constants, test),
+            labels=labels,
+        )
+        if diff:
+            level = _point_level(p)
+            comparisons.append(
+                Comparison(engine, test, level, (), tuple(diff), labels, versions, True)
+            )
+            continue
         comparisons.append(
             compare_points(
                 old_points[old],
@@ -1228,6 +1271,9 @@ def compare_documents(
             )
         )
     only_old = [_point_name(q) for i, q in enumerate(old_points) if i not in used]
+    if comparisons and all(c.constants_differ for c in comparisons):
+        lines = dict.fromkeys(p for c in comparisons for p in c.problems)
+        return DocumentComparison(mismatch=tuple(lines), labels=labels, tolerances=tols)
     return DocumentComparison(
         comparisons=tuple(comparisons),
         mismatch=(),
