@@ -50,6 +50,7 @@ __all__ = [
     "lookup_knee",
     "pareto_front",
     "point_at",
+    "point_attainment",
     "point_goodput",
     "point_status",
     "split_sweeps",
@@ -105,6 +106,7 @@ class SweepPoint:
     def from_dict(cls, d: Mapping[str, Any]) -> SweepPoint:
         # Imported here: sweep.py is importable (and its pure functions usable) without numpy.
         from pytest_llmslo.metrics import RunSummary
+        from pytest_llmslo.slo import Verdict
 
         verdict = d.get("verdict")
         samples = d.get("samples")
@@ -113,15 +115,9 @@ class SweepPoint:
             test=str(d["test"]),
             level=LoadLevel.from_dict(d["level"]),
             summary=RunSummary.from_dict(d["summary"]),
-            verdict=None if verdict is None else _verdict_from_dict(verdict),
+            verdict=None if verdict is None else Verdict.from_dict(verdict),
             samples=None if samples is None else {k: tuple(v) for k, v in samples.items()},
         )
-
-
-def _verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
-    from pytest_llmslo.slo import Verdict
-
-    return Verdict.from_dict(d)
 
 
 def point_status(point: SweepPoint) -> PointStatus:
@@ -132,7 +128,7 @@ def point_status(point: SweepPoint) -> PointStatus:
     verdict = point.verdict
     if verdict is None:
         return "unchecked"
-    if not getattr(verdict, "run_valid", True):
+    if not verdict.run_valid:
         return "invalid"
     return "pass" if verdict.passed else "fail"
 
@@ -156,6 +152,15 @@ def point_goodput(point: SweepPoint) -> float | None:
     value = None if point.verdict is None else point.verdict.goodput_tok_s
     if value is None:
         value = point.summary.goodput_tok_s
+    return _finite(value)
+
+
+def point_attainment(point: SweepPoint) -> float | None:
+    """Attainment (good / all requests, 0..1) of a point, the verdict's first as for
+    ``point_goodput``."""
+    value = None if point.verdict is None else point.verdict.attainment
+    if value is None:
+        value = point.summary.attainment
     return _finite(value)
 
 
@@ -201,7 +206,9 @@ def _ordered(points: Sequence[SweepPoint]) -> list[int]:
     """Indices of ``points`` sorted by load; a level measured twice keeps its last point."""
     modes = {p.level.mode for p in points}
     if len(modes) > 1:
-        raise ValueError(f"a sweep mixes load modes {sorted(modes)}: split it by mode first")
+        raise ValueError(
+            f"a sweep mixes load modes {sorted(modes)}: split it with split_sweeps() first"
+        )
     last: dict[float, int] = {}
     for i, p in enumerate(points):
         last[p.level.value] = i
@@ -278,7 +285,7 @@ def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN
     """The knee of one sweep (one engine, one test, one load mode); see ``Knee``.
 
     Raises ValueError when ``points`` mix engines, tests or load modes: a knee across them
-    means nothing (group them with ``group_sweeps`` first).
+    means nothing (split them with ``split_sweeps`` first).
     """
     points = list(points)
     if not points:
@@ -287,7 +294,7 @@ def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN
     if len(sweeps) > 1:
         raise ValueError(
             f"find_knee takes one sweep, got {len(sweeps)} (engine, test) pairs: "
-            "group the points with group_sweeps() first"
+            "split the points with split_sweeps() first"
         )
     order = _ordered(points)
     sat_index = _saturation_index(points, order, min_gain)
@@ -615,7 +622,12 @@ class CapacitySearch:
             self._resolution = 0.01 if resolution is None else float(resolution)
             self._rel_resolution = 0.05 if rel_resolution is None else float(rel_resolution)
             self._min_value = 0.01 if min_value is None else float(min_value)
-        self._max_value = None if max_value is None else float(max_value)
+        if max_value is None:
+            self._max_value: float | None = None
+        elif mode == "concurrency":
+            self._max_value = float(math.floor(max_value))  # the highest integer allowed
+        else:
+            self._max_value = float(max_value)
         self._max_probes = int(max_probes)
         self._arrival: Arrival = "closed" if mode == "concurrency" else arrival
         self._seed = int(seed)
@@ -685,31 +697,34 @@ class CapacitySearch:
         self._reason = reason
 
     def _next_value(self) -> float | None:
+        value, reason = self._candidate()
+        if value is not None and len(self._history) >= self._max_probes:
+            value, reason = None, f"probe budget of {self._max_probes} levels spent"
+        if value is None:
+            self._stop(reason)
+        return value
+
+    def _candidate(self) -> tuple[float | None, str]:
+        """The next value to probe, or None and why the search is over."""
         lo, hi = self._lo, self._hi
-        if len(self._history) >= self._max_probes:
-            self._stop(f"probe budget of {self._max_probes} levels spent")
-            return None
         if lo is None and hi is None:
-            return self._start
+            return self._start, ""
         if hi is None:  # probing up: everything so far passed
             if self._max_value is not None and lo >= self._max_value:  # type: ignore[operator]
-                self._stop("every level passed up to max_value: capacity is at least that")
-                return None
+                return None, "every level passed up to max_value: capacity is at least that"
             nxt = self._up(lo)  # type: ignore[arg-type]
-            if self._max_value is not None:
-                nxt = min(nxt, self._max_value)
-            return nxt
+            return (nxt if self._max_value is None else min(nxt, self._max_value)), ""
         if lo is None:  # probing down: everything so far failed
             nxt = self._down(hi)
-            if nxt is None:
-                self._stop("even the lowest level failed: no capacity")
-            return nxt
+            return nxt, "" if nxt is not None else "even the lowest level failed: no capacity"
         if hi - lo <= max(self._resolution, self._rel_resolution * lo):
-            self._stop("bracketed to the resolution")
-            return None
+            return None, "bracketed to the resolution"
         if self._mode == "concurrency":
-            return float((int(lo) + int(hi)) // 2)
-        return (lo + hi) / 2.0
+            return float((int(lo) + int(hi)) // 2), ""
+        mid = (lo + hi) / 2.0
+        # A rounder rate reads better in test ids and tables, as long as it stays inside.
+        nice = _round_sig(mid, 3)
+        return (nice if lo < nice < hi else mid), ""
 
     def _up(self, lo: float) -> float:
         if self._mode == "concurrency":

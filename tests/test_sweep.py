@@ -221,9 +221,9 @@ def test_knee_duplicate_level_keeps_the_last_point() -> None:
 
 
 def test_knee_rejects_mixed_sweeps() -> None:
-    with pytest.raises(ValueError, match="group_sweeps"):
+    with pytest.raises(ValueError, match="split_sweeps"):
         find_knee([point(1, engine="a"), point(2, engine="b")])
-    with pytest.raises(ValueError, match="load modes"):
+    with pytest.raises(ValueError, match=r"load modes .* split_sweeps"):
         find_knee([point(1), point(2.0, rate=True)])
 
 
@@ -536,3 +536,26 @@ def test_split_sweeps_and_sweep_knees() -> None:
     assert point_at(conc, LoadLevel.concurrency(4)) is conc[1]
     assert point_at(conc, None) is None
     assert knee_of(conc).level == LoadLevel.concurrency(4)
+
+
+def test_capacity_search_fractional_max_concurrency() -> None:
+    r = _search(lambda c: True, CapacitySearch("concurrency", max_value=100.5)).result
+    assert r.capacity == LoadLevel.concurrency(100)
+    assert len({lv for lv, _ in r.history}) == r.probes  # 100 is not probed twice
+
+
+def test_capacity_search_rate_levels_are_round() -> None:
+    r = _search(lambda v: v <= 7.3, CapacitySearch("rate")).result
+    values = [lv.value for lv, _ in r.history]
+    assert values[:4] == [1.0, 2.0, 4.0, 8.0]
+    assert all(v == float(f"{v:.3g}") for v in values)
+    fine = CapacitySearch("rate", resolution=1e-6, rel_resolution=0.0, max_probes=60)
+    r = _search(lambda v: v <= 7.3, fine).result
+    assert r.reason == "bracketed to the resolution"
+    assert r.lower <= 7.3 < r.upper and r.upper - r.lower <= 1e-6  # type: ignore[operator]
+
+
+def test_capacity_search_budget_reached_with_the_bracket() -> None:
+    # c <= 1: probes c1 (pass), c2 (fail) and the bracket is closed after exactly 2 levels.
+    r = _search(lambda c: c <= 1, CapacitySearch("concurrency", max_probes=2)).result
+    assert r.probes == 2 and r.reason == "bracketed to the resolution"

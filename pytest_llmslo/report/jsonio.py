@@ -51,6 +51,7 @@ from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
     point_at,
+    point_attainment,
     point_goodput,
     summary_stat,
     sweep_knees,
@@ -131,7 +132,9 @@ def compact_samples(run: Run, *, digits: int = 3) -> dict[str, list[float | None
     itl (the request's own gap statistic), tpot and e2e, rounded to ``digits`` decimals
     (µs), None where undefined (failed request, single-token output); plus ``ok`` (1/0) and
     ``output_tokens``. Aligned with ``run.records``."""
-    from pytest_llmslo import metrics  # numpy; only needed when samples are wanted
+    import numpy as np  # only needed when samples are wanted
+
+    from pytest_llmslo import metrics
 
     per = metrics.per_request(run)
     out: dict[str, list[Any]] = {}
@@ -139,21 +142,28 @@ def compact_samples(run: Run, *, digits: int = 3) -> dict[str, list[float | None
         values = per.get(name)
         if values is None:
             continue
-        out[f"{name}_ms"] = [
-            round(float(v), digits) if math.isfinite(float(v)) else None for v in values
-        ]
+        rounded = np.round(np.asarray(values, dtype=np.float64), digits)
+        out[f"{name}_ms"] = [v if math.isfinite(v) else None for v in rounded.tolist()]
     out["ok"] = [1 if r.ok else 0 for r in run.records]
     out["output_tokens"] = [r.output_tokens for r in run.records]
     return out
 
 
 def _engine_entry(value: Any) -> dict[str, Any]:
-    # An EngineHandle (has metadata()/version()) or a mapping of its metadata.
+    """An EngineHandle (``metadata()``/``version()``) or a mapping of its metadata, as
+    ``{"version", "metadata"}``. A handle that cannot answer (its engine already stopped)
+    costs the report its metadata, never the document."""
     meta_fn = getattr(value, "metadata", None)
     if callable(meta_fn):
-        metadata = dict(meta_fn())
+        try:
+            metadata = dict(meta_fn())
+        except Exception as exc:
+            metadata = {"error": f"metadata unavailable: {exc!r}"}
         version_fn = getattr(value, "version", None)
-        version = version_fn() if callable(version_fn) else metadata.get("version")
+        try:
+            version = version_fn() if callable(version_fn) else metadata.get("version")
+        except Exception:
+            version = metadata.get("version")
     else:
         metadata = dict(value or {})
         version = metadata.get("version")
@@ -162,7 +172,6 @@ def _engine_entry(value: Any) -> dict[str, Any]:
 
 def _knee_result(point: SweepPoint, index: int, knee: Knee) -> dict[str, Any]:
     s = point.summary
-    attainment = None if point.verdict is None else point.verdict.attainment
     return {
         "engine": point.engine,
         "test": point.test,
@@ -172,7 +181,7 @@ def _knee_result(point: SweepPoint, index: int, knee: Knee) -> dict[str, Any]:
         "status": knee.status,
         "goodput_tok_s": point_goodput(point),
         "output_tok_s": s.output_tok_s,
-        "attainment": s.attainment if attainment is None else attainment,
+        "attainment": point_attainment(point),
         "ttft_p50_ms": summary_stat(s, "ttft", 50),
         "ttft_p99_ms": summary_stat(s, "ttft", 99),
         "itl_p50_ms": summary_stat(s, "itl", 50),
@@ -192,7 +201,6 @@ def build_document(
     *,
     complete: bool = True,
     created_utc: str | None = None,
-    _point_dicts: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The run document (see the module docstring). ``engines`` maps engine name to an
     ``EngineHandle`` or its metadata mapping (``version`` inside); an engine that has points
@@ -200,12 +208,30 @@ def build_document(
     missing knees are computed with ``find_knee``. ``complete=False`` marks partial results.
     """
     points = list(points)
-    engine_map = {str(name): _engine_entry(v) for name, v in engines.items()}
+    return _assemble(
+        constants,
+        {str(name): _engine_entry(v) for name, v in engines.items()},
+        points,
+        [jsonable(p.to_dict()) for p in points],
+        knees,
+        complete=complete,
+        created_utc=created_utc,
+    )
+
+
+def _assemble(
+    constants: Mapping[str, Any],
+    engine_entries: Mapping[str, dict[str, Any]],
+    points: Sequence[SweepPoint],
+    point_dicts: Sequence[Any],
+    knees: Mapping[Any, Knee] | None,
+    *,
+    complete: bool,
+    created_utc: str | None,
+) -> dict[str, Any]:
+    engine_map = dict(engine_entries)
     for p in points:
         engine_map.setdefault(p.engine, {"version": None, "metadata": {}})
-    point_dicts = (
-        [jsonable(p.to_dict()) for p in points] if _point_dicts is None else list(_point_dicts)
-    )
     position = {id(p): i for i, p in enumerate(points)}
     sweeps: list[dict[str, Any]] = []
     at_knee: list[dict[str, Any]] = []
@@ -235,7 +261,7 @@ def build_document(
         "complete": bool(complete),
         "constants": jsonable(dict(constants)),
         "engines": engine_map,
-        "points": point_dicts,
+        "points": list(point_dicts),
         "sweeps": sweeps,
         "results_at_knee": at_knee,
     }
@@ -245,9 +271,9 @@ class DocumentBuilder:
     """Collects a session's points as tests finish, so that partial results can be written
     at any moment (``save(complete=False)`` on interrupt) and the full document at the end.
 
-    With ``path`` and ``autosave=True``, every ``add_point`` rewrites the partial document
-    atomically: a session killed outright still leaves every point measured before it.
-    Each point is converted to JSON data once, when it is added.
+    With ``path`` and ``autosave=True``, every ``add_point``/``set_point`` rewrites the
+    partial document atomically: a session killed outright still leaves every point
+    measured before it. Each point is converted to JSON data once, when it is added.
     """
 
     __slots__ = ("_constants", "_engines", "_point_dicts", "_points", "autosave", "path")
@@ -260,7 +286,7 @@ class DocumentBuilder:
         autosave: bool = False,
     ) -> None:
         self._constants: dict[str, Any] = dict(constants or {})
-        self._engines: dict[str, Any] = {}
+        self._engines: dict[str, dict[str, Any]] = {}
         self._points: list[SweepPoint] = []
         self._point_dicts: list[Any] = []
         self.path = None if path is None else Path(path)
@@ -278,26 +304,35 @@ class DocumentBuilder:
         the engine still runs)."""
         self._engines[name] = _engine_entry(engine)
 
-    def add_point(self, point: SweepPoint) -> None:
+    def add_point(self, point: SweepPoint) -> int:
+        """Add a measured point; returns its index (for ``set_point``)."""
         self._points.append(point)
         self._point_dicts.append(jsonable(point.to_dict()))
+        self._autosave()
+        return len(self._points) - 1
+
+    def set_point(self, index: int, point: SweepPoint) -> None:
+        """Replace point ``index``, e.g. with its verdict once the test evaluated one."""
+        self._points[index] = point
+        self._point_dicts[index] = jsonable(point.to_dict())
+        self._autosave()
+
+    def _autosave(self) -> None:
         if self.autosave and self.path is not None:
             self.save(complete=False)
 
     def build(
         self, *, complete: bool = True, knees: Mapping[Any, Knee] | None = None
     ) -> dict[str, Any]:
-        doc = build_document(
+        return _assemble(
             self._constants,
-            {},
+            self._engines,
             self._points,
+            self._point_dicts,
             knees,
             complete=complete,
-            _point_dicts=self._point_dicts,
+            created_utc=None,
         )
-        # Engine entries were converted when added; keep them over the empty defaults.
-        doc["engines"].update(self._engines)
-        return doc
 
     def save(
         self,

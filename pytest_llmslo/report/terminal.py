@@ -26,6 +26,7 @@ from pytest_llmslo.sweep import (
     knee_of,
     pareto_front,
     point_at,
+    point_attainment,
     point_goodput,
     point_status,
     split_sweeps,
@@ -154,7 +155,7 @@ def _render_one(
         status = point_status(p)
         mark = KNEE_MARK if i == knee_row else INVALID_MARK if status == "invalid" else " "
         cells = _row_cells(p)
-        row = mark + " " + "".join(cells[j][: w - 1].rjust(w) for j, _, w in cols)
+        row = mark + " " + "".join(_cell(cells[j], w) for j, _, w in cols)
         lines.append(_clip(row + " " * _GAP + _verdict_cell(p, verdict_w), width))
     lines.extend(_wrap(_knee_line(sweep, knee), width))
     invalid = [sweep[i] for i in order if point_status(sweep[i]) == "invalid"]
@@ -164,6 +165,12 @@ def _render_one(
         text += f"bottleneck; excluded from knee and Pareto): {reasons}"
         lines.extend(_wrap(text, width))
     return lines
+
+
+def _cell(text: str, width: int) -> str:
+    # A figure too wide for its column pushes the row out rather than being cut: a cut
+    # number would read as another number.
+    return text.rjust(width) if len(text) < width else " " + text
 
 
 def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
@@ -188,13 +195,8 @@ def _row_cells(p: SweepPoint) -> list[str]:
         fmt_ms(tpot),
         fmt_tok(s.output_tok_s),
         fmt_tok(point_goodput(p)),
-        fmt_pct(_attainment(p)),
+        fmt_pct(point_attainment(p)),
     ]
-
-
-def _attainment(p: SweepPoint) -> float | None:
-    value = None if p.verdict is None else p.verdict.attainment
-    return p.summary.attainment if value is None else value
 
 
 def _verdict_cell(p: SweepPoint, width: int) -> str:
@@ -217,8 +219,7 @@ def _failed_names(verdict: Verdict) -> list[str]:
     if verdict.min_goodput_tok_s is not None and verdict.goodput_tok_s is not None:
         if verdict.goodput_tok_s < verdict.min_goodput_tok_s:
             names.append("goodput")
-    max_error_rate = getattr(verdict, "max_error_rate", None)
-    if max_error_rate is not None and getattr(verdict, "error_rate", 0.0) > max_error_rate:
+    if verdict.max_error_rate is not None and verdict.error_rate > verdict.max_error_rate:
         names.append("errors")
     if not names and not verdict.results:
         names.append("no objectives")
@@ -235,7 +236,7 @@ def _knee_line(sweep: Sequence[SweepPoint], knee: Knee) -> str:
         text = f"knee: none - {knee.note}" if knee.note else "knee: none"
     else:
         at = point_at(sweep, knee.level)
-        att = "-" if at is None else fmt_pct(_attainment(at))
+        att = "-" if at is None else fmt_pct(point_attainment(at))
         text = (
             f"{KNEE_MARK} knee: {knee.level.label}, goodput {fmt_tok(knee.goodput_tok_s)} tok/s,"
             f" attainment {att}"
@@ -257,7 +258,9 @@ def _knee_line(sweep: Sequence[SweepPoint], knee: Knee) -> str:
 
 
 def _invalid_reason(p: SweepPoint) -> str:
-    reasons = tuple(getattr(p.summary, "invalid_reasons", ()) or ())
+    reasons = p.summary.invalid_reasons
+    if not reasons and p.verdict is not None:
+        reasons = p.verdict.invalid_reasons
     return ", ".join(reasons) if reasons else "marked invalid"
 
 

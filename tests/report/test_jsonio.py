@@ -4,6 +4,7 @@ incremental (partial) documents."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -397,3 +398,27 @@ def test_builder_without_path(points: list[SweepPoint], tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="needs a path"):
         builder.save()
     assert read_document(builder.save(tmp_path / "x.json"))["complete"] is True
+
+
+def test_builder_set_point_replaces_a_point(tmp_path: Path, points: list[SweepPoint]) -> None:
+    path = tmp_path / "run.json"
+    builder = DocumentBuilder(path=path, autosave=True)
+    bare = dataclasses.replace(points[0], verdict=None)
+    index = builder.add_point(bare)
+    assert read_document(path)["points"][0]["verdict"] is None
+    builder.set_point(index, points[0])
+    assert read_document(path)["points"][0]["verdict"]["passed"] is True
+
+
+def test_engine_handle_that_cannot_answer(points: list[SweepPoint]) -> None:
+    class Stopped:
+        def metadata(self) -> dict[str, Any]:
+            raise ConnectionError("engine stopped")
+
+        def version(self) -> str:
+            raise ConnectionError("engine stopped")
+
+    doc = build_document({}, {"sim": Stopped()}, points[:1])
+    assert doc["engines"]["sim"]["version"] is None
+    assert "engine stopped" in doc["engines"]["sim"]["metadata"]["error"]
+    validate_document(doc)
