@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_llmslo import slo
+from pytest_llmslo.metrics import PERCENTILES, Distribution, RunSummary
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.report.terminal import (
     fmt_ms,
@@ -218,3 +220,70 @@ def test_concurrency_and_rate_levels_of_one_test_are_two_sweeps(
     assert sum(1 for line in lines if "knee:" in line) == 2
     assert table_rows(lines)["r5"].startswith("*")
     assert render_summary(pts)
+
+
+def _exact_point(
+    c: int, ttft50: float, ttft99: float, out: float, good: float, att: float, *, valid: bool = True
+) -> SweepPoint:
+    """A point with exactly these figures (no run behind it)."""
+
+    def dist(name: str, p50: float, p99: float) -> Distribution:
+        pct = dict.fromkeys(PERCENTILES, p99)
+        pct[50.0] = p50
+        return Distribution(name=name, count=100, mean=p50, percentiles=pct)
+
+    level = LoadLevel.concurrency(c)
+    summary = RunSummary(
+        level=level,
+        requests=100,
+        completed=100,
+        failed=0,
+        failures={},
+        error_rate=0.0,
+        duration_s=10.0,
+        distributions={
+            "ttft": dist("ttft", ttft50, ttft99),
+            "itl": dist("itl", 10.04, 30.0),
+            "tpot": dist("tpot", 11.25, 12.0),
+            "e2e": dist("e2e", 3 * ttft50, 3 * ttft99),
+        },
+        output_tok_s=out,
+        total_tok_s=3 * out,
+        req_s=out / 100,
+        valid=valid,
+        invalid_reasons=() if valid else ("loop lag p99 80.0 ms",),
+    )
+    objective = slo.Objective("ttft", 99, "<", 500.0)
+    result = slo.ObjectiveResult(objective, ttft99, None, 100, 299, ttft99 < 500)
+    verdict = slo.Verdict(
+        results=(result,),
+        passed=valid and ttft99 < 500,
+        goodput_tok_s=good,
+        goodput_req_s=good / 100,
+        attainment=att,
+        min_attainment=None,
+        min_goodput_tok_s=None,
+        strict=False,
+        run_valid=valid,
+    )
+    return SweepPoint("vllm", "test_chat", level, summary, verdict)
+
+
+def test_sweep_table_golden() -> None:
+    pts = [
+        _exact_point(1, 40.0, 50.0, 100.4, 100.4, 1.0),
+        _exact_point(8, 200.0, 300.0, 700.6, 690.0, 0.985),
+        _exact_point(16, 450.0, 700.0, 1200.0, 300.0, 0.25),
+        _exact_point(32, 900.0, 1500.0, 1250.0, 0.0, 0.0, valid=False),
+    ]
+    assert render_sweep("vllm", pts) == [
+        "vllm | test_chat | concurrency sweep, 4 levels",
+        "      load  TTFT p50  TTFT p99  ITL p50  TPOT p50  out tok/s  good tok/s  attain  verdict",
+        "        c1      40.0      50.0     10.0      11.2        100         100  100.0%  pass",
+        "*       c8     200.0     300.0     10.0      11.2        701         690   98.5%  pass",
+        "       c16     450.0     700.0     10.0      11.2       1200         300   25.0%  FAIL ttft_p99",  # noqa: E501
+        "!      c32     900.0    1500.0     10.0      11.2       1250           0    0.0%  invalid client",  # noqa: E501
+        "* knee: c8, goodput 690 tok/s, attainment 98.5% (c16 failed)",
+        "! invalid client run (the load generator, not the engine, was the bottleneck; excluded from knee and",  # noqa: E501
+        "    Pareto): c32: loop lag p99 80.0 ms",
+    ]
