@@ -21,13 +21,16 @@ The rule (``RULE``), per metric, for the change from baseline to new:
    otherwise ``within tolerance``;
 2. a ``regressed`` or ``improved`` change that the per-request samples cannot tell from
    run-to-run noise is shown as ``noise`` instead and does not fail. For a latency
-   statistic (``ttft_p99``, ...) the samples stored in the document give a seeded
-   bootstrap interval of the change of that very statistic (95 %); when it contains 0,
-   the change is noise. A Mann-Whitney rank test of the same samples is reported next to
-   it. For attainment a two-proportion test (p >= 0.05 -> noise). Throughput and goodput
-   are one number per run, with no per-request noise test: the tolerance alone decides.
-   Without samples (or with fewer than ``MIN_NOISE_SAMPLES`` a side) the tolerance alone
-   decides too;
+   percentile (``ttft_p99``, ...) each side's samples give a distribution-free interval
+   of that percentile (binomial order statistics, each at sqrt(95 %) so that both hold
+   together at 95 %); when the intervals overlap, the change is noise. A tail percentile
+   of few requests has no upper bound, so its rise is always noise: a P99 of 200
+   requests cannot show one. For a mean, a seeded bootstrap interval (95 %) of the
+   change; when it contains 0, noise. A Mann-Whitney rank test of the same samples is
+   reported next to either. For attainment a two-proportion test (p >= 0.05 -> noise).
+   Throughput and goodput are one number per run, with no per-request noise test: the
+   tolerance alone decides. Without samples (or with fewer than ``MIN_NOISE_SAMPLES`` a
+   side) the tolerance alone decides too;
 3. a metric without a value on one side (goodput of a run that asserted no SLO) is
    ``n/a`` and never fails.
 
@@ -113,8 +116,9 @@ MIN_NOISE_SAMPLES = 20
 
 RULE = (
     "rule: a metric regresses when it gets worse than its baseline by more than its "
-    "tolerance, unless the change is within run-to-run noise (latencies: the 95 % bootstrap "
-    "interval of the change from the per-request samples contains 0; attainment: "
+    "tolerance, unless the per-request samples cannot tell the change from run-to-run noise "
+    "(latency percentiles: the 95 % distribution-free intervals of the two percentiles "
+    "overlap; means: the 95 % bootstrap interval of the change contains 0; attainment: "
     "two-proportion test p >= 0.05), which is shown as noise and does not fail; throughput "
     "and goodput are judged by the tolerance alone"
 )
@@ -729,17 +733,52 @@ def _judge_noise(
                 n_new=int(b.size),
                 note=f"fewer than {MIN_NOISE_SAMPLES} samples a side",
             )
-        ci = stats.bootstrap_diff(
-            a, b, spec.stat or 50.0, confidence=confidence, resamples=resamples, seed=seed
-        )
         rank = stats.mann_whitney_u(a, b)
         note = "per-request mean ITL samples" if spec.field == "itl" else ""
+        if spec.stat == "mean":
+            ci = stats.bootstrap_diff(
+                a, b, "mean", confidence=confidence, resamples=resamples, seed=seed
+            )
+            return NoiseJudgement(
+                "bootstrap",
+                ci.contains_zero,
+                p_value=rank.p_value,
+                low=ci.low,
+                high=ci.high,
+                confidence=confidence,
+                n_old=int(a.size),
+                n_new=int(b.size),
+                note=note,
+            )
+        shift = stats.quantile_shift(a, b, float(spec.stat), confidence)  # type: ignore[arg-type]
+        # The change lies in [new.low - old.high, new.high - old.low]; an unbounded side
+        # (too few samples for that tail) leaves that end open.
+        low = (
+            None
+            if shift.new.low is None or shift.old.high is None
+            else shift.new.low - shift.old.high
+        )
+        high = (
+            None
+            if shift.new.high is None or shift.old.low is None
+            else shift.new.high - shift.old.low
+        )
+        if low is None or high is None:
+            from pytest_llmslo.metrics import samples_needed
+
+            each = (1.0 + shift.old.confidence) / 2.0
+            need = max(
+                samples_needed(float(spec.stat), each, "upper"),  # type: ignore[arg-type]
+                samples_needed(float(spec.stat), each, "lower"),  # type: ignore[arg-type]
+            )
+            bounded = f"bounding {spec.name.split('_')[1].upper()} takes {need} samples a side"
+            note = f"{note}; {bounded}" if note else bounded
         return NoiseJudgement(
-            "bootstrap",
-            ci.contains_zero,
+            "order-statistic",
+            not shift.significant,
             p_value=rank.p_value,
-            low=ci.low,
-            high=ci.high,
+            low=low,
+            high=high,
             confidence=confidence,
             n_old=int(a.size),
             n_new=int(b.size),
@@ -830,10 +869,12 @@ def _noise_text(row: ComparisonRow) -> str:
     if n is None or n.noise is None:
         return ""
     conf = f"{100 * n.confidence:g}%"
-    if n.method == "bootstrap":
-        unit = " ms"
+    if n.method in ("bootstrap", "order-statistic"):
+        low = "-inf" if n.low is None else f"{n.low:+.1f}"
+        high = "+inf" if n.high is None else f"{n.high:+.1f}"
+        kind = "bootstrap" if n.method == "bootstrap" else "distribution-free"
         text = (
-            f"{conf} bootstrap interval of the change [{n.low:+.1f}, {n.high:+.1f}]{unit} "
+            f"{conf} {kind} interval of the change [{low}, {high}] ms "
             f"{'contains' if n.noise else 'excludes'} 0; rank test p={n.p_value:.3g}, "
             f"n={n.n_old}/{n.n_new}"
         )

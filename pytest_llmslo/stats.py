@@ -1,6 +1,6 @@
 """Is a difference between two runs more than run-to-run noise? Tests on per-request samples.
 
-Three tests, all in numpy (no scipy dependency):
+Four tests, all in numpy (no scipy dependency):
 
 - ``mann_whitney_u``: the Mann-Whitney U (Wilcoxon rank-sum) test with the normal
   approximation, the tie correction of the variance and a continuity correction. It
@@ -10,6 +10,13 @@ Three tests, all in numpy (no scipy dependency):
   ``stat(y) - stat(x)`` where ``stat`` is a percentile (P99, ...) or the mean. It asks
   about the very number a report shows: when the interval contains 0, the change of that
   statistic is within what resampling the same requests produces.
+- ``quantile_shift``: distribution-free confidence intervals of a percentile on each
+  side from binomial order statistics (the method of ``metrics.upper_confidence_bound``),
+  each at ``sqrt(confidence)`` so that both cover their true percentile with probability
+  ``confidence``; the percentile has changed when the two intervals are disjoint. Unlike
+  the bootstrap it stays valid in the tail with few samples: a P99 of 100 requests has no
+  upper bound at all, so no rise of it can be shown (the bootstrap of such a tail
+  percentile is degenerate and reports changes between two samples of one distribution).
 - ``two_proportion_test``: the pooled two-proportion z-test, for attainment (good / all).
 
 Every function takes the two samples as "old" (``x``) then "new" (``y``) and drops
@@ -31,11 +38,15 @@ __all__ = [
     "DEFAULT_RESAMPLES",
     "BootstrapInterval",
     "ProportionTest",
+    "QuantileInterval",
+    "QuantileShift",
     "RankTest",
     "bootstrap_diff",
     "finite_samples",
     "mann_whitney_u",
     "normal_sf",
+    "quantile_interval",
+    "quantile_shift",
     "rankdata",
     "two_proportion_test",
 ]
@@ -272,6 +283,103 @@ def bootstrap_diff(
         n_x=int(a.size),
         n_y=int(b.size),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class QuantileInterval:
+    """A two-sided distribution-free interval of the ``q``-th percentile: ``[low, high]``
+    order statistics of the sample; None where the sample is too small to bound that side
+    (``-inf`` / ``+inf``)."""
+
+    q: float
+    estimate: float
+    low: float | None
+    high: float | None
+    confidence: float
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "q": self.q,
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "n": self.n,
+        }
+
+
+def quantile_interval(
+    values: Iterable[float | None] | np.ndarray, q: float, confidence: float = DEFAULT_CONFIDENCE
+) -> QuantileInterval:
+    """Two-sided ``confidence`` interval of the ``q``-th percentile from binomial order
+    statistics: each bound is the one-sided bound at ``(1 + confidence) / 2``. Raises
+    ValueError on an empty sample or a bad argument."""
+    from pytest_llmslo import metrics
+
+    a = finite_samples(values)
+    if a.size == 0:
+        raise ValueError("quantile_interval needs at least one finite value")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    one_sided = (1.0 + confidence) / 2.0
+    return QuantileInterval(
+        q=float(q),
+        estimate=metrics.percentile(a, q),
+        low=metrics.lower_confidence_bound(a, q, one_sided),
+        high=metrics.upper_confidence_bound(a, q, one_sided),
+        confidence=confidence,
+        n=int(a.size),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QuantileShift:
+    """Result of ``quantile_shift``: both sides' intervals and whether they are disjoint
+    (``significant``), with ``direction`` +1 when the new percentile is higher, -1 lower,
+    0 when the intervals overlap."""
+
+    old: QuantileInterval
+    new: QuantileInterval
+    confidence: float
+
+    @property
+    def direction(self) -> int:
+        if self.new.low is not None and self.old.high is not None and self.new.low > self.old.high:
+            return 1
+        if self.new.high is not None and self.old.low is not None and self.new.high < self.old.low:
+            return -1
+        return 0
+
+    @property
+    def significant(self) -> bool:
+        return self.direction != 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "test": "order-statistic",
+            "old": self.old.to_dict(),
+            "new": self.new.to_dict(),
+            "confidence": self.confidence,
+            "direction": self.direction,
+        }
+
+
+def quantile_shift(
+    x: Iterable[float | None] | np.ndarray,
+    y: Iterable[float | None] | np.ndarray,
+    q: float,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> QuantileShift:
+    """Has the ``q``-th percentile moved from ``x`` (old) to ``y`` (new)? Each side gets a
+    distribution-free interval at ``sqrt(confidence)``; both cover their true percentile
+    with probability ``confidence`` (independent runs), so disjoint intervals show a change
+    at that confidence. Conservative by construction: overlapping intervals do not prove
+    the percentiles equal, only that these samples cannot tell them apart."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    each = math.sqrt(confidence)
+    return QuantileShift(quantile_interval(x, q, each), quantile_interval(y, q, each), confidence)
 
 
 @dataclass(frozen=True, slots=True)
