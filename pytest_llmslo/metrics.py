@@ -64,6 +64,7 @@ __all__ = [
     "Stat",
     "Threshold",
     "aggregate_values",
+    "clear_cache",
     "goodput",
     "lower_confidence_bound",
     "lower_rank",
@@ -90,10 +91,10 @@ PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 GAP_METRICS: frozenset[str] = frozenset({"itl", "tpot"})
 
 Stat = float | Literal["mean"]
-Op = Literal["<", "<=", ">", ">="]
-
 _NS_PER_MS = 1e6
-_CACHE_SIZE = 8
+# Columns of a 100k-request run take a few hundred MB; summarize and evaluate of the same
+# run come back to back, so a couple of entries are enough.
+_CACHE_SIZE = 2
 # Slack for comparing a computed binomial CDF with the confidence: a boundary case such as
 # P(B >= 1) = 0.95 exactly must not be lost to rounding in the logs.
 _EPS = 1e-12
@@ -443,8 +444,8 @@ class _Arrays:
 
     __slots__ = (
         "_gap_groups",
-        "_gap_src",
         "_gaps",
+        "_sample_counts",
         "_sorted_gaps",
         "chunk_counts",
         "e2e",
@@ -500,16 +501,16 @@ class _Arrays:
         }
         self._gaps: np.ndarray | None = None
         self._gap_groups: np.ndarray | None = None
-        self._gap_src: tuple[np.ndarray, np.ndarray] | None = None
+        self._sample_counts: np.ndarray | None = None
         self._sorted_gaps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def _build_gaps(self) -> None:
         recs = self.run.records
         counts = self.chunk_counts
         total = int(counts.sum())
+        self._sample_counts = np.zeros(self.n, dtype=np.int64)
         if total == 0:
             self._gaps = np.empty(0)
-            self._gap_groups = np.empty(0, dtype=np.int64)
             return
         ts = np.fromiter(chain.from_iterable(r.chunk_ns for r in recs), np.int64, count=total)
         # Most records carry one token per chunk (or no counts at all): only the others'
@@ -523,8 +524,8 @@ class _Arrays:
             dtype=bool,
             count=self.n,
         )
-        toks = np.ones(total, dtype=np.int64)
         counted = counts.copy()
+        toks: np.ndarray | None = None
         if multi.any():
             sel = np.flatnonzero(multi)
             vals = np.fromiter(
@@ -533,65 +534,75 @@ class _Arrays:
                 count=int(counts[sel].sum()),
             )
             np.maximum(vals, 1, out=vals)  # a chunk in chunk_ns carried output: >= 1 token
+            toks = np.ones(total, dtype=np.int64)
             toks[np.repeat(multi, counts)] = vals
             offsets = np.cumsum(counts[sel]) - counts[sel]
             counted[sel] = np.add.reduceat(vals, offsets)
-        group = np.repeat(np.arange(self.n, dtype=np.int64), counts)
         starts = np.cumsum(counts) - counts
-        first = np.zeros(total, dtype=bool)
-        first[starts[counts > 0]] = True
         # Inexact counts and a server total above them: spread the extra tokens evenly over
         # the request's chunks (integer shares, floor((j+1)E/m) - floor(jE/m)), so the
         # request's token count matches usage and each gap is split over its share.
         exact = np.fromiter((r.tokens_exact for r in recs), dtype=bool, count=self.n)
         has_usage = np.fromiter((r.completion_tokens is not None for r in recs), bool, count=self.n)
-        extra = np.where(~exact & has_usage, self.output_tokens - counted, 0)
-        extra = np.maximum(extra, 0)
+        extra = np.maximum(np.where(~exact & has_usage, self.output_tokens - counted, 0), 0)
         if extra.any():
+            group = np.repeat(np.arange(self.n, dtype=np.int64), counts)
             pos = np.arange(total, dtype=np.int64) - starts[group]
             e = extra[group]
             m = counts[group]
+            if toks is None:
+                toks = np.ones(total, dtype=np.int64)
             toks = toks + ((pos + 1) * e) // m - (pos * e) // m
-        # A gap ends at every chunk but a request's first; failed requests give none.
-        keep = ~first[1:]
+            del group, pos, e, m
+        # diff[k] = ts[k+1] - ts[k] is a gap unless chunk k+1 starts a request; a request
+        # with m chunks gives m - 1 gaps, in record order. Failed requests give none.
+        keep = np.ones(total - 1, dtype=bool)
+        boundary = starts[(counts > 0) & (starts > 0)] - 1
+        keep[boundary] = False
+        per_rec = np.maximum(counts - 1, 0)
         if not self.ok.all():
-            keep &= self.ok[group[1:]]
+            keep &= np.repeat(self.ok, counts)[1:]
+            per_rec = np.where(self.ok, per_rec, 0)
         gap_ns = np.diff(ts)[keep]
-        w = toks[1:][keep]
-        g = group[1:][keep]
-        if np.all(w == 1):
+        if toks is None:
             self._gaps = gap_ns / _NS_PER_MS
-            self._gap_groups = g
-        else:
-            self._gaps = np.repeat(gap_ns / (w * _NS_PER_MS), w)
-            # Only ITL per-request statistics need the groups: expand them on demand.
-            self._gap_src = (g, w)
+            self._sample_counts = per_rec
+            return
+        w = toks[1:][keep]
+        self._gaps = np.repeat(gap_ns / (w * _NS_PER_MS), w)
+        has = per_rec > 0
+        offsets = np.cumsum(per_rec[has]) - per_rec[has]
+        self._sample_counts[has] = np.add.reduceat(w, offsets) if offsets.size else 0
 
     @property
     def gaps(self) -> np.ndarray:
+        """Every ITL sample (ms) of completed requests, grouped by request in record order."""
         if self._gaps is None:
             self._build_gaps()
         return self._gaps  # type: ignore[return-value]
 
-    @property
-    def gap_groups(self) -> np.ndarray:
-        """The request index of every sample of :attr:`gaps`."""
+    def gap_counts(self) -> np.ndarray:
+        """Number of ITL samples of each request."""
         if self._gaps is None:
             self._build_gaps()
-        if self._gap_groups is None and self._gap_src is not None:
-            g, w = self._gap_src
-            self._gap_groups = np.repeat(g, w)
-            self._gap_src = None
-        return self._gap_groups  # type: ignore[return-value]
+        return self._sample_counts  # type: ignore[return-value]
 
-    def gap_counts(self) -> np.ndarray:
-        return np.bincount(self.gap_groups, minlength=self.n)
+    @property
+    def gap_groups(self) -> np.ndarray:
+        """The request index of every sample of :attr:`gaps` (built on demand: only the
+        per-request ITL statistics need it)."""
+        if self._gap_groups is None:
+            self._gap_groups = np.repeat(np.arange(self.n, dtype=np.int64), self.gap_counts())
+        return self._gap_groups
 
     def itl_mean(self) -> np.ndarray:
         counts = self.gap_counts()
-        sums = np.bincount(self.gap_groups, weights=self.gaps, minlength=self.n)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        out = np.full(self.n, np.nan)
+        has = counts > 0
+        if has.any():
+            offsets = np.cumsum(counts[has]) - counts[has]
+            out[has] = np.add.reduceat(self.gaps, offsets) / counts[has]
+        return out
 
     def _sorted_blocks(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Each request's gaps sorted, as dense blocks: requests are bucketed by gap count
@@ -650,14 +661,20 @@ def _arrays(run: Run) -> _Arrays:
     """Cached by identity: summarize, evaluate and the reports all ask about one run, and
     the record walk is the expensive part. The entry holds the run, so an id is never
     reused while cached."""
-    got = _cache.get(id(run))
+    got = _cache.pop(id(run), None)
     if got is not None and got.run is run:
+        _cache[id(run)] = got  # most recently used last
         return got
     arr = _Arrays(run)
     if len(_cache) >= _CACHE_SIZE:
         _cache.pop(next(iter(_cache)))
     _cache[id(run)] = arr
     return arr
+
+
+def clear_cache() -> None:
+    """Forget the cached columns of every run (benchmarks measure the cold path)."""
+    _cache.clear()
 
 
 def _check_metric(metric: str) -> None:
