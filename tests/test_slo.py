@@ -355,3 +355,40 @@ def test_parse_objectives_errors(text: str, needle: str) -> None:
     assert "(from --slo)" in msg
     assert "valid metrics: ttft, ttfot, itl, tpot, e2e" in msg
     assert "p50, p90, p95, p99, p999, mean" in msg
+
+
+def test_evaluate_type_and_range_checks() -> None:
+    with pytest.raises(TypeError, match="needs a Run"):
+        evaluate(object(), [ttft_p99 < 1])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="confidence"):
+        evaluate(uniform_run(3), [ttft_p99 < 1], confidence=1.0)
+    with pytest.raises(ValueError, match="min_attainment"):
+        evaluate(uniform_run(3), [ttft_p99 < 1], min_attainment=90)
+    with pytest.raises(TypeError, match="bind_run"):
+        bind_run("not a run")  # type: ignore[arg-type]
+
+
+def test_strict_itl_counts_token_gaps() -> None:
+    # 30 requests x 10 gaps = 300 samples: enough for a P99 bound, though 30 requests are not.
+    run = uniform_run(30)
+    r = evaluate(run, [slo.itl_p99 < 20], strict=True).results[0]
+    assert r.count == 300
+    assert r.bound == pytest.approx(10.0)
+    assert r.passed
+
+
+def test_strict_too_few_samples_message() -> None:
+    with pytest.raises(SloViolation) as info:
+        assert_slo(uniform_run(50), ttft_p99 < 10_000, strict=True)
+    msg = str(info.value)
+    assert "too few samples: 50" in msg.splitlines()[0]
+    assert "50 samples are too few for a 95% bound; 299 needed" in msg
+
+
+def test_bound_uses_requested_confidence() -> None:
+    run = uniform_run(400)
+    r95 = evaluate(run, [ttft_p99 < 1000], confidence=0.95).results[0]
+    r99 = evaluate(run, [ttft_p99 < 1000], confidence=0.99).results[0]
+    assert r95.samples_needed == 299 and r99.samples_needed == 459
+    assert r95.bound is not None and r99.bound is None  # 400 < 459
+    assert "bound(99%)" in evaluate(run, [ttft_p99 < 1000], confidence=0.99).format()
