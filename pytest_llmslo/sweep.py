@@ -192,11 +192,11 @@ def knee_of(sweep: Sequence[SweepPoint], knee: Knee | None = None) -> Knee:
     return find_knee(sweep)
 
 
-def _finite(value: object) -> float | None:
+def _finite(value: Any) -> float | None:
     if value is None:
         return None
     try:
-        f = float(value)  # type: ignore[arg-type]
+        f = float(value)
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
@@ -324,8 +324,10 @@ def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN
         note = "no level was checked against an SLO on a valid run: no knee" + skipped
     elif knee_i is None:
         status_ = "none_passed"
-        note = f"no level met every objective (lowest checked: {points[first_fail].level.label})"  # type: ignore[index]
-        note += skipped
+        lowest = (
+            "" if first_fail is None else f" (lowest checked: {points[first_fail].level.label})"
+        )
+        note = f"no level met every objective{lowest}" + skipped
     elif first_fail is None:
         status_ = "all_passed"
         note = (
@@ -436,8 +438,10 @@ def pareto_front(points: Sequence[SweepPoint], *, throughput: str = "output_tok_
     for p in points:
         thr = _finite(getattr(p.summary, throughput))
         lat = summary_stat(p.summary, "ttft", 99)
-        ok = p.summary.valid and thr is not None and lat is not None
-        coords.append((thr, lat) if ok else None)  # type: ignore[arg-type]
+        if p.summary.valid and thr is not None and lat is not None:
+            coords.append((thr, lat))
+        else:
+            coords.append(None)
     front: list[bool] = []
     for i, c in enumerate(coords):
         if c is None:
@@ -707,16 +711,16 @@ class CapacitySearch:
     def _candidate(self) -> tuple[float | None, str]:
         """The next value to probe, or None and why the search is over."""
         lo, hi = self._lo, self._hi
-        if lo is None and hi is None:
-            return self._start, ""
-        if hi is None:  # probing up: everything so far passed
-            if self._max_value is not None and lo >= self._max_value:  # type: ignore[operator]
+        if hi is None:  # probing up: everything so far passed (or nothing was run yet)
+            if lo is None:
+                return self._start, ""
+            if self._max_value is not None and lo >= self._max_value:
                 return None, "every level passed up to max_value: capacity is at least that"
-            nxt = self._up(lo)  # type: ignore[arg-type]
-            return (nxt if self._max_value is None else min(nxt, self._max_value)), ""
+            up = self._up(lo)
+            return (up if self._max_value is None else min(up, self._max_value)), ""
         if lo is None:  # probing down: everything so far failed
-            nxt = self._down(hi)
-            return nxt, "" if nxt is not None else "even the lowest level failed: no capacity"
+            down = self._down(hi)
+            return down, "" if down is not None else "even the lowest level failed: no capacity"
         if hi - lo <= max(self._resolution, self._rel_resolution * lo):
             return None, "bracketed to the resolution"
         if self._mode == "concurrency":

@@ -203,11 +203,11 @@ def _verdict_cell(p: SweepPoint, width: int) -> str:
     status = point_status(p)
     if status == "invalid":
         return "invalid client"
-    if status == "unchecked":
-        return "-"
     if status == "pass":
         return "pass"
-    return _clip("FAIL " + ", ".join(_failed_names(p.verdict)), width)  # type: ignore[arg-type]
+    if status == "unchecked" or p.verdict is None:
+        return "-"
+    return _clip("FAIL " + ", ".join(_failed_names(p.verdict)), width)
 
 
 def _failed_names(verdict: Verdict) -> list[str]:
@@ -292,9 +292,9 @@ def render_pareto(
         at_knee: list[SweepPoint] = []
         no_knee: list[str] = []
         for (engine, _), sweep, knee in sweep_knees(pts, knees):
-            p = point_at(sweep, knee.level)
-            if p is not None:
-                at_knee.append(p)
+            at = point_at(sweep, knee.level)
+            if at is not None:
+                at_knee.append(at)
             else:
                 no_knee.extend(_wrap(f"     {engine}: no knee ({knee.note})", width))
         lines.append("  at each engine's knee:")
