@@ -40,7 +40,9 @@ statistic X_(k) (1-based) exceeds the true p-quantile ξ_p with probability
 P(X_(k) ≥ ξ_p) = P(Binomial(n, p) ≤ k − 1). The one-sided upper bound at confidence c is
 X_(k) for the smallest k with P(Binomial(n, p) < k) ≥ c. It exists only when even the
 maximum suffices, 1 − p^n ≥ c, i.e. n ≥ log(1 − c) / log(p): that n is
-:func:`samples_needed` (299 for P99 at 95 %, 2995 for P99.9).
+:func:`samples_needed` (299 for P99 at 95 %, 2995 for P99.9). For ``itl`` the samples are
+token gaps, which are correlated within a request: the bound over pooled gaps is then
+optimistic, and the per-request ITL thresholds of goodput are the sturdier gate.
 """
 
 from __future__ import annotations

@@ -491,7 +491,8 @@ class Verdict:
         for r in self.results:
             if r.count == 0:
                 lines.append(f"  {r.objective.name}: no samples (no completed request had it)")
-            elif self.strict and r.bound is None:
+            elif r.bound is None:
+                # Shown in both modes: a percentile without a bound is not evidence.
                 need = r.samples_needed
                 extra = f"; {need} needed" if need is not None else ""
                 lines.append(
