@@ -710,12 +710,13 @@ def token_gaps(run: Run) -> np.ndarray:
     return _arrays(run).gaps.copy()
 
 
-def request_values(run: Run, metric: str, stat: Stat) -> np.ndarray:
+def request_values(run: Run, metric: str, stat: Stat | str) -> np.ndarray:
     """The per-request value a goodput threshold ``metric`` ``stat`` is checked against,
     aligned with ``run.records``. For ``itl`` it is the request's own statistic over its
     own token gaps (its median gap for p50, its mean gap for mean); the other metrics
     have one value per request, so the statistic does not change it."""
     _check_metric(metric)
+    stat = parse_stat(stat)
     arr = _arrays(run)
     if metric != "itl":
         return arr.per_request[metric].copy()
@@ -744,7 +745,9 @@ _OPS = {
 }
 
 
-def meets_threshold(run: Run, metric: str, stat: Stat, op: str, threshold: float) -> np.ndarray:
+def meets_threshold(
+    run: Run, metric: str, stat: Stat | str, op: str, threshold: float
+) -> np.ndarray:
     """Bool per record: completed and its :func:`request_values` ``op`` ``threshold``.
 
     An undefined value of a gap metric (``itl``, ``tpot``: fewer than two tokens) is met,

@@ -493,3 +493,11 @@ def test_failed_request_chunks_excluded_from_gap_blocks() -> None:
     assert token_gaps(run).tolist() == pytest.approx([20.0, 30.0])
     v = request_values(run, "itl", 50.0)
     assert math.isnan(v[0]) and v[1] == pytest.approx(25.0)
+
+
+def test_request_values_accepts_stat_names() -> None:
+    run = make_run([rec(0, sent=0, chunks=[0, 10, 30, 60, 160], completion=5)])
+    assert request_values(run, "itl", "p50")[0] == pytest.approx(25.0)
+    assert request_values(run, "itl", "mean")[0] == pytest.approx(40.0)
+    with pytest.raises(ValueError):
+        request_values(run, "itl", "p0")
