@@ -197,12 +197,14 @@ def _valid_names() -> str:
 
 
 def _canonical_metric(text: str) -> str | None:
-    name = text.strip().lower().replace(".", "_", 1)
+    name = text.strip().lower()
     name = _ALIASES.get(name, name)
     if name in METRIC_SPECS:
         return name
-    # ttft_p99.9 / ttft_99 / ttft_median spellings of the stored percentiles
-    metric, _, stat = name.partition("_")
+    # ttft.p99 / ttft_p99.9 / ttft_99 / ttft_median spellings of the stored percentiles
+    metric, sep, stat = name.partition("_")
+    if not sep:
+        metric, sep, stat = name.partition(".")
     if not stat:
         return None
     try:
