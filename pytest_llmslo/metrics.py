@@ -450,7 +450,6 @@ class _Arrays:
         "_sample_counts",
         "_sorted_gaps",
         "chunk_counts",
-        "e2e",
         "n",
         "ok",
         "output_tokens",
@@ -494,7 +493,6 @@ class _Arrays:
         denom = (self.output_tokens - 1).astype(np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             tpot = np.where(self.output_tokens >= 2, (e2e - ttft) / denom, nan)
-        self.e2e = e2e
         self.per_request: dict[str, np.ndarray] = {
             "ttft": ttft,
             "ttfot": ttfot,
