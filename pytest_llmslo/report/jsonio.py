@@ -83,6 +83,7 @@ HARNESS = "pytest-llmslo"
 SAMPLE_METRICS: tuple[str, ...] = ("ttft", "ttfot", "itl", "tpot", "e2e")
 
 _LOAD_MODES = ("concurrency", "rate")
+_NUMBER_TYPES = (int, float)  # exact types: JSON true/false (bool) is not a sample
 _ARRIVALS = ("closed", "constant", "poisson")
 _KNEE_STATUSES = ("found", "all_passed", "none_passed", "unchecked", "empty")
 
@@ -108,8 +109,8 @@ def jsonable(value: Any) -> Any:
     scalars and arrays converted, paths as strings; anything else becomes ``str()``."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
+    if isinstance(value, float):  # also numpy float64, made a plain float here
+        return float(value) if math.isfinite(value) else None
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -574,9 +575,22 @@ def _check_point(p: Any, where: str, engines: Mapping[str, Any]) -> None:
         for name, values in samples.items():
             _expect(isinstance(values, list), f"{sw2}.{name}", "expected an array")
             lengths.add(len(values))
-            for j, v in enumerate(values):
-                ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-                _expect(ok, f"{sw2}.{name}[{j}]", f"expected a number or null, got {v!r}")
+            # One pass without per-element calls (a document holds millions of samples);
+            # the slow search for the culprit only runs when there is one.
+            if not all(v is None or type(v) in _NUMBER_TYPES for v in values):
+                bad = next(
+                    (
+                        (j, v)
+                        for j, v in enumerate(values)
+                        if not (v is None or _is(v, _NUMBER_TYPES))
+                    ),
+                    None,
+                )  # None: only subclasses of int or float (numpy scalars), which are numbers
+                if bad is not None:
+                    raise DocumentError(
+                        f"expected a number or null, got {bad[1]!r}",
+                        field=f"{sw2}.{name}[{bad[0]}]",
+                    )
         _expect(len(lengths) <= 1, sw2, "sample arrays differ in length (one value per request)")
 
 

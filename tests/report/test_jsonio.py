@@ -422,3 +422,15 @@ def test_engine_handle_that_cannot_answer(points: list[SweepPoint]) -> None:
     assert doc["engines"]["sim"]["version"] is None
     assert "engine stopped" in doc["engines"]["sim"]["metadata"]["error"]
     validate_document(doc)
+
+
+def test_samples_check_accepts_numpy_numbers_and_rejects_booleans(doc: dict[str, Any]) -> None:
+    ok = copy.deepcopy(doc)
+    ok["points"][0]["samples"]["ttft_ms"][5] = np.float64(1.5)
+    validate_document(ok)
+    bad = copy.deepcopy(doc)
+    bad["points"][0]["samples"]["e2e_ms"][9] = True
+    with pytest.raises(DocumentError) as info:
+        validate_document(bad)
+    assert info.value.field == "points[0].samples.e2e_ms[9]"
+    assert type(jsonable(np.float64(2.0))) is float
