@@ -53,6 +53,7 @@ __all__ = [
     "point_attainment",
     "point_goodput",
     "point_status",
+    "run_status",
     "split_sweeps",
     "summary_stat",
     "sweep_knees",
@@ -121,15 +122,17 @@ class SweepPoint:
 
 
 def point_status(point: SweepPoint) -> PointStatus:
-    """Classify a point. A run whose client was the bottleneck is ``invalid`` whatever its
+    """Classify a point (see ``run_status``)."""
+    return run_status(point.summary, point.verdict)
+
+
+def run_status(summary: RunSummary, verdict: Verdict | None) -> PointStatus:
+    """Classify a run. A run whose client was the bottleneck is ``invalid`` whatever its
     verdict says: its latencies are the client's, not the engine's."""
-    if not point.summary.valid:
+    if not summary.valid or (verdict is not None and not verdict.run_valid):
         return "invalid"
-    verdict = point.verdict
     if verdict is None:
         return "unchecked"
-    if not verdict.run_valid:
-        return "invalid"
     return "pass" if verdict.passed else "fail"
 
 

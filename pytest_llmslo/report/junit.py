@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmslo.sweep import summary_stat
+from pytest_llmslo.sweep import run_status, summary_stat
 
 if TYPE_CHECKING:
     from pytest_llmslo.metrics import RunSummary
@@ -113,28 +113,15 @@ def testcase_properties(
     add(property_name("total_tok_s"), summary.total_tok_s)
     add(property_name("req_s"), summary.req_s)
 
-    goodput_tok = summary.goodput_tok_s
-    goodput_req = summary.goodput_req_s
-    attainment = summary.attainment
-    if verdict is not None:
-        # The verdict's goodput is computed from the objectives this test asserted.
-        goodput_tok = verdict.goodput_tok_s if verdict.goodput_tok_s is not None else goodput_tok
-        goodput_req = verdict.goodput_req_s if verdict.goodput_req_s is not None else goodput_req
-        attainment = verdict.attainment if verdict.attainment is not None else attainment
-    add(property_name("goodput_tok_s"), goodput_tok)
-    add(property_name("goodput_req_s"), goodput_req)
-    add(property_name("attainment"), attainment)
+    # The verdict's goodput is computed from the objectives this test asserted.
+    for name in ("goodput_tok_s", "goodput_req_s", "attainment"):
+        value = None if verdict is None else getattr(verdict, name)
+        add(property_name(name), getattr(summary, name) if value is None else value)
     add(property_name("valid"), summary.valid)
     if summary.invalid_reasons:
         add(property_name("invalid_reasons"), "; ".join(summary.invalid_reasons))
 
-    if not summary.valid or (verdict is not None and not verdict.run_valid):
-        state = "invalid"
-    elif verdict is None:
-        state = "unchecked"
-    else:
-        state = "pass" if verdict.passed else "fail"
-    add(property_name("verdict"), state)
+    add(property_name("verdict"), run_status(summary, verdict))
     if verdict is None:
         return out
     add(property_name("strict"), verdict.strict)
@@ -146,7 +133,7 @@ def testcase_properties(
         base = _objective_key(obj)
         seen[base] = seen.get(base, 0) + 1
         key = base if seen[base] == 1 else f"{base}_{seen[base]}"
-        add(property_name("slo", key, "objective"), getattr(obj, "label", None))
+        add(property_name("slo", key, "objective"), obj.label)
         add(property_name("slo", key, "op"), obj.op)
         add(property_name("slo", key, "threshold_ms"), obj.threshold)
         add(property_name("slo", key, "observed_ms"), r.observed)
@@ -163,16 +150,7 @@ testcase_properties.__test__ = False  # type: ignore[attr-defined]
 
 def _objective_key(obj: Any) -> str:
     """The objective's flat name (``ttft_p99``, ``itl_p50``, ``e2e_p999``, ``tpot_mean``)."""
-    name = getattr(obj, "name", None)
-    if name:
-        return _BAD.sub("_", str(name))
-    stat = obj.stat
-    if stat == "mean":
-        suffix = "mean"
-    else:
-        q = float(stat)
-        suffix = "p" + (str(int(q)) if q.is_integer() else str(q).replace(".", "_"))
-    return _BAD.sub("_", f"{obj.metric}_{suffix}")
+    return _BAD.sub("_", str(obj.name))
 
 
 def suite_properties(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -197,9 +175,7 @@ def _flatten(value: Any, path: tuple[str, ...], out: list[tuple[str, str]]) -> N
             _flatten(v, (*path, str(k)), out)
         return
     if isinstance(value, (list, tuple)):
-        if all(
-            not isinstance(v, (Mapping, list, tuple)) and not hasattr(v, "to_dict") for v in value
-        ):
+        if all(_is_scalar(v) for v in value):
             texts = [t for t in (_value(v) for v in value) if t is not None]
             if path:
                 out.append((property_name(*path), ",".join(texts)))
