@@ -73,7 +73,7 @@ class ApiError(Exception):
 
 class TraceWriter:
     """JSON lines, one per token written to a client: ``{"rid", "i", "t_ns", "sched_ns"}``
-    (``t_ns`` is ``perf_counter_ns()`` just after the write, ``sched_ns`` when the
+    (``t_ns`` is ``perf_counter_ns()`` just before the write, ``sched_ns`` when the
     model said the token exists). Flushed after every step so readers see whole steps."""
 
     def __init__(self, path: str) -> None:
@@ -332,8 +332,10 @@ class EngineLoop:
             if stream is None:
                 continue
             last = req in finished
-            ok = stream.emit(idx, last)
+            # Taken just before the write: a reader on another core can see the bytes
+            # before a timestamp taken after the write returns.
             t = perf_counter_ns()
+            ok = stream.emit(idx, last)
             stats.add((t - target_ns) / 1e9, warn)
             if trace is not None and ok:
                 trace.token(req.rid, idx, t, target_ns)
