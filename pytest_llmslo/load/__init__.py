@@ -1,1 +1,37 @@
-"""load subpackage."""
+"""The load generator: one harness for every engine.
+
+``run_load`` / ``run_load_sync`` stream a ``WorkloadSpec`` to an OpenAI-compatible server
+described by ``ClientSettings`` at a ``LoadLevel`` and return a ``Run`` of raw records.
+See docs/load.md for the semantics (warm-up, duration bound, health checks).
+"""
+
+from __future__ import annotations
+
+from .client import ClientSettings, HttpxTransport, RawExchange, build_record, request_body
+from .runner import HealthThresholds, Progress, auto_processes, run_load, run_load_sync
+from .schedule import arrival_offsets_ns
+from .sse import StreamResult, decode_stream, parse_body, split_events
+from .workload import LengthModel, Prompt, WorkloadSpec, build_prompts, fit_length_model
+
+__all__ = [
+    "ClientSettings",
+    "HealthThresholds",
+    "HttpxTransport",
+    "LengthModel",
+    "Progress",
+    "Prompt",
+    "RawExchange",
+    "StreamResult",
+    "WorkloadSpec",
+    "arrival_offsets_ns",
+    "auto_processes",
+    "build_prompts",
+    "build_record",
+    "decode_stream",
+    "fit_length_model",
+    "parse_body",
+    "request_body",
+    "run_load",
+    "run_load_sync",
+    "split_events",
+]

@@ -1,0 +1,301 @@
+"""Talking to an OpenAI-compatible server: settings, request bodies, transports, records.
+
+Two transports stream a request and keep the body as ``(arrival_ns, bytes)`` pieces:
+
+- ``HttpxTransport`` — the general path (any URL, TLS, proxies), an ``httpx.AsyncClient``
+  whose pool limits are sized to the load (never httpx's defaults of 100 connections and a
+  5 s timeout, which silently cap and break a run) and whose read timeout is long;
+- ``http1.FastTransport`` — a lean HTTP/1.1 client on asyncio Protocols for plain
+  ``http://`` URLs, the default there: it does about a third of httpx's work per chunk,
+  which is what lets a few processes drive hundreds of streams on a small machine.
+
+``build_record`` then decodes the pieces (``sse.py``) into a ``RequestRecord``; a failure is
+always recorded with its ``FailureKind``, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError
+from ..records import FailureKind, RequestRecord
+from .sse import StreamResult, decode_stream, error_excerpt, parse_body, split_events
+
+Endpoint = Literal["chat", "completions"]
+TransportName = Literal["auto", "fast", "httpx"]
+
+ENDPOINT_PATHS: dict[str, str] = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+}
+
+# Bytes of an error body kept for the record's message; the rest is read and dropped.
+MAX_ERROR_BODY = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """How to reach the server and what every request carries.
+
+    ``base_url`` has no ``/v1``. The API key is read from the environment variable named by
+    ``api_key_env`` when a transport is built; it is never stored here, logged or put in
+    ``to_dict()``. ``ignore_eos`` sends ``ignore_eos`` and ``min_tokens`` so the output
+    length is pinned to ``max_tokens`` (servers that reject unknown fields need False).
+    ``extra_body`` is merged into every request body (one level deep for mappings, so
+    ``{"stream_options": {"continuous_usage_stats": True}}`` keeps ``include_usage``).
+    ``processes=None`` picks the number of client processes from the load (``runner.py``).
+    ``transport="auto"`` uses the fast HTTP/1.1 client for ``http://`` and httpx otherwise.
+    ``fresh_connection`` opens a new connection for every request.
+    """
+
+    base_url: str
+    model: str
+    endpoint: Endpoint = "chat"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 30.0
+    ignore_eos: bool = True
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    processes: int | None = None
+    transport: TransportName = "auto"
+    fresh_connection: bool = False
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ENDPOINT_PATHS:
+            raise ConfigError(
+                f"{self.endpoint!r} is not a valid endpoint. Valid endpoints: chat, completions."
+            )
+        if self.transport not in ("auto", "fast", "httpx"):
+            raise ConfigError(
+                f"{self.transport!r} is not a valid transport. Valid transports: auto, fast, httpx."
+            )
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"base_url must be http(s)://host[:port], got {self.base_url!r}")
+        if self.base_url.rstrip("/").endswith("/v1"):
+            raise ConfigError(f"base_url must not end in /v1, got {self.base_url!r}")
+        if self.processes is not None and self.processes < 1:
+            raise ConfigError(f"processes must be >= 1, got {self.processes!r}")
+        if not self.timeout_s > 0 or not self.connect_timeout_s > 0:
+            raise ConfigError("timeout_s and connect_timeout_s must be > 0")
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + ENDPOINT_PATHS[self.endpoint]
+
+    @property
+    def resolved_transport(self) -> Literal["fast", "httpx"]:
+        if self.transport != "auto":
+            return self.transport
+        return "fast" if urlsplit(self.base_url).scheme == "http" else "httpx"
+
+    def api_key(self) -> str | None:
+        if not self.api_key_env:
+            return None
+        return os.environ.get(self.api_key_env) or None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything but secrets: the key's variable name is kept, its value never."""
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "api_key_env": self.api_key_env,
+            "timeout_s": self.timeout_s,
+            "connect_timeout_s": self.connect_timeout_s,
+            "ignore_eos": self.ignore_eos,
+            "extra_body": _jsonable(self.extra_body),
+            "processes": self.processes,
+            "transport": self.resolved_transport,
+            "fresh_connection": self.fresh_connection,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def request_body(settings: ClientSettings, prompt: str, max_tokens: int) -> bytes:
+    """The JSON body of one streaming request, encoded once before the run starts."""
+    body: dict[str, Any] = {"model": settings.model}
+    if settings.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body["max_tokens"] = int(max_tokens)
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
+    if settings.ignore_eos:
+        body["ignore_eos"] = True
+        body["min_tokens"] = int(max_tokens)
+    for key, value in settings.extra_body.items():
+        if isinstance(value, Mapping) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def request_headers(settings: ClientSettings) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    key = settings.api_key()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    if settings.fresh_connection:
+        headers["Connection"] = "close"
+    return headers
+
+
+class RawExchange:
+    """One request as the transport saw it. Mutable and slotted: the hot path appends."""
+
+    __slots__ = ("end_ns", "error", "kind", "pieces", "sent_ns", "status", "times")
+
+    def __init__(self) -> None:
+        self.sent_ns = 0
+        self.end_ns = 0
+        self.status = 0
+        self.times: list[int] = []
+        self.pieces: list[bytes] = []
+        self.kind: FailureKind | None = None
+        self.error: str | None = None
+
+
+class Transport(Protocol):
+    """Streams one request into a ``RawExchange``; never raises for a failed request."""
+
+    async def send(self, body: bytes, raw: RawExchange) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def build_record(
+    index: int,
+    scheduled_ns: int,
+    raw: RawExchange,
+    *,
+    requested_prompt_tokens: int | None = None,
+    requested_output_tokens: int | None = None,
+    worker: int = 0,
+) -> RequestRecord:
+    """Decode a finished exchange into its record (JSON decoding happens here, after the
+    request, never on the hot path)."""
+    status = raw.status
+    kind = raw.kind
+    error = raw.error
+    if kind is None and status and not 200 <= status < 300:
+        kind = "http"
+        excerpt = error_excerpt(raw.pieces)
+        error = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
+        stream = StreamResult()
+    elif kind is None:
+        stream = parse_body(raw.times, raw.pieces)
+        kind, error = stream.error_kind, stream.error
+    else:
+        # A transport failure: keep what arrived, and prefer the server's own in-stream
+        # error over "reset"/"timeout" when it sent one before the connection went.
+        ev_times, events, _ = split_events(raw.times, raw.pieces) if raw.pieces else ([], [], b"")
+        stream = decode_stream(ev_times, events)
+        if stream.error_kind == "stream_error":
+            kind, error = stream.error_kind, stream.error
+    end_ns = raw.end_ns or (raw.times[-1] if raw.times else raw.sent_ns)
+    return RequestRecord(
+        index=index,
+        scheduled_ns=scheduled_ns,
+        sent_ns=raw.sent_ns,
+        end_ns=end_ns,
+        chunk_ns=stream.chunk_ns,
+        chunk_tokens=stream.chunk_tokens,
+        tokens_exact=stream.tokens_exact,
+        first_content_ns=stream.first_content_ns,
+        prompt_tokens=stream.prompt_tokens,
+        completion_tokens=stream.completion_tokens,
+        requested_prompt_tokens=requested_prompt_tokens,
+        requested_output_tokens=requested_output_tokens,
+        status=status,
+        error=error,
+        error_kind=kind,
+        finish_reason=stream.finish_reason,
+        worker=worker,
+    )
+
+
+class HttpxTransport:
+    """The general path: httpx with limits sized to the load and long read timeouts."""
+
+    def __init__(self, settings: ClientSettings, max_connections: int | None) -> None:
+        import httpx
+
+        self._httpx = httpx
+        self._url = settings.url
+        self._headers = request_headers(settings)
+        # None means "no cap": an open loop must never queue inside the client, or the
+        # client's queue would be reported as the server's latency.
+        limits = httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=0 if settings.fresh_connection else max_connections,
+            keepalive_expiry=30.0,
+        )
+        timeout = httpx.Timeout(
+            settings.timeout_s,
+            connect=settings.connect_timeout_s,
+            pool=settings.timeout_s,
+        )
+        self._client = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+
+    async def send(self, body: bytes, raw: RawExchange) -> None:
+        httpx = self._httpx
+        pc = perf_counter_ns
+        raw.sent_ns = pc()
+        times = raw.times
+        pieces = raw.pieces
+        try:
+            async with self._client.stream(
+                "POST", self._url, content=body, headers=self._headers
+            ) as resp:
+                raw.status = resp.status_code
+                if 200 <= resp.status_code < 300:
+                    async for data in resp.aiter_raw():
+                        times.append(pc())
+                        pieces.append(data)
+                else:
+                    size = 0
+                    async for data in resp.aiter_raw():
+                        times.append(pc())
+                        if size < MAX_ERROR_BODY:
+                            pieces.append(data[: MAX_ERROR_BODY - size])
+                            size += len(data)
+        except httpx.TimeoutException as exc:
+            raw.kind, raw.error = "timeout", f"{type(exc).__name__}: {exc}"
+        except httpx.ConnectError as exc:
+            raw.kind, raw.error = "connect", f"ConnectError: {exc}"
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            raw.kind, raw.error = "reset", f"{type(exc).__name__}: {exc}"
+        except httpx.HTTPError as exc:
+            raw.kind, raw.error = "reset", f"{type(exc).__name__}: {exc}"
+        except OSError as exc:
+            raw.kind, raw.error = "reset", f"{type(exc).__name__}: {exc}"
+        raw.end_ns = times[-1] if times else pc()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def make_transport(settings: ClientSettings, max_connections: int | None) -> Transport:
+    """The transport ``settings.transport`` names (``auto``: fast for http, else httpx)."""
+    if settings.resolved_transport == "fast":
+        from .http1 import FastTransport
+
+        if urlsplit(settings.base_url).scheme != "http":
+            raise ConfigError("transport 'fast' supports http:// only; use 'httpx' for https")
+        return FastTransport(settings)
+    return HttpxTransport(settings, max_connections)

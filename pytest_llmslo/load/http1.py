@@ -1,0 +1,375 @@
+"""A lean HTTP/1.1 streaming client on asyncio Protocols (the fast path for ``http://``).
+
+Why not only httpx: a plain httpx ``aiter_lines`` loop saturates a core at about 170
+streamed requests/s of 100 chunks here, far below what one engine can serve. This client
+does per read only what a measurement needs: take ``perf_counter_ns()``, strip the chunked
+transfer framing, append ``(time, bytes)``. No per-chunk future, task, timer or string.
+
+- Keep-alive connection pool (LIFO), one request per connection at a time, a stale idle
+  connection closed by the server is retried once on a fresh one.
+- Read timeout = ``timeout_s`` without a byte, checked by one sweeper task rather than a
+  timer per read; connect timeout = ``connect_timeout_s``.
+- Failures become ``RawExchange.kind``: ``connect``, ``timeout``, ``reset`` (connection
+  reset, or closed before the HTTP body was complete), ``malformed`` (not HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from time import perf_counter_ns
+from typing import Literal
+from urllib.parse import urlsplit
+
+from .client import MAX_ERROR_BODY, ClientSettings, RawExchange, request_headers
+
+_MAX_HEAD = 64 * 1024
+
+_IDLE, _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE = 0, 1, 2, 3, 4
+
+
+class _Stale(Exception):
+    """A reused keep-alive connection was closed before any byte of the response."""
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; parses one response at a time into ``self.ex``."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.ex: RawExchange | None = None
+        self.fut: asyncio.Future[None] | None = None
+        self.state = _IDLE
+        self.head = b""
+        self.rem = 0
+        self.pend = b""
+        self.crlf = False
+        self.keep = True
+        self.closed = False
+        self.reused = False
+        self.got_bytes = False
+        self.error_size = 0
+        self.last_ns = 0
+
+    # -- asyncio callbacks ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        ts = perf_counter_ns()
+        self.last_ns = ts
+        if self.state == _CHUNKED:
+            self._chunked(data, ts)
+        elif self.state == _HEAD:
+            self.got_bytes = True
+            self._head(data, ts)
+        elif self.state == _LENGTH:
+            self._length(data, ts)
+        elif self.state == _UNTIL_CLOSE:
+            self._piece(data, ts)
+        else:
+            # Bytes while no request is in flight: the connection is out of step.
+            self.keep = False
+            if self.transport is not None:
+                self.transport.close()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.fut is None or self.fut.done():
+            return
+        ex = self.ex
+        if self.state == _UNTIL_CLOSE and exc is None:
+            self._finish(self.last_ns or perf_counter_ns())
+            return
+        if self.reused and not self.got_bytes:
+            self.fut.set_exception(_Stale())
+            return
+        if ex is not None and ex.kind is None:
+            ex.kind = "reset"
+            if exc is None:
+                ex.error = "connection closed before the response was complete"
+            else:
+                ex.error = f"{type(exc).__name__}: {exc}"
+        self._done()
+
+    # -- response parsing -------------------------------------------------------------
+    def _piece(self, data: bytes, ts: int) -> None:
+        ex = self.ex
+        if ex is None:
+            return
+        if ex.status and not 200 <= ex.status < 300:
+            # Error bodies: keep an excerpt, not megabytes.
+            if self.error_size >= MAX_ERROR_BODY:
+                ex.times.append(ts)
+                return
+            data = data[: MAX_ERROR_BODY - self.error_size]
+            self.error_size += len(data)
+        ex.times.append(ts)
+        ex.pieces.append(data)
+
+    def _head(self, data: bytes, ts: int) -> None:
+        buf = self.head + data if self.head else data
+        while True:
+            i = buf.find(b"\r\n\r\n")
+            if i < 0:
+                if len(buf) > _MAX_HEAD:
+                    self._fail("malformed", "response head too large or not HTTP")
+                else:
+                    self.head = buf
+                return
+            head, buf = buf[:i], buf[i + 4 :]
+            lines = head.split(b"\r\n")
+            status_line = lines[0].split(None, 2)
+            if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):
+                self._fail("malformed", f"not an HTTP response: {lines[0][:80]!r}")
+                return
+            try:
+                status = int(status_line[1])
+            except ValueError:
+                self._fail("malformed", f"bad status line: {lines[0][:80]!r}")
+                return
+            if 100 <= status < 200:
+                continue  # 100 Continue and friends: the real head follows
+            break
+        self.head = b""
+        ex = self.ex
+        if ex is None:
+            return
+        ex.status = status
+        chunked = False
+        length: int | None = None
+        keep = not status_line[0].endswith(b"/1.0")
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"content-length":
+                try:
+                    length = int(value.strip())
+                except ValueError:
+                    self._fail("malformed", "bad Content-Length")
+                    return
+            elif name == b"connection":
+                v = value.strip().lower()
+                if v == b"close":
+                    keep = False
+                elif v == b"keep-alive":
+                    keep = True
+        self.keep = self.keep and keep
+        if chunked:
+            self.state = _CHUNKED
+            self.rem, self.pend, self.crlf = 0, b"", False
+            if buf:
+                self._chunked(buf, ts)
+        elif length is not None:
+            self.state = _LENGTH
+            self.rem = length
+            if length == 0:
+                self._finish(ts)
+            elif buf:
+                self._length(buf, ts)
+        else:
+            self.state = _UNTIL_CLOSE
+            self.keep = False
+            if buf:
+                self._piece(buf, ts)
+
+    def _length(self, data: bytes, ts: int) -> None:
+        n = len(data)
+        if n >= self.rem:
+            self._piece(data[: self.rem], ts)
+            self.rem = 0
+            self._finish(ts)
+        else:
+            self.rem -= n
+            self._piece(data, ts)
+
+    def _chunked(self, data: bytes, ts: int) -> None:
+        buf = self.pend + data if self.pend else data
+        pos = 0
+        n = len(buf)
+        while pos < n:
+            rem = self.rem
+            if rem:
+                end = pos + rem
+                if end <= n:
+                    self._piece(buf[pos:end] if pos or end != n else buf, ts)
+                    self.rem = 0
+                    self.crlf = True
+                    pos = end
+                else:
+                    self._piece(buf[pos:], ts)
+                    self.rem = rem - (n - pos)
+                    pos = n
+                continue
+            if self.crlf:
+                if n - pos < 2:
+                    break
+                pos += 2
+                self.crlf = False
+                continue
+            i = buf.find(b"\r\n", pos)
+            if i < 0:
+                break
+            try:
+                size = int(buf[pos:i].split(b";", 1)[0], 16)
+            except ValueError:
+                self._fail("malformed", f"bad chunk size line: {buf[pos:i][:40]!r}")
+                return
+            if size == 0:
+                # Last chunk; trailers (rare) end with an empty line.
+                tail = buf[i + 2 :]
+                if tail[:2] == b"\r\n" or b"\r\n\r\n" in tail:
+                    self.pend = b""
+                    self._finish(ts)
+                    return
+                break
+            self.rem = size
+            pos = i + 2
+        self.pend = buf[pos:] if pos < n else b""
+
+    # -- completion -------------------------------------------------------------------
+    def _finish(self, ts: int) -> None:
+        if self.ex is not None:
+            self.ex.end_ns = ts
+        self.state = _IDLE
+        if not self.keep and self.transport is not None:
+            self.transport.close()
+        self._done()
+
+    def _fail(self, kind: Literal["malformed", "timeout", "reset"], error: str) -> None:
+        ex = self.ex
+        if ex is not None and ex.kind is None:
+            ex.kind, ex.error = kind, error
+        self.keep = False
+        self.state = _IDLE
+        if self.transport is not None:
+            self.transport.abort()
+        self._done()
+
+    def _done(self) -> None:
+        fut = self.fut
+        self.fut = None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def start(self, ex: RawExchange, fut: asyncio.Future[None], request: bytes) -> None:
+        self.ex, self.fut = ex, fut
+        self.state = _HEAD
+        self.head = b""
+        self.got_bytes = False
+        self.error_size = 0
+        self.last_ns = perf_counter_ns()
+        if self.transport is not None:
+            self.transport.write(request)
+
+
+class FastTransport:
+    """Streams requests over pooled HTTP/1.1 connections (plain http only)."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        parts = urlsplit(settings.url)
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port or 80
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        hostport = parts.netloc
+        headers = request_headers(settings)
+        head = f"POST {path} HTTP/1.1\r\nHost: {hostport}\r\nUser-Agent: pytest-llmslo\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self._head = head.encode("latin-1")
+        self._fresh = settings.fresh_connection
+        self._timeout_ns = int(settings.timeout_s * 1e9)
+        self._connect_timeout = settings.connect_timeout_s
+        self._idle: list[_Conn] = []
+        self._active: set[_Conn] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        _, proto = await asyncio.wait_for(
+            loop.create_connection(_Conn, self._host, self._port),
+            self._connect_timeout,
+        )
+        return proto
+
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        # One task checks every stream's last byte instead of a timer per read.
+        interval = min(1.0, self._timeout_ns / 4e9)
+        while not self._closed:
+            await asyncio.sleep(interval)
+            now = perf_counter_ns()
+            for conn in list(self._active):
+                if conn.fut is not None and now - conn.last_ns > self._timeout_ns:
+                    conn._fail("timeout", f"no byte for {self._timeout_ns / 1e9:g} s")
+
+    async def send(self, body: bytes, raw: RawExchange) -> None:
+        raw.sent_ns = perf_counter_ns()
+        request = self._head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        self._ensure_sweeper()
+        for attempt in (0, 1):
+            conn: _Conn | None = None
+            while self._idle and attempt == 0:
+                c = self._idle.pop()
+                if not c.closed:
+                    conn = c
+                    conn.reused = True
+                    break
+            if conn is None:
+                try:
+                    conn = await self._connect()
+                except (asyncio.TimeoutError, TimeoutError):
+                    raw.kind = "timeout"
+                    raw.error = f"connect timeout after {self._connect_timeout:g} s"
+                    raw.end_ns = perf_counter_ns()
+                    return
+                except OSError as exc:
+                    raw.kind, raw.error = "connect", f"{type(exc).__name__}: {exc}"
+                    raw.end_ns = perf_counter_ns()
+                    return
+                conn.reused = False
+            if self._fresh:
+                conn.keep = False
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._active.add(conn)
+            try:
+                conn.start(raw, fut, request)
+                await fut
+            except _Stale:
+                raw.times.clear()
+                raw.pieces.clear()
+                continue
+            except asyncio.CancelledError:
+                conn.keep = False
+                if conn.transport is not None:
+                    conn.transport.abort()
+                raise
+            finally:
+                self._active.discard(conn)
+            if raw.end_ns == 0:
+                raw.end_ns = raw.times[-1] if raw.times else perf_counter_ns()
+            if conn.keep and not conn.closed and conn.state == _IDLE:
+                conn.ex = None
+                self._idle.append(conn)
+            return
+        raw.kind, raw.error = "reset", "connection closed before the response began"
+        raw.end_ns = perf_counter_ns()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sweeper
+        for conn in self._idle + list(self._active):
+            if conn.transport is not None:
+                conn.transport.close()
+        self._idle.clear()

@@ -1,0 +1,764 @@
+"""Running a load: closed or open loop, in one or several processes, measured.
+
+``run_load`` builds the prompts and request bodies up front (so nothing but sending and
+timestamping happens during the run), then drives them:
+
+- closed loop (``LoadLevel.concurrency(n)``): n slots, each sends its next request as soon
+  as its previous one ended; that moment is the request's scheduled time;
+- open loop (``LoadLevel.rate(r, "constant"|"poisson", seed)``): request i is sent at the
+  absolute time ``t0 + offsets[i]`` (``schedule.py``), whatever happened before it.
+
+Several processes: above a modest load one Python event loop cannot read hundreds of
+streams without its own lag showing up as latency, so the load is split over worker
+processes (``python -m pytest_llmslo.load.worker``), each with its own event loop and
+connection pool. They start, report ready, and all begin at one absolute ``t0``
+(``perf_counter_ns`` is ``CLOCK_MONOTONIC``, shared by every process on Linux, so their
+timestamps are comparable); their records are merged. ``ClientSettings.processes``
+overrides the automatic choice (``auto_processes``).
+
+Warm-up: the first ``warmup`` requests of the sequence are sent and discarded.
+Duration bound: at ``t0 + duration_s`` no new request is sent and requests still in flight
+are cut. Cut requests are *excluded* from ``Run.records`` (a request cut by the harness says
+nothing about the engine) and *counted* in ``run.meta["cancelled"]``. On Ctrl-C or task
+cancellation the same happens and ``LoadInterrupted`` carries the partial run.
+
+The client checks itself (``ClientHealth``): schedule lag (sent − scheduled), event-loop
+lag (a ticker every 10 ms, how late it wakes) and CPU (``time.process_time`` per process
+over the run's wall time). ``HealthThresholds`` says when the client, not the engine, was
+the bottleneck; the run is then ``valid=False`` with the reasons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..errors import LoadError, LoadInterrupted
+from ..records import ClientHealth, LoadLevel, RequestRecord, Run
+from .client import ClientSettings, RawExchange, build_record, make_transport, request_body
+from .schedule import arrival_offsets_ns, split_concurrency, split_round_robin
+from .workload import (
+    LengthModel,
+    WorkloadSpec,
+    build_prompts,
+    calibration_prompts,
+    fit_length_model,
+)
+
+_TICK_NS = 10_000_000  # event-loop lag ticker period
+_PROGRESS_S = 0.25
+_START_MARGIN_NS = 50_000_000  # t0 this far after every worker said ready
+_READY_TIMEOUT_S = 120.0
+_RESULT_TIMEOUT_S = 60.0  # after cancelling, how long to wait for workers' partial results
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress report: ``done`` of ``total`` requests of the current phase."""
+
+    done: int
+    total: int
+    failed: int
+    elapsed_s: float
+    warmup: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HealthThresholds:
+    """When a run is invalid because the client was the bottleneck.
+
+    - schedule lag P99 above ``max_schedule_lag_p99_ms``: requests left later than planned,
+      so an open loop's rate and a closed loop's concurrency were not what was asked;
+    - event-loop lag P99 above ``max_loop_lag_p99_ms``: callbacks (and so chunk timestamps)
+      ran that late, which would show up as TTFT and ITL;
+    - CPU above ``max_cpu_util`` of a core in any client process: the loop had no slack.
+    """
+
+    max_schedule_lag_p99_ms: float = 10.0
+    max_loop_lag_p99_ms: float = 10.0
+    max_cpu_util: float = 0.9
+
+
+@dataclass(slots=True)
+class _Job:
+    index: int
+    body: bytes
+    isl: int
+    osl: int
+    warmup: bool
+    offset_ns: int = 0
+
+
+@dataclass(slots=True)
+class _Plan:
+    worker: int
+    settings: ClientSettings
+    jobs: list[_Job]
+    closed: bool
+    slots: int
+    max_connections: int | None
+
+
+@dataclass(slots=True)
+class _WorkerResult:
+    worker: int
+    records: list[RequestRecord] = field(default_factory=list)
+    warmup_done: int = 0
+    cancelled: int = 0
+    schedule_lag_ns: list[int] = field(default_factory=list)
+    loop_lag_ns: list[int] = field(default_factory=list)
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+class _Counter:
+    __slots__ = ("done", "failed", "warm_done")
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.failed = 0
+        self.warm_done = 0
+
+
+def auto_processes(level: LoadLevel, osl: int) -> int:
+    """Client processes for a load: one up to ~128 streams (or ~6,000 chunks/s of open
+    loop), then one per ~192 streams, at most the machine's cores."""
+    cores = os.cpu_count() or 1
+    if level.mode == "concurrency":
+        need = 1 if level.value <= 128 else math.ceil(level.value / 192)
+    else:
+        chunks_s = level.value * max(osl, 1)
+        need = 1 if chunks_s <= 6000 else math.ceil(chunks_s / 12000)
+    return max(1, min(need, cores))
+
+
+async def _sleep_until(t_ns: int) -> None:
+    delay = t_ns - perf_counter_ns()
+    if delay > 0:
+        await asyncio.sleep(delay / 1e9)
+
+
+async def _loop_ticker(samples: list[int]) -> None:
+    nxt = perf_counter_ns() + _TICK_NS
+    while True:
+        await _sleep_until(nxt)
+        now = perf_counter_ns()
+        samples.append(max(now - nxt, 0))
+        nxt = now + _TICK_NS
+
+
+async def _drive(
+    plan: _Plan,
+    t0_ns: int,
+    deadline_ns: int | None,
+    stop: asyncio.Event,
+    counter: _Counter,
+) -> _WorkerResult:
+    """Send one worker's jobs; shared by the in-process path and the worker processes."""
+    res = _WorkerResult(plan.worker)
+    transport = make_transport(plan.settings, plan.max_connections)
+    ticker = asyncio.get_running_loop().create_task(_loop_ticker(res.loop_lag_ns))
+    lags = res.schedule_lag_ns
+    records = res.records
+
+    async def one(job: _Job, scheduled: int) -> None:
+        raw = RawExchange()
+        await transport.send(job.body, raw)
+        rec = build_record(
+            job.index,
+            scheduled,
+            raw,
+            requested_prompt_tokens=job.isl,
+            requested_output_tokens=job.osl,
+            worker=plan.worker,
+        )
+        if job.warmup:
+            counter.warm_done += 1
+            res.warmup_done += 1
+            return
+        counter.done += 1
+        if not rec.ok:
+            counter.failed += 1
+        lags.append(rec.sent_ns - scheduled)
+        records.append(rec)
+
+    jobs = plan.jobs
+    tasks: set[asyncio.Task[None]] = set()
+    cpu0 = time.process_time()
+    wall0 = perf_counter_ns()
+    try:
+        await _sleep_until(t0_ns)
+        if plan.closed:
+            it = iter(jobs)
+
+            async def slot() -> None:
+                scheduled = t0_ns
+                for job in it:
+                    if stop.is_set() or (deadline_ns is not None and scheduled >= deadline_ns):
+                        return
+                    await one(job, scheduled)
+                    scheduled = perf_counter_ns()
+
+            tasks = {asyncio.ensure_future(slot()) for _ in range(max(plan.slots, 1))}
+            waiter: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+            remaining = None if deadline_ns is None else (deadline_ns - perf_counter_ns()) / 1e9
+            await _wait_tasks(tasks, waiter, remaining)
+            waiter.cancel()
+        else:
+
+            async def scheduler() -> None:
+                for job in jobs:
+                    at = t0_ns + job.offset_ns
+                    if deadline_ns is not None and at >= deadline_ns:
+                        return
+                    await _sleep_until(at)
+                    if stop.is_set():
+                        return
+                    t = asyncio.ensure_future(one(job, at))
+                    tasks.add(t)
+                    t.add_done_callback(tasks.discard)
+
+            sched = asyncio.ensure_future(scheduler())
+            waiter = asyncio.ensure_future(stop.wait())
+            remaining = None if deadline_ns is None else (deadline_ns - perf_counter_ns()) / 1e9
+            await _wait_tasks({sched}, waiter, remaining)
+            if not stop.is_set() and not sched.cancelled():
+                remaining = None if deadline_ns is None else (deadline_ns - perf_counter_ns()) / 1e9
+                if tasks:
+                    await _wait_tasks(set(tasks), waiter, remaining)
+            sched.cancel()
+            waiter.cancel()
+    finally:
+        pending = [t for t in tasks if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        # Every task still pending was inside a request (a closed-loop slot only waits in
+        # one()), so each is one request cut by the harness.
+        res.cancelled = len(pending)
+        res.cpu_s = time.process_time() - cpu0
+        res.wall_s = (perf_counter_ns() - wall0) / 1e9
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        await transport.aclose()
+    return res
+
+
+async def _wait_tasks(
+    tasks: set[asyncio.Task[None]], waiter: asyncio.Future[Any], timeout: float | None
+) -> None:
+    """Wait until every task is done, the stop event fires, or the timeout passes."""
+    if timeout is not None and timeout <= 0:
+        return
+    pending = set(tasks)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while pending:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        done, pending_now = await asyncio.wait(
+            [*pending, waiter], timeout=left, return_when=asyncio.FIRST_COMPLETED
+        )
+        if waiter in done:
+            return
+        pending = {t for t in pending_now if t is not waiter}
+        # A slot that raised (a bug, not a request failure) must not be swallowed.
+        for t in done:
+            if t is not waiter and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+
+
+# -- worker processes ------------------------------------------------------------------
+
+
+def worker_main(fd: int) -> None:
+    """Entry point of one worker process (``python -m pytest_llmslo.load.worker FD``)."""
+    # The parent turns Ctrl-C into a "stop" message; a second handler here would cut
+    # requests before the parent could collect them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    try:
+        plan = conn.recv()
+        conn.send(("ready", plan.worker))
+        msg = conn.recv()
+        if msg[0] != "go":
+            return
+        _, t0_ns, deadline_ns = msg
+        res = asyncio.run(_worker_async(conn, plan, t0_ns, deadline_ns))
+        conn.send(("result", res))
+    except Exception:
+        with contextlib.suppress(Exception):
+            conn.send(("error", traceback.format_exc()))
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, deadline_ns: int | None) -> Any:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    counter = _Counter()
+
+    def on_readable() -> None:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            msg = ("stop",)  # the parent went away
+        if msg[0] == "stop":
+            stop.set()
+            loop.remove_reader(conn.fileno())
+
+    loop.add_reader(conn.fileno(), on_readable)
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(_PROGRESS_S)
+            conn.send(("progress", plan.worker, counter.done, counter.failed, counter.warm_done))
+
+    reporter = loop.create_task(report())
+    try:
+        return await _drive(plan, t0_ns, deadline_ns, stop, counter)
+    finally:
+        reporter.cancel()
+        with contextlib.suppress(Exception):
+            loop.remove_reader(conn.fileno())
+
+
+# -- the public entry points -------------------------------------------------------------
+
+
+async def _calibrate(client: ClientSettings, workload: WorkloadSpec) -> tuple[LengthModel, dict]:
+    """Fit tokens-per-word to the server's reported prompt_tokens with a few probes."""
+    sizes = sorted({max(1, workload.isl // 2), workload.isl, max(2, workload.isl * 3 // 2)})
+    texts = calibration_prompts(workload, sizes)
+    transport = make_transport(client, 1)
+    words: list[int] = []
+    tokens: list[int] = []
+    errors: list[str] = []
+    try:
+        for size, text in zip(sizes, texts, strict=True):
+            raw = RawExchange()
+            await transport.send(request_body(client, text, 1), raw)
+            rec = build_record(-1, raw.sent_ns, raw)
+            if rec.prompt_tokens:
+                words.append(size)
+                tokens.append(rec.prompt_tokens)
+            else:
+                errors.append(rec.error or "no prompt_tokens in usage")
+    finally:
+        await transport.aclose()
+    if not words:
+        return LengthModel(), {"fitted": False, "error": errors[0] if errors else "no probes"}
+    lm = fit_length_model(words, tokens)
+    return lm, {"fitted": True, "probe_words": words, "probe_tokens": tokens, **lm.to_dict()}
+
+
+def _health(results: list[_WorkerResult], th: HealthThresholds, nproc: int) -> ClientHealth:
+    lags = np.array([x for r in results for x in r.schedule_lag_ns], dtype=float) / 1e6
+    loop = np.array([x for r in results for x in r.loop_lag_ns], dtype=float) / 1e6
+    cpu_s = sum(r.cpu_s for r in results)
+    util = max((r.cpu_s / r.wall_s for r in results if r.wall_s > 0), default=0.0)
+    s50 = float(np.percentile(lags, 50)) if lags.size else 0.0
+    s99 = float(np.percentile(lags, 99)) if lags.size else 0.0
+    smax = float(lags.max()) if lags.size else 0.0
+    l99 = float(np.percentile(loop, 99)) if loop.size else 0.0
+    lmax = float(loop.max()) if loop.size else 0.0
+    reasons = []
+    if s99 > th.max_schedule_lag_p99_ms:
+        reasons.append(
+            f"schedule lag P99 {s99:.1f} ms > {th.max_schedule_lag_p99_ms:g} ms: requests "
+            "left later than scheduled (client overloaded)"
+        )
+    if l99 > th.max_loop_lag_p99_ms:
+        reasons.append(
+            f"event-loop lag P99 {l99:.1f} ms > {th.max_loop_lag_p99_ms:g} ms: timestamps "
+            "were taken late (client overloaded)"
+        )
+    if util > th.max_cpu_util:
+        reasons.append(
+            f"client CPU {util:.0%} of a core > {th.max_cpu_util:.0%} in one process: the "
+            "client was saturated (use more processes)"
+        )
+    return ClientHealth(
+        schedule_lag_p50_ms=s50,
+        schedule_lag_p99_ms=s99,
+        schedule_lag_max_ms=smax,
+        loop_lag_p99_ms=l99,
+        loop_lag_max_ms=lmax,
+        cpu_s=cpu_s,
+        cpu_util=util,
+        processes=nproc,
+        valid=not reasons,
+        reasons=tuple(reasons),
+    )
+
+
+def _assemble(
+    level: LoadLevel,
+    results: list[_WorkerResult],
+    warmup: int,
+    meta: dict[str, Any],
+    th: HealthThresholds,
+    nproc: int,
+) -> Run:
+    records = sorted((r for res in results for r in res.records), key=lambda r: r.index)
+    start = min((r.sent_ns for r in records), default=0)
+    end = max((r.end_ns for r in records), default=start)
+    meta = dict(meta)
+    meta["cancelled"] = sum(r.cancelled for r in results)
+    meta["warmup_completed"] = sum(r.warmup_done for r in results)
+    return Run(
+        level=level,
+        records=tuple(records),
+        start_ns=start,
+        end_ns=end,
+        warmup_requests=warmup,
+        health=_health(results, th, nproc),
+        meta=meta,
+    )
+
+
+async def run_load(
+    client: ClientSettings,
+    workload: WorkloadSpec,
+    level: LoadLevel,
+    *,
+    requests: int,
+    warmup: int = 200,
+    duration_s: float | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    thresholds: HealthThresholds | None = None,
+) -> Run:
+    """Run ``warmup`` + ``requests`` requests of ``workload`` at ``level`` and return the
+    measured ``Run`` (warm-up discarded). See the module docstring for the semantics of
+    the duration bound, cancellation and health."""
+    if requests < 1:
+        raise LoadError(f"requests must be >= 1, got {requests}")
+    if warmup < 0:
+        raise LoadError(f"warmup must be >= 0, got {warmup}")
+    if duration_s is not None and not duration_s > 0:
+        raise LoadError(f"duration_s must be > 0, got {duration_s}")
+    th = thresholds or HealthThresholds()
+    total = warmup + requests
+
+    calibration: dict[str, Any] = {"fitted": False, "reason": "not needed"}
+    lm = LengthModel()
+    if workload.needs_calibration:
+        lm, calibration = await _calibrate(client, workload)
+    prompts = build_prompts(workload, total, lm)
+    jobs = [
+        _Job(i, request_body(client, p.text, p.osl), p.isl, p.osl, i < warmup)
+        for i, p in enumerate(prompts)
+    ]
+    closed = level.mode == "concurrency"
+    if not closed:
+        for job, off in zip(jobs, arrival_offsets_ns(level, total), strict=True):
+            job.offset_ns = off
+    nproc = client.processes or auto_processes(level, workload.osl)
+    if closed:
+        nproc = min(nproc, int(level.value))
+    nproc = max(1, min(nproc, total))
+    concurrency = int(level.value) if closed else 0
+    slots = split_concurrency(concurrency, nproc) if closed else [0] * nproc
+    deal = split_round_robin(total, nproc)
+    plans = [
+        _Plan(
+            worker=w,
+            settings=client,
+            jobs=[jobs[i] for i in deal[w]],
+            closed=closed,
+            slots=slots[w],
+            max_connections=slots[w] if closed else None,
+        )
+        for w in range(nproc)
+    ]
+    run_meta: dict[str, Any] = {
+        "harness": "pytest-llmslo",
+        "harness_version": __version__,
+        "workload": workload.to_dict(),
+        "client": client.to_dict(),
+        "level": level.to_dict(),
+        "requests": requests,
+        "warmup": warmup,
+        "duration_s": duration_s,
+        "processes": nproc,
+        "calibration": calibration,
+        "health_thresholds": {
+            "max_schedule_lag_p99_ms": th.max_schedule_lag_p99_ms,
+            "max_loop_lag_p99_ms": th.max_loop_lag_p99_ms,
+            "max_cpu_util": th.max_cpu_util,
+        },
+    }
+    run_meta.update(dict(meta or {}))
+    started = time.monotonic()
+
+    def report(done: int, failed: int, warm_done: int) -> None:
+        if progress is None:
+            return
+        elapsed = time.monotonic() - started
+        if warm_done < warmup:
+            progress(Progress(warm_done, warmup, 0, elapsed, True))
+        else:
+            progress(Progress(done, requests, failed, elapsed, False))
+
+    if nproc == 1:
+        results = await _run_inprocess(plans[0], duration_s, report)
+    else:
+        results = await _run_processes(plans, duration_s, report)
+    if isinstance(results, _Interrupted):
+        run = _assemble(
+            level, results.results, warmup, {**run_meta, "interrupted": True}, th, nproc
+        )
+        raise LoadInterrupted(
+            f"load interrupted after {len(run.records)} measured requests", run=run
+        )
+    return _assemble(level, results, warmup, run_meta, th, nproc)
+
+
+@dataclass(slots=True)
+class _Interrupted:
+    results: list[_WorkerResult]
+
+
+async def _run_inprocess(
+    plan: _Plan, duration_s: float | None, report: Callable[[int, int, int], None]
+) -> list[_WorkerResult] | _Interrupted:
+    stop = asyncio.Event()
+    counter = _Counter()
+    t0 = perf_counter_ns() + 1_000_000
+    deadline = None if duration_s is None else t0 + int(duration_s * 1e9)
+
+    async def reporter() -> None:
+        while True:
+            await asyncio.sleep(_PROGRESS_S)
+            report(counter.done, counter.failed, counter.warm_done)
+
+    rep = asyncio.ensure_future(reporter())
+    task = asyncio.ensure_future(_drive(plan, t0, deadline, stop, counter))
+    try:
+        res = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        stop.set()
+        res = await task
+        return _Interrupted([res])
+    finally:
+        rep.cancel()
+    report(counter.done, counter.failed, counter.warm_done)
+    return [res]
+
+
+def _spawn_worker(plan: _Plan) -> tuple[subprocess.Popen[bytes], Connection]:
+    """Start one worker as ``python -m pytest_llmslo.load.worker`` on a socketpair.
+
+    A plain subprocess rather than ``multiprocessing``: spawn would re-import the caller's
+    ``__main__`` (breaking any script without a main guard) and fork is unsafe in a
+    process that runs threads or an event loop.
+    """
+    parent_sock, child_sock = socket.socketpair()
+    fd = child_sock.fileno()
+    env = dict(os.environ)
+    # The child must import this very package, wherever it was imported from.
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest_llmslo.load.worker", str(fd)],
+            pass_fds=(fd,),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=False,
+        )
+    finally:
+        child_sock.close()
+    conn = Connection(parent_sock.detach())
+    conn.send(plan)
+    return proc, conn
+
+
+async def _run_processes(
+    plans: list[_Plan], duration_s: float | None, report: Callable[[int, int, int], None]
+) -> list[_WorkerResult] | _Interrupted:
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+    conns: list[Connection] = []
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def reader(conn: Connection) -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                loop.call_soon_threadsafe(inbox.put_nowait, ("eof",))
+                return
+            loop.call_soon_threadsafe(inbox.put_nowait, msg)
+            if msg[0] in ("result", "error"):
+                return
+
+    n = len(plans)
+    results: dict[int, _WorkerResult] = {}
+    stats = {p.worker: (0, 0, 0) for p in plans}
+    interrupted = False
+
+    async def next_msg(timeout: float | None) -> tuple[Any, ...]:
+        msg = await asyncio.wait_for(inbox.get(), timeout)
+        if msg[0] == "error":
+            raise LoadError(f"a load worker process failed:\n{msg[1]}")
+        if msg[0] == "eof":
+            raise LoadError("a load worker process exited before sending its results")
+        return msg
+
+    try:
+        for plan in plans:
+            # Sending a plan (all its request bodies) can take a while: off the loop.
+            proc, conn = await loop.run_in_executor(None, _spawn_worker, plan)
+            procs.append(proc)
+            conns.append(conn)
+            threading.Thread(target=reader, args=(conn,), daemon=True).start()
+        ready = 0
+        while ready < n:
+            msg = await next_msg(_READY_TIMEOUT_S)
+            if msg[0] == "ready":
+                ready += 1
+        t0 = perf_counter_ns() + _START_MARGIN_NS
+        deadline = None if duration_s is None else t0 + int(duration_s * 1e9)
+        for c in conns:
+            c.send(("go", t0, deadline))
+        last = 0.0
+        while len(results) < n:
+            try:
+                msg = await next_msg(None)
+            except asyncio.CancelledError:
+                interrupted = True
+                break
+            if msg[0] == "progress":
+                _, w, done, failed, warm = msg
+                stats[w] = (done, failed, warm)
+                now = time.monotonic()
+                if now - last >= _PROGRESS_S:
+                    last = now
+                    report(*(sum(s[i] for s in stats.values()) for i in range(3)))
+            elif msg[0] == "result":
+                results[msg[1].worker] = msg[1]
+        if interrupted:
+            for c in conns:
+                with contextlib.suppress(Exception):
+                    c.send(("stop",))
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError, LoadError):
+                t_end = time.monotonic() + _RESULT_TIMEOUT_S
+                while len(results) < n:
+                    msg = await next_msg(max(t_end - time.monotonic(), 0.01))
+                    if msg[0] == "result":
+                        results[msg[1].worker] = msg[1]
+            return _Interrupted(list(results.values()))
+        failed = sum(s[1] for s in stats.values())
+        done_total = sum(len(r.records) for r in results.values())
+        report(done_total, failed, sum(r.warmup_done for r in results.values()))
+        return [results[w] for w in sorted(results)]
+    finally:
+        for c in conns:
+            with contextlib.suppress(Exception):
+                c.send(("stop",))
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        for c in conns:
+            with contextlib.suppress(Exception):
+                c.close()
+
+
+def run_load_sync(
+    client: ClientSettings,
+    workload: WorkloadSpec,
+    level: LoadLevel,
+    *,
+    requests: int,
+    warmup: int = 200,
+    duration_s: float | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    thresholds: HealthThresholds | None = None,
+) -> Run:
+    """``run_load`` on its own event loop, for synchronous callers (fixtures, scripts).
+
+    Ctrl-C cancels the load cleanly (``LoadInterrupted`` with the partial run); a second
+    Ctrl-C interrupts at once. Called from a thread that already runs a loop, the load
+    runs on a helper thread.
+    """
+    kwargs: dict[str, Any] = {
+        "requests": requests,
+        "warmup": warmup,
+        "duration_s": duration_s,
+        "progress": progress,
+        "meta": meta,
+        "thresholds": thresholds,
+    }
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_on_new_loop(client, workload, level, kwargs)
+    out: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def target() -> None:
+        try:
+            out.put(("ok", _run_on_new_loop(client, workload, level, kwargs)))
+        except BaseException as exc:  # handed to the caller's thread
+            out.put(("err", exc))
+
+    t = threading.Thread(target=target, name="llmslo-load", daemon=True)
+    t.start()
+    t.join()
+    kind, value = out.get()
+    if kind == "err":
+        raise value
+    return value
+
+
+def _run_on_new_loop(
+    client: ClientSettings, workload: WorkloadSpec, level: LoadLevel, kwargs: dict[str, Any]
+) -> Run:
+    loop = asyncio.new_event_loop()
+    main = loop.create_task(run_load(client, workload, level, **kwargs))
+    old_handler: Any = None
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            loop.call_soon_threadsafe(main.cancel)
+            # A second Ctrl-C is the usual KeyboardInterrupt.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        old_handler = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        return loop.run_until_complete(main)
+    except asyncio.CancelledError as exc:
+        raise LoadInterrupted("load cancelled") from exc
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, old_handler)
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()

@@ -1,0 +1,323 @@
+"""Server-sent events of an OpenAI-compatible stream: split, decode, classify.
+
+The transports (``client.py``, ``http1.py``) keep the hot path to "read bytes, take
+``perf_counter_ns()``, append": they store the body as ``(arrival_ns, bytes)`` pieces and
+nothing else. Everything here runs after the request has finished, so neither JSON
+decoding nor string decoding ever delays a timestamp.
+
+``split_events`` cuts the pieces into events on blank lines (``\\n\\n`` or ``\\r\\n\\r\\n``);
+an event's time is the arrival of the piece that completed it. ``decode_stream`` turns the
+events into the fields of a ``RequestRecord``:
+
+- a chunk counts as output when it carries content, reasoning (``reasoning_content`` or
+  ``reasoning``), completion text or token ids; role-only, empty and usage-only chunks
+  do not;
+- ``usage`` is taken from whichever chunk carries it (the final usage chunk, or the finish
+  chunk); with per-chunk cumulative usage (vLLM ``continuous_usage_stats``) or token id
+  lists the tokens of each chunk are exact;
+- ``data: [DONE]`` ends the stream; a stream whose body ended without ``[DONE]`` and
+  without a ``finish_reason`` is ``truncated``;
+- an ``event: error`` or an ``{"error": ...}`` object is a ``stream_error``; a chunk that is
+  not JSON, or JSON of the wrong shape, is ``malformed``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..records import FailureKind
+
+_DONE = b"[DONE]"
+_MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResult:
+    """What the events of one response said; the transport adds timing and status."""
+
+    chunk_ns: tuple[int, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
+    tokens_exact: bool = False
+    first_content_ns: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    done: bool = False
+    error: str | None = None
+    error_kind: FailureKind | None = None
+
+
+def split_events(
+    times: Sequence[int], pieces: Sequence[bytes]
+) -> tuple[list[int], list[bytes], bytes]:
+    """Cut body pieces into SSE events. Returns (event times, event bytes, leftover).
+
+    The leftover is what followed the last blank line: a partial event when the stream was
+    cut, or a final event the server did not terminate with a blank line.
+    """
+    ev_times: list[int] = []
+    events: list[bytes] = []
+    buf = b""
+    for ts, piece in zip(times, pieces, strict=True):
+        buf = buf + piece if buf else piece
+        if b"\r" in buf:
+            # A lone trailing \r may be the first half of a \r\n split across reads; it is
+            # kept in buf and joined with the next piece before the next replace.
+            buf = buf.replace(b"\r\n", b"\n")
+        start = 0
+        while True:
+            i = buf.find(b"\n\n", start)
+            if i < 0:
+                break
+            if i > start:
+                events.append(buf[start:i])
+                ev_times.append(ts)
+            start = i + 2
+        if start:
+            buf = buf[start:]
+    return ev_times, events, buf
+
+
+_FIELDS = (b"data", b"event", b"id", b"retry")
+
+
+def _event_fields(event: bytes) -> tuple[bytes | None, bytes | None, bool]:
+    """(event type, data, is SSE) of one event. Comment lines (``:``) are skipped; an
+    event none of whose lines is a comment or an SSE field is not SSE at all."""
+    etype: bytes | None = None
+    data: list[bytes] = []
+    sse = False
+    for line in event.split(b"\n"):
+        if not line:
+            continue
+        if line[:1] == b":":
+            sse = True
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            name, value = line, b""
+        elif value[:1] == b" ":
+            value = value[1:]
+        if name in _FIELDS:
+            sse = True
+        if name == b"data":
+            data.append(value)
+        elif name == b"event":
+            etype = value.strip()
+    if not data:
+        return etype, None, sse
+    return etype, data[0] if len(data) == 1 else b"\n".join(data), sse
+
+
+def _excerpt(text: bytes | str, limit: int = _MAX_ERROR_CHARS) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _error_message(obj: Any) -> str:
+    err = obj.get("error") if isinstance(obj, dict) else obj
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("msg") or json.dumps(err)
+        code = err.get("code") or err.get("type")
+        return _excerpt(f"{code}: {msg}" if code else str(msg))
+    return _excerpt(str(err))
+
+
+def _decode_all(datas: list[bytes]) -> list[Any] | None:
+    """One json.loads for the whole stream (much cheaper than one per chunk); None when
+    some chunk is not valid JSON, so the caller falls back to chunk by chunk."""
+    try:
+        out = json.loads(b"[" + b",".join(datas) + b"]")
+    except ValueError:
+        return None
+    return out if isinstance(out, list) and len(out) == len(datas) else None
+
+
+def _chunk_output(obj: dict[str, Any]) -> tuple[bool, bool, int | None] | None:
+    """(carries output, carries content, token ids count) of one chunk; None if the shape
+    is wrong. Only the first choice is read: the generator always sends n=1."""
+    choices = obj.get("choices")
+    if choices is None:
+        return False, False, None
+    if not isinstance(choices, list):
+        return None
+    if not choices:
+        return False, False, None
+    ch = choices[0]
+    if not isinstance(ch, dict):
+        return None
+    ids = ch.get("token_ids")
+    delta = ch.get("delta")
+    content: Any = None
+    reasoning: Any = None
+    if isinstance(delta, dict):
+        content = delta.get("content")
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if ids is None:
+            ids = delta.get("token_ids")
+    elif delta is not None:
+        return None
+    else:
+        content = ch.get("text")
+    n_ids = len(ids) if isinstance(ids, list) else None
+    has_content = isinstance(content, str) and content != ""
+    has_reasoning = isinstance(reasoning, str) and reasoning != ""
+    return has_content or has_reasoning or bool(n_ids), has_content, n_ids
+
+
+def _chunk_token_counts(
+    ids: list[int | None], cum: list[int | None], cum_before: int
+) -> tuple[list[int], bool]:
+    """Tokens per output chunk and whether the counts are exact.
+
+    Exact when every output chunk carried token ids, or every one carried cumulative usage
+    (per-chunk usage, vLLM ``continuous_usage_stats``). Usage seen only on some chunks
+    (typically the finish chunk) is a total, not a delta, and says nothing per chunk.
+    """
+    n = len(ids)
+    if n == 0:
+        return [], False
+    if all(i is not None and i > 0 for i in ids):
+        return [int(i) for i in ids if i is not None], True
+    if all(c is not None for c in cum):
+        counts: list[int] = []
+        prev = cum_before
+        for c in cum:
+            if c is None or c - prev <= 0:
+                break
+            counts.append(c - prev)
+            prev = c
+        if len(counts) == n:
+            return counts, True
+    return [1] * n, False
+
+
+def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamResult:
+    """Turn a response's SSE events into record fields (see the module docstring)."""
+    datas: list[bytes] = []
+    data_ns: list[int] = []
+    error: str | None = None
+    kind: FailureKind | None = None
+    done = False
+    for ts, ev in zip(ev_times, events, strict=True):
+        etype, data, sse = _event_fields(ev)
+        if etype == b"error":
+            kind = "stream_error"
+            error = _excerpt(data or b"error event")
+            break
+        if data is None:
+            if not sse:
+                kind, error = "malformed", f"not an SSE event: {_excerpt(ev, 120)}"
+                break
+            continue
+        if data.strip() == _DONE:
+            done = True
+            break
+        datas.append(data)
+        data_ns.append(ts)
+
+    objs = _decode_all(datas) if datas else []
+    if objs is None:
+        objs = []
+        for d in datas:
+            try:
+                objs.append(json.loads(d))
+            except ValueError:
+                kind = kind or "malformed"
+                error = error or f"chunk is not JSON: {_excerpt(d, 120)}"
+                break
+
+    chunk_ns: list[int] = []
+    chunk_ids: list[int | None] = []  # token ids the chunk carried, if it said
+    chunk_cum: list[int | None] = []  # cumulative completion tokens on the chunk, if any
+    cum_before = 0  # cumulative usage on chunks before the first output chunk
+    first_content: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish: str | None = None
+    for ts, obj in zip(data_ns, objs, strict=False):
+        if not isinstance(obj, dict):
+            kind = kind or "malformed"
+            error = error or f"chunk is not a JSON object: {_excerpt(json.dumps(obj), 120)}"
+            break
+        if "error" in obj and obj["error"] is not None:
+            kind = "stream_error"
+            error = _error_message(obj)
+            break
+        out = _chunk_output(obj)
+        if out is None:
+            kind = kind or "malformed"
+            error = error or f"chunk has the wrong shape: {_excerpt(json.dumps(obj), 120)}"
+            break
+        has_output, has_content, n_ids = out
+        usage = obj.get("usage")
+        ct: int | None = None
+        if isinstance(usage, dict):
+            pt = usage.get("prompt_tokens")
+            ct = usage.get("completion_tokens")
+            if isinstance(pt, int):
+                prompt_tokens = pt
+            if isinstance(ct, int):
+                completion_tokens = ct
+            else:
+                ct = None
+        choices = obj.get("choices")
+        if choices:
+            fr = choices[0].get("finish_reason")
+            if fr:
+                finish = str(fr)
+        if not has_output:
+            if ct is not None and not chunk_ns:
+                cum_before = ct
+            continue
+        chunk_ns.append(ts)
+        chunk_ids.append(n_ids)
+        chunk_cum.append(ct)
+        if has_content and first_content is None:
+            first_content = ts
+    chunk_tokens, exact = _chunk_token_counts(chunk_ids, chunk_cum, cum_before)
+    if kind is None and not done and finish is None:
+        kind, error = "truncated", "stream ended without [DONE] or a finish_reason"
+    return StreamResult(
+        chunk_ns=tuple(chunk_ns),
+        chunk_tokens=tuple(chunk_tokens),
+        tokens_exact=exact,
+        first_content_ns=first_content,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        finish_reason=finish,
+        done=done,
+        error=error,
+        error_kind=kind,
+    )
+
+
+def parse_body(times: Sequence[int], pieces: Sequence[bytes]) -> StreamResult:
+    """Split and decode a complete 2xx streaming body. A final event without its blank
+    line is still read (some servers omit it after ``[DONE]``)."""
+    ev_times, events, rest = split_events(times, pieces)
+    if rest.strip():
+        ev_times.append(times[-1])
+        events.append(rest.rstrip(b"\n"))
+    return decode_stream(ev_times, events)
+
+
+def error_excerpt(pieces: Sequence[bytes]) -> str:
+    """A short, printable excerpt of an error response body."""
+    body = b"".join(pieces)
+    if not body:
+        return ""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return _excerpt(body)
+    if isinstance(obj, dict) and ("error" in obj or "message" in obj or "detail" in obj):
+        if "error" in obj:
+            return _error_message(obj)
+        return _excerpt(str(obj.get("message") or obj.get("detail")))
+    return _excerpt(body)

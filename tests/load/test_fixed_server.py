@@ -1,0 +1,113 @@
+"""The load generator against the known-timing server: measured vs true timing.
+
+Tolerances are generous (a loaded, shared 2-core machine); accuracy targets live in
+benchmarks/bench_loadgen.py, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import numpy as np
+import pytest
+
+from pytest_llmslo.load import ClientSettings, Progress, WorkloadSpec, run_load, run_load_sync
+from pytest_llmslo.records import LoadLevel, Run
+
+from .conftest import fixed_server
+
+
+def ttft_ms(run: Run) -> np.ndarray:
+    return np.array([(r.chunk_ns[0] - r.sent_ns) / 1e6 for r in run.ok_records])
+
+
+def itl_ms(run: Run) -> np.ndarray:
+    return np.array(
+        [(r.chunk_ns[-1] - r.chunk_ns[0]) / 1e6 / (len(r.chunk_ns) - 1) for r in run.ok_records]
+    )
+
+
+def check_timing(run: Run, tokens: int = 20) -> None:
+    assert run.records and all(r.ok for r in run.records), [r.error for r in run.records][:3]
+    assert all(len(r.chunk_ns) == tokens for r in run.records)
+    assert all(r.completion_tokens == tokens for r in run.records)
+    assert 45 < float(np.median(ttft_ms(run))) < 120
+    assert 9.0 < float(itl_ms(run).mean()) < 11.5
+
+
+@pytest.mark.parametrize("transport", ["fast", "httpx"])
+async def test_closed_loop_in_process(fixed_url: str, transport: str) -> None:
+    cs = ClientSettings(fixed_url, "fixed", transport=transport, processes=1)
+    seen: list[Progress] = []
+    run = await run_load(
+        cs,
+        WorkloadSpec(isl=40, osl=20, seed=3),
+        LoadLevel.concurrency(4),
+        requests=12,
+        warmup=4,
+        progress=seen.append,
+        meta={"engine": "fixed"},
+    )
+    check_timing(run)
+    assert len(run.records) == 12 and run.warmup_requests == 4
+    assert [r.index for r in run.records] == list(range(4, 16))
+    # The fixed server reports the prompt's word count; calibration makes it land at isl.
+    assert all(abs((r.prompt_tokens or 0) - 40) <= 2 for r in run.records)
+    assert all(r.requested_prompt_tokens == 40 and r.requested_output_tokens == 20
+               for r in run.records)  # fmt: skip
+    assert run.meta["engine"] == "fixed" and run.meta["calibration"]["fitted"]
+    assert run.meta["workload"]["isl"] == 40 and run.meta["client"]["transport"] == transport
+    assert run.meta["level"] == LoadLevel.concurrency(4).to_dict()
+    assert run.health.processes == 1 and run.health.cpu_s > 0
+    assert seen and not seen[-1].warmup and seen[-1].done == 12
+    assert run.start_ns == min(r.sent_ns for r in run.records)
+    assert run.end_ns == max(r.end_ns for r in run.records)
+
+
+def test_closed_loop_two_processes_sync(fixed_url: str) -> None:
+    cs = ClientSettings(fixed_url, "fixed", endpoint="completions", processes=2)
+    run = run_load_sync(
+        cs, WorkloadSpec(isl=16, osl=20, calibrate=False), LoadLevel.concurrency(8),
+        requests=16, warmup=4,
+    )  # fmt: skip
+    check_timing(run)
+    assert run.health.processes == 2 and {r.worker for r in run.records} == {0, 1}
+    assert len(run.records) == 16 and len({r.index for r in run.records}) == 16
+
+
+async def test_open_loop_constant_rate_keeps_absolute_schedule(fixed_url: str) -> None:
+    cs = ClientSettings(fixed_url, "fixed", processes=1)
+    level = LoadLevel.rate(20, "constant")
+    run = await run_load(cs, WorkloadSpec(isl=8, osl=20, calibrate=False), level,
+                         requests=10, warmup=0)  # fmt: skip
+    check_timing(run)
+    sched = np.array([r.scheduled_ns for r in run.records])
+    assert np.allclose(np.diff(sched), 50e6, atol=1e3)  # exactly 1/rate apart
+    assert run.health.schedule_lag_p99_ms < 50
+
+
+async def test_duration_bound_cuts_and_counts(fixed_url: str) -> None:
+    cs = ClientSettings(fixed_url, "fixed", processes=1)
+    run = await run_load(cs, WorkloadSpec(isl=8, osl=20, calibrate=False),
+                         LoadLevel.concurrency(4), requests=200, warmup=0,
+                         duration_s=0.6)  # fmt: skip
+    assert 0 < len(run.records) < 200
+    assert all(r.ok for r in run.records)
+    assert run.meta["cancelled"] >= 1
+
+
+async def test_multi_token_chunks_with_continuous_usage() -> None:
+    with fixed_server("--ttft-ms", "20", "--itl-ms", "5", "--tokens", "10",
+                      "--tokens-per-chunk", "3") as url:  # fmt: skip
+        cs = ClientSettings(
+            url, "fixed", processes=1,
+            extra_body={"stream_options": {"continuous_usage_stats": True}},
+        )  # fmt: skip
+        run = await run_load(cs, WorkloadSpec(isl=8, osl=10, calibrate=False),
+                             LoadLevel.concurrency(2), requests=4, warmup=0)  # fmt: skip
+        stats = json.loads(urllib.request.urlopen(url + "/stats", timeout=5).read())
+    for r in run.records:
+        assert r.ok and r.tokens_exact and r.chunk_tokens == (3, 3, 3, 1), r
+        assert r.completion_tokens == 10 and r.output_tokens == 10
+    assert stats["requests"] == 4 and stats["lateness"]["count"] == 16
