@@ -1,0 +1,386 @@
+"""Markdown summaries for CI step summaries (GitHub ``$GITHUB_STEP_SUMMARY``): pure
+renderers that return one string.
+
+- ``render_report(doc)``: a run document as a heading, its pinned constants, per engine
+  and test the sweep table (the columns of the terminal summary) with the knee row in
+  bold and marked, the knee sentence, then the Pareto summary across engines;
+- ``render_comparison(result)``: a ``compare.DocumentComparison`` as a heading with the
+  outcome, the differing constants when the runs are not comparable, otherwise one table
+  per compared point (metric, baseline, new, delta, delta %, tolerance, status) with the
+  regressions in bold and the noise judgements under it.
+
+Numbers use the terminal report's formatting (``report.terminal.fmt_*``); cell text is
+escaped so that a ``|`` in a test id cannot break a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pytest_llmslo.report.terminal import fmt_ms, fmt_pct, fmt_tok
+from pytest_llmslo.sweep import (
+    Knee,
+    SweepPoint,
+    find_knee,
+    group_sweeps,
+    knee_points,
+    pareto_front,
+    point_goodput,
+    point_status,
+    summary_stat,
+)
+
+if TYPE_CHECKING:
+    from pytest_llmslo.compare import Comparison, DocumentComparison
+
+__all__ = [
+    "document_knees",
+    "escape_cell",
+    "render_comparison",
+    "render_constants",
+    "render_pareto",
+    "render_report",
+    "render_sweeps",
+    "table",
+]
+
+_SWEEP_HEADERS = (
+    "",
+    "load",
+    "TTFT p50 (ms)",
+    "TTFT p99 (ms)",
+    "ITL p50 (ms)",
+    "TPOT p50 (ms)",
+    "out tok/s",
+    "good tok/s",
+    "attainment",
+    "verdict",
+)
+_RIGHT = {1, 2, 3, 4, 5, 6, 7, 8}
+KNEE_MARK = "◆"
+
+
+def escape_cell(text: object) -> str:
+    """Text safe inside a Markdown table cell: pipes escaped, newlines as spaces."""
+    s = str(text).replace("\\", "\\\\").replace("|", "\\|")
+    return " ".join(s.splitlines())
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], right: set[int] | None = None
+) -> list[str]:
+    """A GitHub-flavoured Markdown table; columns in ``right`` are right-aligned."""
+    right = right or set()
+    align = ["---:" if i in right else ":---" for i in range(len(headers))]
+    lines = [
+        "| " + " | ".join(escape_cell(h) for h in headers) + " |",
+        "| " + " | ".join(align) + " |",
+    ]
+    lines.extend("| " + " | ".join(escape_cell(c) for c in r) + " |" for r in rows)
+    return lines
+
+
+def document_knees(doc: Mapping[str, Any]) -> dict[tuple[str, str], Knee]:
+    """The knees stored in a run document's ``sweeps``, keyed by ``(engine, test)``; a
+    test swept in more than one load mode has no single knee and is left out (renderers
+    compute one per mode)."""
+    found: dict[tuple[str, str], list[Knee]] = {}
+    for s in doc.get("sweeps", ()):
+        try:
+            knee = Knee.from_dict(s["knee"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        found.setdefault((str(s["engine"]), str(s["test"])), []).append(knee)
+    return {k: v[0] for k, v in found.items() if len(v) == 1}
+
+
+def _constants_items(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def show(v: Any) -> str:
+        if isinstance(v, Mapping):
+            return ", ".join(f"{k}={show(x)}" for k, x in v.items() if x not in (None, "", {}))
+        if isinstance(v, (list, tuple)):
+            return ", ".join(
+                str(x.get("label", x)) if isinstance(x, Mapping) else str(x) for x in v
+            )
+        return str(v)
+
+    keys = ("model", "precision", "hardware", "workload", "isl", "osl", "slo", "warmup")
+    keys += ("requests", "endpoint", "engine_versions")
+    return [(k, show(constants[k])) for k in keys if constants.get(k) not in (None, "", [], {})]
+
+
+def render_constants(constants: Mapping[str, Any]) -> list[str]:
+    """The pinned constants as a bullet list."""
+    return [f"- **{k}**: {escape_cell(v)}" for k, v in _constants_items(constants)]
+
+
+def _attainment(p: SweepPoint) -> float | None:
+    value = None if p.verdict is None else p.verdict.attainment
+    return p.summary.attainment if value is None else value
+
+
+def _verdict(p: SweepPoint) -> str:
+    status = point_status(p)
+    if status == "invalid":
+        return "invalid client"
+    if status == "unchecked":
+        return "-"
+    if status == "pass":
+        return "pass"
+    failed = [r.objective.label for r in p.verdict.results if not r.passed]  # type: ignore[union-attr]
+    return "**FAIL** " + ", ".join(failed) if failed else "**FAIL**"
+
+
+def _knee_sentence(knee: Knee) -> str:
+    if knee.level is None:
+        return f"Knee: none ({knee.note})" if knee.note else "Knee: none"
+    text = f"{KNEE_MARK} Knee: **{knee.level.label}**, goodput {fmt_tok(knee.goodput_tok_s)} tok/s"
+    if knee.status == "all_passed":
+        text += " (every level passed: capacity may be higher)"
+    elif knee.first_failure is not None:
+        text += f" ({knee.first_failure.label} failed)"
+    if knee.saturation_level is not None:
+        text += f"; saturation at {knee.saturation_level.label}"
+    return text
+
+
+def render_sweeps(
+    points: Sequence[SweepPoint], knees: Mapping[Any, Knee] | None = None
+) -> list[str]:
+    """Per engine and test (and load mode), the sweep table with the knee row marked."""
+    lines: list[str] = []
+    for (engine, test), sweep in group_sweeps(points).items():
+        by_mode: dict[str, list[SweepPoint]] = {}
+        for p in sweep:
+            by_mode.setdefault(p.level.mode, []).append(p)
+        for mode, pts in by_mode.items():
+            knee = (knees or {}).get((engine, test)) if len(by_mode) == 1 else None
+            knee = knee or find_knee(pts)
+            last: dict[float, SweepPoint] = {}
+            for p in pts:
+                last[p.level.value] = p  # a level measured twice shows its last point
+            rows = []
+            for value in sorted(last):
+                p = last[value]
+                at_knee = knee.level is not None and p.level == knee.level
+                s = p.summary
+                tpot = summary_stat(s, "tpot", 50)
+                if tpot is None:
+                    tpot = summary_stat(s, "tpot", "mean")
+                cells = [
+                    p.level.label,
+                    fmt_ms(summary_stat(s, "ttft", 50)),
+                    fmt_ms(summary_stat(s, "ttft", 99)),
+                    fmt_ms(summary_stat(s, "itl", 50)),
+                    fmt_ms(tpot),
+                    fmt_tok(s.output_tok_s),
+                    fmt_tok(point_goodput(p)),
+                    fmt_pct(_attainment(p)),
+                ]
+                if at_knee:
+                    cells = [f"**{c}**" for c in cells]
+                mark = KNEE_MARK if at_knee else "!" if point_status(p) == "invalid" else ""
+                rows.append([mark, *cells, _verdict(p)])
+            if lines:
+                lines.append("")
+            lines.append(f"### {escape_cell(engine)} · `{escape_cell(test)}` · {mode} sweep")
+            lines.append("")
+            lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
+            lines.append("")
+            lines.append(_knee_sentence(knee))
+            if any(point_status(p) == "invalid" for p in pts):
+                lines.append("")
+                lines.append(
+                    "! invalid client run: the load generator, not the engine, was the "
+                    "bottleneck (excluded from knee and Pareto)"
+                )
+    return lines
+
+
+def render_pareto(
+    points: Sequence[SweepPoint], knees: Mapping[Any, Knee] | None = None
+) -> list[str]:
+    """Per test, the engines at their knees with the Pareto frontier (output tok/s up,
+    TTFT P99 down) marked, and how many of all points are on it."""
+    by_test: dict[str, list[SweepPoint]] = {}
+    for p in points:
+        by_test.setdefault(p.test, []).append(p)
+    lines: list[str] = []
+    for test, pts in by_test.items():
+        at_knee = knee_points(pts, knees)
+        front = pareto_front(at_knee)
+        rows = []
+        order = sorted(range(len(at_knee)), key=lambda i: -(at_knee[i].summary.output_tok_s or 0))
+        for i in order:
+            p = at_knee[i]
+            rows.append(
+                [
+                    p.engine,
+                    p.level.label,
+                    fmt_tok(p.summary.output_tok_s),
+                    fmt_ms(summary_stat(p.summary, "ttft", 99)),
+                    fmt_tok(point_goodput(p)),
+                    "yes" if front[i] else "",
+                ]
+            )
+        if lines:
+            lines.append("")
+        lines.append(f"### Pareto · `{escape_cell(test)}`")
+        lines.append("")
+        if rows:
+            lines.extend(
+                table(
+                    ("engine", "knee", "out tok/s", "TTFT p99 (ms)", "good tok/s", "frontier"),
+                    rows,
+                    {2, 3, 4},
+                )
+            )
+        else:
+            lines.append("No engine has a knee for this test.")
+        all_front = pareto_front(pts)
+        frontier = [p for p, on in zip(pts, all_front, strict=True) if on]
+        eligible = sum(1 for p in pts if p.summary.valid)
+        lines.append("")
+        names = ", ".join(f"{p.engine} {p.level.label}" for p in frontier) or "none"
+        lines.append(
+            f"Over all points: {len(frontier)} of {eligible} valid on the frontier: {names}"
+        )
+    return lines
+
+
+def render_report(doc: Mapping[str, Any], *, title: str | None = None) -> str:
+    """A run document as Markdown: heading, constants, sweep tables, Pareto summary."""
+    from pytest_llmslo.report.jsonio import load_points
+
+    points = load_points(doc)
+    knees = document_knees(doc)
+    constants = doc.get("constants") or {}
+    harness = doc.get("harness") or {}
+    lines = [f"## {escape_cell(title or 'pytest-llmslo sweep')}", ""]
+    meta = f"{harness.get('name', 'pytest-llmslo')} {harness.get('version', '')}".strip()
+    created = doc.get("created_utc")
+    lines.append(f"_{escape_cell(meta)}" + (f", {escape_cell(created)}" if created else "") + "_")
+    if not doc.get("complete", True):
+        lines.append("")
+        lines.append("> **Partial results**: the session was interrupted.")
+    engines = doc.get("engines") or {}
+    versions = [
+        f"{name} {entry.get('version')}" for name, entry in engines.items() if entry.get("version")
+    ]
+    if versions:
+        lines.append("")
+        lines.append(f"Engines: {escape_cell(', '.join(versions))}")
+    consts = render_constants(constants)
+    if consts:
+        lines.append("")
+        lines.extend(consts)
+    lines.append("")
+    if points:
+        lines.extend(render_sweeps(points, knees))
+        if len({p.engine for p in points}) > 1:
+            lines.append("")
+            lines.extend(render_pareto(points, knees))
+    else:
+        lines.append("No load level was measured.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _comparison_block(c: Comparison) -> list[str]:
+    from pytest_llmslo.compare import ROW_HEADERS, row_cells
+
+    level = "-" if c.level is None else c.level.label
+    head = f"### {escape_cell(c.engine)} · `{escape_cell(c.test)}` · {level} · {c.status}"
+    old, new = c.versions
+    if old is not None or new is not None:
+        head += f" · engine {escape_cell(old or '?')} → {escape_cell(new or '?')}"
+    lines = [head, ""]
+    if not c.comparable:
+        lines.append("Not compared, the runs differ:")
+        lines.append("")
+        lines.extend(f"- {escape_cell(p)}" for p in c.problems)
+        return lines
+    headers = list(ROW_HEADERS)
+    headers[1], headers[2] = c.labels
+    rows = []
+    for r in c.rows:
+        cells = row_cells(r)
+        if r.status == "regressed":
+            cells = [f"**{x}**" for x in cells]
+        rows.append(cells)
+    lines.extend(table(headers, rows, {1, 2, 3, 4, 5}))
+    notes = [r for r in c.rows if r.status in ("noise", "regressed") and r.noise is not None]
+    details = []
+    for r in notes:
+        n = r.noise
+        if n is None or n.noise is None:
+            continue
+        if n.method in ("bootstrap", "order-statistic"):
+            low = "-∞" if n.low is None else f"{n.low:+.1f}"
+            high = "+∞" if n.high is None else f"{n.high:+.1f}"
+            text = (
+                f"change in [{low}, {high}] ms ({100 * n.confidence:g}% {n.method} interval), "
+                f"rank test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
+            )
+        else:
+            text = f"{n.method} test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
+        if n.note:
+            text += f"; {n.note}"
+        details.append(f"- `{r.metric}` ({r.status}): {escape_cell(text)}")
+    if details:
+        lines.append("")
+        lines.extend(details)
+    return lines
+
+
+def render_comparison(result: DocumentComparison, *, title: str | None = None) -> str:
+    """A document comparison as Markdown (see the module docstring)."""
+    from pytest_llmslo.compare import RULE
+
+    status = result.status
+    icon = {"regressed": "❌", "not comparable": "⚠️"}.get(status, "✅")
+    heading = title or f"pytest-llmslo comparison: {result.labels[0]} → {result.labels[1]}"
+    lines = [f"## {escape_cell(heading)}", "", f"{icon} **{status}**"]
+    if result.mismatch:
+        lines.append("")
+        lines.append("Not compared: the pinned constants differ.")
+        lines.append("")
+        lines.extend(f"- {escape_cell(m)}" for m in result.mismatch)
+        return "\n".join(lines) + "\n"
+    if result.tolerances:
+        tol = ", ".join(f"`{k}` {t.label}" for k, t in result.tolerances.items())
+        lines.append("")
+        lines.append(f"Tolerances: {tol}")
+    for note in result.notes:
+        lines.append("")
+        lines.append(f"_{escape_cell(note)}_")
+    counts: dict[str, int] = {}
+    for c in result.comparisons:
+        counts[c.status] = counts.get(c.status, 0) + 1
+    if result.comparisons:
+        lines.append("")
+        lines.append(
+            f"{len(result.comparisons)} points compared: "
+            + ", ".join(f"{n} {s}" for s, n in counts.items())
+        )
+        # Regressions first: the reader of a red CI run looks for them.
+        order = sorted(result.comparisons, key=lambda c: (not c.regressed, c.comparable))
+        for c in order:
+            lines.append("")
+            lines.extend(_comparison_block(c))
+    else:
+        lines.append("")
+        lines.append("No point (engine, test, load level) is in both documents.")
+    if result.only_old:
+        lines.append("")
+        lines.append(
+            f"Only in {escape_cell(result.labels[0])}: " + escape_cell(", ".join(result.only_old))
+        )
+    if result.only_new:
+        lines.append("")
+        lines.append(
+            f"Only in {escape_cell(result.labels[1])}: " + escape_cell(", ".join(result.only_new))
+        )
+    lines.append("")
+    lines.append(f"<sub>{escape_cell(RULE)}</sub>")
+    return "\n".join(lines) + "\n"
