@@ -598,6 +598,25 @@ SPECS: tuple[Spec, ...] = (
         metavar="TOK_S",
     ),
     _spec(
+        "client_max_lag",
+        parse_float,
+        None,
+        "Client health: schedule and event-loop lag P99 (ms) above which a run is marked "
+        "invalid (the load generator was the bottleneck). Default: the load generator's 10 ms.",
+        cli="--client-max-lag",
+        marker="client_max_lag",
+        metavar="MS",
+    ),
+    _spec(
+        "client_max_cpu",
+        parse_float,
+        None,
+        "Client health: CPU share of a core (e.g. 0.9) above which a run is marked invalid.",
+        cli="--client-max-cpu",
+        marker="client_max_cpu",
+        metavar="F",
+    ),
+    _spec(
         "request_timeout",
         parse_float,
         600.0,
@@ -737,6 +756,8 @@ class TestSettings:
     min_attainment: float | None = None
     min_goodput_tok_s: float | None = None
     request_timeout_s: float = 600.0
+    client_max_lag_ms: float | None = None
+    client_max_cpu: float | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def workload_fields(self) -> dict[str, Any]:
@@ -861,6 +882,8 @@ def resolve_test(
         min_attainment=vals["min_attainment"],
         min_goodput_tok_s=vals["min_goodput"],
         request_timeout_s=vals["request_timeout"],
+        client_max_lag_ms=vals["client_max_lag"],
+        client_max_cpu=vals["client_max_cpu"],
         sources=where_from,
     )
 

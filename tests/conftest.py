@@ -1,0 +1,102 @@
+"""Shared fixtures of the test suite: a known-timing streaming server and helpers to run
+pytest sessions that use the plugin in a subprocess (``pytester``)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_fixed(ttft_ms: float, itl_ms: float, tokens: int) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    argv = [
+        sys.executable, "-m", "pytest_llmslo.sim.fixed", "--host", "127.0.0.1",
+        "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
+        "--tokens", str(tokens),
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise RuntimeError(f"fixed server exited: {err}")
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("fixed server did not become ready in 60 s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def fixed_server() -> Iterator[str]:
+    """Base URL of a fixed-timing server (TTFT 20 ms, 2 ms per token): fast and known."""
+    proc, url = _start_fixed(20, 2, 16)
+    try:
+        yield url
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def slow_fixed_server() -> Iterator[str]:
+    """The same server with a slower first token (TTFT 60 ms): a 'regressed' engine."""
+    proc, url = _start_fixed(60, 2, 16)
+    try:
+        yield url
+    finally:
+        _stop(proc)
+
+
+INI = """[pytest]
+asyncio_default_fixture_loop_scope = function
+"""
+
+
+@pytest.fixture
+def slo_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester directory with an ini that silences unrelated plugin warnings."""
+    pytester.makefile(".ini", pytest=INI)
+    return pytester
+
+
+def _tiny_args(url: str, *extra: str) -> list[str]:
+    """Command line of a tiny SLO session against ``url`` (a few requests per level)."""
+    return [
+        "-p", "no:cacheprovider",
+        "--engine=external", f"--engine-url={url}",
+        "--warmup=1", "--requests=12", "--isl=16", "--osl=8",
+        # This machine is shared and loaded: client health must not flip these tests.
+        "--client-max-lag=2000", "--client-max-cpu=1.5",
+        *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def tiny_args(fixed_server: str):  # type: ignore[no-untyped-def]
+    """``tiny_args(*extra)``: a tiny SLO session's command line against the fixed server."""
+    return lambda *extra, url=fixed_server: _tiny_args(url, *extra)

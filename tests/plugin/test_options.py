@@ -1,0 +1,219 @@
+"""Options, ini keys, markers and the UsageErrors for bad values (pytester, subprocess)."""
+
+from __future__ import annotations
+
+import pytest
+
+INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+
+CHAT = """
+import pytest
+from pytest_llmslo import assert_goodput, ttft_p99
+
+@pytest.mark.slo(concurrency=[1, 4, 8])
+def test_chat(slo_run):
+    assert_goodput(ttft_p99 < 500)
+
+def test_plain():
+    pass
+"""
+
+
+def test_help_lists_the_option_group(slo_pytester: pytest.Pytester) -> None:
+    result = slo_pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "LLM serving SLOs (pytest-llmslo):",
+            "*--engine=NAME*",
+            "*--slo-compare-fail=SPEC*",
+            "*--concurrency=N*",
+            "*llmslo_concurrency (string)*",
+        ]
+    )
+
+
+def test_ids_are_engine_and_level(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(test_ids=CHAT)
+    result = slo_pytester.runpytest_subprocess("--collect-only", "-q", "--engine=sim,vllm")
+    result.stdout.fnmatch_lines(
+        [
+            "test_ids.py::test_chat[[]sim-c1]",
+            "test_ids.py::test_chat[[]sim-c4]",
+            "test_ids.py::test_chat[[]sim-c8]",
+            "test_ids.py::test_chat[[]vllm-c1]",
+            "test_ids.py::test_chat[[]vllm-c4]",
+            "test_ids.py::test_chat[[]vllm-c8]",
+            "test_ids.py::test_plain",
+        ]
+    )
+
+
+def test_repeated_engine_and_rate_ids(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(test_ids=CHAT)
+    result = slo_pytester.runpytest_subprocess(
+        "--collect-only", "-q", "--engine=sim", "--engine=trtllm", "--rate=0.5,2"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "test_ids.py::test_chat[[]sim-r0.5]",
+            "test_ids.py::test_chat[[]sim-r2]",
+            "test_ids.py::test_chat[[]trtllm-r0.5]",
+            "test_ids.py::test_chat[[]trtllm-r2]",
+        ]
+    )
+
+
+def test_other_parametrization_is_kept(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(
+        test_p="""
+        import pytest
+
+        @pytest.mark.parametrize("prompt", ["short", "long"])
+        @pytest.mark.slo(concurrency=[2])
+        def test_chat(slo_level, prompt):
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*test_chat[[]*sim-c2*short*]", "*test_chat[[]*sim-c2*long*]"])
+
+
+def test_marker_selects_slo_tests(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(
+        test_m="""
+        def test_uses_fixture(slo_level):
+            pass
+
+        def test_plain():
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess("--collect-only", "-q", "-m", "slo")
+    result.stdout.fnmatch_lines(["*test_uses_fixture[[]sim-c1]", "*7/8 tests collected*"])
+
+
+def test_ini_and_env_and_cli_precedence(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makefile(".ini", pytest=INI + "llmslo_concurrency = 3,5\nllmslo_isl = 64\n")
+    slo_pytester.makepyfile(
+        test_p="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[1], isl=32, osl=16)
+        def test_settings(slo_settings):
+            print("LEVELS", [lv.label for lv in slo_settings.levels])
+            print("ISL", slo_settings.isl, slo_settings.sources["isl"])
+            print("OSL", slo_settings.osl, slo_settings.sources["osl"])
+        """
+    )
+    # ini over marker
+    result = slo_pytester.runpytest_subprocess("-s", "-q", "--collect-only")
+    result.stdout.fnmatch_lines(["*test_settings[[]sim-c3]*", "*test_settings[[]sim-c5]*"])
+    result = slo_pytester.runpytest_subprocess("-s", "-q", "-k", "c3")
+    result.stdout.fnmatch_lines(["ISL 64 ini llmslo_isl", "OSL 16 @pytest.mark.slo(osl=...)*"])
+    # env over ini, CLI over env
+    slo_pytester._monkeypatch.setenv("LLMSLO_ISL", "128")
+    result = slo_pytester.runpytest_subprocess("-s", "-q", "-k", "c3")
+    result.stdout.fnmatch_lines(["ISL 128 LLMSLO_ISL"])
+    result = slo_pytester.runpytest_subprocess("-s", "-q", "--isl=256", "--concurrency=7")
+    result.stdout.fnmatch_lines(["LEVELS ['c7']", "ISL 256 --isl"])
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (
+            ["--engine=sglng"],
+            {},
+            "ERROR: --engine: 'sglng' is not a known engine. Known: sim, vllm, sglang, trtllm,*",
+        ),
+        ([], {"LLMSLO_ENGINE": "nope"}, "ERROR: LLMSLO_ENGINE: 'nope' is not a known engine.*"),
+        (["--concurrency=1,x"], {}, "*--concurrency: Could not parse value: '1,x'*"),
+        (["--endpoint=grpc"], {}, "*'grpc' is not a valid endpoint. Valid: chat, completions*"),
+        (["--slo=ttft_p99 <<< 5"], {}, "*--slo*"),
+        (["--concurrency=2", "--rate=1"], {}, "ERROR: --concurrency and --rate*"),
+        (["--engine=external"], {}, "ERROR: --engine: engine 'external' is external and needs*"),
+        (["--engine-opt=vllm.port=1"], {}, "ERROR: --engine-opt*is not an engine of this*"),
+        ([], {"LLMSLO_WARMUP": "-1"}, "ERROR: LLMSLO_WARMUP: Could not parse value*"),
+    ],
+)
+def test_bad_values_are_usage_errors(
+    slo_pytester: pytest.Pytester, args: list[str], env: dict[str, str], message: str
+) -> None:
+    slo_pytester.makepyfile(test_x=CHAT)
+    for k, v in env.items():
+        slo_pytester._monkeypatch.setenv(k, v)
+    result = slo_pytester.runpytest_subprocess("--collect-only", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_bad_ini_value_names_the_key(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makefile(".ini", pytest=INI + "llmslo_osl = lots\n")
+    slo_pytester.makepyfile(test_x=CHAT)
+    result = slo_pytester.runpytest_subprocess("--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: ini llmslo_osl: Could not parse value: 'lots'*"])
+
+
+def test_bad_marker_argument_is_a_usage_error(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(
+        test_x="""
+        import pytest
+
+        @pytest.mark.slo(concurency=[1])
+        def test_a(slo_level):
+            pass
+
+        @pytest.mark.slo(isl="many")
+        def test_b(slo_level):
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess("--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: @pytest.mark.slo on test_x.py::test_a: 'concurency' is not a known argument*",
+            "@pytest.mark.slo(isl=...) on test_x.py::test_b: Could not parse value: 'many'*",
+        ]
+    )
+
+
+def test_report_header_has_the_settings(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(test_x=CHAT)
+    result = slo_pytester.runpytest_subprocess(
+        "--collect-only", "--concurrency=2,4", "--slo=ttft_p99<500", "--requests=50"
+    )
+    result.stdout.fnmatch_lines(
+        ["llmslo: engines=sim levels=c2,c4 workload=synthetic*requests=50*slo=ttft_p99 < 500 ms*"]
+    )
+
+
+def test_engine_config_file_and_overrides(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makefile(
+        ".toml",
+        engines="""
+        [engines.big]
+        kind = "sim"
+        model = "m"
+        """,
+    )
+    slo_pytester.makepyfile(
+        test_x="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[1])
+        def test_cfg(slo_engine_factory):
+            cfg = slo_engine_factory.config("big")
+            print("CFG", cfg.kind, cfg.model, dict(cfg.options))
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(
+        "-s",
+        "--engine-config=engines.toml",
+        "--engine=big",
+        "--engine-opt=big.options.profile=tiny",
+        "--collect-only",
+        "-q",
+    )
+    result.stdout.fnmatch_lines(["*test_cfg[[]big-c1]*"])

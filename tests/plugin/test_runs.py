@@ -1,0 +1,191 @@
+"""SLO tests that run real loads (tiny ones, against the fixed-timing server)."""
+
+from __future__ import annotations
+
+import pytest
+
+SUITE = """
+import pytest
+from pytest_llmslo import assert_goodput, assert_slo, itl_p50, ttft_p99, e2e_p99
+
+@pytest.mark.slo(concurrency=[1, 2])
+def test_chat(slo_run):
+    assert_goodput(ttft_p99 < 500, itl_p50 < 30)
+
+@pytest.mark.slo(concurrency=[2])
+def test_too_tight(slo_run):
+    assert_slo(ttft_p99 < 1, itl_p50 < 30)
+"""
+
+
+def test_passing_and_violating_slos(slo_pytester: pytest.Pytester, tiny_args) -> None:
+    slo_pytester.makepyfile(test_suite=SUITE)
+    result = slo_pytester.runpytest_subprocess(*tiny_args(), "-rA")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*SloViolation: SLO not met: ttft_p99 < 1 ms (observed *ms)*",
+            "*ttft_p99 < 1 ms*FAIL*",
+            "*itl_p50 < 30 ms*pass*",
+        ]
+    )
+
+
+def test_bare_assert_raises_type_error(slo_pytester: pytest.Pytester, tiny_args) -> None:
+    slo_pytester.makepyfile(
+        test_bare="""
+        import pytest
+        from pytest_llmslo import ttft_p99
+
+        @pytest.mark.slo(concurrency=[1])
+        def test_bare(slo_run):
+            assert ttft_p99 < 500
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args())
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*TypeError*assert_goodput*"])
+
+
+def test_marker_objectives_gate_without_an_assert(slo_pytester: pytest.Pytester, tiny_args):
+    slo_pytester.makepyfile(
+        test_gate="""
+        import pytest
+        from pytest_llmslo import ttft_p99
+
+        @pytest.mark.slo(ttft_p99 < 500, concurrency=[1])
+        def test_ok(slo_run):
+            pass
+
+        @pytest.mark.slo(objectives="ttft_p99<1", concurrency=[1])
+        def test_red(slo_run):
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args())
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*_ test_red[[]external-c1] _*", "E * SLO not met: ttft_p99 < 1 ms*"]
+    )
+    # --slo on the command line replaces the markers' objectives
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo=ttft_p99<5000"))
+    result.assert_outcomes(passed=2)
+
+
+def test_strict_mode_needs_samples(slo_pytester: pytest.Pytester, tiny_args) -> None:
+    """12 requests cannot show a P99 bound: the point estimate passes, strict mode fails."""
+    slo_pytester.makepyfile(
+        test_strict="""
+        import pytest
+        from pytest_llmslo import assert_goodput, ttft_p99
+
+        @pytest.mark.slo(concurrency=[1])
+        def test_gate(slo_run):
+            assert_goodput(ttft_p99 < 500)
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args())
+    result.assert_outcomes(passed=1)
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-strict"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*SLO failed under strict*", "*ttft_p99 < 500 ms*"])
+
+
+def test_terminal_summary_shows_sweep_and_knee(slo_pytester: pytest.Pytester, tiny_args):
+    slo_pytester.makepyfile(test_suite=SUITE)
+    result = slo_pytester.runpytest_subprocess(*tiny_args("-v"))
+    result.stdout.fnmatch_lines(
+        [
+            "*llmslo external c1: 12/12 requests ok*",
+            "*test_chat[[]external-c1] PASSED*",
+            "*= llmslo: SLO sweeps =*",
+            "external | test_suite.py::test_chat | concurrency sweep, 2 levels",
+            "*load*TTFT p50*TTFT p99*ITL p50*",
+            "*c1*pass*",
+            "*c2*pass*",
+            "*knee: c2*",
+        ]
+    )
+    summary = result.stdout.str().split("llmslo: SLO sweeps")[1].splitlines()
+    for line in summary[1:-1]:
+        assert len(line) <= 100, line
+
+
+def test_slo_load_and_capacity_fixtures(slo_pytester: pytest.Pytester, tiny_args) -> None:
+    slo_pytester.makepyfile(
+        test_low="""
+        import pytest
+        from pytest_llmslo import LoadLevel, assert_slo, ttft_p99
+
+        @pytest.mark.slo(concurrency=[1])
+        def test_custom(slo_load):
+            run = slo_load(LoadLevel.rate(20, "constant"), requests=6)
+            assert len(run.records) == 6
+            assert_slo(ttft_p99 < 500)
+
+        @pytest.mark.slo(concurrency=[1])
+        def test_capacity(slo_capacity):
+            result = slo_capacity(ttft_p99 < 500, max_value=4)
+            assert result.capacity is not None and result.capacity.value == 4
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args())
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*capacity c4 after 3 levels*"])
+
+
+def test_extension_runs_past_the_last_level(slo_pytester: pytest.Pytester, tiny_args) -> None:
+    slo_pytester.makepyfile(
+        test_ext="""
+        import pytest
+        from pytest_llmslo import assert_goodput, ttft_p99
+
+        @pytest.mark.slo(concurrency=[1, 2], extend=True)
+        def test_chat(slo_run):
+            assert_goodput(ttft_p99 < 500)
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args())
+    result.assert_outcomes(passed=2)
+    # Never saturates: the extension stops after its cap of extra levels.
+    result.stdout.fnmatch_lines(["*extended past c2: c3, c5, c8, c12, c18, c27 (--slo-extend)*"])
+
+
+def test_unavailable_and_failing_engines(slo_pytester: pytest.Pytester, tiny_args) -> None:
+    """A failed start is an error on that engine's tests only; unavailable is a skip."""
+    slo_pytester.makefile(
+        ".toml",
+        engines="""
+        [engines.broken]
+        kind = "external"
+        url = "http://127.0.0.1:9"
+        startup_timeout_s = 1.0
+
+        [engines.gpu]
+        kind = "sim"
+        runtime = "docker"
+        image = "pytest-llmslo/none:nope"
+        """,
+    )
+    slo_pytester.makepyfile(
+        test_e="""
+        import pytest
+        from pytest_llmslo import assert_goodput, ttft_p99
+
+        @pytest.mark.slo(concurrency=[1, 2])
+        def test_chat(slo_run):
+            assert_goodput(ttft_p99 < 500)
+        """
+    )
+    args = tiny_args()
+    url = next(a for a in args if a.startswith("--engine-url="))
+    cfg = (slo_pytester.path / "engines.toml").read_text()
+    cfg += f'\n[engines.good]\nkind = "external"\nurl = "{url.split("=", 1)[1]}"\n'
+    (slo_pytester.path / "engines.toml").write_text(cfg)
+    args = [a for a in args if not a.startswith("--engine")]
+    result = slo_pytester.runpytest_subprocess(
+        *args, "--engine-config=engines.toml", "--engine=broken,gpu,good", "-rA"
+    )
+    result.assert_outcomes(passed=2, errors=2, skipped=2)
+    result.stdout.fnmatch_lines(["*ERROR*test_chat[[]broken-c1]*engine 'broken' did not start*"])
+    result.stdout.fnmatch_lines(["*SKIPPED*engine 'gpu' unavailable*"])

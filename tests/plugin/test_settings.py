@@ -1,0 +1,129 @@
+"""Settings resolution without pytest: precedence, parsing, errors that name the source."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from pytest_llmslo import settings as S
+from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.records import LoadLevel
+
+
+def resolve(cli=None, env=None, ini=None, marker=None):  # type: ignore[no-untyped-def]
+    src = S.Sources(cli=cli or {}, env=env or {}, ini=ini or {})
+    return S.resolve_test(src, S.split_marker((), marker or {}, "t.py::test"), "t.py::test")
+
+
+def test_defaults() -> None:
+    ts = resolve()
+    assert [lv.label for lv in ts.levels] == ["c1", "c4", "c8", "c16", "c32", "c48", "c64"]
+    assert (ts.isl, ts.osl, ts.warmup, ts.endpoint) == (512, 256, 200, "chat")
+    assert ts.objectives == () and ts.strict is False and ts.confidence == 0.95
+
+
+def test_precedence_cli_env_ini_marker_default() -> None:
+    marker = {"isl": 100}
+    assert resolve(marker=marker).isl == 100
+    assert resolve(ini={"llmslo_isl": "200"}, marker=marker).isl == 200
+    assert resolve(env={"LLMSLO_ISL": "300"}, ini={"llmslo_isl": "200"}, marker=marker).isl == 300
+    ts = resolve(
+        cli={"isl": 400}, env={"LLMSLO_ISL": "300"}, ini={"llmslo_isl": "200"}, marker=marker
+    )
+    assert ts.isl == 400
+    assert ts.sources["isl"] == "--isl"
+
+
+def test_load_is_one_setting_across_sources() -> None:
+    # A rate on the command line replaces the marker's concurrency sweep.
+    ts = resolve(cli={"rate": (1.0, 2.5)}, marker={"concurrency": [1, 2]})
+    assert ts.levels == (LoadLevel.rate(1.0), LoadLevel.rate(2.5))
+    assert S.level_ids(ts.levels) == ["r1", "r2.5"]
+    ts = resolve(ini={"llmslo_concurrency": "2,3"}, marker={"rate": [5]})
+    assert [lv.label for lv in ts.levels] == ["c2", "c3"]
+    with pytest.raises(ConfigError, match="sets both concurrency and rate"):
+        resolve(cli={"rate": (1.0,), "concurrency": (2,)})
+
+
+def test_constant_arrival() -> None:
+    ts = resolve(marker={"rate": [2], "arrival": "constant"})
+    assert ts.levels == (LoadLevel.rate(2.0, "constant"),)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"env": {"LLMSLO_ISL": "x"}}, "LLMSLO_ISL: Could not parse value: 'x'"),
+        ({"ini": {"llmslo_endpoint": "grpc"}}, "ini llmslo_endpoint: 'grpc' is not a valid"),
+        ({"marker": {"osl": 0}}, r"@pytest.mark.slo\(osl=...\) on t.py::test"),
+        ({"marker": {"concurrency": ["a"]}}, "'a' is not an integer"),
+        ({"ini": {"llmslo_slo": "ttft_p99 << 5"}}, "ini llmslo_slo"),
+        ({"env": {"LLMSLO_SLO_CONFIDENCE": "2"}}, r"confidence in \[0.5, 1\)"),
+    ],
+)
+def test_errors_name_the_source(kwargs, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match=message):
+        resolve(**kwargs)
+
+
+def test_unknown_marker_argument_lists_valid_ones() -> None:
+    with pytest.raises(ConfigError, match=r"'conc' is not a known argument\. Valid: arrival"):
+        S.split_marker((), {"conc": 1}, "t.py::test")
+
+
+def test_marker_objectives_positional_and_text() -> None:
+    from pytest_llmslo import itl_p50, ttft_p99
+
+    m = S.split_marker((ttft_p99 < 500,), {"objectives": "itl_p50<30"}, "t")
+    ts = S.resolve_test(S.Sources(), m, "t")
+    assert [o.label for o in ts.objectives] == [
+        (ttft_p99 < 500).label,
+        (itl_p50 < 30).label,
+    ]
+
+
+def test_engine_names_checked() -> None:
+    S.check_engine_names(["sim", "mine"], ["mine"], "--engine")
+    with pytest.raises(ConfigError, match=r"--engine: 'sglng' is not a known engine. Known: mine"):
+        S.check_engine_names(["sglng"], ["mine"], "--engine")
+
+
+def test_session_engines_flattened_and_deduplicated() -> None:
+    cli = {"engine": [("sim", "vllm"), ("sim",)]}
+    assert S.resolve_session(S.Sources(cli=cli)).engines == ("sim", "vllm")
+    env = {"LLMSLO_ENGINE": "vllm,sglang"}
+    assert S.resolve_session(S.Sources(env=env)).engines == ("vllm", "sglang")
+
+
+def test_cli_type_gives_argparse_errors() -> None:
+    parse = S.cli_type(S.SPEC_BY_NAME["concurrency"])
+    assert parse("1, 4,8") == (1, 4, 8)
+    with pytest.raises(argparse.ArgumentTypeError, match="Could not parse value: '1,x'"):
+        parse("1,x")
+
+
+def test_bool_and_duration_parsers() -> None:
+    assert S.parse_bool("yes") is True and S.parse_bool("0") is False
+    assert S.parse_optional_duration("30s") == 30.0
+    assert S.parse_optional_duration("0") is None
+    assert S.parse_fraction("90%") == 0.9
+
+
+def test_dataset_kind_and_workload_fields() -> None:
+    ts = resolve(marker={"dataset": "data/chat.jsonl"})
+    assert ts.dataset_kind() == ("jsonl", "data/chat.jsonl")
+    ts = resolve(marker={"dataset": "sharegpt:x.json", "isl_stddev": 10})
+    f = ts.workload_fields()
+    assert (f["kind"], f["path"], f["distribution"]) == ("sharegpt", "x.json", "normal")
+
+
+def test_level_ids_unique() -> None:
+    levels = [LoadLevel.concurrency(4), LoadLevel.concurrency(4)]
+    assert S.level_ids(levels) == ["c4", "c4_1"]
+
+
+def test_describe_is_one_line() -> None:
+    line = S.describe(S.SessionSettings(), resolve(marker={"objectives": "ttft_p99<500"}))
+    assert "\n" not in line
+    assert "engines=sim" in line and "slo=ttft_p99 < 500 ms" in line
