@@ -167,7 +167,7 @@ def worker_argv(config: EngineConfig, worker: str, role: str) -> list[str]:
             args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
     elif worker == "sglang":
         args += ["--model-path", model, "--served-model-name", name]
-        args += ["--tp", str(config.tensor_parallel_size)]
+        args += ["--tp-size", str(config.tensor_parallel_size)]
         if config.dtype:
             args += ["--dtype", config.dtype]
         if config.quantization:
@@ -318,7 +318,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
             if slices[i] is not None:
                 from dataclasses import replace
 
-                gpu_cfg = replace(config, gpus=slices[i])
+                gpu_cfg = replace(config, gpus=f"device={slices[i]}")
             specs.append(
                 container_spec(
                     gpu_cfg,

@@ -59,3 +59,47 @@ def test_vllm_cpu_end_to_end(vllm_config: EngineConfig) -> None:
     for u in units:
         assert not group_alive(u.pgid), "vLLM left processes behind"
     assert port_is_free(port)
+
+
+def test_vllm_real_parser_accepts_the_gpu_argv() -> None:
+    """The argv the launcher builds for a GPU config parses with vLLM's own parser."""
+    import json
+    import subprocess
+
+    reason = missing_module(VLLM_PYTHON, "vllm")
+    if reason:
+        pytest.skip(f"vLLM CPU build not available: {reason}")
+    from pytest_llmslo.engines import plan_engine
+
+    cfg = EngineConfig(
+        kind="vllm",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        served_model_name="llama",
+        tensor_parallel_size=2,
+        dtype="bfloat16",
+        quantization="fp8",
+        max_model_len=8192,
+        gpu_memory_utilization=0.85,
+        port=30001,
+        python=str(VLLM_PYTHON),
+    )
+    argv = list(plan_engine(cfg).processes[0].argv[3:])
+    code = (
+        "import json, sys\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+        "ns = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])\n"
+        "keys = ['model', 'served_model_name', 'tensor_parallel_size', 'dtype',\n"
+        "        'quantization', 'max_model_len', 'gpu_memory_utilization', 'host', 'port']\n"
+        "print(json.dumps({k: getattr(ns, k) for k in keys}))\n"
+    )
+    out = subprocess.run([str(VLLM_PYTHON), "-c", code, *argv], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    parsed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert parsed == {
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "served_model_name": ["llama"],
+        "tensor_parallel_size": 2, "dtype": "bfloat16", "quantization": "fp8",
+        "max_model_len": 8192, "gpu_memory_utilization": 0.85, "host": "127.0.0.1",
+        "port": 30001,
+    }  # fmt: skip

@@ -1,0 +1,88 @@
+"""SGLang: ``python -m sglang.launch_server --model-path M`` as a process or in the
+``lmsysorg/sglang`` image (no CPU build: it needs a GPU).
+
+Ready when ``/health`` answers 200 and ``/health_generate`` (which runs one generation)
+does too; the version is ``version`` in ``/server_info``. Flags are SGLang's server
+arguments: ``--model-path``, ``--served-model-name``, ``--tp-size`` (``--tp`` is argparse's
+abbreviation of it), ``--dtype``, ``--quantization``, ``--context-length``,
+``--mem-fraction-static``, ``--host``, ``--port``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ._common import (
+    choose_port,
+    image_tag,
+    package_version,
+    python_of,
+    require_model,
+    require_module,
+    served_name,
+)
+from .base import EngineConfig
+from .launch import LaunchPlan, RunningEngine, launch
+from .process import ProcessSpec
+from .readiness import all_of, http_ok, models_listed, version_from_json
+
+DEFAULT_IMAGE = "lmsysorg/sglang:v0.5.21"
+
+OPTIONS: Mapping[str, str] = {}
+
+
+def server_args(config: EngineConfig, host: str, port: int) -> list[str]:
+    """``sglang.launch_server`` arguments for ``config``."""
+    args = ["--model-path", require_model(config), "--host", host, "--port", str(port)]
+    if config.served_model_name:
+        args += ["--served-model-name", config.served_model_name]
+    args += ["--tp-size", str(config.tensor_parallel_size)]
+    if config.dtype:
+        args += ["--dtype", config.dtype]
+    if config.quantization:
+        args += ["--quantization", config.quantization]
+    if config.max_model_len is not None:
+        args += ["--context-length", str(config.max_model_len)]
+    if config.gpu_memory_utilization is not None:
+        args += ["--mem-fraction-static", str(config.gpu_memory_utilization)]
+    return [*args, *config.extra_args]
+
+
+def plan(config: EngineConfig) -> LaunchPlan:
+    port = choose_port(config)
+    name = served_name(config)
+    args = server_args(config, config.host, port)
+    common = {
+        "config": config,
+        "host": config.host,
+        "port": port,
+        "model": name,
+        "ready": all_of(http_ok("/health"), http_ok("/health_generate"), models_listed(name)),
+        "version_probe": version_from_json("/server_info"),
+        "ports": (port,),
+    }
+    if config.runtime == "docker":
+        from .docker import container_spec
+
+        image = config.image or DEFAULT_IMAGE
+        spec = container_spec(
+            config,
+            image=image,
+            command=("python3", "-m", "sglang.launch_server", *args),
+            needs_gpu=(config.gpus or "").lower() != "none",
+        )
+        return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
+    proc = ProcessSpec(
+        argv=(python_of(config), "-m", "sglang.launch_server", *args),
+        env=dict(config.env),
+        role="sglang",
+    )
+    return LaunchPlan(
+        processes=(proc,), version_fallback=package_version(config, "sglang"), **common
+    )
+
+
+def start(config: EngineConfig) -> RunningEngine:
+    if config.runtime == "process":
+        require_module(config, "sglang", "pip install sglang on a GPU machine, or set python=")
+    return launch(plan(config))

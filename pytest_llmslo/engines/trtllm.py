@@ -1,0 +1,128 @@
+"""TensorRT-LLM: ``trtllm-serve MODEL`` as a process or in the
+``nvcr.io/nvidia/tensorrt-llm/release`` image (GPU only).
+
+Ready when ``/health`` answers 200 and ``/v1/models`` lists the model; the version is at
+``/version``. ``trtllm-serve`` spells its options with underscores
+(``--tensor_parallel_size``, ``--max_seq_len``, ``--free_gpu_memory_fraction``); it has no
+dtype flag (``dtype`` goes into the ``--config`` YAML that this launcher writes) and serves
+the model under the name it was given (no served-name flag).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+
+from ..errors import ConfigError
+from ._common import choose_port, image_tag, package_version, require_model, require_module
+from .base import EngineConfig
+from .launch import LaunchPlan, RunningEngine, launch
+from .process import ProcessSpec
+from .readiness import all_of, http_ok, models_listed, version_from_json
+
+DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc29"
+
+OPTIONS: Mapping[str, str] = {
+    "backend": "trtllm-serve --backend: pytorch (its default), tensorrt or _autodeploy",
+    "config_dir": "where the generated --config YAML is written (default: a temporary dir)",
+}
+
+
+def _check(config: EngineConfig) -> None:
+    if config.quantization:
+        raise ConfigError(
+            f"engine {config.display_name!r}: trtllm-serve has no quantization flag; it "
+            "reads the quantization from the checkpoint (use a pre-quantized model, or "
+            "quant_config in a --config YAML through extra_args)"
+        )
+    if config.served_model_name and config.served_model_name != config.model:
+        raise ConfigError(
+            f"engine {config.display_name!r}: trtllm-serve serves the model under the name "
+            "it is given; leave served_model_name unset (or equal to model)"
+        )
+
+
+def serve_args(
+    config: EngineConfig, host: str, port: int, config_file: str | None = None
+) -> list[str]:
+    """``trtllm-serve`` arguments (after the program name) for ``config``."""
+    _check(config)
+    args = [require_model(config), "--host", host, "--port", str(port)]
+    backend = config.options.get("backend")
+    if backend:
+        args += ["--backend", str(backend)]
+    args += ["--tensor_parallel_size", str(config.tensor_parallel_size)]
+    if config.max_model_len is not None:
+        args += ["--max_seq_len", str(config.max_model_len)]
+    if config.gpu_memory_utilization is not None:
+        args += ["--free_gpu_memory_fraction", str(config.gpu_memory_utilization)]
+    if config_file:
+        args += ["--config", config_file]
+    return [*args, *config.extra_args]
+
+
+def write_llm_config(config: EngineConfig) -> str | None:
+    """The ``--config`` YAML for settings without a flag (dtype); None when not needed.
+    JSON is valid YAML, so no YAML writer is needed."""
+    if not config.dtype:
+        return None
+    folder = str(config.options.get("config_dir") or tempfile.mkdtemp(prefix="llmslo-trtllm-"))
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "llm_api_options.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"dtype": config.dtype}, f)
+    return path
+
+
+def plan(config: EngineConfig) -> LaunchPlan:
+    _check(config)
+    model = require_model(config)
+    port = choose_port(config)
+    config_file = write_llm_config(config)
+    args = serve_args(config, config.host, port, config_file)
+    common = {
+        "config": config,
+        "host": config.host,
+        "port": port,
+        "model": model,
+        "ready": all_of(http_ok("/health"), models_listed(model)),
+        "version_probe": version_from_json("/version"),
+        "ports": (port,),
+    }
+    if config.runtime == "docker":
+        from dataclasses import replace
+
+        from .docker import container_spec
+
+        image = config.image or DEFAULT_IMAGE
+        spec = container_spec(
+            config,
+            image=image,
+            command=("trtllm-serve", *args),
+            needs_gpu=(config.gpus or "").lower() != "none",
+        )
+        if config_file:
+            folder = os.path.dirname(config_file)
+            spec = replace(spec, mounts={**spec.mounts, folder: folder})
+        return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
+    program = (
+        os.path.join(os.path.dirname(config.python), "trtllm-serve")
+        if config.python
+        else "trtllm-serve"
+    )
+    proc = ProcessSpec(argv=(program, *args), env=dict(config.env), role="trtllm")
+    return LaunchPlan(
+        processes=(proc,),
+        version_fallback=package_version(config, "tensorrt-llm", "tensorrt_llm"),
+        **common,
+    )
+
+
+def start(config: EngineConfig) -> RunningEngine:
+    if config.runtime == "process":
+        require_module(
+            config, "tensorrt_llm", "pip install tensorrt-llm on a GPU machine, or set python="
+        )
+    return launch(plan(config))

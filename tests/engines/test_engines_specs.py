@@ -1,0 +1,445 @@
+"""The exact commands and container configs each real-engine launcher produces, and that
+every flag in them belongs to that engine's documented CLI.
+
+SGLang and TensorRT-LLM do not run without a GPU, so their launchers are checked here
+without running them; vLLM and Dynamo are also started for real (test_engines_vllm.py,
+test_engines_dynamo.py). The flag sets below are copied from each engine's CLI source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from docker.types import DeviceRequest
+
+from pytest_llmslo.engines import EngineConfig, plan_engine
+from pytest_llmslo.engines import docker as dk
+from pytest_llmslo.errors import ConfigError
+
+# SGLang 0.5.21, python/sglang/srt/arg_groups/fields/*.py (ServerArgs fields turned into
+# flags by arg_groups/arg_utils.py:add_cli_args_from_dataclass: --field-name plus the
+# Arg(aliases=...)); the flags a launcher may emit or users commonly add.
+SGLANG_FLAGS = {
+    "--model-path", "--model", "--host", "--port", "--served-model-name", "--tp-size",
+    "--tensor-parallel-size", "--dtype", "--quantization", "--context-length",
+    "--mem-fraction-static", "--trust-remote-code", "--chunked-prefill-size",
+    "--max-running-requests", "--enable-metrics", "--log-level", "--api-key",
+    "--disaggregation-mode", "--disaggregation-transfer-backend",
+    "--disaggregation-bootstrap-port",
+}  # fmt: skip
+
+# TensorRT-LLM, tensorrt_llm/commands/serve.py, the @click.option list of `serve`
+# (NVIDIA/TensorRT-LLM, commit 00209af1). MODEL is the one positional argument.
+TRTLLM_FLAGS = {
+    "--tokenizer", "--custom_tokenizer", "--host", "--port", "--backend",
+    "--custom_module_dirs", "--log_level", "--max_beam_width", "--max_batch_size",
+    "--max_num_tokens", "--max_seq_len", "--tensor_parallel_size", "--tp_size",
+    "--pipeline_parallel_size", "--pp_size", "--context_parallel_size", "--cp_size",
+    "--moe_expert_parallel_size", "--ep_size", "--moe_cluster_parallel_size",
+    "--cluster_size", "--gpus_per_node", "--free_gpu_memory_fraction",
+    "--kv_cache_free_gpu_memory_fraction", "--num_postprocess_workers",
+    "--trust_remote_code", "--revision", "--config", "--extra_llm_api_options",
+    "--reasoning_parser", "--tool_parser", "--metadata_server_config_file", "--server_role",
+    "--fail_fast_on_attention_window_too_large", "--otlp_traces_endpoint",
+    "--disagg_cluster_uri", "--enable_chunked_prefill", "--media_io_kwargs",
+    "--chat_template",
+}  # fmt: skip
+
+# vLLM 0.32.0, `python -m vllm.entrypoints.openai.api_server --help=all` (the same engine
+# arguments as `vllm serve`); the flags the launcher emits.
+VLLM_FLAGS = {
+    "--model", "--host", "--port", "--served-model-name", "--tensor-parallel-size",
+    "--dtype", "--quantization", "--max-model-len", "--gpu-memory-utilization",
+    "--max-num-seqs", "--enable-prefix-caching", "--enforce-eager", "--api-key",
+}  # fmt: skip
+
+# Dynamo 1.6.1: `python -m dynamo.frontend --help` and `python -m dynamo.mocker --help`
+# of ai-dynamo 1.6.1; worker flags of dynamo/{vllm,trtllm}/backend_args.py (vLLM and SGLang
+# workers take their engine's own flags above, plus --disaggregation-mode).
+DYNAMO_FRONTEND_FLAGS = {
+    "--http-host", "--http-port", "--discovery-backend", "--request-plane", "--event-plane",
+    "--router-mode", "--namespace", "--model-name", "--model-path", "--kv-cache-block-size",
+}  # fmt: skip
+DYNAMO_MOCKER_FLAGS = {
+    "--model-path", "--model-name", "--max-model-len", "--gpu-memory-utilization",
+    "--speedup-ratio", "--response-replay-trace-path", "--disaggregation-mode",
+    "--discovery-backend", "--request-plane", "--event-plane", "--num-workers",
+}  # fmt: skip
+DYNAMO_TRTLLM_FLAGS = {
+    "--model", "--served-model-name", "--tensor-parallel-size", "--max-seq-len",
+    "--free-gpu-memory-fraction", "--disaggregation-mode", "--extra-engine-args",
+    "--discovery-backend", "--request-plane", "--event-plane",
+}  # fmt: skip
+DYNAMO_RUNTIME_FLAGS = {"--discovery-backend", "--request-plane", "--event-plane"}
+
+HF_CACHE = dk.host_hf_cache()
+GPU_ALL = [{"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]]}]
+# What the docker SDK sends for --gpus all (DeviceRequest fills in the empty fields).
+GPU_ALL_API = [dict(DeviceRequest(count=-1, capabilities=[["gpu"]]))]
+
+GPU_CONFIG = {
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "tensor_parallel_size": 2,
+    "dtype": "bfloat16",
+    "max_model_len": 8192,
+    "gpu_memory_utilization": 0.85,
+    "port": 30001,
+    "env": {"HF_TOKEN": "hf_secret_value"},
+}
+
+
+def flags(argv: list[str] | tuple[str, ...]) -> set[str]:
+    return {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+
+
+def _labels_ok(labels: dict[str, str], kind: str) -> None:
+    assert labels[dk.LABEL_SESSION] == dk.SESSION_ID
+    assert labels[dk.LABEL_PID] == str(os.getpid())
+    assert labels[dk.LABEL_KIND] == kind
+
+
+# --- SGLang ----------------------------------------------------------------------------
+
+
+def test_sglang_process_argv() -> None:
+    cfg = EngineConfig(
+        kind="sglang",
+        name="sgl",
+        python="/opt/sgl/bin/python",
+        quantization="fp8",
+        served_model_name="llama",
+        **GPU_CONFIG,
+    )
+    plan = plan_engine(cfg)
+    (proc,) = plan.processes
+    assert list(proc.argv) == [
+        "/opt/sgl/bin/python", "-m", "sglang.launch_server",
+        "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
+        "--host", "127.0.0.1", "--port", "30001",
+        "--served-model-name", "llama",
+        "--tp-size", "2",
+        "--dtype", "bfloat16",
+        "--quantization", "fp8",
+        "--context-length", "8192",
+        "--mem-fraction-static", "0.85",
+    ]  # fmt: skip
+    assert flags(proc.argv) <= SGLANG_FLAGS
+    assert plan.model == "llama"
+    assert proc.env == {"HF_TOKEN": "hf_secret_value"}
+
+
+def test_sglang_container_config() -> None:
+    cfg = EngineConfig(
+        kind="sglang", runtime="docker", extra_args=("--enable-metrics",), **GPU_CONFIG
+    )
+    plan = plan_engine(cfg)
+    (spec,) = plan.containers
+    kw = spec.run_kwargs()
+    assert kw["image"] == "lmsysorg/sglang:v0.5.21"
+    assert kw["command"] == [
+        "python3", "-m", "sglang.launch_server",
+        "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
+        "--host", "127.0.0.1", "--port", "30001",
+        "--tp-size", "2", "--dtype", "bfloat16", "--context-length", "8192",
+        "--mem-fraction-static", "0.85", "--enable-metrics",
+    ]  # fmt: skip
+    assert "entrypoint" not in kw
+    assert flags(kw["command"]) <= SGLANG_FLAGS
+    assert kw["network_mode"] == "host" and kw["ipc_mode"] == "host"
+    assert [dict(d) for d in kw["device_requests"]] == GPU_ALL_API
+    assert kw["volumes"] == {HF_CACHE: {"bind": "/root/.cache/huggingface", "mode": "rw"}}
+    assert kw["environment"] == {
+        "HF_TOKEN": "hf_secret_value",
+        "HF_HOME": "/root/.cache/huggingface",
+    }
+    _labels_ok(kw["labels"], "sglang")
+    assert kw["detach"] is True
+    assert plan.static_version == "v0.5.21"
+    # The secret is passed to the container but never shown.
+    assert "hf_secret_value" not in repr(spec.describe())
+
+
+# --- TensorRT-LLM ------------------------------------------------------------------------
+
+
+def test_trtllm_process_argv(tmp_path: Path) -> None:
+    cfg = EngineConfig(
+        kind="trtllm",
+        python="/opt/trt/bin/python",
+        options={"config_dir": str(tmp_path), "backend": "pytorch"},
+        **GPU_CONFIG,
+    )
+    (proc,) = plan_engine(cfg).processes
+    yaml_path = str(tmp_path / "llm_api_options.yaml")
+    assert list(proc.argv) == [
+        "/opt/trt/bin/trtllm-serve", "meta-llama/Llama-3.1-8B-Instruct",
+        "--host", "127.0.0.1", "--port", "30001",
+        "--backend", "pytorch",
+        "--tensor_parallel_size", "2",
+        "--max_seq_len", "8192",
+        "--free_gpu_memory_fraction", "0.85",
+        "--config", yaml_path,
+    ]  # fmt: skip
+    assert flags(proc.argv) <= TRTLLM_FLAGS
+    assert json.loads(Path(yaml_path).read_text()) == {"dtype": "bfloat16"}
+
+
+def test_trtllm_container_config(tmp_path: Path) -> None:
+    cfg = EngineConfig(
+        kind="trtllm",
+        runtime="docker",
+        gpus="0,1",
+        options={"config_dir": str(tmp_path)},
+        **GPU_CONFIG,
+    )
+    plan = plan_engine(cfg)
+    (spec,) = plan.containers
+    kw = spec.run_kwargs()
+    assert kw["image"] == "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc29"
+    assert kw["command"][:2] == ["trtllm-serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert flags(kw["command"]) <= TRTLLM_FLAGS
+    assert [dict(d) for d in kw["device_requests"]] == [
+        dict(DeviceRequest(device_ids=["0", "1"], capabilities=[["gpu"]]))
+    ]
+    assert spec.device_requests == (
+        {"Driver": "", "Count": 0, "DeviceIDs": ["0", "1"], "Capabilities": [["gpu"]]},
+    )
+    assert kw["network_mode"] == "host" and kw["ipc_mode"] == "host"
+    # The generated --config file is visible inside the container at the same path.
+    assert kw["volumes"][str(tmp_path)] == {"bind": str(tmp_path), "mode": "rw"}
+    assert kw["volumes"][HF_CACHE]["bind"] == "/root/.cache/huggingface"
+    _labels_ok(kw["labels"], "trtllm")
+    assert plan.model == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [({"quantization": "fp8"}, "no quantization flag"), ({"served_model_name": "x"}, "served")],
+)
+def test_trtllm_rejects_what_it_cannot_express(extra: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        plan_engine(EngineConfig(kind="trtllm", model="m", **extra))
+
+
+# --- vLLM --------------------------------------------------------------------------------
+
+
+def test_vllm_process_argv() -> None:
+    cfg = EngineConfig(
+        kind="vllm",
+        python="/v/bin/python",
+        quantization="fp8",
+        served_model_name="llama",
+        **GPU_CONFIG,
+    )
+    (proc,) = plan_engine(cfg).processes
+    assert list(proc.argv) == [
+        "/v/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "meta-llama/Llama-3.1-8B-Instruct",
+        "--host", "127.0.0.1", "--port", "30001",
+        "--served-model-name", "llama",
+        "--tensor-parallel-size", "2",
+        "--dtype", "bfloat16",
+        "--quantization", "fp8",
+        "--max-model-len", "8192",
+        "--gpu-memory-utilization", "0.85",
+    ]  # fmt: skip
+    assert flags(proc.argv) <= VLLM_FLAGS
+
+
+def test_vllm_serve_entrypoint_and_bad_entrypoint() -> None:
+    cfg = EngineConfig(
+        kind="vllm", python="/v/bin/python", model="m", port=8000, options={"entrypoint": "serve"}
+    )
+    assert plan_engine(cfg).processes[0].argv[:3] == ("/v/bin/vllm", "serve", "m")
+    with pytest.raises(ConfigError, match="Valid entrypoints: api_server, serve"):
+        plan_engine(EngineConfig(kind="vllm", model="m", options={"entrypoint": "x"}))
+
+
+def test_vllm_container_config() -> None:
+    cfg = EngineConfig(kind="vllm", runtime="docker", host="0.0.0.0", **GPU_CONFIG)
+    plan = plan_engine(cfg)
+    (spec,) = plan.containers
+    kw = spec.run_kwargs()
+    assert kw["image"] == "vllm/vllm-openai:v0.32.0"
+    assert kw["entrypoint"] == ["vllm", "serve"]
+    assert kw["command"] == [
+        "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "30001",
+        "--tensor-parallel-size", "2", "--dtype", "bfloat16", "--max-model-len", "8192",
+        "--gpu-memory-utilization", "0.85",
+    ]  # fmt: skip
+    assert flags(kw["command"]) <= VLLM_FLAGS
+    # Bound to every interface on request, but the harness still talks to loopback.
+    assert plan.base_url == "http://127.0.0.1:30001"
+    assert [dict(d) for d in kw["device_requests"]] == GPU_ALL_API
+    assert plan.static_version == "v0.32.0"
+
+
+def test_model_is_required() -> None:
+    for kind in ("vllm", "sglang", "trtllm", "dynamo"):
+        with pytest.raises(ConfigError, match="needs model="):
+            plan_engine(EngineConfig(kind=kind))
+
+
+def test_gpus_none_means_no_device_request() -> None:
+    cfg = EngineConfig(
+        kind="vllm", runtime="docker", model="m", gpus="none", image="vllm/vllm-openai-cpu:v0.32.0"
+    )
+    (spec,) = plan_engine(cfg).containers
+    assert spec.run_kwargs()["device_requests"] == []
+    assert not spec.needs_gpu
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        (None, GPU_ALL),
+        ("all", GPU_ALL),
+        ("2", [{"Driver": "", "Count": 2, "DeviceIDs": None, "Capabilities": [["gpu"]]}]),
+        (
+            "device=1,3",
+            [{"Driver": "", "Count": 0, "DeviceIDs": ["1", "3"], "Capabilities": [["gpu"]]}],
+        ),
+        ("none", []),
+    ],
+)
+def test_device_requests(gpus: str | None, expected: list) -> None:
+    assert dk.device_requests_for(gpus) == expected
+
+
+# --- Dynamo ------------------------------------------------------------------------------
+
+
+def test_dynamo_mocker_processes(tmp_path: Path) -> None:
+    cfg = EngineConfig(
+        kind="dynamo",
+        model="/models/tiny",
+        served_model_name="tiny",
+        python="/d/bin/python",
+        port=8080,
+        options={"worker": "mocker", "file_kv_dir": str(tmp_path)},
+    )
+    plan = plan_engine(cfg)
+    frontend, worker = plan.processes
+    assert list(frontend.argv) == [
+        "/d/bin/python", "-m", "dynamo.frontend", "--http-host", "127.0.0.1",
+        "--http-port", "8080", "--discovery-backend", "file", "--request-plane", "tcp",
+        "--event-plane", "zmq",
+    ]  # fmt: skip
+    trace = str(tmp_path / "replay-trace.jsonl")
+    assert list(worker.argv) == [
+        "/d/bin/python", "-m", "dynamo.mocker", "--model-path", "/models/tiny",
+        "--model-name", "tiny", "--discovery-backend", "file", "--request-plane", "tcp",
+        "--event-plane", "zmq", "--response-replay-trace-path", trace,
+    ]  # fmt: skip
+    assert flags(frontend.argv) <= DYNAMO_FRONTEND_FLAGS
+    assert flags(worker.argv) <= DYNAMO_MOCKER_FLAGS
+    for p in plan.processes:
+        assert p.env["DYN_FILE_KV"] == str(tmp_path)
+        assert p.env["DYN_TCP_RPC_HOST"] == "127.0.0.1"
+        assert p.env["DYN_EVENT_PLANE_HOST"] == "127.0.0.1"
+    rows = [json.loads(line) for line in Path(trace).read_text().splitlines()]
+    assert rows and all(len(r["output_token_ids"]) == r["output_length"] for r in rows)
+
+
+def test_dynamo_vllm_disagg_processes_get_their_gpus(tmp_path: Path) -> None:
+    cfg = EngineConfig(
+        kind="dynamo",
+        python="/d/bin/python",
+        options={
+            "worker": "vllm",
+            "mode": "disagg",
+            "prefill_workers": 1,
+            "decode_workers": 2,
+            "file_kv_dir": str(tmp_path),
+            "prefill_args": ["--enforce-eager"],
+        },
+        **GPU_CONFIG,
+    )
+    plan = plan_engine(cfg)
+    frontend, prefill, d1, d2 = plan.processes
+    assert prefill.argv[1:3] == ("-m", "dynamo.vllm")
+    assert prefill.argv[-1] == "--enforce-eager"
+    assert "--disaggregation-mode" in prefill.argv
+    assert prefill.argv[prefill.argv.index("--disaggregation-mode") + 1] == "prefill"
+    assert d1.argv[d1.argv.index("--disaggregation-mode") + 1] == "decode"
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in (prefill, d1, d2)] == ["0,1", "2,3", "4,5"]
+    worker_flags = flags(prefill.argv) - DYNAMO_RUNTIME_FLAGS - {"--disaggregation-mode"}
+    assert worker_flags <= VLLM_FLAGS
+    assert "CUDA_VISIBLE_DEVICES" not in frontend.env
+
+
+def test_dynamo_sglang_and_trtllm_worker_flags(tmp_path: Path) -> None:
+    for worker, allowed in (("sglang", SGLANG_FLAGS), ("trtllm", DYNAMO_TRTLLM_FLAGS)):
+        cfg = EngineConfig(
+            kind="dynamo", options={"worker": worker, "file_kv_dir": str(tmp_path)}, **GPU_CONFIG
+        )
+        _, w = plan_engine(cfg).processes
+        assert w.argv[1:3] == ("-m", f"dynamo.{worker}")
+        assert flags(w.argv) - DYNAMO_RUNTIME_FLAGS <= allowed, worker
+
+
+def test_dynamo_containers(tmp_path: Path) -> None:
+    cfg = EngineConfig(
+        kind="dynamo",
+        runtime="docker",
+        options={"worker": "sglang", "mode": "disagg", "file_kv_dir": str(tmp_path)},
+        **{**GPU_CONFIG, "tensor_parallel_size": 1},
+    )
+    plan = plan_engine(cfg)
+    frontend, prefill, decode = plan.containers
+    for spec in plan.containers:
+        kw = spec.run_kwargs()
+        assert kw["image"] == "nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.6.1"
+        assert kw["network_mode"] == "host" and kw["ipc_mode"] == "host"
+        assert kw["volumes"][str(tmp_path)] == {"bind": str(tmp_path), "mode": "rw"}
+        assert kw["environment"]["DYN_FILE_KV"] == str(tmp_path)
+        _labels_ok(kw["labels"], "dynamo")
+    assert frontend.command[:3] == ("python3", "-m", "dynamo.frontend")
+    assert frontend.device_requests == ()
+    assert dict(prefill.device_requests[0])["DeviceIDs"] == ["0"]
+    assert dict(decode.device_requests[0])["DeviceIDs"] == ["1"]
+    assert plan.static_version == "1.6.1"
+    names = {s.name for s in plan.containers}
+    assert len(names) == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"worker": "tgi"}, "Valid values: vllm, sglang, trtllm, mocker"),
+        ({"mode": "split"}, "Valid values: agg, disagg"),
+        ({"workers": 0}, "integer >= 1"),
+        ({"discovery": "zk"}, "Valid values: file, etcd"),
+    ],
+)
+def test_dynamo_bad_options(options: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        plan_engine(EngineConfig(kind="dynamo", model="m", options=options))
+
+
+def test_dynamo_not_enough_gpus() -> None:
+    cfg = EngineConfig(
+        kind="dynamo",
+        model="m",
+        tensor_parallel_size=2,
+        gpus="0,1",
+        options={"worker": "vllm", "workers": 2},
+    )
+    with pytest.raises(ConfigError, match="need 4 GPUs"):
+        plan_engine(cfg)
+
+
+def test_sim_container_config() -> None:
+    cfg = EngineConfig(kind="sim", runtime="docker", port=8011, model="m")
+    (spec,) = plan_engine(cfg).containers
+    kw = spec.run_kwargs()
+    assert kw["image"] == "pytest-llmslo/sim:local"
+    assert kw["command"][:3] == ["python3", "-m", "pytest_llmslo.sim"]
+    assert kw["device_requests"] == []
+    assert not spec.pull
+    assert sys.executable not in kw["command"]
