@@ -1188,7 +1188,7 @@ class DocumentComparison:
         }
         lines.append("")
         lines.append(
-            f"{len(self.comparisons)} points compared: "
+            f"{len(self.comparisons)} point{'s' if len(self.comparisons) != 1 else ''} compared: "
             + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         )
         if self.comparisons:

@@ -359,9 +359,10 @@ def render_comparison(result: DocumentComparison, *, title: str | None = None) -
         counts[c.status] = counts.get(c.status, 0) + 1
     if result.comparisons:
         lines.append("")
+        n = len(result.comparisons)
         lines.append(
-            f"{len(result.comparisons)} points compared: "
-            + ", ".join(f"{n} {s}" for s, n in counts.items())
+            f"{n} point{'s' if n != 1 else ''} compared: "
+            + ", ".join(f"{k} {s}" for s, k in counts.items())
         )
         # Regressions first: the reader of a red CI run looks for them.
         order = sorted(result.comparisons, key=lambda c: (not c.regressed, c.comparable))

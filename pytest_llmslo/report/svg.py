@@ -121,7 +121,10 @@ class _Axes:
 def _text(
     x: float, y: float, text: str, *, size: int = 12, anchor: str = "start", **attrs: Any
 ) -> str:
-    extra = "".join(f" {k.replace('_', '-')}={quoteattr(str(v))}" for k, v in attrs.items())
+    # class_ -> class (a keyword), font_weight -> font-weight
+    extra = "".join(
+        f" {k.rstrip('_').replace('_', '-')}={quoteattr(str(v))}" for k, v in attrs.items()
+    )
     return (
         f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size}' text-anchor='{anchor}' {_FONT}"
         f"{extra}>{escape(text)}</text>"
