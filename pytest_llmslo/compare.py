@@ -23,14 +23,15 @@ The rule (``RULE``), per metric, for the change from baseline to new:
    run-to-run noise is shown as ``noise`` instead and does not fail. For a latency
    percentile (``ttft_p99``, ...) each side's samples give a distribution-free interval
    of that percentile (binomial order statistics, each at sqrt(95 %) so that both hold
-   together at 95 %); when the intervals overlap, the change is noise. A tail percentile
-   of few requests has no upper bound, so its rise is always noise: a P99 of 200
-   requests cannot show one. For a mean, a seeded bootstrap interval (95 %) of the
-   change; when it contains 0, noise. A Mann-Whitney rank test of the same samples is
-   reported next to either. For attainment a two-proportion test (p >= 0.05 -> noise).
-   Throughput and goodput are one number per run, with no per-request noise test: the
-   tolerance alone decides. Without samples (or with fewer than ``MIN_NOISE_SAMPLES`` a
-   side) the tolerance alone decides too;
+   together at 95 %); when the intervals overlap, the change is noise. This is valid for
+   any number of samples, and a tail percentile of few requests has no upper bound, so
+   its rise is always noise: a P99 of 200 requests cannot show one. For a mean, a seeded
+   bootstrap interval (95 %) of the change, noise when it contains 0; with fewer than
+   ``MIN_NOISE_SAMPLES`` a side, the Mann-Whitney rank test instead (p >= 0.05 -> noise).
+   The rank test's p-value is reported with every latency judgement. For attainment a
+   two-proportion test (p >= 0.05 -> noise). Throughput and goodput are one number per
+   run, with no per-request noise test: the tolerance alone decides; so does it for a
+   document without per-request samples;
 3. a metric without a value on one side (goodput of a run that asserted no SLO) is
    ``n/a`` and never fails.
 
@@ -111,16 +112,16 @@ _IGNORED_LEAVES = frozenset({"tokenizer", "python"})
 # Leaves compared by file name only: a dataset read from another directory is the same one.
 _BASENAME_LEAVES = frozenset({"path", "dataset", "dataset_path"})
 
-#: Fewer samples than this on a side: no noise judgement, the tolerance alone decides.
+#: Fewer samples than this on a side: the noise of a mean is judged by the rank test, not by
+#: a bootstrap (which is too narrow on a handful of values).
 MIN_NOISE_SAMPLES = 20
 
 RULE = (
-    "rule: a metric regresses when it gets worse than its baseline by more than its "
-    "tolerance, unless the per-request samples cannot tell the change from run-to-run noise "
-    "(latency percentiles: the 95 % distribution-free intervals of the two percentiles "
-    "overlap; means: the 95 % bootstrap interval of the change contains 0; attainment: "
-    "two-proportion test p >= 0.05), which is shown as noise and does not fail; throughput "
-    "and goodput are judged by the tolerance alone"
+    "rule: worse than the baseline by more than the tolerance is a regression, unless the "
+    "per-request samples cannot tell the change from run-to-run noise (percentiles: their 95 % "
+    "distribution-free intervals overlap; means: bootstrap or rank test; attainment: "
+    "proportion test), which is shown as noise and does not fail; throughput and goodput: "
+    "the tolerance alone"
 )
 
 RowStatus = Literal["regressed", "improved", "within tolerance", "noise", "n/a"]
@@ -727,16 +728,23 @@ def _judge_noise(
         if xs is None or ys is None:
             return NoiseJudgement("none", None, note="no per-request samples stored")
         a, b = stats.finite_samples(xs), stats.finite_samples(ys)
-        if min(a.size, b.size) < MIN_NOISE_SAMPLES:
+        if a.size == 0 or b.size == 0:
             return NoiseJudgement(
-                "none",
-                None,
-                n_old=int(a.size),
-                n_new=int(b.size),
-                note=f"fewer than {MIN_NOISE_SAMPLES} samples a side",
+                "none", None, n_old=int(a.size), n_new=int(b.size), note="no completed request"
             )
         rank = stats.mann_whitney_u(a, b)
         note = "per-request mean ITL samples" if spec.field == "itl" else ""
+        if spec.stat == "mean" and min(a.size, b.size) < MIN_NOISE_SAMPLES:
+            # A bootstrap of a handful of values is too narrow: the rank test decides.
+            return NoiseJudgement(
+                "rank-test",
+                not rank.significant(alpha),
+                p_value=rank.p_value,
+                confidence=confidence,
+                n_old=int(a.size),
+                n_new=int(b.size),
+                note=note,
+            )
         if spec.stat == "mean":
             ci = stats.bootstrap_diff(
                 a, b, "mean", confidence=confidence, resamples=resamples, seed=seed
@@ -871,6 +879,9 @@ def _noise_text(row: ComparisonRow) -> str:
     if n is None or n.noise is None:
         return ""
     conf = f"{100 * n.confidence:g}%"
+    if n.method == "rank-test":
+        text = f"rank test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
+        return text + (f" ({n.note})" if n.note else "")
     if n.method in ("bootstrap", "order-statistic"):
         low = "-inf" if n.low is None else f"{n.low:+.1f}"
         high = "+inf" if n.high is None else f"{n.high:+.1f}"

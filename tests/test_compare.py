@@ -611,3 +611,19 @@ def test_metric_value_prefers_the_verdict_for_goodput():
     assert compare.metric_value(d, "ttft_p999") is not None
     d["summary"]["distributions"]["ttft"]["count"] = 0
     assert compare.metric_value(d, "ttft_p50") is None
+
+
+def test_few_samples_are_judged_too():
+    # 12 requests (a tiny CI session): a 2 % change of the median or the mean is noise.
+    old = point(normal(200, 20, 12, 31))
+    new = point([v * 1.02 for v in normal(200, 20, 12, 31)])
+    c = compare.compare_points(as_dict(old), as_dict(new), "ttft_p50:0.1%,ttft_mean:0.1%")
+    p50, mean = row(c, "ttft_p50"), row(c, "ttft_mean")
+    assert p50.status == "noise" and p50.noise.method == "order-statistic"
+    assert mean.status == "noise" and mean.noise.method == "rank-test"
+    assert "rank test p=" in c.format()
+    # A large shift is shown even with 12 samples.
+    far = point([v * 3 for v in normal(200, 20, 12, 32)])
+    c2 = compare.compare_points(as_dict(old), as_dict(far), "ttft_p50:10%,ttft_mean:10%")
+    assert row(c2, "ttft_p50").status == "regressed"
+    assert row(c2, "ttft_mean").status == "regressed"

@@ -323,7 +323,7 @@ def _comparison_block(c: Comparison) -> list[str]:
                 f"rank test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
             )
         else:
-            text = f"{n.method} test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
+            text = f"{n.method.removesuffix('-test')} test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
         if n.note:
             text += f"; {n.note}"
         details.append(f"- `{r.metric}` ({r.status}): {escape_cell(text)}")
