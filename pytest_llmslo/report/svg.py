@@ -418,7 +418,7 @@ def render_svg(
         mine = [p for p in pts if p.test == test]
         theirs = [p for p in base if p.test == test]
         row_engines = list(dict.fromkeys([p.engine for p in mine] + [p.engine for p in theirs]))
-        entries = [(e, colors[e], "line") for e in row_engines]
+        entries = [(e, colors[e], "line") for e in row_engines if any(p.engine == e for p in mine)]
         if theirs:
             entries += [
                 (f"{e} (baseline)", colors[e], "baseline")

@@ -154,3 +154,17 @@ def test_nice_ticks(lo, hi):
 def test_nice_ticks_rejects_non_finite():
     with pytest.raises(ValueError, match="finite"):
         nice_ticks(0, math.inf)
+
+
+def test_legend_lists_only_the_series_drawn(sweep_factory):
+    points = sweep_factory("vllm")
+    base = sweep_factory("vllm") + sweep_factory("sglang")
+    root = parse(render_svg(points, baseline=base))
+    (legend,) = groups(root, "legend")
+    assert [t.text for t in legend.iter(f"{NS}text")] == [
+        "vllm",
+        "vllm (baseline)",
+        "sglang (baseline)",
+        "knee",
+        "Pareto frontier",
+    ]
