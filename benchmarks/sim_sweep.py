@@ -24,15 +24,38 @@ import sys
 import time
 from collections.abc import Iterator
 
+import httpx
+
 from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
 from pytest_llmslo.metrics import summarize
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.slo import evaluate, parse_objectives
 
 
+def server_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) the server process used so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def lateness(url: str) -> tuple[float, float]:
+    """(sum of token write lateness in s, token writes) from the server's /metrics."""
+    total = count = 0.0
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("llmslo_sim_emit_lateness_seconds_sum"):
+            total = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("llmslo_sim_emit_lateness_seconds_count"):
+            count = float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
 @contextlib.contextmanager
-def sim_server(profile: str, model: str, trace_file: str | None) -> Iterator[str]:
-    """A sim engine on a free port; yields its base URL and stops it on exit."""
+def sim_server(profile: str, model: str, trace_file: str | None) -> Iterator[tuple[str, int]]:
+    """A sim engine on a free port; yields (base URL, pid) and stops it on exit."""
     argv = [sys.executable, "-m", "pytest_llmslo.sim", "--port", "0"]
     argv += ["--profile", profile, "--model", model, "--log-level", "WARNING"]
     if trace_file:
@@ -43,7 +66,7 @@ def sim_server(profile: str, model: str, trace_file: str | None) -> Iterator[str
         if "ready on " not in line:
             raise RuntimeError(f"sim engine did not start: {line!r}")
         url = line.split("ready on ", 1)[1].split()[0]
-        yield url
+        yield url, proc.pid
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -73,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     workload = WorkloadSpec(isl=args.isl, osl=args.osl)
     rows: list[tuple[int, object, object]] = []
     t_start = time.monotonic()
-    with sim_server(args.profile, args.model, args.trace_file) as url:
+    server_rows: list[str] = []
+    with sim_server(args.profile, args.model, args.trace_file) as (url, pid):
         client = ClientSettings(base_url=url, model=args.model, endpoint=args.endpoint)
         for c in levels:
             requests = max(args.rounds * c, args.min_requests)
+            cpu0, wall0, (lsum0, lcnt0) = server_cpu_s(pid), time.monotonic(), lateness(url)
             run = run_load_sync(
                 client,
                 workload,
@@ -88,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
             summary = summarize(run, objectives)
             verdict = evaluate(run, objectives)
             rows.append((c, summary, verdict))
+            cpu1, wall1, (lsum1, lcnt1) = server_cpu_s(pid), time.monotonic(), lateness(url)
+            mean_late = (lsum1 - lsum0) / max(lcnt1 - lcnt0, 1) * 1e3
+            util = (
+                "n/a" if cpu0 is None or cpu1 is None else f"{(cpu1 - cpu0) / (wall1 - wall0):.0%}"
+            )
+            server_rows.append(f"c{c}: mean write lateness {mean_late:.2f} ms, CPU {util}")
             print(f"  c{c}: {summary.completed}/{summary.requests} ok", file=sys.stderr)
 
     knee = None
@@ -106,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         good = s.goodput_tok_s  # type: ignore[attr-defined]
         att = s.attainment  # type: ignore[attr-defined]
         mark = "pass" if v.passed else "FAIL"  # type: ignore[attr-defined]
+        if not v.run_valid:  # type: ignore[attr-defined]
+            mark = "INVALID (" + "; ".join(v.invalid_reasons) + ")"  # type: ignore[attr-defined]
         if c == knee:
             mark += "  <- knee"
         print(
@@ -114,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{(good or 0):>8.0f} {(att or 0) * 100:>6.1f}%  {mark}"
         )
     print(f"knee: c{knee}" if knee is not None else "knee: none (no level met the SLO)")
+    print("sim server: " + "; ".join(server_rows))
     print(f"(ms; tok/s = output tokens/s; {time.monotonic() - t_start:.0f} s wall)")
     return 0
 

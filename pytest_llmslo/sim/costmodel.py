@@ -11,9 +11,12 @@ chunk of their prompt. Its time on the GPUs is the larger of
 each divided over the ``tp`` GPUs of a tensor-parallel group. Tensor parallelism adds two
 all-reduces per layer over the activations (a fixed latency plus ring all-reduce bytes
 over NVLink), which do not overlap with compute. The engine adds a fixed CPU overhead per
-step (scheduling, sampling, kernel launch) and a small one per sequence in the batch
-(input preparation, detokenisation, streaming the output), which is what makes engines
-differ at high batch sizes.
+step (scheduling, sampling, kernel launch), a small CPU cost per sequence in the batch
+(input preparation, detokenisation, streaming the output) and a GPU cost per sequence and
+layer that the roofline misses (paged-attention block gathers, per-sequence work in the
+attention and sampling kernels, under-filled tiles). The last two are what make decode
+steps slow down with batch size faster than bytes and FLOPs alone predict, and what makes
+engines differ at high batch sizes; they are calibrated, not derived.
 
 Small decode batches are memory-bound (every step reads all weights for a handful of
 tokens); large prefill chunks are compute-bound. ``StepCost.bound`` says which.
@@ -109,6 +112,7 @@ class CostModel:
     compute_efficiency: float = 0.6
     step_overhead_s: float = 2e-3
     per_seq_overhead_s: float = 20e-6
+    per_seq_layer_s: float = 0.0
     allreduces_per_layer: int = 2
     activation_bytes: float = 2.0
 
@@ -168,7 +172,8 @@ class CostModel:
         compute_s = linear_flops / tp / (self.linear_flops_peak * self.compute_efficiency)
         compute_s += attn_flops / tp / (self.gpu.bf16_flops * self.compute_efficiency)
         comm_s = self.comm_time(tokens)
-        overhead_s = self.step_overhead_s + self.per_seq_overhead_s * n_seqs
+        per_seq = self.per_seq_overhead_s + self.per_seq_layer_s * m.layers
+        overhead_s = self.step_overhead_s + per_seq * n_seqs
         total = max(memory_s, compute_s) + comm_s + overhead_s
         return StepCost(
             tokens=tokens,
@@ -211,4 +216,5 @@ class CostModel:
             "compute_efficiency": self.compute_efficiency,
             "step_overhead_s": self.step_overhead_s,
             "per_seq_overhead_s": self.per_seq_overhead_s,
+            "per_seq_layer_s": self.per_seq_layer_s,
         }

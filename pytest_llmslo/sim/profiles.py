@@ -17,7 +17,7 @@ published Llama 3.1 configs. The engine presets differ where the engines do:
   slightly better kernel efficiency.
 
 The overheads and efficiencies are calibrated so that the 70B FP8 4xH100 vLLM-like profile
-at ISL 512 / OSL 256 gives an inter-token latency around 13 ms at concurrency 1 and a
+at ISL 512 / OSL 256 gives an inter-token latency of about 12 ms at concurrency 1 and a
 TTFT P99 < 500 ms / ITL P50 < 30 ms knee between concurrency 32 and 48, as published
 measurements of that setup show. ``docs/sim.md`` has the sweep.
 
@@ -108,6 +108,7 @@ class EnginePreset:
     chunked_prefill: bool = True
     step_overhead_s: float = 2e-3
     per_seq_overhead_s: float = 20e-6
+    per_seq_layer_s: float = 0.0
     gpu_memory_utilization: float = 0.9
     mem_efficiency: float = 0.8
     attn_mem_efficiency: float = 0.6
@@ -121,7 +122,8 @@ ENGINES: dict[str, EnginePreset] = {
         max_num_seqs=1024,
         block_size=16,
         step_overhead_s=3.0e-3,
-        per_seq_overhead_s=0.38e-3,
+        per_seq_overhead_s=40e-6,
+        per_seq_layer_s=4.25e-6,
         mem_efficiency=0.8,
         attn_mem_efficiency=0.55,
         compute_efficiency=0.55,
@@ -132,7 +134,8 @@ ENGINES: dict[str, EnginePreset] = {
         max_num_seqs=1024,
         block_size=1,
         step_overhead_s=1.8e-3,
-        per_seq_overhead_s=0.22e-3,
+        per_seq_overhead_s=20e-6,
+        per_seq_layer_s=2.5e-6,
         mem_efficiency=0.82,
         attn_mem_efficiency=0.6,
         compute_efficiency=0.58,
@@ -143,7 +146,8 @@ ENGINES: dict[str, EnginePreset] = {
         max_num_seqs=2048,
         block_size=32,
         step_overhead_s=1.2e-3,
-        per_seq_overhead_s=0.18e-3,
+        per_seq_overhead_s=10e-6,
+        per_seq_layer_s=2.1e-6,
         mem_efficiency=0.85,
         attn_mem_efficiency=0.65,
         compute_efficiency=0.62,
@@ -175,6 +179,7 @@ class Profile:
             compute_efficiency=e.compute_efficiency,
             step_overhead_s=e.step_overhead_s,
             per_seq_overhead_s=e.per_seq_overhead_s,
+            per_seq_layer_s=e.per_seq_layer_s,
         )
 
     def kv_blocks(self) -> int:

@@ -78,6 +78,11 @@ def test_overheads_add_per_step_and_per_sequence() -> None:
     d = cm.step([(10, 1)] * 10).total_s - base.step([(10, 1)] * 10).total_s
     assert d == pytest.approx(1e-3 + 10 * 1e-4)
     assert cm.step([]).total_s == 0.0 and cm.step([]).bound == "idle"
+    # The per-sequence GPU cost scales with the layers of the model.
+    per_layer = CostModel(H100, L70, step_overhead_s=0.0, per_seq_overhead_s=0.0,
+                          per_seq_layer_s=1e-6, tp=4)  # fmt: skip
+    d70 = per_layer.step([(10, 1)] * 10).total_s - bare(L70, tp=4).step([(10, 1)] * 10).total_s
+    assert d70 == pytest.approx(10 * L70.layers * 1e-6)
 
 
 def test_kv_cache_sizing() -> None:
