@@ -1,6 +1,6 @@
 """A dependency-free SVG chart of sweeps and the Pareto frontier (a pure renderer).
 
-For every test, one row of two panels:
+For every test (and load mode, when a test was swept in both), one row of two panels:
 
 - **throughput vs latency**: output tok/s (x) against TTFT P99 (y), one line per engine
   through its load levels in load order, the knee ringed and labelled, and the Pareto
@@ -403,20 +403,24 @@ def render_svg(
     base = list(baseline or ())
     engines = list(dict.fromkeys([p.engine for p in pts] + [p.engine for p in base]))
     colors = {e: PALETTE[i % len(PALETTE)] for i, e in enumerate(engines)}
-    tests = list(dict.fromkeys([p.test for p in pts] + [p.test for p in base]))
+    # One row per test and load mode: a concurrency and a rate share no x axis.
+    rows = list(dict.fromkeys([(p.test, p.level.mode) for p in pts + base]))
+    modes_of: dict[str, int] = {}
+    for test, _ in rows:
+        modes_of[test] = modes_of.get(test, 0) + 1
     width = 2 * _PANEL_W
     body: list[str] = []
     y = _TITLE_H if title else 8
     if title:
         body.append(_text(width / 2, 22, title, size=16, anchor="middle", font_weight="bold"))
-    if not tests:
+    if not rows:
         body.append(
             _text(width / 2, y + 40, "no load level was measured", anchor="middle", fill="#888")
         )
         y += 80
-    for test in tests:
-        mine = [p for p in pts if p.test == test]
-        theirs = [p for p in base if p.test == test]
+    for test, mode in rows:
+        mine = [p for p in pts if p.test == test and p.level.mode == mode]
+        theirs = [p for p in base if p.test == test and p.level.mode == mode]
         row_engines = list(dict.fromkeys([p.engine for p in mine] + [p.engine for p in theirs]))
         entries = [(e, colors[e], "line") for e in row_engines if any(p.engine == e for p in mine)]
         if theirs:
@@ -426,27 +430,22 @@ def render_svg(
                 if any(p.engine == e for p in theirs)
             ]
         entries += [("knee", "#333", "knee"), ("Pareto frontier", "#555", "pareto")]
-        body.append(_text(12, y + 16, test, size=14, font_weight="bold", class_="test-title"))
+        heading = f"{test} ({mode})" if modes_of[test] > 1 else test
+        body.append(_text(12, y + 16, heading, size=14, font_weight="bold", class_="test-title"))
         legend, h = _legend(12, y + 24, entries, width - 24)
         body.extend(legend)
         y += 24 + h + 4
         lat: list[tuple[str, str, Series, Knee | None, bool]] = []
         good: list[tuple[str, str, Series, Knee | None, bool]] = []
-        modes = sorted({p.level.mode for p in mine + theirs})
         for (engine, _), sweep in group_sweeps(theirs).items():
             lat.append((engine, colors[engine], _latency_series(sweep), None, True))
             good.append((engine, colors[engine], _goodput_series(sweep), None, True))
         for (engine, _), sweep in group_sweeps(mine).items():
-            knee = _knee_for(knees, engine, test, sweep)
+            # A stored knee belongs to the test's only mode; with two, compute per mode.
+            knee = _knee_for(knees if modes_of[test] == 1 else None, engine, test, sweep)
             lat.append((engine, colors[engine], _latency_series(sweep), knee, False))
             good.append((engine, colors[engine], _goodput_series(sweep), knee, False))
-        load = (
-            "concurrency"
-            if modes == ["concurrency"]
-            else "rate (req/s)"
-            if modes == ["rate"]
-            else "load"
-        )
+        load = "concurrency" if mode == "concurrency" else "rate (req/s)"
         body.extend(
             _panel(
                 0,

@@ -168,3 +168,12 @@ def test_legend_lists_only_the_series_drawn(sweep_factory):
         "knee",
         "Pareto frontier",
     ]
+
+
+def test_a_test_swept_in_two_modes_gets_two_rows(sweep_factory):
+    points = sweep_factory("vllm") + sweep_factory("vllm", levels=(1, 2, 4), rate=True)
+    root = parse(render_svg(points))
+    titles = [t.text for t in root.iter(f"{NS}text") if t.get("class") == "test-title"]
+    assert titles == ["test_chat (concurrency)", "test_chat (rate)"]
+    labels = texts(root)
+    assert "concurrency" in labels and "rate (req/s)" in labels
