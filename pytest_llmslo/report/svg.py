@@ -101,6 +101,9 @@ class _Axes:
         self.bottom = y0 + _PANEL_H - _MARGIN["bottom"]
         lo_x, hi_x = (min(xs), max(xs)) if xs else (0.0, 1.0)
         lo_y, hi_y = (min(ys), max(ys)) if ys else (0.0, 1.0)
+        # A little room past the largest value, so its marker and label are not on the frame.
+        hi_x += 0.04 * (hi_x - lo_x)
+        hi_y += 0.06 * (hi_y - lo_y)
         # Start at zero when the data is not far from it: a chart of 0.9x..1.1x exaggerates.
         if lo_x >= 0 and lo_x < 0.5 * hi_x:
             lo_x = 0.0
@@ -200,11 +203,21 @@ def _marker(x: float, y: float, color: str, *, valid: bool, opacity: float, titl
     )
 
 
-def _knee_mark(x: float, y: float, color: str, label: str) -> list[str]:
+def _knee_mark(x: float, y: float, color: str, label: str, right: float) -> list[str]:
+    # Label to the right of the ring, or to its left when it would leave the plot area.
+    fits = x + 11 + 6.5 * len(label) <= right
     return [
         f"<circle cx='{x:.1f}' cy='{y:.1f}' r='9' fill='none' stroke='{color}' "
         "stroke-width='2' class='knee'/>",
-        _text(x + 11, y - 9, label, size=11, fill=color, class_="knee-label"),
+        _text(
+            x + 11 if fits else x - 11,
+            y - 9,
+            label,
+            size=11,
+            anchor="start" if fits else "end",
+            fill=color,
+            class_="knee-label",
+        ),
     ]
 
 
@@ -348,7 +361,13 @@ def _panel(
             at = [(x, y) for x, y, _v, p in s if p.level == knee.level]
             if at:
                 out.extend(
-                    _knee_mark(ax.x(at[-1][0]), ax.y(at[-1][1]), color, f"knee {knee.level.label}")
+                    _knee_mark(
+                        ax.x(at[-1][0]),
+                        ax.y(at[-1][1]),
+                        color,
+                        f"knee {knee.level.label}",
+                        ax.right,
+                    )
                 )
         out.append("</g>")
     out.append("</g>")
@@ -362,7 +381,7 @@ def _legend(
     out = ["<g class='legend'>"]
     x, y = x0, y0
     for label, color, style in entries:
-        w = 34 + 7 * len(label)
+        w = 44 + 7 * len(label)
         if x + w > x0 + width and x > x0:
             x, y = x0, y + _LEGEND_ROW_H
         cy = y + _LEGEND_ROW_H / 2
