@@ -382,12 +382,7 @@ def _engine_configs(config: pytest.Config, state: SloState) -> dict[str, EngineC
     configured: dict[str, EngineConfig] = {}
     where = "--engine"
     if session.engine_config:
-        path = Path(session.engine_config)
-        if not path.is_absolute():
-            base = config.invocation_params.dir
-            if session.sources.get("engine_config", "").startswith("ini") and config.inipath:
-                base = config.inipath.parent
-            path = base / path
+        path = _resolve_path(state, session.engine_config, "engine_config")
         label = session.sources.get("engine_config", "--engine-config")
         try:
             configured = load_engine_configs(path)
@@ -450,7 +445,7 @@ def _load_baseline(state: SloState) -> None:
     from pytest_llmslo import compare
 
     try:
-        state.tolerances = compare.parse_tolerances(session.compare_fail or "")
+        state.tolerances = compare.parse_tolerances(session.compare_fail)
     except (ConfigError, ValueError) as exc:
         label = session.sources.get("slo_compare_fail", "--slo-compare-fail")
         raise pytest.UsageError(f"{label}: {exc}") from None
@@ -1102,7 +1097,11 @@ def _extend(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
         nxt = sweep.extend_sweep(pts)
         if nxt is None:
             break
-        run = _run_level(state, item, handle, nxt, ts, extended=True)
+        # A level is only that load when it holds at least two rounds of requests.
+        level_ts = ts
+        if nxt.mode == "concurrency" and ts.requests < 2 * nxt.value:
+            level_ts = dataclasses.replace(ts, requests=int(2 * nxt.value))
+        run = _run_level(state, item, handle, nxt, level_ts, extended=True)
         verdict = slo.evaluate(
             run,
             objectives,
@@ -1136,8 +1135,8 @@ def _compare(state: SloState, ctx: TestContext) -> None:
     if old is None:
         state.mismatches.append(f"{key}: not in the baseline {state.baseline_source}")
         return
-    old_consts = _point_constants(state.baseline.get("constants", {}), ctx.test)
-    new_consts = _point_constants(state.constants(), ctx.test)
+    old_consts = compare.constants_for_test(state.baseline.get("constants", {}), ctx.test)
+    new_consts = compare.constants_for_test(state.constants(), ctx.test)
     diff = compare.constants_mismatch(old_consts, new_consts)
     if diff:
         state.mismatches.append(f"{key}: not compared, constants differ: {'; '.join(diff)}")
@@ -1152,15 +1151,6 @@ def _compare(state: SloState, ctx: TestContext) -> None:
             f"({ctx.engine}, {ctx.level.label}):\n{comparison.format()}",
             point.verdict,
         )
-
-
-def _point_constants(constants: Mapping[str, Any], test: str) -> dict[str, Any]:
-    """The constants that must match for two points of ``test`` to be compared."""
-    out = {k: v for k, v in constants.items() if k not in ("tests", "engines", "levels")}
-    per_test = (constants.get("tests") or {}).get(test)
-    if per_test:
-        out.update({k: v for k, v in per_test.items() if k != "levels"})
-    return out
 
 
 def _attach_properties(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
@@ -1273,8 +1263,19 @@ def _json_path(state: SloState) -> Path | None:
     p = state.session.json_path
     if not p:
         return None
-    path = Path(p)
-    return path if path.is_absolute() else state.config.invocation_params.dir / path
+    return _resolve_path(state, p, "slo_json")
+
+
+def _resolve_path(state: SloState, text: str, name: str) -> Path:
+    """A relative path from an ini file is relative to that file (as pytest's own ini
+    paths are); from the command line or the environment, to the invocation directory."""
+    path = Path(text)
+    if path.is_absolute():
+        return path
+    config = state.config
+    if state.session.sources.get(name, "").startswith("ini") and config.inipath is not None:
+        return config.inipath.parent / path
+    return config.invocation_params.dir / path
 
 
 def _write_json(state: SloState, *, complete: bool) -> None:
