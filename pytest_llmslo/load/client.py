@@ -15,6 +15,7 @@ always recorded with its ``FailureKind``, never raised.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ from .sse import StreamResult, decode_stream, error_excerpt, parse_body, split_e
 
 Endpoint = Literal["chat", "completions"]
 TransportName = Literal["auto", "fast", "httpx"]
+LoopName = Literal["auto", "asyncio", "uvloop"]
 
 ENDPOINT_PATHS: dict[str, str] = {
     "chat": "/v1/chat/completions",
@@ -51,7 +53,9 @@ class ClientSettings:
     ``{"stream_options": {"continuous_usage_stats": True}}`` keeps ``include_usage``).
     ``processes=None`` picks the number of client processes from the load (``runner.py``).
     ``transport="auto"`` uses the fast HTTP/1.1 client for ``http://`` and httpx otherwise.
-    ``fresh_connection`` opens a new connection for every request.
+    ``fresh_connection`` opens a new connection for every request. ``event_loop`` is the
+    loop of the worker processes: ``auto`` takes uvloop when it is installed (it halves
+    the cost of a socket read), else asyncio's; a single-process run uses the caller's.
     """
 
     base_url: str
@@ -65,6 +69,7 @@ class ClientSettings:
     processes: int | None = None
     transport: TransportName = "auto"
     fresh_connection: bool = False
+    event_loop: LoopName = "auto"
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINT_PATHS:
@@ -80,6 +85,11 @@ class ClientSettings:
             raise ConfigError(f"base_url must be http(s)://host[:port], got {self.base_url!r}")
         if self.base_url.rstrip("/").endswith("/v1"):
             raise ConfigError(f"base_url must not end in /v1, got {self.base_url!r}")
+        if self.event_loop not in ("auto", "asyncio", "uvloop"):
+            raise ConfigError(
+                f"{self.event_loop!r} is not a valid event_loop. "
+                "Valid loops: auto, asyncio, uvloop."
+            )
         if self.processes is not None and self.processes < 1:
             raise ConfigError(f"processes must be >= 1, got {self.processes!r}")
         if not self.timeout_s > 0 or not self.connect_timeout_s > 0:
@@ -114,6 +124,7 @@ class ClientSettings:
             "processes": self.processes,
             "transport": self.resolved_transport,
             "fresh_connection": self.fresh_connection,
+            "event_loop": self.event_loop,
         }
 
 
@@ -122,6 +133,19 @@ def _jsonable(value: Any) -> Any:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError):
         return repr(value)
+
+
+def new_event_loop(kind: LoopName = "auto") -> asyncio.AbstractEventLoop:
+    """A fresh event loop: uvloop when asked for (or, with ``auto``, when installed)."""
+    if kind in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                raise ConfigError("event_loop 'uvloop' needs the uvloop package") from None
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def request_body(settings: ClientSettings, prompt: str, max_tokens: int) -> bytes:

@@ -50,6 +50,7 @@ class _Conn(asyncio.Protocol):
         self.got_bytes = False
         self.error_size = 0
         self.last_ns = 0
+        self.fast = False  # in a 2xx chunked body between chunks: the one-chunk fast path
 
     # -- asyncio callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -59,6 +60,20 @@ class _Conn(asyncio.Protocol):
         ts = perf_counter_ns()
         self.last_ns = ts
         if self.state == _CHUNKED:
+            if self.fast:
+                # The common read: exactly one whole chunk of a 2xx stream, nothing pending.
+                i = data.find(b"\r\n", 0, 10)
+                try:
+                    end = i + 2 + int(data[:i], 16) if i > 0 else -1
+                except ValueError:
+                    end = -1  # chunk extensions or garbage: the general parser decides
+                if end > i + 2:
+                    if end + 2 == len(data) and data[end:] == b"\r\n":
+                        ex = self.ex
+                        if ex is not None:
+                            ex.times.append(ts)
+                            ex.pieces.append(data[i + 2 : end])
+                            return
             self._chunked(data, ts)
         elif self.state == _HEAD:
             self.got_bytes = True
@@ -231,9 +246,19 @@ class _Conn(asyncio.Protocol):
             self.rem = size
             pos = i + 2
         self.pend = buf[pos:] if pos < n else b""
+        ex = self.ex
+        self.fast = (
+            not self.pend
+            and not self.rem
+            and not self.crlf
+            and self.state == _CHUNKED
+            and ex is not None
+            and 200 <= ex.status < 300
+        )
 
     # -- completion -------------------------------------------------------------------
     def _finish(self, ts: int) -> None:
+        self.fast = False
         if self.ex is not None:
             self.ex.end_ns = ts
         self.state = _IDLE
@@ -247,6 +272,7 @@ class _Conn(asyncio.Protocol):
             ex.kind, ex.error = kind, error
         self.keep = False
         self.state = _IDLE
+        self.fast = False
         if self.transport is not None:
             self.transport.abort()
         self._done()
@@ -260,6 +286,7 @@ class _Conn(asyncio.Protocol):
     def start(self, ex: RawExchange, fut: asyncio.Future[None], request: bytes) -> None:
         self.ex, self.fut = ex, fut
         self.state = _HEAD
+        self.fast = False
         self.head = b""
         self.got_bytes = False
         self.error_size = 0

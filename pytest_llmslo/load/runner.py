@@ -35,6 +35,7 @@ import contextlib
 import math
 import os
 import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -53,7 +54,14 @@ import numpy as np
 from .. import __version__
 from ..errors import LoadError, LoadInterrupted
 from ..records import ClientHealth, LoadLevel, RequestRecord, Run
-from .client import ClientSettings, RawExchange, build_record, make_transport, request_body
+from .client import (
+    ClientSettings,
+    RawExchange,
+    build_record,
+    make_transport,
+    new_event_loop,
+    request_body,
+)
 from .schedule import arrival_offsets_ns, split_concurrency, split_round_robin
 from .workload import (
     LengthModel,
@@ -63,6 +71,7 @@ from .workload import (
     fit_length_model,
 )
 
+_DEFER_BYTES = 128 * 1024 * 1024  # raw response bytes a worker holds before decoding
 _TICK_NS = 10_000_000  # event-loop lag ticker period
 _PROGRESS_S = 0.25
 _START_MARGIN_NS = 50_000_000  # t0 this far after every worker said ready
@@ -126,6 +135,7 @@ class _WorkerResult:
     schedule_lag_ns: list[int] = field(default_factory=list)
     loop_lag_ns: list[int] = field(default_factory=list)
     cpu_s: float = 0.0
+    sys_s: float = 0.0
     wall_s: float = 0.0
 
 
@@ -179,30 +189,48 @@ async def _drive(
     lags = res.schedule_lag_ns
     records = res.records
 
+    # Decoding (SSE split, JSON) waits until the run is over so that it never competes
+    # with reading other streams; past _DEFER_BYTES of raw bodies it runs at once.
+    backlog: list[tuple[_Job, int, RawExchange]] = []
+    backlog_bytes = 0
+
+    def decode_backlog() -> None:
+        nonlocal backlog_bytes
+        for job, scheduled, raw in backlog:
+            records.append(
+                build_record(
+                    job.index,
+                    scheduled,
+                    raw,
+                    requested_prompt_tokens=job.isl,
+                    requested_output_tokens=job.osl,
+                    worker=plan.worker,
+                )
+            )
+        backlog.clear()
+        backlog_bytes = 0
+
     async def one(job: _Job, scheduled: int) -> None:
+        nonlocal backlog_bytes
         raw = RawExchange()
         await transport.send(job.body, raw)
-        rec = build_record(
-            job.index,
-            scheduled,
-            raw,
-            requested_prompt_tokens=job.isl,
-            requested_output_tokens=job.osl,
-            worker=plan.worker,
-        )
         if job.warmup:
             counter.warm_done += 1
             res.warmup_done += 1
             return
         counter.done += 1
-        if not rec.ok:
+        if raw.kind is not None or not 200 <= raw.status < 300:
             counter.failed += 1
-        lags.append(rec.sent_ns - scheduled)
-        records.append(rec)
+        lags.append(raw.sent_ns - scheduled)
+        backlog.append((job, scheduled, raw))
+        backlog_bytes += sum(map(len, raw.pieces))
+        if backlog_bytes > _DEFER_BYTES:
+            decode_backlog()
 
     jobs = plan.jobs
     tasks: set[asyncio.Task[None]] = set()
     cpu0 = time.process_time()
+    sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     wall0 = perf_counter_ns()
     try:
         await _sleep_until(t0_ns)
@@ -256,11 +284,13 @@ async def _drive(
         # one()), so each is one request cut by the harness.
         res.cancelled = len(pending)
         res.cpu_s = time.process_time() - cpu0
+        res.sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
         res.wall_s = (perf_counter_ns() - wall0) / 1e9
         ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await ticker
         await transport.aclose()
+        decode_backlog()
     return res
 
 
@@ -304,7 +334,11 @@ def worker_main(fd: int) -> None:
         if msg[0] != "go":
             return
         _, t0_ns, deadline_ns = msg
-        res = asyncio.run(_worker_async(conn, plan, t0_ns, deadline_ns))
+        loop = new_event_loop(plan.settings.event_loop)
+        try:
+            res = loop.run_until_complete(_worker_async(conn, plan, t0_ns, deadline_ns))
+        finally:
+            loop.close()
         conn.send(("result", res))
     except Exception:
         with contextlib.suppress(Exception):
@@ -319,16 +353,20 @@ async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, deadline_ns: int | N
     stop = asyncio.Event()
     counter = _Counter()
 
-    def on_readable() -> None:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            msg = ("stop",)  # the parent went away
-        if msg[0] == "stop":
-            stop.set()
-            loop.remove_reader(conn.fileno())
+    def control() -> None:
+        # A blocking reader thread rather than loop.add_reader: uvloop makes a watched fd
+        # non-blocking, and a large blocking send() on it (the results) would then break.
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = ("stop",)  # the parent went away
+            if msg[0] == "stop":
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(stop.set)
+                return
 
-    loop.add_reader(conn.fileno(), on_readable)
+    threading.Thread(target=control, name="llmslo-control", daemon=True).start()
 
     async def report() -> None:
         while True:
@@ -340,8 +378,6 @@ async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, deadline_ns: int | N
         return await _drive(plan, t0_ns, deadline_ns, stop, counter)
     finally:
         reporter.cancel()
-        with contextlib.suppress(Exception):
-            loop.remove_reader(conn.fileno())
 
 
 # -- the public entry points -------------------------------------------------------------
@@ -427,6 +463,12 @@ def _assemble(
     meta = dict(meta)
     meta["cancelled"] = sum(r.cancelled for r in results)
     meta["warmup_completed"] = sum(r.warmup_done for r in results)
+    # Kernel time is most of a socket read's cost; the split says how much is left to win.
+    meta["client_cpu"] = {
+        "cpu_s": sum(r.cpu_s for r in results),
+        "sys_s": sum(r.sys_s for r in results),
+        "per_process_util": [r.cpu_s / r.wall_s if r.wall_s else 0.0 for r in results],
+    }
     return Run(
         level=level,
         records=tuple(records),
@@ -564,7 +606,7 @@ async def _run_inprocess(
         return _Interrupted([res])
     finally:
         rep.cancel()
-    report(counter.done, counter.failed, counter.warm_done)
+    report(len(res.records), sum(not r.ok for r in res.records), counter.warm_done)
     return [res]
 
 
@@ -604,12 +646,12 @@ async def _run_processes(
     conns: list[Connection] = []
     procs: list[subprocess.Popen[bytes]] = []
 
-    def reader(conn: Connection) -> None:
+    def reader(conn: Connection, worker: int) -> None:
         while True:
             try:
                 msg = conn.recv()
-            except (EOFError, OSError):
-                loop.call_soon_threadsafe(inbox.put_nowait, ("eof",))
+            except (EOFError, OSError) as exc:
+                loop.call_soon_threadsafe(inbox.put_nowait, ("eof", worker, repr(exc)))
                 return
             loop.call_soon_threadsafe(inbox.put_nowait, msg)
             if msg[0] in ("result", "error"):
@@ -625,7 +667,11 @@ async def _run_processes(
         if msg[0] == "error":
             raise LoadError(f"a load worker process failed:\n{msg[1]}")
         if msg[0] == "eof":
-            raise LoadError("a load worker process exited before sending its results")
+            code = procs[msg[1]].poll() if msg[1] < len(procs) else None
+            raise LoadError(
+                f"load worker {msg[1]} exited before sending its results "
+                f"(exit status {code}, {msg[2]})"
+            )
         return msg
 
     try:
@@ -634,7 +680,7 @@ async def _run_processes(
             proc, conn = await loop.run_in_executor(None, _spawn_worker, plan)
             procs.append(proc)
             conns.append(conn)
-            threading.Thread(target=reader, args=(conn,), daemon=True).start()
+            threading.Thread(target=reader, args=(conn, plan.worker), daemon=True).start()
         ready = 0
         while ready < n:
             msg = await next_msg(_READY_TIMEOUT_S)
@@ -671,9 +717,10 @@ async def _run_processes(
                     if msg[0] == "result":
                         results[msg[1].worker] = msg[1]
             return _Interrupted(list(results.values()))
-        failed = sum(s[1] for s in stats.values())
-        done_total = sum(len(r.records) for r in results.values())
-        report(done_total, failed, sum(r.warmup_done for r in results.values()))
+        # Exact now that the records are decoded (during the run, in-stream errors were
+        # not yet known).
+        recs = [r for res in results.values() for r in res.records]
+        report(len(recs), sum(not r.ok for r in recs), sum(r.warmup_done for r in results.values()))
         return [results[w] for w in sorted(results)]
     finally:
         for c in conns:
@@ -740,7 +787,7 @@ def run_load_sync(
 def _run_on_new_loop(
     client: ClientSettings, workload: WorkloadSpec, level: LoadLevel, kwargs: dict[str, Any]
 ) -> Run:
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop(client.event_loop)
     main = loop.create_task(run_load(client, workload, level, **kwargs))
     old_handler: Any = None
     in_main = threading.current_thread() is threading.main_thread()

@@ -205,6 +205,15 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
     kind: FailureKind | None = None
     done = False
     for ts, ev in zip(ev_times, events, strict=True):
+        if ev[:6] == b"data: " and b"\n" not in ev:
+            # The common case (one data line, no event type), without the line parser.
+            data = ev[6:]
+            if data == _DONE:
+                done = True
+                break
+            datas.append(data)
+            data_ns.append(ts)
+            continue
         etype, data, sse = _event_fields(ev)
         if etype == b"error":
             kind = "stream_error"

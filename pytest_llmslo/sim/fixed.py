@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import heapq
 import json
+import resource
 import signal
 import sys
 import time
@@ -134,7 +135,18 @@ def _templates(model: str, chat: bool, text: str) -> _Templates:
 
 
 class _Stream:
-    __slots__ = ("conn", "done", "due_ns", "emitted", "prompt_tokens", "t", "total", "usage")
+    __slots__ = (
+        "conn",
+        "done",
+        "due_ns",
+        "emitted",
+        "prompt_tokens",
+        "seq",
+        "t",
+        "total",
+        "usage",
+        "write",
+    )
 
     def __init__(
         self, conn: _Conn, t: _Templates, total: int, prompt_tokens: int, usage: bool
@@ -147,6 +159,8 @@ class _Stream:
         self.emitted = 0
         self.done = False
         self.due_ns = 0
+        self.seq = 0
+        self.write = conn.write
 
 
 class FixedServer:
@@ -177,14 +191,14 @@ class FixedServer:
         self.requests = 0
         self.active = 0
         self.cpu0 = time.process_time()
+        self.sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
         self.wall0 = perf_counter_ns()
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- scheduling -------------------------------------------------------------------
     def _push(self, s: _Stream, due: int) -> None:
         s.due_ns = due
-        self.seq += 1
-        heapq.heappush(self.heap, (due, self.seq, s))
+        heapq.heappush(self.heap, (due, s.seq, s))
         if self.timer is None or due < self.timer_due:
             self._arm(due)
 
@@ -196,43 +210,64 @@ class FixedServer:
         self.timer = loop.call_later(max(due - perf_counter_ns(), 0) / 1e9, self._tick)
 
     def _tick(self) -> None:
+        # The hot loop of the server: everything bound to locals, one heap operation per
+        # token (heapreplace), the lateness histogram updated inline.
         self.timer = None
         heap = self.heap
-        now = perf_counter_ns()
-        pop, push = heapq.heappop, heapq.heappush
-        itl = self.itl_ns * self.per_chunk
-        while heap and heap[0][0] <= now:
-            due, _, s = pop(heap)
+        pc = perf_counter_ns
+        replace, pop = heapq.heapreplace, heapq.heappop
+        step = self.itl_ns * self.per_chunk
+        per_chunk = self.per_chunk
+        late = self.lateness
+        hist = late.hist
+        last_bin = _HIST_BINS - 1
+        n_lat = 0
+        sum_lat = 0
+        max_lat = late.max_ns
+        now = pc()
+        while heap:
+            due, seq, s = heap[0]
+            if due > now:
+                break
             if s.done:
+                pop(heap)
                 continue
             lat = now - due
+            n_lat += 1
+            sum_lat += lat
+            if lat > max_lat:
+                max_lat = lat
+            b = lat // _HIST_BIN_NS
+            hist[b if b < last_bin else last_bin] += 1
             if s.emitted == 0:
                 self.first_lateness.add(lat)
-            self.lateness.add(lat)
-            n = min(self.per_chunk, s.total - s.emitted)
+            n = s.total - s.emitted
+            if n > per_chunk:
+                n = per_chunk
             s.emitted += n
             t = s.t
             if s.usage:
                 ev = t.token_usage_fmt % (s.prompt_tokens, s.emitted, s.prompt_tokens + s.emitted)
-                if n != self.per_chunk:
-                    ev = self._cut(ev, n)
-                data = _frame(ev)
-            elif n == self.per_chunk:
+                data = _frame(ev if n == per_chunk else self._cut(ev, n))
+            elif n == per_chunk:
                 data = t.token
             else:
                 data = _frame(self._cut(t.token.split(b"\r\n", 1)[1][:-2], n))
             if s.emitted >= s.total:
                 tail = t.tail_fmt % (s.prompt_tokens, s.emitted, s.prompt_tokens + s.emitted)
-                data += _frame(tail) + b"0\r\n\r\n"
+                s.write(data + _frame(tail) + b"0\r\n\r\n")
                 s.done = True
                 self.active -= 1
+                pop(heap)
                 s.conn.stream_done()
-            s.conn.write(data)
-            if not s.done:
-                self.seq += 1
-                s.due_ns = due + itl
-                push(heap, (s.due_ns, self.seq, s))
-            now = perf_counter_ns()
+            else:
+                s.write(data)
+                s.due_ns = due + step
+                replace(heap, (s.due_ns, seq, s))
+            now = pc()
+        late.count += n_lat
+        late.sum_ns += sum_lat
+        late.max_ns = max_lat
         if heap:
             self._arm(heap[0][0])
 
@@ -250,6 +285,10 @@ class FixedServer:
         usage = bool(opts.get("continuous_usage_stats"))
         t = self.chat if chat else self.completions
         s = _Stream(conn, t, total, prompt_tokens, usage)
+        self.seq += 1
+        s.seq = self.seq
+        if conn.transport is not None:
+            s.write = conn.transport.write
         conn.stream = s
         self.active += 1
         conn.write(
@@ -296,6 +335,7 @@ class FixedServer:
     def stats(self) -> dict[str, Any]:
         wall = (perf_counter_ns() - self.wall0) / 1e9
         cpu = time.process_time() - self.cpu0
+        sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - self.sys0
         return {
             "ttft_ms": self.ttft_ns / 1e6,
             "itl_ms": self.itl_ns / 1e6,
@@ -306,6 +346,7 @@ class FixedServer:
             "lateness": self.lateness.to_dict(),
             "first_token_lateness": self.first_lateness.to_dict(),
             "cpu_s": cpu,
+            "sys_s": sys_s,
             "cpu_util": cpu / wall if wall > 0 else 0.0,
         }
 
@@ -314,6 +355,7 @@ class FixedServer:
         self.first_lateness.reset()
         self.requests = 0
         self.cpu0 = time.process_time()
+        self.sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
         self.wall0 = perf_counter_ns()
 
 
@@ -497,6 +539,12 @@ def main(argv: list[str] | None = None) -> int:
         "--tokens-per-chunk", type=int, default=1, help="tokens in one chunk (default: 1)"
     )
     ap.add_argument("--model", default="fixed", help="model name (default: fixed)")
+    ap.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="event loop; auto = uvloop when installed (default: auto)",
+    )
     args = ap.parse_args(argv)
 
     async def run() -> FixedServer:
@@ -519,10 +567,24 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         port = await ready
-        print(f"llmslo fixed server ready on http://{args.host}:{port}", flush=True)
+        kind = type(loop).__module__.split(".")[0]
+        print(f"llmslo fixed server ({kind}) ready on http://{args.host}:{port}", flush=True)
         return await task
 
-    srv = asyncio.run(run())
+    loop: asyncio.AbstractEventLoop | None = None
+    if args.loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+
+            loop = uvloop.new_event_loop()
+        except ImportError:
+            if args.loop == "uvloop":
+                ap.error("--loop uvloop needs the uvloop package")
+    loop = loop or asyncio.new_event_loop()
+    try:
+        srv = loop.run_until_complete(run())
+    finally:
+        loop.close()
     print(json.dumps({"stats": srv.stats()}), file=sys.stderr, flush=True)
     return 0
 

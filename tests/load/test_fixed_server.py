@@ -54,8 +54,9 @@ async def test_closed_loop_in_process(fixed_url: str, transport: str) -> None:
     assert [r.index for r in run.records] == list(range(4, 16))
     # The fixed server reports the prompt's word count; calibration makes it land at isl.
     assert all(abs((r.prompt_tokens or 0) - 40) <= 2 for r in run.records)
-    assert all(r.requested_prompt_tokens == 40 and r.requested_output_tokens == 20
-               for r in run.records)  # fmt: skip
+    assert all(
+        r.requested_prompt_tokens == 40 and r.requested_output_tokens == 20 for r in run.records
+    )
     assert run.meta["engine"] == "fixed" and run.meta["calibration"]["fitted"]
     assert run.meta["workload"]["isl"] == 40 and run.meta["client"]["transport"] == transport
     assert run.meta["level"] == LoadLevel.concurrency(4).to_dict()
@@ -68,9 +69,12 @@ async def test_closed_loop_in_process(fixed_url: str, transport: str) -> None:
 def test_closed_loop_two_processes_sync(fixed_url: str) -> None:
     cs = ClientSettings(fixed_url, "fixed", endpoint="completions", processes=2)
     run = run_load_sync(
-        cs, WorkloadSpec(isl=16, osl=20, calibrate=False), LoadLevel.concurrency(8),
-        requests=16, warmup=4,
-    )  # fmt: skip
+        cs,
+        WorkloadSpec(isl=16, osl=20, calibrate=False),
+        LoadLevel.concurrency(8),
+        requests=16,
+        warmup=4,
+    )
     check_timing(run)
     assert run.health.processes == 2 and {r.worker for r in run.records} == {0, 1}
     assert len(run.records) == 16 and len({r.index for r in run.records}) == 16
@@ -79,8 +83,9 @@ def test_closed_loop_two_processes_sync(fixed_url: str) -> None:
 async def test_open_loop_constant_rate_keeps_absolute_schedule(fixed_url: str) -> None:
     cs = ClientSettings(fixed_url, "fixed", processes=1)
     level = LoadLevel.rate(20, "constant")
-    run = await run_load(cs, WorkloadSpec(isl=8, osl=20, calibrate=False), level,
-                         requests=10, warmup=0)  # fmt: skip
+    run = await run_load(
+        cs, WorkloadSpec(isl=8, osl=20, calibrate=False), level, requests=10, warmup=0
+    )
     check_timing(run)
     sched = np.array([r.scheduled_ns for r in run.records])
     assert np.allclose(np.diff(sched), 50e6, atol=1e3)  # exactly 1/rate apart
@@ -89,25 +94,152 @@ async def test_open_loop_constant_rate_keeps_absolute_schedule(fixed_url: str) -
 
 async def test_duration_bound_cuts_and_counts(fixed_url: str) -> None:
     cs = ClientSettings(fixed_url, "fixed", processes=1)
-    run = await run_load(cs, WorkloadSpec(isl=8, osl=20, calibrate=False),
-                         LoadLevel.concurrency(4), requests=200, warmup=0,
-                         duration_s=0.6)  # fmt: skip
+    run = await run_load(
+        cs,
+        WorkloadSpec(isl=8, osl=20, calibrate=False),
+        LoadLevel.concurrency(4),
+        requests=200,
+        warmup=0,
+        duration_s=0.6,
+    )
     assert 0 < len(run.records) < 200
     assert all(r.ok for r in run.records)
     assert run.meta["cancelled"] >= 1
 
 
 async def test_multi_token_chunks_with_continuous_usage() -> None:
-    with fixed_server("--ttft-ms", "20", "--itl-ms", "5", "--tokens", "10",
-                      "--tokens-per-chunk", "3") as url:  # fmt: skip
+    with fixed_server(
+        "--ttft-ms", "20", "--itl-ms", "5", "--tokens", "10", "--tokens-per-chunk", "3"
+    ) as url:
         cs = ClientSettings(
-            url, "fixed", processes=1,
+            url,
+            "fixed",
+            processes=1,
             extra_body={"stream_options": {"continuous_usage_stats": True}},
-        )  # fmt: skip
-        run = await run_load(cs, WorkloadSpec(isl=8, osl=10, calibrate=False),
-                             LoadLevel.concurrency(2), requests=4, warmup=0)  # fmt: skip
+        )
+        run = await run_load(
+            cs,
+            WorkloadSpec(isl=8, osl=10, calibrate=False),
+            LoadLevel.concurrency(2),
+            requests=4,
+            warmup=0,
+        )
         stats = json.loads(urllib.request.urlopen(url + "/stats", timeout=5).read())
     for r in run.records:
         assert r.ok and r.tokens_exact and r.chunk_tokens == (3, 3, 3, 1), r
         assert r.completion_tokens == 10 and r.output_tokens == 10
     assert stats["requests"] == 4 and stats["lateness"]["count"] == 16
+
+
+async def test_cancellation_raises_load_interrupted_with_partial_run(fixed_url: str) -> None:
+    import asyncio
+
+    from pytest_llmslo.errors import LoadInterrupted
+
+    cs = ClientSettings(fixed_url, "fixed", processes=1)
+    task = asyncio.ensure_future(
+        run_load(
+            cs,
+            WorkloadSpec(isl=8, osl=20, calibrate=False),
+            LoadLevel.concurrency(2),
+            requests=500,
+            warmup=0,
+        )
+    )
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(LoadInterrupted) as info:
+        await task
+    run = info.value.run
+    assert isinstance(run, Run) and run.meta["interrupted"]
+    assert 0 < len(run.records) < 500 and all(r.ok for r in run.records)
+    assert run.meta["cancelled"] >= 1
+
+
+def test_interrupt_with_worker_processes(fixed_url: str) -> None:
+    import asyncio
+
+    from pytest_llmslo.errors import LoadInterrupted
+
+    async def main() -> None:
+        cs = ClientSettings(fixed_url, "fixed", processes=2)
+        task = asyncio.ensure_future(
+            run_load(
+                cs,
+                WorkloadSpec(isl=8, osl=20, calibrate=False),
+                LoadLevel.concurrency(4),
+                requests=500,
+                warmup=0,
+            )
+        )
+        await asyncio.sleep(2.0)
+        task.cancel()
+        with pytest.raises(LoadInterrupted) as info:
+            await task
+        run = info.value.run
+        assert isinstance(run, Run) and 0 < len(run.records) < 500
+        assert {r.worker for r in run.records} == {0, 1}
+
+    asyncio.run(main())
+
+
+async def test_tight_thresholds_mark_the_run_invalid(fixed_url: str) -> None:
+    from pytest_llmslo.load import HealthThresholds
+
+    cs = ClientSettings(fixed_url, "fixed", processes=1)
+    th = HealthThresholds(max_schedule_lag_p99_ms=0.0, max_loop_lag_p99_ms=0.0, max_cpu_util=0.0)
+    run = await run_load(
+        cs,
+        WorkloadSpec(isl=8, osl=20, calibrate=False),
+        LoadLevel.concurrency(2),
+        requests=4,
+        warmup=0,
+        thresholds=th,
+    )
+    assert not run.valid and len(run.health.reasons) == 3
+    assert "schedule lag" in run.health.reasons[0]
+
+
+def test_poisson_open_loop_over_two_processes(fixed_url: str) -> None:
+    cs = ClientSettings(fixed_url, "fixed", processes=2)
+    level = LoadLevel.rate(40, "poisson", seed=5)
+    run = run_load_sync(
+        cs, WorkloadSpec(isl=8, osl=20, calibrate=False), level, requests=20, warmup=2
+    )
+    check_timing(run)
+    from pytest_llmslo.load.schedule import arrival_offsets_ns
+
+    offs = arrival_offsets_ns(level, 22)
+    sched = np.array([r.scheduled_ns for r in run.records])
+    # Scheduled times are t0 + the seeded offsets, whichever process sent them.
+    assert np.allclose(sched - sched[0], np.array(offs[2:]) - offs[2], atol=1e3)
+
+
+def test_run_load_sync_from_inside_a_running_loop(fixed_url: str) -> None:
+    import asyncio
+
+    async def main() -> Run:
+        cs = ClientSettings(fixed_url, "fixed", processes=1)
+        return run_load_sync(
+            cs,
+            WorkloadSpec(isl=8, osl=20, calibrate=False),
+            LoadLevel.concurrency(1),
+            requests=2,
+            warmup=0,
+        )
+
+    run = asyncio.run(main())
+    assert len(run.records) == 2 and all(r.ok for r in run.records)
+
+
+def test_run_round_trips_through_json(fixed_url: str) -> None:
+    cs = ClientSettings(fixed_url, "fixed", processes=1)
+    run = run_load_sync(
+        cs,
+        WorkloadSpec(isl=8, osl=20, calibrate=False),
+        LoadLevel.concurrency(1),
+        requests=2,
+        warmup=0,
+    )
+    again = Run.from_dict(json.loads(json.dumps(run.to_dict())))
+    assert again.records == run.records and again.health == run.health

@@ -1,0 +1,273 @@
+"""Load generator accuracy and speed against a server whose timing is known.
+
+    .venv/bin/python benchmarks/bench_loadgen.py [--levels 64,256,512] [--seconds 6]
+
+Starts ``python -m pytest_llmslo.sim.fixed`` (TTFT 50 ms, a token every 10 ms, 100 tokens,
+one token per chunk) in a subprocess, runs the generator at each concurrency level in
+closed loop, and prints per level: achieved req/s against the ideal (concurrency / true
+e2e), TTFT P50 against the truth (server TTFT plus the server's own measured first-token
+lateness), mean ITL against the truth, the client's CPU per streamed token and its
+health. Then a plain httpx ``aiter_lines`` loop (one process, the usual way to write a
+client) at the highest level, measured in the same run, and the ratio.
+
+Target (issue 2): at concurrency 512, >= 95 % of the ideal rate, TTFT P50 within 10 % and
+mean ITL within 2 % of the truth, on a 2-core machine that also runs the server.
+Bounded in time: every level is cut at ``--seconds`` * 3 and the baseline at
+``--seconds``. Numbers are noisy when other work shares the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from time import perf_counter_ns
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.records import LoadLevel, Run
+
+try:
+    from pytest_llmslo.metrics import summarize
+except ImportError:  # metrics.py not there: compute the two figures directly
+    summarize = None  # type: ignore[assignment]
+
+
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest_llmslo.sim.fixed",
+            "--port",
+            "0",
+            "--ttft-ms",
+            str(args.ttft_ms),
+            "--itl-ms",
+            str(args.itl_ms),
+            "--tokens",
+            str(args.tokens),
+            "--loop",
+            args.server_loop,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    if "ready on " not in line:
+        proc.kill()
+        raise SystemExit(f"fixed server did not start: {line!r}")
+    return proc, line.rsplit("ready on ", 1)[1].split()[0]
+
+
+def server_stats(url: str, reset: bool = False) -> dict:
+    if reset:
+        req = urllib.request.Request(url + "/stats/reset", method="POST")
+        urllib.request.urlopen(req, timeout=10).read()
+        return {}
+    return json.loads(urllib.request.urlopen(url + "/stats", timeout=10).read())
+
+
+def ttft_itl(run: Run) -> tuple[float, float]:
+    """(TTFT P50 ms, mean ITL ms): metrics.summarize when present, else from the records."""
+    if summarize is not None:
+        s = summarize(run)
+        return s.metric("ttft", 50), s.metric("itl", "mean")
+    ok = [r for r in run.records if r.ok and len(r.chunk_ns) > 1]
+    ttft = np.array([(r.chunk_ns[0] - r.sent_ns) / 1e6 for r in ok])
+    gaps = np.concatenate([np.diff(np.array(r.chunk_ns)) / 1e6 for r in ok])
+    return float(np.median(ttft)), float(gaps.mean())
+
+
+def run_level(args: argparse.Namespace, url: str, c: int) -> dict:
+    e2e_s = (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1e3
+    ideal = c / e2e_s
+    requests = max(200, int(ideal * args.seconds))
+    warmup = max(200, c)  # one full wave: the connect storm of the first wave is not measured
+    client = ClientSettings(
+        url, "fixed", processes=args.processes, event_loop=args.client_loop, transport="fast"
+    )
+    server_stats(url, reset=True)
+    t = time.monotonic()
+    run = run_load_sync(
+        client,
+        WorkloadSpec(isl=64, osl=args.tokens, calibrate=False),
+        LoadLevel.concurrency(c),
+        requests=requests,
+        warmup=warmup,
+        duration_s=args.seconds * 3,
+    )
+    wall = time.monotonic() - t
+    st = server_stats(url)
+    ok = [r for r in run.records if r.ok]
+    tokens = sum(len(r.chunk_ns) for r in run.records)
+    ttft, itl = ttft_itl(run)
+    truth_ttft = args.ttft_ms + st["first_token_lateness"]["mean_ms"]
+    h = run.health
+    # The client's CPU covers the warm-up too; spread it over every chunk it streamed.
+    all_tokens = tokens + run.meta["warmup_completed"] * args.tokens
+    return {
+        "c": c,
+        "procs": h.processes,
+        "requests": len(run.records),
+        "failed": len(run.records) - len(ok),
+        "cancelled": run.meta["cancelled"],
+        "ideal": ideal,
+        "req_s": len(ok) / run.duration_s if run.duration_s else 0.0,
+        "ttft": ttft,
+        "truth_ttft": truth_ttft,
+        "itl": itl,
+        "truth_itl": args.itl_ms,
+        "us_per_tok": h.cpu_s / max(all_tokens, 1) * 1e6,
+        "cpu_util": h.cpu_util,
+        "loop_p99": h.loop_lag_p99_ms,
+        "valid": h.valid,
+        "reasons": h.reasons,
+        "server_late_mean": st["lateness"]["mean_ms"],
+        "server_late_p99": st["lateness"]["p99_ms"],
+        "server_cpu": st["cpu_util"],
+        "wall": wall,
+    }
+
+
+async def httpx_baseline(url: str, c: int, seconds: float, tokens: int) -> dict:
+    """The plain way: one process, httpx, ``aiter_lines``, json.loads per chunk."""
+    import httpx
+
+    body = json.dumps(
+        {
+            "model": "fixed",
+            "messages": [{"role": "user", "content": "hello " * 64}],
+            "max_tokens": tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
+    ttfts: list[float] = []
+    done = 0
+    stop_at = time.monotonic() + seconds
+    cpu0 = time.process_time()
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(600.0)) as client:
+        first_sent: list[int] = []
+        last_end = [0]
+
+        async def user() -> None:
+            nonlocal done
+            while time.monotonic() < stop_at:
+                sent = perf_counter_ns()
+                first_sent.append(sent)
+                first = None
+                async with client.stream(
+                    "POST",
+                    url + "/v1/chat/completions",
+                    content=body,
+                    headers={"Content-Type": "application/json"},
+                ) as resp:
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        obj = json.loads(line[6:])
+                        ch = obj.get("choices") or []
+                        if first is None and ch and ch[0].get("delta", {}).get("content"):
+                            first = perf_counter_ns()
+                if first is not None:
+                    ttfts.append((first - sent) / 1e6)
+                done += 1
+                last_end[0] = perf_counter_ns()
+
+        await asyncio.gather(*(user() for _ in range(c)))
+    cpu = time.process_time() - cpu0
+    window = (last_end[0] - min(first_sent)) / 1e9
+    return {
+        "req_s": done / window,
+        "ttft": float(np.median(ttfts)) if ttfts else float("nan"),
+        "us_per_tok": cpu / max(done * tokens, 1) * 1e6,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--levels", default="64,256,512", help="concurrency levels (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=6.0,
+        help="measured seconds per level (default: %(default)s)",
+    )
+    ap.add_argument("--processes", type=int, default=None, help="client processes (default: auto)")
+    ap.add_argument("--client-loop", default="auto", choices=("auto", "asyncio", "uvloop"))
+    ap.add_argument("--server-loop", default="auto", choices=("auto", "asyncio", "uvloop"))
+    ap.add_argument("--ttft-ms", type=float, default=50.0)
+    ap.add_argument("--itl-ms", type=float, default=10.0)
+    ap.add_argument("--tokens", type=int, default=100)
+    ap.add_argument("--no-baseline", action="store_true", help="skip the plain httpx loop")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",") if x]
+
+    proc, url = start_server(args)
+    try:
+        print(
+            f"fixed server {url}: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, "
+            f"{args.tokens} tokens, 1 token/chunk; client loop {args.client_loop}, "
+            f"server loop {args.server_loop}"
+        )
+        print(
+            f"{'conc':>5} {'procs':>5} {'ideal':>7} {'req/s':>7} {'ratio':>6} "
+            f"{'TTFTp50':>8} {'truth':>6} {'err':>6} {'ITL':>7} {'truth':>6} {'err':>6} "
+            f"{'us/tok':>7} {'cpu':>5} {'srv late':>9} valid"
+        )
+        rows = []
+        for c in levels:
+            r = run_level(args, url, c)
+            rows.append(r)
+            print(
+                f"{r['c']:>5} {r['procs']:>5} {r['ideal']:>7.1f} {r['req_s']:>7.1f} "
+                f"{r['req_s'] / r['ideal']:>6.1%} {r['ttft']:>8.2f} {r['truth_ttft']:>6.2f} "
+                f"{r['ttft'] / r['truth_ttft'] - 1:>+6.1%} {r['itl']:>7.3f} "
+                f"{r['truth_itl']:>6.2f} {r['itl'] / r['truth_itl'] - 1:>+6.2%} "
+                f"{r['us_per_tok']:>7.1f} {r['cpu_util']:>5.0%} "
+                f"{r['server_late_mean']:>4.1f}/{r['server_late_p99']:<4.1f} "
+                f"{'yes' if r['valid'] else 'NO'}"
+                + (f"  failed {r['failed']}" if r["failed"] else "")
+                + (f"  cut {r['cancelled']}" if r["cancelled"] else "")
+            )
+            for reason in r["reasons"]:
+                print(f"      invalid: {reason}")
+        print(
+            "(ratio = achieved/ideal req/s; truth TTFT = server TTFT + its measured "
+            "first-token lateness; us/tok = client CPU per streamed token, all processes; "
+            "cpu = busiest client process; srv late = server token lateness mean/p99 ms)"
+        )
+        if not args.no_baseline:
+            c = levels[-1]
+            server_stats(url, reset=True)
+            b = asyncio.run(httpx_baseline(url, c, args.seconds, args.tokens))
+            top = rows[-1]
+            print(
+                f"plain httpx aiter_lines, 1 process, c={c}: {b['req_s']:.1f} req/s, "
+                f"TTFT P50 {b['ttft']:.1f} ms, {b['us_per_tok']:.1f} us/token; "
+                f"generator/baseline = {top['req_s'] / b['req_s']:.2f}x"
+            )
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

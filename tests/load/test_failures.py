@@ -1,0 +1,271 @@
+"""Failure injection through a scripted local server: every failure is a record with the
+right kind, never an exception and never a silent drop, on both transports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pytest
+
+from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load
+from pytest_llmslo.load.client import RawExchange, build_record, make_transport, request_body
+from pytest_llmslo.records import LoadLevel, RequestRecord
+
+from .conftest import chunk, read_request, reset, scripted_server
+
+TRANSPORTS = ["fast", "httpx"]
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+def ev(content: str | None = None, finish: str | None = None) -> bytes:
+    delta = {} if content is None else {"content": content}
+    obj = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def one_request(url: str, transport: str, **kw: object) -> RequestRecord:
+    settings = ClientSettings(url, "m", transport=transport, **kw)  # type: ignore[arg-type]
+    t = make_transport(settings, 4)
+    raw = RawExchange()
+    try:
+        await t.send(request_body(settings, "hello", 4), raw)
+    finally:
+        await t.aclose()
+    return build_record(0, raw.sent_ns, raw)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_http_500_records_status_and_body(transport: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        body = b'{"error": {"message": "engine exploded", "code": 500}}'
+        writer.write(
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport)
+    assert rec.error_kind == "http" and rec.status == 500
+    assert "engine exploded" in (rec.error or "") and not rec.ok
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_error_event_mid_stream(transport: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a")))
+        writer.write(chunk(b'event: error\ndata: {"message": "preempted"}\n\n') + b"0\r\n\r\n")
+        await writer.drain()
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport)
+    assert rec.error_kind == "stream_error" and "preempted" in (rec.error or "")
+    assert rec.status == 200 and len(rec.chunk_ns) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_truncated_stream_without_done(transport: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a")) + chunk(ev("b")) + b"0\r\n\r\n")
+        await writer.drain()
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport)
+    assert rec.error_kind == "truncated" and len(rec.chunk_ns) == 2
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_connection_reset_mid_stream(transport: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a")))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        reset(writer)
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport)
+    assert rec.error_kind == "reset" and len(rec.chunk_ns) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_closed_mid_body_is_reset(transport: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a")) + b"40\r\npartial")
+        await writer.drain()
+        writer.close()
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport)
+    assert rec.error_kind == "reset"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_read_timeout(transport: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a")))
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport, timeout_s=0.4)
+    assert rec.error_kind == "timeout" and len(rec.chunk_ns) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_connection_refused(transport: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rec = await one_request(f"http://127.0.0.1:{port}", transport)
+    assert rec.error_kind == "connect" and rec.status == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_malformed_chunk(transport: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a")) + chunk(b"data: {oops\n\n") + chunk(DONE))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport)
+    assert rec.error_kind == "malformed"
+
+
+async def test_not_http_at_all_is_malformed() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
+        await writer.drain()
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, "fast")
+    assert rec.error_kind == "malformed"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_content_length_and_close_delimited_bodies(transport: str) -> None:
+    body = ev("a") + ev(finish="stop") + DONE
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await read_request(reader)
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    async with scripted_server(handler) as url:
+        settings = ClientSettings(url, "m", transport=transport)  # type: ignore[arg-type]
+        t = make_transport(settings, 1)
+        recs = []
+        for _ in range(2):
+            raw = RawExchange()
+            await t.send(request_body(settings, "x", 2), raw)
+            recs.append(build_record(0, raw.sent_ns, raw))
+        await t.aclose()
+    assert all(r.ok and len(r.chunk_ns) == 1 for r in recs), recs
+
+
+async def test_stale_keepalive_connection_is_retried() -> None:
+    body = ev("a") + ev(finish="stop") + DONE
+    conns = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal conns
+        conns += 1
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(body) + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()  # keep-alive announced, then closed: the idle connection goes stale
+
+    async with scripted_server(handler) as url:
+        settings = ClientSettings(url, "m", transport="fast")
+        t = make_transport(settings, 1)
+        recs = []
+        for _ in range(2):
+            raw = RawExchange()
+            await t.send(request_body(settings, "x", 2), raw)
+            recs.append(build_record(0, raw.sent_ns, raw))
+            await asyncio.sleep(0.05)
+        await t.aclose()
+    assert all(r.ok for r in recs), recs
+    assert conns == 2
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_api_key_from_environment_is_sent_and_never_in_meta(
+    transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMSLO_TEST_KEY", "sk-secret-123")
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            seen.append(head)
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            body = ev("a") + ev(finish="stop") + DONE
+            writer.write(SSE_HEAD + chunk(body) + b"0\r\n\r\n")
+            await writer.drain()
+
+    async with scripted_server(handler) as url:
+        cs = ClientSettings(
+            url, "m", transport=transport, api_key_env="LLMSLO_TEST_KEY", processes=1
+        )  # type: ignore[arg-type]
+        run = await run_load(
+            cs,
+            WorkloadSpec(isl=4, osl=2, calibrate=False),
+            LoadLevel.concurrency(1),
+            requests=2,
+            warmup=0,
+        )
+    assert all(r.ok for r in run.records)
+    assert seen and all(b"Bearer sk-secret-123" in h for h in seen)
+    assert "sk-secret-123" not in json.dumps(run.to_dict())
+
+
+async def test_failures_are_counted_in_a_run() -> None:
+    n = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal n
+        while True:
+            await read_request(reader)
+            n += 1
+            if n % 2:
+                writer.write(b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy")
+            else:
+                writer.write(SSE_HEAD + chunk(ev("a") + ev(finish="stop") + DONE) + b"0\r\n\r\n")
+            await writer.drain()
+
+    async with scripted_server(handler) as url:
+        cs = ClientSettings(url, "m", processes=1)
+        run = await run_load(
+            cs,
+            WorkloadSpec(isl=4, osl=2, calibrate=False),
+            LoadLevel.concurrency(1),
+            requests=6,
+            warmup=0,
+        )
+    assert len(run.records) == 6
+    assert sum(r.ok for r in run.records) == 3
+    assert {r.error_kind for r in run.failed_records} == {"http"}
