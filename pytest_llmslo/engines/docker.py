@@ -78,6 +78,9 @@ class ContainerSpec:
     network_mode: str = "host"
     ipc_mode: str = "host"
     shm_size: str | None = None
+    # tini as PID 1: it forwards SIGTERM to the engine (a bare PID 1 ignores it, so every
+    # stop would wait out the grace period) and reaps the engine's zombie children.
+    init: bool = True
     role: str = "engine"
     pull: bool = True
     # Shown when the image is missing and cannot be pulled.
@@ -109,6 +112,7 @@ class ContainerSpec:
                 )
                 for d in self.device_requests
             ],
+            "init": self.init,
             "detach": True,
         }
         if self.entrypoint is not None:

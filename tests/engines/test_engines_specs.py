@@ -158,6 +158,7 @@ def test_sglang_container_config() -> None:
     }
     _labels_ok(kw["labels"], "sglang")
     assert kw["detach"] is True
+    assert kw["init"] is True
     assert plan.static_version == "v0.5.21"
     # The secret is passed to the container but never shown.
     assert "hf_secret_value" not in repr(spec.describe())
