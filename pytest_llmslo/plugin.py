@@ -1141,7 +1141,19 @@ def _compare(state: SloState, ctx: TestContext) -> None:
     if diff:
         state.mismatches.append(f"{key}: not compared, constants differ: {'; '.join(diff)}")
         return
-    comparison = compare.compare_points(old, jsonio.jsonable(point.to_dict()), state.tolerances)
+    old_version = (state.baseline.get("engines", {}).get(ctx.engine) or {}).get("version")
+    new_version = state.engine_meta.get(ctx.engine, {}).get("version")
+    comparison = compare.compare_points(
+        old,
+        jsonio.jsonable(point.to_dict()),
+        state.tolerances or None,
+        confidence=ctx.settings.confidence,
+        labels=("baseline", "new"),
+        versions=(old_version, new_version),
+    )
+    if not comparison.comparable:
+        state.mismatches.append(f"{key}: not compared: {'; '.join(comparison.problems)}")
+        return
     ctx.comparison = comparison
     state.comparisons.append((key, comparison))
     if comparison.regressed:
@@ -1342,7 +1354,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state.comparisons or state.mismatches:
         tr.write_sep("-", f"llmslo: comparison with baseline {state.baseline_source}")
         for key, comp in state.comparisons:
-            status = "REGRESSED" if comp.regressed else "ok"
+            status = "REGRESSED" if comp.regressed else "improved" if comp.improved else "ok"
             tr.write_line(f"{key}: {status}")
             for ln in str(comp.format()).splitlines():
                 tr.write_line("  " + ln)
