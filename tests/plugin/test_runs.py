@@ -189,3 +189,83 @@ def test_unavailable_and_failing_engines(slo_pytester: pytest.Pytester, tiny_arg
     result.assert_outcomes(passed=2, errors=2, skipped=2)
     result.stdout.fnmatch_lines(["*ERROR*test_chat[[]broken-c1]*engine 'broken' did not start*"])
     result.stdout.fnmatch_lines(["*SKIPPED*engine 'gpu' unavailable*"])
+
+
+def test_sim_engine_pass_and_violation(slo_pytester: pytest.Pytester) -> None:
+    """The real sim engine (started by the plugin), tiny loads."""
+    slo_pytester.makepyfile(
+        test_sim="""
+        import pytest
+        from pytest_llmslo import assert_goodput, itl_p50, ttft_p99
+
+        @pytest.mark.slo(concurrency=[1, 4])
+        def test_chat(slo_run):
+            assert_goodput(ttft_p99 < 2000, itl_p50 < 100)
+
+        @pytest.mark.slo(concurrency=[4])
+        def test_impossible(slo_run):
+            assert_goodput(itl_p50 < 0.5)
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--engine=sim", "--sim-profile=llama3-8b-fp8-1xh100-vllm",
+        "--warmup=2", "--requests=8", "--isl=64", "--osl=8",
+        "--client-max-lag=2000", "--client-max-cpu=1.5",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*itl_p50 < 0.5 ms*FAIL*", "sim | test_sim.py::test_chat *"])
+
+
+def test_pareto_across_engines(
+    slo_pytester: pytest.Pytester, fixed_server: str, slow_fixed_server: str
+) -> None:
+    slo_pytester.makefile(
+        ".toml",
+        engines=f"""
+        [engines.fast]
+        kind = "external"
+        url = "{fixed_server}"
+
+        [engines.slow]
+        kind = "external"
+        url = "{slow_fixed_server}"
+        """,
+    )
+    slo_pytester.makepyfile(test_suite=SUITE.replace("[1, 2]", "[1]"))
+    result = slo_pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--engine-config=engines.toml", "--engine=fast,slow",
+        "--warmup=1", "--requests=12", "--isl=16", "--osl=8", "-k", "test_chat",
+        "--client-max-lag=2000", "--client-max-cpu=1.5",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "fast | test_suite.py::test_chat | *",
+            "slow | test_suite.py::test_chat | *",
+            "Pareto | test_suite.py::test_chat | *",
+            "*at each engine's knee:*",
+            "*fast*c1*",
+        ]
+    )
+
+
+def test_engine_gone_is_an_error_and_results_are_kept(
+    slo_pytester: pytest.Pytester, tiny_args
+) -> None:
+    slo_pytester.makepyfile(
+        test_die="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[1, 2])
+        def test_chat(slo_run, slo_engine, slo_level):
+            if slo_level.value == 1:
+                slo_engine.alive = lambda: False  # as if the engine process had exited
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-json=out.json"))
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*EngineDiedError: engine 'external' is not running any more*"])
+    import json
+
+    doc = json.loads((slo_pytester.path / "out.json").read_text())
+    assert [p["level"]["value"] for p in doc["points"]] == [1.0]
