@@ -6,7 +6,8 @@
 
 Starts ``python -m pytest_llmslo.sim`` on a free loopback port, runs one closed-loop load
 per level (``warm-up = one round of requests``, then ``rounds`` x level measured requests,
-at least ``--min-requests``), and prints one row per level: TTFT P50/P99, ITL P50, TPOT
+at least ``--min-requests``; prompts seeded per level so that no level hits the prefix
+cache the one before filled), and prints one row per level: TTFT P50/P99, ITL P50, TPOT
 P50, output tok/s, goodput, attainment and whether the SLO held; the knee (the highest
 level where every objective holds) is marked. ``--trace-file`` keeps the server's token
 trace. Every request count and the whole run are bounded; the server is stopped at the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -104,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             cpu0, wall0, (lsum0, lcnt0) = server_cpu_s(pid), time.monotonic(), lateness(url)
             run = run_load_sync(
                 client,
-                workload,
+                # A seed per level: the same prompts again would hit the prefix cache
+                # the previous level filled, as on any engine with prefix caching.
+                dataclasses.replace(workload, seed=c),
                 LoadLevel.concurrency(c),
                 requests=requests,
                 warmup=max(c, 1),
