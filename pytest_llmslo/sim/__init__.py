@@ -4,7 +4,7 @@ from a model of continuous batching on a chosen GPU and model (``docs/sim.md``).
 Run it with ``python -m pytest_llmslo.sim --profile NAME --model NAME``. The pieces:
 ``costmodel`` (roofline step times), ``scheduler`` (token budget, KV blocks, preemption,
 prefix caching on a simulated clock), ``profiles`` (named setups), ``tokens`` (the token
-count rule), ``http`` and ``server`` (the API on the wall clock). ``fixed`` is a separate
+count rule), ``httpd`` and ``server`` (the API on the wall clock). ``fixed`` is a separate
 fixed-timing server for the load generator's own tests.
 """
 

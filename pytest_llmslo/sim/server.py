@@ -32,7 +32,7 @@ from http import HTTPStatus
 from time import perf_counter_ns
 from typing import IO, Any
 
-from .http import HttpConnection, HttpRequest, HttpServer
+from .httpd import HttpConnection, HttpRequest, HttpServer
 from .profiles import Profile
 from .scheduler import Scheduler, SimRequest, StepResult
 from .tokens import block_hashes, chat_tokens, completion_tokens, output_piece

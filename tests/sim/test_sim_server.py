@@ -367,3 +367,21 @@ def test_prompt_tokens_follow_the_documented_rule(sim: SimProc, endpoint: str) -
         expected = 1 + 6
     r = httpx.post(sim.url + endpoint, json=body, timeout=30)
     assert r.json()["usage"]["prompt_tokens"] == expected
+
+
+def test_shared_prefix_hits_the_prefix_cache(sim: SimProc) -> None:
+    system = "You are a careful assistant. " * 60  # ~300 tokens shared by both requests
+    before = sim.metrics()
+    with httpx.Client(base_url=sim.url, timeout=30) as c:
+        for question in ("What is a knee?", "What is goodput?"):
+            body = chat_body(2)
+            body["messages"] = [
+                {"role": "system", "content": system},
+                {"role": "user", "content": question},
+            ]
+            events, _, _ = stream_events(c, "/v1/chat/completions", body)
+            assert events[-1] == "[DONE]"
+    after = sim.metrics()
+    hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+    # The second request found the system prompt's full 16-token blocks in the cache.
+    assert hits >= 256
