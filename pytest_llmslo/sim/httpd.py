@@ -77,6 +77,8 @@ class HttpConnection(asyncio.Protocol):
         self.on_close: list[Callable[[], None]] = []
         self._keep_alive = True
         self._chunked = False
+        self._continued = False
+        self._head_only = False
         self.headers_sent = False
 
     # -- asyncio.Protocol ----------------------------------------------------------------
@@ -141,12 +143,20 @@ class HttpConnection(asyncio.Protocol):
             return
         start = end + 4
         if len(buf) < start + length:
+            # curl sends "Expect: 100-continue" for bodies over 1 KiB and waits a second
+            # for this answer before sending the body; answer at once.
+            if "100-continue" in headers.get("expect", "").lower() and not self._continued:
+                self._continued = True
+                if self.transport is not None:
+                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return
+        self._continued = False
         body = bytes(buf[start : start + length])
         del buf[: start + length]
         path, _, query = target.partition("?")
         req = HttpRequest(method.upper(), path, query, version, headers, body)
         self._keep_alive = req.keep_alive
+        self._head_only = req.method == "HEAD"
         self._chunked = False
         self.headers_sent = False
         self._task = asyncio.get_running_loop().create_task(self._run(req))
@@ -216,7 +226,7 @@ class HttpConnection(asyncio.Protocol):
             return
         hs = [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers]
         self.headers_sent = True
-        self.transport.write(self._head(status, hs) + body)
+        self.transport.write(self._head(status, hs) + (b"" if self._head_only else body))
 
     def send_json(self, status: int, obj: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
         self.send(status, json.dumps(obj, separators=(",", ":")).encode(), headers=headers)

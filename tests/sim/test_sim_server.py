@@ -385,3 +385,21 @@ def test_shared_prefix_hits_the_prefix_cache(sim: SimProc) -> None:
     hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
     # The second request found the system prompt's full 16-token blocks in the cache.
     assert hits >= 256
+
+
+def test_expect_100_continue_is_answered(sim: SimProc) -> None:
+    u = urlsplit(sim.url)
+    body = json.dumps({"model": MODEL, "prompt": "word " * 400, "max_tokens": 1}).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {u.hostname}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Expect: 100-continue\r\n\r\n"
+    ).encode()
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(head)
+        assert s.recv(1024).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 OK") and b'"completion_tokens":1' in data
