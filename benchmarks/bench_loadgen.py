@@ -57,6 +57,8 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
             str(args.tokens),
             "--loop",
             args.server_loop,
+            "--workers",
+            str(args.server_workers),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -88,13 +90,13 @@ def ttft_itl(run: Run) -> tuple[float, float]:
     return float(np.median(ttft)), float(gaps.mean())
 
 
-def run_level(args: argparse.Namespace, url: str, c: int) -> dict:
+def run_level(args: argparse.Namespace, url: str, c: int, transport: str = "fast") -> dict:
     e2e_s = (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1e3
     ideal = c / e2e_s
     requests = max(200, int(ideal * args.seconds))
     warmup = max(200, c)  # one full wave: the connect storm of the first wave is not measured
     client = ClientSettings(
-        url, "fixed", processes=args.processes, event_loop=args.client_loop, transport="fast"
+        url, "fixed", processes=args.processes, event_loop=args.client_loop, transport=transport
     )
     server_stats(url, reset=True)
     t = time.monotonic()
@@ -116,6 +118,7 @@ def run_level(args: argparse.Namespace, url: str, c: int) -> dict:
     # The client's CPU covers the warm-up too; spread it over every chunk it streamed.
     all_tokens = tokens + run.meta["warmup_completed"] * args.tokens
     return {
+        "transport": transport,
         "c": c,
         "procs": h.processes,
         "requests": len(run.records),
@@ -209,10 +212,21 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=None, help="client processes (default: auto)")
     ap.add_argument("--client-loop", default="auto", choices=("auto", "asyncio", "uvloop"))
     ap.add_argument("--server-loop", default="auto", choices=("auto", "asyncio", "uvloop"))
+    ap.add_argument(
+        "--server-workers",
+        type=int,
+        default=2,
+        help="fixed server processes; two, so it gets its share of a busy machine",
+    )
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--tokens", type=int, default=100)
     ap.add_argument("--no-baseline", action="store_true", help="skip the plain httpx loop")
+    ap.add_argument(
+        "--httpx-levels",
+        default="64",
+        help="levels to run with the generator's httpx transport too (default: %(default)s)",
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",") if x]
 
@@ -221,19 +235,22 @@ def main() -> int:
         print(
             f"fixed server {url}: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, "
             f"{args.tokens} tokens, 1 token/chunk; client loop {args.client_loop}, "
-            f"server loop {args.server_loop}"
+            f"server loop {args.server_loop} x{args.server_workers} processes"
         )
         print(
-            f"{'conc':>5} {'procs':>5} {'ideal':>7} {'req/s':>7} {'ratio':>6} "
+            f"{'transport':>9} {'conc':>5} {'procs':>5} {'ideal':>7} {'req/s':>7} {'ratio':>6} "
             f"{'TTFTp50':>8} {'truth':>6} {'err':>6} {'ITL':>7} {'truth':>6} {'err':>6} "
             f"{'us/tok':>7} {'cpu':>5} {'srv late':>9} valid"
         )
         rows = []
-        for c in levels:
-            r = run_level(args, url, c)
+        plan = [(c, "fast") for c in levels]
+        plan += [(int(c), "httpx") for c in args.httpx_levels.split(",") if c]
+        for c, transport in plan:
+            r = run_level(args, url, c, transport)
             rows.append(r)
             print(
-                f"{r['c']:>5} {r['procs']:>5} {r['ideal']:>7.1f} {r['req_s']:>7.1f} "
+                f"{r['transport']:>9} {r['c']:>5} {r['procs']:>5} "
+                f"{r['ideal']:>7.1f} {r['req_s']:>7.1f} "
                 f"{r['req_s'] / r['ideal']:>6.1%} {r['ttft']:>8.2f} {r['truth_ttft']:>6.2f} "
                 f"{r['ttft'] / r['truth_ttft'] - 1:>+6.1%} {r['itl']:>7.3f} "
                 f"{r['truth_itl']:>6.2f} {r['itl'] / r['truth_itl'] - 1:>+6.2%} "
@@ -254,7 +271,7 @@ def main() -> int:
             c = levels[-1]
             server_stats(url, reset=True)
             b = asyncio.run(httpx_baseline(url, c, args.seconds, args.tokens))
-            top = rows[-1]
+            top = [r for r in rows if r["transport"] == "fast"][-1]
             print(
                 f"plain httpx aiter_lines, 1 process, c={c}: {b['req_s']:.1f} req/s, "
                 f"TTFT P50 {b['ttft']:.1f} ms, {b['us_per_tok']:.1f} us/token; "

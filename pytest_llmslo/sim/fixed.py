@@ -24,12 +24,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import heapq
 import json
+import mmap
+import os
 import resource
 import signal
+import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
@@ -77,6 +82,65 @@ class LatenessStats:
             "p99_ms": self.percentile_ms(99),
             "max_ms": self.max_ns / 1e6,
         }
+
+
+# A worker's row in the shared stats block (int64 slots), then its two histograms.
+_F_COUNT, _F_SUM, _F_MAX, _F_FCOUNT, _F_FSUM, _F_FMAX, _F_REQ, _F_ACTIVE, _F_CPU, _F_SYS = range(10)
+_ROW_HEAD = 12
+_ROW = _ROW_HEAD + 2 * _HIST_BINS
+
+
+class SharedStats:
+    """Stats of several server processes in one shared anonymous mmap (made before fork).
+
+    Header: reset generation, reset time. Then one row per worker of cumulative counters
+    (published every 100 ms and whenever the worker answers ``/stats``) and one baseline
+    row per worker, the rows as they were at the last reset: a reset never races with
+    the counting, it only moves the baseline (other workers' rows are up to 100 ms old
+    then, which is exact when the reset falls in an idle moment, as between benchmark
+    levels). Maxima restart when a worker sees the new generation.
+    """
+
+    _HEAD = 2
+
+    def __init__(self, workers: int) -> None:
+        import numpy as np
+
+        self.workers = workers
+        self.mm = mmap.mmap(-1, 8 * (self._HEAD + 2 * workers * _ROW))
+        self.arr = np.frombuffer(self.mm, dtype=np.int64)
+        self.arr[1] = perf_counter_ns()
+
+    def row(self, w: int) -> Any:
+        start = self._HEAD + w * _ROW
+        return self.arr[start : start + _ROW]
+
+    def base(self, w: int) -> Any:
+        start = self._HEAD + (self.workers + w) * _ROW
+        return self.arr[start : start + _ROW]
+
+    def since_reset(self) -> list[Any]:
+        """Each worker's counters minus its baseline (maxima as they are)."""
+        out = []
+        for w in range(self.workers):
+            d = self.row(w) - self.base(w)
+            d[_F_MAX] = self.row(w)[_F_MAX]
+            d[_F_FMAX] = self.row(w)[_F_FMAX]
+            d[_F_ACTIVE] = self.row(w)[_F_ACTIVE]
+            out.append(d)
+        return out
+
+
+def _merged(rows: list[Any], base: int, count: int, total: int, mx: int) -> dict[str, float]:
+    st = LatenessStats()
+    for r in rows:
+        st.count += int(r[count])
+        st.sum_ns += int(r[total])
+        st.max_ns = max(st.max_ns, int(r[mx]))
+        for i, c in enumerate(r[base : base + _HIST_BINS].tolist()):
+            if c:
+                st.hist[i] += c
+    return st.to_dict()
 
 
 def _frame(event: bytes) -> bytes:
@@ -173,7 +237,12 @@ class FixedServer:
         tokens: int = 100,
         tokens_per_chunk: int = 1,
         model: str = "fixed",
+        shared: SharedStats | None = None,
+        worker: int = 0,
     ) -> None:
+        self.shared = shared
+        self.worker = worker
+        self.gen = 0
         self.ttft_ns = int(ttft_ms * 1e6)
         self.itl_ns = int(itl_ms * 1e6)
         self.tokens = tokens
@@ -332,8 +401,62 @@ class FixedServer:
             max(due - perf_counter_ns(), 0) / 1e9, conn.respond, 200, payload, "application/json"
         )
 
+    def publish(self) -> None:
+        """Write this worker's cumulative stats into the shared block (several workers)."""
+        sh = self.shared
+        if sh is None:
+            return
+        late, first = self.lateness, self.first_lateness
+        gen = int(sh.arr[0])
+        if gen != self.gen:
+            self.gen = gen
+            late.max_ns = first.max_ns = 0
+        row = sh.row(self.worker)
+        row[:_ROW_HEAD] = [
+            late.count,
+            late.sum_ns,
+            late.max_ns,
+            first.count,
+            first.sum_ns,
+            first.max_ns,
+            self.requests,
+            self.active,
+            int(time.process_time() * 1e9),
+            int(resource.getrusage(resource.RUSAGE_SELF).ru_stime * 1e9),
+            0,
+            0,
+        ]
+        row[_ROW_HEAD : _ROW_HEAD + _HIST_BINS] = late.hist
+        row[_ROW_HEAD + _HIST_BINS :] = first.hist
+
+    def _publish_soon(self) -> None:
+        self.publish()
+        loop = self.loop or asyncio.get_running_loop()
+        loop.call_later(0.1, self._publish_soon)
+
     def stats(self) -> dict[str, Any]:
         wall = (perf_counter_ns() - self.wall0) / 1e9
+        if self.shared is not None:
+            self.publish()
+            rows = self.shared.since_reset()
+            wall = (perf_counter_ns() - int(self.shared.arr[1])) / 1e9
+            cpu = sum(int(r[_F_CPU]) for r in rows) / 1e9
+            return {
+                "ttft_ms": self.ttft_ns / 1e6,
+                "itl_ms": self.itl_ns / 1e6,
+                "tokens": self.tokens,
+                "tokens_per_chunk": self.per_chunk,
+                "workers": self.shared.workers,
+                "requests": sum(int(r[_F_REQ]) for r in rows),
+                "active": sum(int(r[_F_ACTIVE]) for r in rows),
+                "lateness": _merged(rows, _ROW_HEAD, _F_COUNT, _F_SUM, _F_MAX),
+                "first_token_lateness": _merged(
+                    rows, _ROW_HEAD + _HIST_BINS, _F_FCOUNT, _F_FSUM, _F_FMAX
+                ),
+                "cpu_s": cpu,
+                "sys_s": sum(int(r[_F_SYS]) for r in rows) / 1e9,
+                "cpu_util": cpu / wall if wall > 0 else 0.0,  # all workers, in cores
+            }
         cpu = time.process_time() - self.cpu0
         sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - self.sys0
         return {
@@ -341,6 +464,7 @@ class FixedServer:
             "itl_ms": self.itl_ns / 1e6,
             "tokens": self.tokens,
             "tokens_per_chunk": self.per_chunk,
+            "workers": 1,
             "requests": self.requests,
             "active": self.active,
             "lateness": self.lateness.to_dict(),
@@ -349,6 +473,18 @@ class FixedServer:
             "sys_s": sys_s,
             "cpu_util": cpu / wall if wall > 0 else 0.0,
         }
+
+    def reset_all(self) -> None:
+        """``POST /stats/reset``: this worker now, the others at their next publish."""
+        sh = self.shared
+        if sh is None:
+            self.reset_stats()
+            return
+        self.publish()
+        for w in range(sh.workers):
+            sh.base(w)[:] = sh.row(w)
+        sh.arr[1] = perf_counter_ns()
+        sh.arr[0] += 1
 
     def reset_stats(self) -> None:
         self.lateness.reset()
@@ -493,7 +629,7 @@ class _Conn(asyncio.Protocol):
         elif path == b"/stats" and method == b"GET":
             self.respond(200, json.dumps(srv.stats()).encode())
         elif path == b"/stats/reset" and method == b"POST":
-            srv.reset_stats()
+            srv.reset_all()
             self.respond(200, b'{"reset":true}')
         else:
             self.respond(404, b'{"error":{"message":"not found","code":404}}')
@@ -505,13 +641,19 @@ async def serve(
     *,
     ready: asyncio.Future[int] | None = None,
     stop: asyncio.Event | None = None,
+    sock: socket.socket | None = None,
     **kwargs: Any,
 ) -> FixedServer:
     """Serve until ``stop`` is set (or forever); ``ready`` gets the bound port."""
     srv = FixedServer(**kwargs)
     loop = asyncio.get_running_loop()
     srv.loop = loop
-    server = await loop.create_server(lambda: _Conn(srv), host, port, backlog=4096)
+    if srv.shared is not None:
+        srv._publish_soon()
+    if sock is not None:
+        server = await loop.create_server(lambda: _Conn(srv), sock=sock, backlog=4096)
+    else:
+        server = await loop.create_server(lambda: _Conn(srv), host, port, backlog=4096)
     bound = server.sockets[0].getsockname()[1]
     if ready is not None:
         ready.set_result(bound)
@@ -545,47 +687,138 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="event loop; auto = uvloop when installed (default: auto)",
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port with SO_REUSEPORT (default: 1)",
+    )
     args = ap.parse_args(argv)
+    if args.workers < 1:
+        ap.error("--workers must be >= 1")
+    kwargs = {
+        "ttft_ms": args.ttft_ms,
+        "itl_ms": args.itl_ms,
+        "tokens": args.tokens,
+        "tokens_per_chunk": args.tokens_per_chunk,
+        "model": args.model,
+    }
+    shared = SharedStats(args.workers) if args.workers > 1 else None
+    sock = _listen_socket(args.host, args.port, args.workers > 1)
+    port = sock.getsockname()[1]
+    children: list[int] = []
+    ready_r, ready_w = os.pipe()
+    parent = os.getpid()
+    # Fork before any event loop or thread exists; each child listens on its own socket
+    # in the same SO_REUSEPORT group, and the kernel spreads connections over them.
+    for w in range(1, args.workers):
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            os.close(ready_r)
+            child_sock = _listen_socket(args.host, port, True)
+            code = _run_worker(args.loop, child_sock, shared, w, kwargs, ready_w, parent)
+            os._exit(code)
+        children.append(pid)
+    os.close(ready_w)
+    for _ in children:
+        os.read(ready_r, 1)
+    os.close(ready_r)
+
+    def on_ready(kind: str) -> None:
+        print(f"llmslo fixed server ({kind}) ready on http://{args.host}:{port}", flush=True)
+
+    try:
+        srv = _run_loop(args.loop, sock, shared, 0, kwargs, on_ready, None)
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+    print(json.dumps({"stats": srv.stats()}), file=sys.stderr, flush=True)
+    return 0
+
+
+def _listen_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                raise SystemExit("--loop uvloop needs the uvloop package") from None
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def _run_loop(
+    kind: str,
+    sock: socket.socket,
+    shared: SharedStats | None,
+    worker: int,
+    kwargs: dict[str, Any],
+    on_ready: Callable[[str], None] | None,
+    parent: int | None,
+) -> FixedServer:
+    loop = _new_loop(kind)
 
     async def run() -> FixedServer:
-        loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if parent is not None:
+            # A worker whose parent died (killed without a chance to stop it) stops too.
+            def watch() -> None:
+                if os.getppid() != parent:
+                    stop.set()
+                else:
+                    loop.call_later(1.0, watch)
+
+            watch()
         ready: asyncio.Future[int] = loop.create_future()
         task = asyncio.ensure_future(
-            serve(
-                args.host,
-                args.port,
-                ready=ready,
-                stop=stop,
-                ttft_ms=args.ttft_ms,
-                itl_ms=args.itl_ms,
-                tokens=args.tokens,
-                tokens_per_chunk=args.tokens_per_chunk,
-                model=args.model,
-            )
+            serve(ready=ready, stop=stop, sock=sock, shared=shared, worker=worker, **kwargs)
         )
-        port = await ready
-        kind = type(loop).__module__.split(".")[0]
-        print(f"llmslo fixed server ({kind}) ready on http://{args.host}:{port}", flush=True)
+        await ready
+        if on_ready is not None:
+            on_ready(type(loop).__module__.split(".")[0])
         return await task
 
-    loop: asyncio.AbstractEventLoop | None = None
-    if args.loop in ("auto", "uvloop"):
-        try:
-            import uvloop
-
-            loop = uvloop.new_event_loop()
-        except ImportError:
-            if args.loop == "uvloop":
-                ap.error("--loop uvloop needs the uvloop package")
-    loop = loop or asyncio.new_event_loop()
     try:
-        srv = loop.run_until_complete(run())
+        return loop.run_until_complete(run())
     finally:
         loop.close()
-    print(json.dumps({"stats": srv.stats()}), file=sys.stderr, flush=True)
+
+
+def _run_worker(
+    kind: str,
+    sock: socket.socket,
+    shared: SharedStats | None,
+    worker: int,
+    kwargs: dict[str, Any],
+    ready_w: int,
+    parent: int,
+) -> int:
+    def on_ready(_: str) -> None:
+        os.write(ready_w, b"r")
+        os.close(ready_w)
+
+    try:
+        _run_loop(kind, sock, shared, worker, kwargs, on_ready, parent)
+    except BaseException:
+        return 1
     return 0
 
 

@@ -39,7 +39,9 @@ def fixed_server(*args: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def fixed_url() -> Iterator[str]:
-    with fixed_server("--ttft-ms", "50", "--itl-ms", "10", "--tokens", "20") as url:
+    # asyncio's own loop, as where uvloop is not installed; the benchmark takes uvloop.
+    args = ("--ttft-ms", "50", "--itl-ms", "10", "--tokens", "20", "--loop", "asyncio")
+    with fixed_server(*args) as url:
         yield url
 
 

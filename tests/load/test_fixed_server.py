@@ -66,8 +66,11 @@ async def test_closed_loop_in_process(fixed_url: str, transport: str) -> None:
     assert run.end_ns == max(r.end_ns for r in run.records)
 
 
-def test_closed_loop_two_processes_sync(fixed_url: str) -> None:
-    cs = ClientSettings(fixed_url, "fixed", endpoint="completions", processes=2)
+@pytest.mark.parametrize("event_loop", ["asyncio", "auto"])
+def test_closed_loop_two_processes_sync(fixed_url: str, event_loop: str) -> None:
+    cs = ClientSettings(
+        fixed_url, "fixed", endpoint="completions", processes=2, event_loop=event_loop
+    )
     run = run_load_sync(
         cs,
         WorkloadSpec(isl=16, osl=20, calibrate=False),
@@ -243,3 +246,25 @@ def test_run_round_trips_through_json(fixed_url: str) -> None:
     )
     again = Run.from_dict(json.loads(json.dumps(run.to_dict())))
     assert again.records == run.records and again.health == run.health
+
+
+def test_fixed_server_with_two_workers_shares_stats() -> None:
+    with fixed_server(
+        "--ttft-ms", "20", "--itl-ms", "5", "--tokens", "10", "--workers", "2", "--loop", "asyncio"
+    ) as url:
+        urllib.request.urlopen(urllib.request.Request(url + "/stats/reset", method="POST"))
+        cs = ClientSettings(url, "fixed", processes=1)
+        run = run_load_sync(
+            cs,
+            WorkloadSpec(isl=8, osl=10, calibrate=False),
+            LoadLevel.concurrency(8),
+            requests=16,
+            warmup=0,
+        )
+        import time
+
+        time.sleep(0.3)  # the other worker publishes its share every 100 ms
+        stats = json.loads(urllib.request.urlopen(url + "/stats", timeout=5).read())
+    assert all(r.ok for r in run.records)
+    assert stats["workers"] == 2 and stats["requests"] == 16
+    assert stats["lateness"]["count"] == 160 and stats["first_token_lateness"]["count"] == 16
