@@ -492,14 +492,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 def _marker_settings(state: SloState, definition: Any, where: str) -> S.TestSettings:
     merged: dict[str, Any] = {}
-    positional: list[Any] = []
     # Closest marker last so that a function's marker overrides its class's and module's.
     for mark in reversed(list(definition.iter_markers(name=SLO_MARKER))):
-        kw = S.split_marker(mark.args, mark.kwargs, where)
-        positional.extend(kw.pop("objectives", []) if mark.args else [])
-        merged.update(kw)
-    if positional and "objectives" not in merged:
-        merged["objectives"] = positional
+        merged.update(S.split_marker(mark.args, mark.kwargs, where))
     return S.resolve_test(state.sources, merged, where)
 
 
