@@ -1303,10 +1303,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE_KEY, None)
     if state is None:
         return
-    # Stop the engines first: on Ctrl-C fixture teardown may not have run yet.
-    if state.factory is not None:
-        state.factory.stop_all()
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    # On Ctrl-C stop the engines now, before anything else can fail; otherwise the
+    # fixture teardown that follows does it (and pytest_unconfigure as a last resort).
+    if interrupted and state.factory is not None:
+        state.factory.stop_all()
     if state.suite_property is not None and state.points:
         from pytest_llmslo.report import junit
 
