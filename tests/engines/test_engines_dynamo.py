@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from engines_helpers import DYNAMO_PYTHON, TINY_MODEL, group_alive, missing_module, stream_chat
+from engines_helpers import DYNAMO_PYTHON, group_alive, missing_module, stream_chat
 
 from pytest_llmslo.engines import EngineConfig, start_engine
+from pytest_llmslo.engines.local import dynamo_mocker_config
 from pytest_llmslo.engines.process import ManagedProcess, port_is_free
+from pytest_llmslo.errors import EngineUnavailable
 
 pytestmark = pytest.mark.dynamo
 
@@ -20,18 +22,10 @@ def dynamo_config() -> EngineConfig:
     reason = missing_module(DYNAMO_PYTHON, "dynamo.frontend")
     if reason:
         pytest.skip(f"Dynamo not available: {reason}")
-    if not (TINY_MODEL / "tokenizer.json").exists():
-        pytest.skip(f"no tiny model at {TINY_MODEL} (bash .ci/engines.sh model)")
-    return EngineConfig(
-        kind="dynamo",
-        name="dynamo-mocker",
-        model=str(TINY_MODEL),
-        served_model_name="tiny-llama",
-        python=str(DYNAMO_PYTHON),
-        env={"HF_HUB_OFFLINE": "1"},
-        startup_timeout_s=180,
-        options={"worker": "mocker"},
-    )
+    try:
+        return dynamo_mocker_config()
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 def _run(config: EngineConfig, expect_workers: int) -> None:

@@ -5,11 +5,15 @@ version recorded, stop leaves no process and frees the port. About 3 GB RSS and
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from engines_helpers import VLLM_PYTHON, ensure_tiny_model, group_alive, missing_module, stream_chat
+from engines_helpers import VLLM_PYTHON, group_alive, missing_module, stream_chat
 
 from pytest_llmslo.engines import EngineConfig, start_engine
+from pytest_llmslo.engines.local import vllm_cpu_config
 from pytest_llmslo.engines.process import ManagedProcess, port_is_free
+from pytest_llmslo.errors import EngineUnavailable
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -19,20 +23,12 @@ def vllm_config() -> EngineConfig:
     reason = missing_module(VLLM_PYTHON, "vllm")
     if reason:
         pytest.skip(f"vLLM CPU build not available: {reason}")
-    model = ensure_tiny_model(VLLM_PYTHON)
-    return EngineConfig(
-        kind="vllm",
-        name="vllm-cpu",
-        model=str(model),
-        served_model_name="tiny-llama",
-        python=str(VLLM_PYTHON),
-        dtype="bfloat16",
-        max_model_len=1024,
-        extra_args=("--max-num-seqs", "8"),
-        # No hub access here; the KV cache of the CPU backend is sized in GiB.
-        env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_notreal1234"},
-        startup_timeout_s=600,
-    )
+    try:
+        cfg = vllm_cpu_config()
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))
+    # A token in env must never reach metadata or logs.
+    return replace(cfg, env={**cfg.env, "HF_TOKEN": "hf_notreal1234"})
 
 
 def test_vllm_cpu_end_to_end(vllm_config: EngineConfig) -> None:
