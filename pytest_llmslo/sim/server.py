@@ -26,6 +26,7 @@ import json
 import logging
 import time
 import uuid
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -35,7 +36,13 @@ from typing import IO, Any
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .profiles import Profile
 from .scheduler import Scheduler, SimRequest, StepResult
-from .tokens import block_hashes, chat_tokens, completion_tokens, output_piece
+from .tokens import (
+    block_hashes,
+    chat_tokens,
+    completion_tokens,
+    output_piece,
+    output_piece_json,
+)
 
 log = logging.getLogger("pytest_llmslo.sim")
 
@@ -112,10 +119,9 @@ class LatenessStats:
             self.max = v
         if v > warn_s:
             self.late += 1
-        for i, b in enumerate(LATENESS_BUCKETS_S):
-            if v <= b:
-                self.buckets[i] += 1
-                break
+        i = bisect_left(LATENESS_BUCKETS_S, v)
+        if i < len(self.buckets):
+            self.buckets[i] += 1
 
 
 class Stream:
@@ -151,6 +157,17 @@ class Stream:
             f'"model":{json.dumps(model)},"choices":'
         )
         self._head = head.encode()
+        # The bytes around a token's JSON string, built once per request: the hot path
+        # (every token of every stream) only joins three byte strings.
+        pre = b"data: " + self._head
+        if chat:
+            self._pre = pre + b'[{"index":0,"delta":{"content":'
+            self._post = b'},"logprobs":null,"finish_reason":null}]'
+            self._post_last = b'},"logprobs":null,"finish_reason":"length"}]'
+        else:
+            self._pre = pre + b'[{"index":0,"text":'
+            self._post = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]'
+            self._post_last = b',"logprobs":null,"finish_reason":"length","stop_reason":null}]'
 
     def _usage(self, completion: int) -> str:
         p = self.req.prompt_tokens
@@ -161,35 +178,24 @@ class Stream:
 
     def emit(self, index: int, last: bool) -> bool:
         """Write output token ``index``; False when the client is gone."""
-        piece = output_piece(self.seed, index)
         if not self.stream:
-            self.pieces.append(piece)
+            self.pieces.append(output_piece(self.seed, index))
             if last:
                 self._finish_full()
             return True
-        text = json.dumps(piece)
-        finish = '"length"' if last else "null"
-        if self.chat:
-            choice = (
-                f'[{{"index":0,"delta":{{"content":{text}}},"logprobs":null,'
-                f'"finish_reason":{finish}}}]'
-            )
-        else:
-            choice = (
-                f'[{{"index":0,"text":{text},"logprobs":null,'
-                f'"finish_reason":{finish},"stop_reason":null}}]'
-            )
-        tail = f',"usage":{self._usage(index + 1)}}}' if self.continuous_usage else "}"
-        data = b"data: " + self._head + choice.encode() + tail.encode() + b"\n\n"
+        parts = [self._pre, output_piece_json(self.seed, index)]
+        parts.append(self._post_last if last else self._post)
+        if self.continuous_usage:
+            parts.append(b',"usage":' + self._usage(index + 1).encode())
+        parts.append(b"}\n\n")
         if index == 0 and self.chat:
-            role = _ROLE_CHOICE
-            data = b"data: " + self._head + role + b"}\n\n" + data
+            parts.insert(0, b"data: " + self._head + _ROLE_CHOICE + b"}\n\n")
         if last:
             if self.include_usage:
-                data += b"data: " + self._head + b"[]" + b',"usage":'
-                data += self._usage(index + 1).encode() + b"}\n\n"
-            data += b"data: [DONE]\n\n"
-        ok = self.conn.write_chunk(data)
+                parts.append(b"data: " + self._head + b'[],"usage":')
+                parts.append(self._usage(index + 1).encode() + b"}\n\n")
+            parts.append(b"data: [DONE]\n\n")
+        ok = self.conn.write_chunk(b"".join(parts))
         if last and ok:
             self.conn.end_stream()
         if last and not self.done.done():

@@ -21,6 +21,7 @@ content chunk counts what ``usage.completion_tokens`` says.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -42,6 +43,9 @@ _WORDS = (
     "an engine with prefix caching skips work for shared prompts and answers sooner"
 ).split()
 _WORD_PIECES: tuple[str, ...] = tuple(" " + w for w in _WORDS)
+# The same words as JSON string literals (bytes), for the streaming hot path.
+_PIECES_JSON: tuple[bytes, ...] = tuple(json.dumps(p).encode() for p in _WORD_PIECES)
+_FIRST_JSON: tuple[bytes, ...] = tuple(json.dumps(p[1:]).encode() for p in _WORD_PIECES)
 
 
 def split_text(text: str) -> list[str]:
@@ -107,3 +111,9 @@ def output_piece(seed: int, index: int) -> str:
     """Output word ``index`` of a request (the first one without a leading space)."""
     piece = _WORD_PIECES[(seed + index) % len(_WORD_PIECES)]
     return piece[1:] if index == 0 else piece
+
+
+def output_piece_json(seed: int, index: int) -> bytes:
+    """``output_piece`` as a JSON string literal, ready to splice into a chunk."""
+    table = _FIRST_JSON if index == 0 else _PIECES_JSON
+    return table[(seed + index) % len(table)]
