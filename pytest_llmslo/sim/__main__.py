@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="Model name served and checked in requests. Default: the profile's model"
     )
     p.add_argument(
-        "--served-model-name", dest="model_alias", help="Alias of --model (vLLM's flag)."
+        "--served-model-name",
+        dest="model_alias",
+        help="Name requests use (wins over --model, as in vLLM).",
     )
     p.add_argument(
         "--trace-file", help="Append one JSON line per token written (rid, i, t_ns, sched_ns)."
@@ -206,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.show_profile:
         print(json.dumps(profile.to_dict(), indent=2))
         return 0
-    model = args.model or args.model_alias or profile.model.name
+    # As in vLLM, --served-model-name is what requests name when both are given.
+    model = args.model_alias or args.model or profile.model.name
     try:
         asyncio.run(serve(profile, model, args.host, args.port, args))
     except OSError as e:

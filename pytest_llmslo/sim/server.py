@@ -266,7 +266,6 @@ class EngineLoop:
         self._wake = asyncio.Event()
         self._last_warn = 0.0
         self._late_since_warn = 0
-        self.step_duration_sum = 0.0
 
     def wall_sim(self) -> float:
         """Now, on the simulated clock."""
@@ -299,7 +298,6 @@ class EngineLoop:
             await self._sleep_until(target_ns)
             self._emit(result, target_ns)
             self.sim_now = result.end_s
-            self.step_duration_sum += result.duration_s
             behind = (perf_counter_ns() - target_ns) / 1e9
             self.lateness.behind = behind > self.lag_warn_s
             if behind > self.lag_warn_s:
