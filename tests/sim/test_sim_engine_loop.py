@@ -82,7 +82,7 @@ async def test_tokens_leave_at_their_scheduled_times(tmp_path) -> None:  # type:
     assert len(lines) == 10
     # Lateness is measured for every write and small when nothing stalls the process.
     assert loop.lateness.count == 10
-    assert loop.lateness.total / loop.lateness.count < 0.02
+    assert loop.lateness.total / loop.lateness.count < 0.05
     assert loop.scheduler.stats.finished == 1 and not loop.streams
 
 
