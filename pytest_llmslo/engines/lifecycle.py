@@ -58,6 +58,21 @@ def registered() -> int:
         return len(_stops)
 
 
+def tokens() -> set[int]:
+    """The tokens of the units registered now (for tests)."""
+    with _lock:
+        return set(_stops)
+
+
+def stop(token: int) -> None:
+    """Run and forget one registered stop callback (a no-op for an unknown token)."""
+    with _lock:
+        fn = _stops.pop(token, None)
+    if fn is not None:
+        with contextlib.suppress(Exception):
+            fn()
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     stop_all()
     prev = _previous_sigterm
