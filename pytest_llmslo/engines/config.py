@@ -114,6 +114,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         raise ConfigError(f"{bad}: expected a string")
     if key == "kind" and value not in ENGINE_KINDS:
         raise ConfigError(f"{bad}. Valid kinds: {_valid(ENGINE_KINDS)}")
+    if key in ("python", "model") and value.startswith("~"):
+        # Paths written as ~/...; a Hugging Face id never starts with "~".
+        return os.path.expanduser(value)
     return value
 
 

@@ -159,3 +159,25 @@ def test_resolve_engine() -> None:
 
 def test_config_keys_cover_every_field() -> None:
     assert "tensor_parallel_size" in CONFIG_KEYS and "name" not in CONFIG_KEYS
+
+
+def test_home_is_expanded_in_paths() -> None:
+    import os
+
+    cfg = load_engine_configs({"v": {"kind": "vllm", "model": "~/m", "python": "~/v/bin/python"}})
+    assert cfg["v"].model == os.path.expanduser("~/m")
+    assert cfg["v"].python == os.path.expanduser("~/v/bin/python")
+    assert load_engine_configs({"v": {"kind": "vllm", "model": "org/m"}})["v"].model == "org/m"
+
+
+def test_docs_cpu_examples_load(tmp_path: Path) -> None:
+    """The TOML examples in docs/engines.md are valid configs."""
+    import re
+
+    doc = (Path(__file__).parents[2] / "docs" / "engines.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", doc, re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        p = tmp_path / "x.toml"
+        p.write_text(block)
+        assert load_engine_configs(p)
