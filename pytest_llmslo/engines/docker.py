@@ -178,6 +178,9 @@ def container_spec(
     all_env = dict(env or {})
     all_env.update(config.env)
     mounts: dict[str, str] = {}
+    # A model given as a local directory is seen at the same path inside the container.
+    if config.model and os.path.isabs(config.model) and os.path.exists(config.model):
+        mounts[config.model] = config.model
     if mount_hf_cache:
         mounts[host_hf_cache()] = CONTAINER_HF_CACHE
         all_env.setdefault("HF_HOME", CONTAINER_HF_CACHE)

@@ -301,7 +301,6 @@ def plan(config: EngineConfig) -> LaunchPlan:
         from .docker import container_spec
 
         image = config.image or IMAGES[worker]
-        mounts_env = dict(base_env)
         specs = [
             container_spec(
                 config,
@@ -309,7 +308,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
                 role="frontend",
                 command=("python3", *frontend_argv(config, config.host, port)),
                 needs_gpu=False,
-                env=mounts_env,
+                env=dict(base_env),
             )
         ]
         for i, (role, env) in enumerate(worker_envs):
@@ -332,6 +331,9 @@ def plan(config: EngineConfig) -> LaunchPlan:
         if file_kv:
             # File discovery works only when every container sees the same directory.
             specs = [_with_mount(s, file_kv) for s in specs]
+        if worker_extra:
+            trace_dir = os.path.dirname(worker_extra[-1])
+            specs = [_with_mount(s, trace_dir) for s in specs]
         return LaunchPlan(containers=tuple(specs), static_version=image_tag(image), **common)
     python = python_of(config)
     procs = [

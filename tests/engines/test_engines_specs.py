@@ -444,3 +444,22 @@ def test_sim_container_config() -> None:
     assert kw["device_requests"] == []
     assert not spec.pull
     assert sys.executable not in kw["command"]
+
+
+def test_local_model_dir_is_mounted_into_containers(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    cfg = EngineConfig(
+        kind="dynamo",
+        runtime="docker",
+        model=str(model),
+        options={"worker": "mocker", "discovery": "etcd"},
+    )
+    plan = plan_engine(cfg)
+    frontend, worker = plan.containers
+    assert worker.mounts[str(model)] == str(model)
+    trace = worker.command[worker.command.index("--response-replay-trace-path") + 1]
+    assert os.path.dirname(trace) in worker.mounts
+    assert worker.device_requests == ()  # the mocker needs no GPU
+    assert frontend.command[-6:] == ("--discovery-backend", "etcd", "--request-plane", "tcp",
+                                     "--event-plane", "zmq")  # fmt: skip
