@@ -5,8 +5,8 @@
 Starts ``python -m pytest_llmslo.sim.fixed`` (TTFT 50 ms, a token every 10 ms, 100 tokens,
 one token per chunk) in a subprocess, runs the generator at each concurrency level in
 closed loop, and prints per level: achieved req/s against the ideal (concurrency / true
-e2e), TTFT P50 against the truth (server TTFT plus the server's own measured first-token
-lateness), mean ITL against the truth, the client's CPU per streamed token and its
+e2e), TTFT P50 against the truth (server TTFT plus the P50 of the server's own measured
+first-token lateness), mean ITL against the truth, the client's CPU per streamed token and its
 health. Then a plain httpx ``aiter_lines`` loop (one process, the usual way to write a
 client) at the highest level, measured in the same run, and the ratio.
 
@@ -113,7 +113,8 @@ def run_level(args: argparse.Namespace, url: str, c: int, transport: str = "fast
     ok = [r for r in run.records if r.ok]
     tokens = sum(len(r.chunk_ns) for r in run.records)
     ttft, itl = ttft_itl(run)
-    truth_ttft = args.ttft_ms + st["first_token_lateness"]["mean_ms"]
+    # True TTFT of a request = server TTFT + its first-token lateness, so P50 adds P50.
+    truth_ttft = args.ttft_ms + st["first_token_lateness"]["p50_ms"]
     h = run.health
     # The client's CPU covers the warm-up too; spread it over every chunk it streamed.
     all_tokens = tokens + run.meta["warmup_completed"] * args.tokens
@@ -264,7 +265,7 @@ def main() -> int:
                 print(f"      invalid: {reason}")
         print(
             "(ratio = achieved/ideal req/s; truth TTFT = server TTFT + its measured "
-            "first-token lateness; us/tok = client CPU per streamed token, all processes; "
+            "first-token lateness P50; us/tok = client CPU per streamed token, all processes; "
             "cpu = busiest client process; srv late = server token lateness mean/p99 ms)"
         )
         if not args.no_baseline:

@@ -2,12 +2,13 @@
 
 Two transports stream a request and keep the body as ``(arrival_ns, bytes)`` pieces:
 
-- ``HttpxTransport`` — the general path (any URL, TLS, proxies), an ``httpx.AsyncClient``
-  whose pool limits are sized to the load (never httpx's defaults of 100 connections and a
-  5 s timeout, which silently cap and break a run) and whose read timeout is long;
-- ``http1.FastTransport`` — a lean HTTP/1.1 client on asyncio Protocols for plain
-  ``http://`` URLs, the default there: it does about a third of httpx's work per chunk,
-  which is what lets a few processes drive hundreds of streams on a small machine.
+- ``http1.FastTransport`` — the default: a lean HTTP/1.1 client on asyncio Protocols
+  (http, and https through the loop's TLS transport). It does a fraction of httpx's work
+  per chunk, which is what lets a few processes drive hundreds of streams on a small
+  machine;
+- ``HttpxTransport`` — the general path (``transport="httpx"``), an ``httpx.AsyncClient``
+  whose pool limits are sized to the load (never httpx's defaults of 100 connections and
+  a 5 s timeout, which silently cap and break a run) and whose read timeout is long.
 
 ``build_record`` then decodes the pieces (``sse.py``) into a ``RequestRecord``; a failure is
 always recorded with its ``FailureKind``, never raised.
@@ -52,7 +53,9 @@ class ClientSettings:
     ``extra_body`` is merged into every request body (one level deep for mappings, so
     ``{"stream_options": {"continuous_usage_stats": True}}`` keeps ``include_usage``).
     ``processes=None`` picks the number of client processes from the load (``runner.py``).
-    ``transport="auto"`` uses the fast HTTP/1.1 client for ``http://`` and httpx otherwise.
+    ``transport="auto"`` is the fast HTTP/1.1 client (http and https); ``httpx`` is the
+    general one (proxies, HTTP/2-only servers), several times dearer per chunk.
+    ``verify_tls=False`` accepts any certificate (self-signed test servers).
     ``fresh_connection`` opens a new connection for every request. ``event_loop`` is the
     loop of the worker processes: ``auto`` takes uvloop when it is installed (it halves
     the cost of a socket read), else asyncio's; a single-process run uses the caller's.
@@ -70,6 +73,7 @@ class ClientSettings:
     transport: TransportName = "auto"
     fresh_connection: bool = False
     event_loop: LoopName = "auto"
+    verify_tls: bool = True
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINT_PATHS:
@@ -103,7 +107,7 @@ class ClientSettings:
     def resolved_transport(self) -> Literal["fast", "httpx"]:
         if self.transport != "auto":
             return self.transport
-        return "fast" if urlsplit(self.base_url).scheme == "http" else "httpx"
+        return "fast"
 
     def api_key(self) -> str | None:
         if not self.api_key_env:
@@ -125,6 +129,7 @@ class ClientSettings:
             "transport": self.resolved_transport,
             "fresh_connection": self.fresh_connection,
             "event_loop": self.event_loop,
+            "verify_tls": self.verify_tls,
         }
 
 
@@ -289,7 +294,9 @@ class HttpxTransport:
             pool=settings.timeout_s,
         )
         self._clients = [
-            httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+            httpx.AsyncClient(
+                limits=limits, timeout=timeout, trust_env=False, verify=settings.verify_tls
+            )
             for _ in range(shards)
         ]
         self._busy = [0] * shards
@@ -340,7 +347,5 @@ def make_transport(settings: ClientSettings, max_connections: int | None) -> Tra
     if settings.resolved_transport == "fast":
         from .http1 import FastTransport
 
-        if urlsplit(settings.base_url).scheme != "http":
-            raise ConfigError("transport 'fast' supports http:// only; use 'httpx' for https")
         return FastTransport(settings)
     return HttpxTransport(settings, max_connections)

@@ -148,15 +148,21 @@ class _Counter:
         self.warm_done = 0
 
 
-def auto_processes(level: LoadLevel, osl: int) -> int:
-    """Client processes for a load: one up to ~128 streams (or ~6,000 chunks/s of open
-    loop), then one per ~192 streams, at most the machine's cores."""
+def auto_processes(level: LoadLevel, osl: int, transport: str = "fast") -> int:
+    """Client processes for a load, at most the machine's cores.
+
+    Fast transport: one up to ~128 streams (or ~6,000 chunks/s of open loop), then one per
+    ~192 streams. httpx costs several times more per chunk (see docs/load.md): one per
+    ~24 streams (or ~1,000 chunks/s).
+    """
     cores = os.cpu_count() or 1
+    one, per = (128, 192) if transport == "fast" else (24, 24)
     if level.mode == "concurrency":
-        need = 1 if level.value <= 128 else math.ceil(level.value / 192)
+        need = 1 if level.value <= one else math.ceil(level.value / per)
     else:
         chunks_s = level.value * max(osl, 1)
-        need = 1 if chunks_s <= 6000 else math.ceil(chunks_s / 12000)
+        budget = 6000 if transport == "fast" else 1000
+        need = 1 if chunks_s <= budget else math.ceil(chunks_s / budget)
     return max(1, min(need, cores))
 
 
@@ -517,7 +523,7 @@ async def run_load(
     if not closed:
         for job, off in zip(jobs, arrival_offsets_ns(level, total), strict=True):
             job.offset_ns = off
-    nproc = client.processes or auto_processes(level, workload.osl)
+    nproc = client.processes or auto_processes(level, workload.osl, client.resolved_transport)
     if closed:
         nproc = min(nproc, int(level.value))
     nproc = max(1, min(nproc, total))

@@ -69,7 +69,9 @@ def reset(writer: asyncio.StreamWriter) -> None:
 
 
 @asynccontextmanager
-async def scripted_server(handler: Handler) -> AsyncIterator[str]:
+async def scripted_server(
+    handler: Handler, ssl_context: object | None = None
+) -> AsyncIterator[str]:
     """An asyncio server on 127.0.0.1 that runs ``handler`` per connection."""
 
     async def wrapped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -81,10 +83,10 @@ async def scripted_server(handler: Handler) -> AsyncIterator[str]:
             if not writer.is_closing():
                 writer.close()
 
-    server = await asyncio.start_server(wrapped, "127.0.0.1", 0)
+    server = await asyncio.start_server(wrapped, "127.0.0.1", 0, ssl=ssl_context)  # type: ignore[arg-type]
     port = server.sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
     finally:
         server.close()
         await server.wait_closed()

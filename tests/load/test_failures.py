@@ -269,3 +269,52 @@ async def test_failures_are_counted_in_a_run() -> None:
     assert len(run.records) == 6
     assert sum(r.ok for r in run.records) == 3
     assert {r.error_kind for r in run.failed_records} == {"http"}
+
+
+@pytest.fixture(scope="module")
+def tls_context(tmp_path_factory: pytest.TempPathFactory) -> object:
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(d / "cert.pem", d / "key.pem")
+    return ctx
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_https_with_verification_off(transport: str, tls_context: object) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a") + ev(finish="stop") + DONE) + b"0\r\n\r\n")
+        await writer.drain()
+
+    async with scripted_server(handler, tls_context) as url:
+        assert url.startswith("https://")
+        ok = await one_request(url, transport, verify_tls=False)
+        bad = await one_request(url, transport)  # self-signed: refused when verifying
+    assert ok.ok and len(ok.chunk_ns) == 1
+    assert not bad.ok and bad.error_kind in ("connect", "reset")

@@ -268,3 +268,44 @@ def test_fixed_server_with_two_workers_shares_stats() -> None:
     assert all(r.ok for r in run.records)
     assert stats["workers"] == 2 and stats["requests"] == 16
     assert stats["lateness"]["count"] == 160 and stats["first_token_lateness"]["count"] == 16
+
+
+SIGINT_SCRIPT = """
+import sys
+from pytest_llmslo.errors import LoadInterrupted
+from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.records import LoadLevel
+cs = ClientSettings(sys.argv[1], "fixed", processes=int(sys.argv[2]))
+print("started", flush=True)
+try:
+    run_load_sync(cs, WorkloadSpec(isl=8, osl=20, calibrate=False), LoadLevel.concurrency(4),
+                  requests=1000, warmup=0)
+except LoadInterrupted as exc:
+    print("interrupted", len(exc.run.records), exc.run.meta["cancelled"], flush=True)
+"""
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_ctrl_c_in_run_load_sync_keeps_the_partial_run(fixed_url: str, processes: int) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGINT_SCRIPT, fixed_url, str(processes)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    words = out.split()
+    assert words[0] == "interrupted", out
+    assert int(words[1]) > 0 and int(words[2]) >= 1

@@ -191,7 +191,7 @@ def test_client_settings_validation_and_to_dict() -> None:
     with pytest.raises(ConfigError, match="Valid endpoints"):
         ClientSettings("http://h:1", "m", endpoint="embeddings")  # type: ignore[arg-type]
     d = ClientSettings("https://h", "m").to_dict()
-    assert d["transport"] == "httpx" and d["api_key_env"] == "OPENAI_API_KEY"
+    assert d["transport"] == "fast" and d["api_key_env"] == "OPENAI_API_KEY"
     assert ClientSettings("http://h", "m").to_dict()["transport"] == "fast"
 
 
