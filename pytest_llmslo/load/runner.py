@@ -681,11 +681,21 @@ async def _run_processes(
         return msg
 
     try:
-        for plan in plans:
-            # Sending a plan (all its request bodies) can take a while: off the loop.
-            proc, conn = await loop.run_in_executor(None, _spawn_worker, plan)
-            procs.append(proc)
-            conns.append(conn)
+        # Start all workers at once; sending a plan (all its request bodies) blocks until
+        # the child has started and read it, so each is sent from its own thread.
+        started = await asyncio.gather(
+            *(loop.run_in_executor(None, _spawn_worker, plan) for plan in plans),
+            return_exceptions=True,
+        )
+        for item in started:
+            if isinstance(item, BaseException):
+                continue
+            procs.append(item[0])
+            conns.append(item[1])
+        errors = [x for x in started if isinstance(x, BaseException)]
+        if errors:
+            raise LoadError(f"cannot start a load worker process: {errors[0]!r}")
+        for plan, conn in zip(plans, conns, strict=True):
             threading.Thread(target=reader, args=(conn, plan.worker), daemon=True).start()
         ready = 0
         while ready < n:
