@@ -317,7 +317,7 @@ async def _wait_tasks(
         )
         if waiter in done:
             return
-        pending = {t for t in pending_now if t is not waiter}
+        pending = {t for t in pending_now if t is not waiter}  # type: ignore[misc]
         # A slot that raised (a bug, not a request failure) must not be swallowed.
         for t in done:
             if t is not waiter and not t.cancelled() and t.exception() is not None:
@@ -389,7 +389,9 @@ async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, deadline_ns: int | N
 # -- the public entry points -------------------------------------------------------------
 
 
-async def _calibrate(client: ClientSettings, workload: WorkloadSpec) -> tuple[LengthModel, dict]:
+async def _calibrate(
+    client: ClientSettings, workload: WorkloadSpec
+) -> tuple[LengthModel, dict[str, Any]]:
     """Fit tokens-per-word to the server's reported prompt_tokens with a few probes."""
     sizes = sorted({max(1, workload.isl // 2), workload.isl, max(2, workload.isl * 3 // 2)})
     texts = calibration_prompts(workload, sizes)
@@ -797,6 +799,8 @@ def run_load_sync(
     kind, value = out.get()
     if kind == "err":
         raise value
+    if not isinstance(value, Run):
+        raise LoadError("the load thread returned no run")
     return value
 
 

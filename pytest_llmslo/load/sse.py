@@ -207,11 +207,10 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
     for ts, ev in zip(ev_times, events, strict=True):
         if ev[:6] == b"data: " and b"\n" not in ev:
             # The common case (one data line, no event type), without the line parser.
-            data = ev[6:]
-            if data == _DONE:
+            if ev[6:] == _DONE:
                 done = True
                 break
-            datas.append(data)
+            datas.append(ev[6:])
             data_ns.append(ts)
             continue
         etype, data, sse = _event_fields(ev)
