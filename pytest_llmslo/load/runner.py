@@ -428,15 +428,22 @@ def _health(results: list[_WorkerResult], th: HealthThresholds, nproc: int) -> C
     l99 = float(np.percentile(loop, 99)) if loop.size else 0.0
     lmax = float(loop.max()) if loop.size else 0.0
     reasons = []
+    # Lag with a busy process is the client's own load; lag with an idle one means the
+    # process did not get the CPU (other work on the machine), which is as fatal.
+    cause = (
+        "client overloaded"
+        if util > 0.5
+        else f"client process starved of CPU: busiest at {util:.0%} of a core"
+    )
     if s99 > th.max_schedule_lag_p99_ms:
         reasons.append(
             f"schedule lag P99 {s99:.1f} ms > {th.max_schedule_lag_p99_ms:g} ms: requests "
-            "left later than scheduled (client overloaded)"
+            f"left later than scheduled ({cause})"
         )
     if l99 > th.max_loop_lag_p99_ms:
         reasons.append(
             f"event-loop lag P99 {l99:.1f} ms > {th.max_loop_lag_p99_ms:g} ms: timestamps "
-            "were taken late (client overloaded)"
+            f"were taken late ({cause})"
         )
     if util > th.max_cpu_util:
         reasons.append(
