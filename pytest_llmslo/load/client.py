@@ -54,7 +54,8 @@ class ClientSettings:
     ``{"stream_options": {"continuous_usage_stats": True}}`` keeps ``include_usage``).
     ``processes=None`` picks the number of client processes from the load (``runner.py``).
     ``transport="auto"`` is the fast HTTP/1.1 client (http and https); ``httpx`` is the
-    general one (proxies, HTTP/2-only servers), several times dearer per chunk.
+    general one (an independent HTTP stack: a cross-check of the fast client and a
+    fallback for a server it does not handle), several times dearer per chunk.
     ``verify_tls=False`` accepts any certificate (self-signed test servers).
     ``fresh_connection`` opens a new connection for every request. ``event_loop`` is the
     loop of the worker processes: ``auto`` takes uvloop when it is installed (it halves
