@@ -176,7 +176,12 @@ def request_body(settings: ClientSettings, prompt: str, max_tokens: int) -> byte
 
 
 def request_headers(settings: ClientSettings) -> dict[str, str]:
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    # identity: the transports keep raw body bytes and never decompress them.
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "text/event-stream",
+        "Accept-Encoding": "identity",
+    }
     key = settings.api_key()
     if key:
         headers["Authorization"] = f"Bearer {key}"
