@@ -61,7 +61,11 @@ setup_docker() {
   fi
   bash "$ROOT/docker/build-sim-image.sh" "$SIM_IMAGE" || return 1
   # Containers that an earlier, killed run left behind (labelled by their owner's pid).
-  local py="$ROOT/.venv/bin/python"; [[ -x "$py" ]] || py="$PY"
+  local py="$PY" v
+  for v in "${LLMSLO_CI_VENV:-.venv-ci}" .venv; do
+    [[ "$v" = /* ]] || v="$ROOT/$v"
+    if [[ -x "$v/bin/python" ]]; then py="$v/bin/python"; break; fi
+  done
   "$py" -c 'from pytest_llmslo.engines import reap_stale_containers as r; n = r(); n and print("reaped", n)' 2>/dev/null || true
 }
 

@@ -7,16 +7,20 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 IMAGE="${1:-pytest-llmslo/sim:local}"
 # The interpreter whose installation goes into the image: the project's venv when there
-# is one (it has numpy and httpx), else the one on PATH.
+# is one (CI's, then a developer's: they have numpy and httpx), else the one on PATH.
 PY="${LLMSLO_IMAGE_PYTHON:-}"
 if [[ -z "$PY" ]]; then
-  if [[ -x "$ROOT/.venv/bin/python" ]]; then PY="$ROOT/.venv/bin/python"; else PY="python3"; fi
+  PY="python3"
+  for v in "${LLMSLO_CI_VENV:-.venv-ci}" .venv; do
+    [[ "$v" = /* ]] || v="$ROOT/$v"
+    if [[ -x "$v/bin/python" ]]; then PY="$v/bin/python"; break; fi
+  done
 fi
 
 hash="$(
   cd "$ROOT"
   {
-    "$PY" -c 'import sys; print(sys.version)'
+    "$PY" -c 'import sys; print(sys.version, sys.executable)'
     find pytest_llmslo -name '*.py' -print0 | sort -z | xargs -0 sha256sum
     sha256sum docker/make_rootfs.py docker/build-sim-image.sh
   } | sha256sum | cut -c1-16
@@ -39,7 +43,7 @@ docker import \
   --change 'CMD ["python3", "-m", "pytest_llmslo.sim", "--host", "127.0.0.1", "--port", "8000"]' \
   "$tmp/rootfs.tar" "$IMAGE" >/dev/null
 # The smallest check that the interpreter and the package load inside the image.
-docker run --rm --network none "$IMAGE" python3 -c 'import pytest_llmslo, numpy, httpx' \
+docker run --rm --network none "$IMAGE" python3 -c 'import pytest_llmslo.sim.server' \
   || { echo "sim image $IMAGE does not run python" >&2; exit 1; }
 docker image prune -f --filter "label=io.llmslo.source-hash" >/dev/null 2>&1 || true
 echo "sim image $IMAGE built ($hash)"
