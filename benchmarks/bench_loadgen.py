@@ -132,6 +132,7 @@ def run_level(args: argparse.Namespace, url: str, c: int, transport: str = "fast
         "itl": itl,
         "truth_itl": args.itl_ms,
         "us_per_tok": h.cpu_s / max(all_tokens, 1) * 1e6,
+        "decode_us_per_tok": run.meta["client_cpu"]["decode_s"] / max(tokens, 1) * 1e6,
         "cpu_util": h.cpu_util,
         "loop_p99": h.loop_lag_p99_ms,
         "valid": h.valid,
@@ -241,7 +242,7 @@ def main() -> int:
         print(
             f"{'transport':>9} {'conc':>5} {'procs':>5} {'ideal':>7} {'req/s':>7} {'ratio':>6} "
             f"{'TTFTp50':>8} {'truth':>6} {'err':>6} {'ITL':>7} {'truth':>6} {'err':>6} "
-            f"{'us/tok':>7} {'cpu':>5} {'srv late':>9} valid"
+            f"{'us/tok':>7} {'dec':>4} {'cpu':>5} {'srv late':>9} valid"
         )
         rows = []
         plan = [(c, "fast") for c in levels]
@@ -255,7 +256,7 @@ def main() -> int:
                 f"{r['req_s'] / r['ideal']:>6.1%} {r['ttft']:>8.2f} {r['truth_ttft']:>6.2f} "
                 f"{r['ttft'] / r['truth_ttft'] - 1:>+6.1%} {r['itl']:>7.3f} "
                 f"{r['truth_itl']:>6.2f} {r['itl'] / r['truth_itl'] - 1:>+6.2%} "
-                f"{r['us_per_tok']:>7.1f} {r['cpu_util']:>5.0%} "
+                f"{r['us_per_tok']:>7.1f} {r['decode_us_per_tok']:>4.1f} {r['cpu_util']:>5.0%} "
                 f"{r['server_late_mean']:>4.1f}/{r['server_late_p99']:<4.1f} "
                 f"{'yes' if r['valid'] else 'NO'}"
                 + (f"  failed {r['failed']}" if r["failed"] else "")
@@ -265,7 +266,8 @@ def main() -> int:
                 print(f"      invalid: {reason}")
         print(
             "(ratio = achieved/ideal req/s; truth TTFT = server TTFT + its measured "
-            "first-token lateness P50; us/tok = client CPU per streamed token, all processes; "
+            "first-token lateness P50; us/tok = client CPU per streamed token during the "
+            "run, all processes; dec = decoding after the run, per token; "
             "cpu = busiest client process; srv late = server token lateness mean/p99 ms)"
         )
         if not args.no_baseline:

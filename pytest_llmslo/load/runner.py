@@ -136,6 +136,7 @@ class _WorkerResult:
     loop_lag_ns: list[int] = field(default_factory=list)
     cpu_s: float = 0.0
     sys_s: float = 0.0
+    decode_s: float = 0.0
     wall_s: float = 0.0
 
 
@@ -296,7 +297,9 @@ async def _drive(
         with contextlib.suppress(asyncio.CancelledError):
             await ticker
         await transport.aclose()
+        d0 = time.process_time()
         decode_backlog()
+        res.decode_s = time.process_time() - d0
     return res
 
 
@@ -482,6 +485,8 @@ def _assemble(
     meta["client_cpu"] = {
         "cpu_s": sum(r.cpu_s for r in results),
         "sys_s": sum(r.sys_s for r in results),
+        # SSE split and JSON decoding after the run (not in cpu_s: off the hot path).
+        "decode_s": sum(r.decode_s for r in results),
         "per_process_util": [r.cpu_s / r.wall_s if r.wall_s else 0.0 for r in results],
     }
     return Run(
