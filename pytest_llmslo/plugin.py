@@ -584,6 +584,9 @@ def _test_constants(ts: S.TestSettings) -> dict[str, Any]:
     kind, path = ts.dataset_kind()
     return {
         "workload": {"kind": kind, "path": path, **_workload_text(ts)},
+        "dataset": path,
+        "isl": ts.isl,
+        "osl": ts.osl,
         "slo": [_objective_dict(o) for o in ts.objectives],
         "levels": [lv.label for lv in ts.levels],
         "warmup": ts.warmup,
