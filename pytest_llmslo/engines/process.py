@@ -95,12 +95,24 @@ def read_tail(path: str | os.PathLike[str], lines: int = 40, max_bytes: int = 25
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _load_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up once here: between fork and exec the child should do as little as possible.
+_PRCTL = _load_prctl()
+
+
 def _child_setup() -> None:
     # Runs in the child between fork and exec. The engine dies with the thread that
     # started it if the harness is killed outright (SIGKILL skips atexit and handlers).
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 class ManagedProcess:
@@ -131,7 +143,7 @@ class ManagedProcess:
         # PDEATHSIG is tied to the thread that forked: only use it from the main thread,
         # whose exit is the harness's exit.
         main = threading.current_thread() is threading.main_thread()
-        preexec = _child_setup if (main and sys.platform.startswith("linux")) else None
+        preexec = _child_setup if (main and _PRCTL is not None) else None
         try:
             self.popen = subprocess.Popen(
                 list(spec.argv),
