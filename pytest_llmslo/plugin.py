@@ -990,14 +990,14 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         try:
             result = yield
         except BaseException as exc:
+            # A failed last level is the usual case for extending: the sweep goes on.
             if not isinstance(exc, (KeyboardInterrupt, EngineDiedError)):
-                try:
-                    _extend(state, item, ctx)
-                except Exception as ext_exc:  # keep the test's own failure as the outcome
-                    ctx.notes.append(f"extension stopped: {ext_exc}")
+                _extend_safely(state, item, ctx)
             raise
-        _configured_gate(state, ctx)
-        _extend(state, item, ctx)
+        try:
+            _configured_gate(state, ctx)
+        finally:
+            _extend_safely(state, item, ctx)
         _compare(state, ctx)
         return result
     finally:
@@ -1005,6 +1005,16 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         _attach_properties(state, item, ctx)
         if ctx.point_keys:
             item.add_report_section("call", "llmslo", "\n".join(_test_summary_lines(state, ctx)))
+
+
+def _extend_safely(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
+    """The extension never changes the test's outcome; a problem there becomes a note."""
+    try:
+        _extend(state, item, ctx)
+    except Exception as exc:
+        note = f"extension stopped: {exc}"
+        ctx.notes.append(note)
+        state.notes.append(f"{ctx.engine} {ctx.test}: {note}")
 
 
 def _primary(state: SloState, ctx: TestContext) -> int | None:
