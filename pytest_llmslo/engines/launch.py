@@ -9,7 +9,11 @@ the same way for every engine, so teardown, timeouts and log tails behave identi
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import platform
+import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
@@ -121,7 +125,7 @@ class RunningEngine:
             "env": redact_env(cfg.env),
             "units": [u.describe() for u in self._units],
             "startup_s": round(self._started_s, 3),
-            "hardware": _hardware(),
+            "hardware": {**_hardware(), "gpus": list(_hardware()["gpus"])},
             "harness_version": harness_version,
             **dict(self.plan.meta),
         }
@@ -154,8 +158,24 @@ def _bind_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "") else host
 
 
+@functools.lru_cache(maxsize=1)
 def _hardware() -> dict[str, Any]:
-    return {"machine": platform.machine(), "system": platform.system(), "node": platform.node()}
+    hw: dict[str, Any] = {
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "node": platform.node(),
+        "cpus": os.cpu_count(),
+        "gpus": [],
+    }
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        with contextlib.suppress(Exception):
+            out = subprocess.run(
+                [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=15,
+            ).stdout  # fmt: skip
+            hw["gpus"] = [line.strip() for line in out.splitlines() if line.strip()]
+    return hw
 
 
 def _tails(units: list[Unit], lines: int) -> str:
