@@ -86,7 +86,7 @@ def test_sigkill_after_grace_when_sigterm_is_ignored(fake_engine_argv: list[str]
     finally:
         t0 = time.monotonic()
         proc.stop()
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 30  # the grace period, then SIGKILL (not the 600 s sleep)
     assert not proc.alive()
     assert proc.returncode() == -signal.SIGKILL
 
