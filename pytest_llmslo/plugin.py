@@ -642,13 +642,20 @@ def slo_engine(
     that cannot run here (no docker, GPU, package) skips them with the reason."""
     state = _state(request.config)
     name = getattr(request, "param", None) or state.session.engines[0]
+    unavailable: EngineUnavailable | None = None
+    failed: Exception | None = None
     try:
         handle = slo_engine_factory.get(name)
     except EngineUnavailable as exc:
-        pytest.skip(f"engine {name!r} unavailable: {exc}")
+        unavailable = exc
     except (EngineStartError, ConfigError) as exc:
+        failed = exc
+    # Outside the except blocks, so the report shows one message, not a chained traceback.
+    if unavailable is not None:
+        pytest.skip(f"engine {name!r} unavailable: {unavailable}")
+    if failed is not None:
         # An error (not a failure) of each test of this engine, without a traceback.
-        pytest.fail(f"engine {name!r} did not start:\n{exc}", pytrace=False)
+        pytest.fail(f"engine {name!r} did not start:\n{failed}", pytrace=False)
     try:
         yield handle
     finally:
