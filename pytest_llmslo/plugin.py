@@ -817,9 +817,14 @@ def _run_level(
             f"engine {engine!r} is not running any more (it exited during an earlier test)",
             handle.log_tail(),
         )
+    # A marker's model= names the model to request from an engine that serves several;
+    # a session's --model is what the engines serve (handle.model is its served name).
+    model = handle.model
+    if ts.model and ts.sources.get("model", "").startswith("@pytest"):
+        model = ts.model
     client = load.ClientSettings(
         base_url=handle.base_url,
-        model=handle.model,
+        model=model,
         endpoint=ts.endpoint,  # type: ignore[arg-type]
         timeout_s=ts.request_timeout_s,
     )
