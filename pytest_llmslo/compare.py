@@ -54,6 +54,7 @@ from typing import Any, Literal
 
 from pytest_llmslo.errors import ConfigError, RegressionError
 from pytest_llmslo.records import LoadLevel
+from pytest_llmslo.sweep import finite_or_none
 
 __all__ = [
     "DEFAULT_BASELINE_ROOT",
@@ -567,16 +568,6 @@ def find_point(
     return None if found is None else dict(found)
 
 
-def _num(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _qkey(q: float) -> str:
     return f"{q:g}"
 
@@ -592,7 +583,7 @@ def metric_value(point: Mapping[str, Any], metric: str) -> float | None:
         if not dist.get("count"):
             return None
         if spec.stat == "mean":
-            return _num(dist.get("mean"))
+            return finite_or_none(dist.get("mean"))
         pct = dist.get("percentiles") or {}
         q = float(spec.stat)  # type: ignore[arg-type]
         value = pct.get(_qkey(q))
@@ -604,13 +595,13 @@ def metric_value(point: Mapping[str, Any], metric: str) -> float | None:
                         value = v
                 except ValueError:
                     continue
-        return _num(value)
+        return finite_or_none(value)
     verdict = point.get("verdict") or {}
     if spec.field in ("goodput_tok_s", "goodput_req_s", "attainment"):
-        value = _num(verdict.get(spec.field))
+        value = finite_or_none(verdict.get(spec.field))
         if value is not None:
             return value
-    return _num(summary.get(spec.field))
+    return finite_or_none(summary.get(spec.field))
 
 
 def _objective_labels(point: Mapping[str, Any]) -> tuple[str, ...] | None:

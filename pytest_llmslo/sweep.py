@@ -44,6 +44,7 @@ __all__ = [
     "extend_levels",
     "extend_sweep",
     "find_knee",
+    "finite_or_none",
     "group_sweeps",
     "knee_of",
     "knee_points",
@@ -146,7 +147,7 @@ def summary_stat(summary: RunSummary, metric: str, stat: float | str) -> float |
         value = dist.mean if stat == "mean" else dist.p(float(stat))
     except (KeyError, ValueError):
         return None
-    return _finite(value)
+    return finite_or_none(value)
 
 
 def point_goodput(point: SweepPoint) -> float | None:
@@ -155,7 +156,7 @@ def point_goodput(point: SweepPoint) -> float | None:
     value = None if point.verdict is None else point.verdict.goodput_tok_s
     if value is None:
         value = point.summary.goodput_tok_s
-    return _finite(value)
+    return finite_or_none(value)
 
 
 def point_attainment(point: SweepPoint) -> float | None:
@@ -164,7 +165,7 @@ def point_attainment(point: SweepPoint) -> float | None:
     value = None if point.verdict is None else point.verdict.attainment
     if value is None:
         value = point.summary.attainment
-    return _finite(value)
+    return finite_or_none(value)
 
 
 def group_sweeps(points: Iterable[SweepPoint]) -> dict[tuple[str, str], list[SweepPoint]]:
@@ -195,8 +196,10 @@ def knee_of(sweep: Sequence[SweepPoint], knee: Knee | None = None) -> Knee:
     return find_knee(sweep)
 
 
-def _finite(value: Any) -> float | None:
-    if value is None:
+def finite_or_none(value: Any) -> float | None:
+    """``value`` as a finite float, else None (missing, not a number, NaN or infinite).
+    A boolean is not a number here: in a JSON document ``true`` is never a measurement."""
+    if value is None or isinstance(value, bool):
         return None
     try:
         f = float(value)
@@ -366,7 +369,7 @@ def _saturation_index(
     idx = [
         i
         for i in order
-        if points[i].summary.valid and _finite(points[i].summary.output_tok_s) is not None
+        if points[i].summary.valid and finite_or_none(points[i].summary.output_tok_s) is not None
     ]
     thr = [float(points[i].summary.output_tok_s) for i in idx]
     for k in range(len(idx) - 1):
@@ -439,7 +442,7 @@ def pareto_front(points: Sequence[SweepPoint], *, throughput: str = "output_tok_
     """
     coords: list[tuple[float, float] | None] = []
     for p in points:
-        thr = _finite(getattr(p.summary, throughput))
+        thr = finite_or_none(getattr(p.summary, throughput))
         lat = summary_stat(p.summary, "ttft", 99)
         if p.summary.valid and thr is not None and lat is not None:
             coords.append((thr, lat))
@@ -494,7 +497,7 @@ def extend_levels(
     if not factor > 1:
         raise ValueError(f"factor must be > 1, got {factor!r}")
     last = max(levels, key=lambda lv: lv.value)
-    best, cur = _finite(best_goodput), _finite(last_goodput)
+    best, cur = finite_or_none(best_goodput), finite_or_none(last_goodput)
     if best is None or best <= 0 or cur is None or cur < drop * best:
         return None
     if max_value is not None and last.value >= max_value:

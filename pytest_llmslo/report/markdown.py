@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmslo.report.terminal import fmt_ms, fmt_pct, fmt_tok
+from pytest_llmslo.report.terminal import fmt_ms, fmt_tok, sweep_row_cells
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
@@ -115,11 +115,6 @@ def render_constants(constants: Mapping[str, Any]) -> list[str]:
     return [f"- **{k}**: {escape_cell(v)}" for k, v in _constants_items(constants)]
 
 
-def _attainment(p: SweepPoint) -> float | None:
-    value = None if p.verdict is None else p.verdict.attainment
-    return p.summary.attainment if value is None else value
-
-
 def _verdict(p: SweepPoint) -> str:
     status = point_status(p)
     if status == "invalid":
@@ -164,20 +159,7 @@ def render_sweeps(
             for value in sorted(last):
                 p = last[value]
                 at_knee = knee.level is not None and p.level == knee.level
-                s = p.summary
-                tpot = summary_stat(s, "tpot", 50)
-                if tpot is None:
-                    tpot = summary_stat(s, "tpot", "mean")
-                cells = [
-                    p.level.label,
-                    fmt_ms(summary_stat(s, "ttft", 50)),
-                    fmt_ms(summary_stat(s, "ttft", 99)),
-                    fmt_ms(summary_stat(s, "itl", 50)),
-                    fmt_ms(tpot),
-                    fmt_tok(s.output_tok_s),
-                    fmt_tok(point_goodput(p)),
-                    fmt_pct(_attainment(p)),
-                ]
+                cells = sweep_row_cells(p)
                 if at_knee:
                     cells = [f"**{c}**" for c in cells]
                 mark = KNEE_MARK if at_knee else "!" if point_status(p) == "invalid" else ""

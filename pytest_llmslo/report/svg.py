@@ -27,6 +27,7 @@ from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
     find_knee,
+    finite_or_none,
     group_sweeps,
     lookup_knee,
     pareto_front,
@@ -221,20 +222,10 @@ def _knee_mark(x: float, y: float, color: str, label: str, right: float) -> list
     ]
 
 
-def _finite(v: Any) -> float | None:
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _latency_series(points: Sequence[SweepPoint]) -> Series:
     out: Series = []
     for p in sorted(points, key=lambda p: p.level.value):
-        x, y = _finite(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
+        x, y = finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
         if x is not None and y is not None:
             out.append((x, y, bool(p.summary.valid), p))
     return out
@@ -279,7 +270,7 @@ def _frontier(pts: Sequence[SweepPoint]) -> list[tuple[float, float]]:
     coords = []
     for p, on in zip(pts, front, strict=True):
         if on:
-            x, y = _finite(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
+            x, y = finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
             if x is not None and y is not None:
                 coords.append((x, y))
     return sorted(coords)

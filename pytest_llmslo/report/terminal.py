@@ -46,6 +46,7 @@ __all__ = [
     "render_summary",
     "render_sweep",
     "render_verdict",
+    "sweep_row_cells",
 ]
 
 DEFAULT_WIDTH = 100
@@ -53,7 +54,7 @@ DEFAULT_WIDTH = 100
 KNEE_MARK = "*"
 INVALID_MARK = "!"
 
-# (header, width) of the table's columns, in the order of ``_row_cells``; the verdict
+# (header, width) of the table's columns, in the order of ``sweep_row_cells``; the verdict
 # column takes what is left of the line.
 _COLUMNS: tuple[tuple[str, int], ...] = (
     ("load", 8),
@@ -154,7 +155,7 @@ def _render_one(
         p = sweep[i]
         status = point_status(p)
         mark = KNEE_MARK if i == knee_row else INVALID_MARK if status == "invalid" else " "
-        cells = _row_cells(p)
+        cells = sweep_row_cells(p)
         row = mark + " " + "".join(_cell(cells[j], w) for j, _, w in cols)
         lines.append(_clip(row + " " * _GAP + _verdict_cell(p, verdict_w), width))
     lines.extend(_wrap(_knee_line(sweep, knee), width))
@@ -182,7 +183,8 @@ def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
     return None if p is None else next(i for i, q in enumerate(sweep) if q is p)
 
 
-def _row_cells(p: SweepPoint) -> list[str]:
+def sweep_row_cells(p: SweepPoint) -> list[str]:
+    """The sweep table's cells for one point (the Markdown report's table has the same)."""
     s = p.summary
     tpot = summary_stat(s, "tpot", 50)
     if tpot is None:
