@@ -40,6 +40,7 @@ from pytest_llmslo.errors import (
     EngineDiedError,
     EngineStartError,
     EngineUnavailable,
+    LoadError,
     LoadInterrupted,
     RegressionError,
     SloViolation,
@@ -107,6 +108,8 @@ class TestContext:
     verdicts: list[Any] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     comparison: Any = None
+    capacity: bool = False  # --slo-capacity: the test runs a capacity search
+    primary: int | None = None  # the point the test is judged and reported by
 
 
 class EngineFactory:
@@ -514,6 +517,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     engines = list(state.session.engines)
     levels = list(settings.levels)
+    if settings.capacity and not settings.objectives:
+        src = settings.sources.get("slo_capacity", "--slo-capacity")
+        state.marker_errors.append(
+            f"{src}: {where} has no objectives to search the capacity for; give them with "
+            "--slo, llmslo_slo or the marker's objectives="
+        )
+        return
     for name in (ENGINE_ARG, LEVEL_ARG):
         if name not in metafunc.fixturenames:
             metafunc.fixturenames.append(name)
@@ -524,6 +534,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.param(_LevelParam(lv, settings, i == len(levels) - 1, ids[i]), id=ids[i])
         for i, lv in enumerate(levels)
     ]
+    if settings.capacity:
+        # One test per engine: the search picks its own levels, from the first one up.
+        values = [pytest.param(_LevelParam(levels[0], settings, False, "capacity"), id="capacity")]
     metafunc.parametrize(LEVEL_ARG, values, indirect=True)
 
 
@@ -560,6 +573,7 @@ def pytest_collection_modifyitems(
             level=param.level,
             settings=param.settings,
             last_level=param.last,
+            capacity=param.id == "capacity" and param.settings.capacity,
         )
         state.contexts[item.nodeid] = ctx
         state.test_constants.setdefault(ctx.test, _test_constants(param.settings))
@@ -701,7 +715,21 @@ def slo_run(
     from pytest_llmslo import slo
 
     state = _state(request.config)
-    run = _run_level(state, request.node, slo_engine, slo_level, slo_settings)
+    ctx = state.contexts.get(request.node.nodeid)
+    if ctx is not None and ctx.capacity:
+        ts = slo_settings
+        lv = ts.levels[0]
+        kw: dict[str, Any] = {"start": lv.value, "max_value": ts.capacity_max}
+        if lv.mode == "rate":
+            kw.update(arrival=lv.arrival, seed=lv.seed)
+        _result, found = _search_capacity(
+            state, request.node, slo_engine, ts, ts.objectives, lv.mode, **kw
+        )
+        if found is None:
+            raise LoadError(f"{ctx.test}: the capacity search ran no level")
+        run = found
+    else:
+        run = _run_level(state, request.node, slo_engine, slo_level, slo_settings)
     slo.bind_run(run)
     try:
         yield run
@@ -749,49 +777,68 @@ def slo_capacity(
     max_value=None, max_probes=12)`` returns the ``CapacityResult``; every probed level is
     recorded as a point of this test's sweep (so its knee is the capacity), and the run at
     the capacity is bound as the current run."""
-    from pytest_llmslo import slo, sweep
+    from pytest_llmslo import slo
 
     state = _state(request.config)
 
     def search(*objectives: Any, mode: str = "concurrency", **kw: Any) -> Any:
         objs = tuple(objectives) or slo_settings.objectives
-        if not objs:
-            raise ConfigError(
-                "slo_capacity needs objectives: pass them (slo_capacity(ttft_p99 < 500)) or "
-                "configure --slo / the marker's objectives="
-            )
-        kw.setdefault("max_probes", 12)
-        s = sweep.CapacitySearch(mode, **kw)  # type: ignore[arg-type]
-        best: Run | None = None
-        ts = dataclasses.replace(slo_settings, objectives=objs)
-        while (level := s.next_level()) is not None:
-            run = _run_level(state, request.node, slo_engine, level, ts)
-            verdict = slo.evaluate(
-                run,
-                objs,
-                strict=ts.strict,
-                confidence=ts.confidence,
-                min_attainment=ts.min_attainment,
-                min_goodput_tok_s=ts.min_goodput_tok_s,
-            )
-            state.set_verdict(state.run_index[id(run)], verdict, ts.confidence)
-            passed: bool | None = verdict.passed if run.health.valid else None
-            s.record(level, passed)
-            if passed:
-                best = run
-        result = s.result
-        if best is not None:
-            slo.bind_run(best)
-        ctx = state.contexts.get(request.node.nodeid)
-        cap = result.capacity.label if result.capacity is not None else "none"
-        note = f"capacity {cap} after {result.probes} levels ({result.reason})"
-        if ctx is not None:
-            ctx.notes.append(note)
-        state.notes.append(f"{request.node.nodeid}: {note}")
+        result, run = _search_capacity(
+            state, request.node, slo_engine, slo_settings, objs, mode, **kw
+        )
+        if run is not None:
+            slo.bind_run(run)
         return result
 
     yield search  # type: ignore[misc]
     slo.unbind_run()
+
+
+def _search_capacity(
+    state: SloState,
+    item: pytest.Item,
+    handle: EngineHandle,
+    ts: S.TestSettings,
+    objectives: tuple[Any, ...],
+    mode: str,
+    **kw: Any,
+) -> tuple[Any, Run | None]:
+    """Run ``sweep.CapacitySearch`` with this test's settings: every probe is a point of the
+    test's sweep with its verdict. Returns the result and the run at the capacity (the last
+    probe when no level passed), which becomes the test's primary point."""
+    from pytest_llmslo import slo, sweep
+
+    if not objectives:
+        raise ConfigError(
+            "a capacity search needs objectives: pass them (slo_capacity(ttft_p99 < 500)) or "
+            "configure --slo / the marker's objectives="
+        )
+    kw.setdefault("max_probes", 12)
+    search = sweep.CapacitySearch(mode, **kw)  # type: ignore[arg-type]
+    ts = dataclasses.replace(ts, objectives=tuple(objectives))
+    best: tuple[int, Run] | None = None
+    last: tuple[int, Run] | None = None
+    while (level := search.next_level()) is not None:
+        run = _run_level(state, item, handle, level, ts)
+        idx = state.run_index[id(run)]
+        verdict = slo.evaluate(run, ts.objectives, **_gate_kwargs(ts))
+        state.set_verdict(idx, verdict, ts.confidence)
+        passed: bool | None = verdict.passed if run.health.valid else None
+        search.record(level, passed)
+        last = (idx, run)
+        if passed:
+            best = (idx, run)
+    result = search.result
+    chosen = best or last
+    ctx = state.contexts.get(item.nodeid)
+    cap = result.capacity.label if result.capacity is not None else "none"
+    note = f"capacity {cap} after {result.probes} levels ({result.reason})"
+    if ctx is not None:
+        ctx.notes.append(note)
+        if chosen is not None:
+            ctx.primary = chosen[0]
+    state.notes.append(f"{item.nodeid}: {note}")
+    return result, (chosen[1] if chosen is not None else None)
 
 
 # --------------------------------------------------------------------------- running loads
@@ -1030,6 +1077,8 @@ def _extend_safely(state: SloState, item: pytest.Item, ctx: TestContext) -> None
 
 
 def _primary(state: SloState, ctx: TestContext) -> int | None:
+    if ctx.primary is not None:
+        return ctx.primary
     return ctx.point_keys[0] if ctx.point_keys else None
 
 

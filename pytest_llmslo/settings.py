@@ -580,6 +580,28 @@ SPECS: tuple[Spec, ...] = (
         flag=True,
     ),
     _spec(
+        "slo_capacity",
+        parse_bool,
+        False,
+        "Instead of the sweep, search each SLO test's capacity: the highest load meeting its "
+        "objectives (exponential probe from the first level, then bisection; one test per "
+        "engine, id ENGINE-capacity).",
+        cli="--slo-capacity",
+        marker="capacity",
+        coerce=_coerce_bool,
+        flag=True,
+    ),
+    _spec(
+        "capacity_max",
+        parse_optional_duration,
+        None,
+        "Highest load a capacity search probes (concurrency or rate; default: no bound, "
+        "12 levels at most).",
+        cli="--slo-capacity-max",
+        marker="capacity_max",
+        metavar="N",
+    ),
+    _spec(
         "min_attainment",
         parse_fraction,
         None,
@@ -753,6 +775,8 @@ class TestSettings:
     strict: bool = False
     confidence: float = 0.95
     extend: bool = False
+    capacity: bool = False
+    capacity_max: float | None = None
     min_attainment: float | None = None
     min_goodput_tok_s: float | None = None
     request_timeout_s: float = 600.0
@@ -879,6 +903,8 @@ def resolve_test(
         strict=bool(vals["slo_strict"]),
         confidence=vals["slo_confidence"],
         extend=bool(vals["slo_extend"]),
+        capacity=bool(vals["slo_capacity"]),
+        capacity_max=vals["capacity_max"],
         min_attainment=vals["min_attainment"],
         min_goodput_tok_s=vals["min_goodput"],
         request_timeout_s=vals["request_timeout"],
@@ -969,4 +995,6 @@ def describe(session: SessionSettings, test: TestSettings) -> str:
         parts.append("strict")
     if test.extend:
         parts.append("extend")
+    if test.capacity:
+        parts.append("capacity-search")
     return " ".join(parts)

@@ -269,3 +269,31 @@ def test_engine_gone_is_an_error_and_results_are_kept(
 
     doc = json.loads((slo_pytester.path / "out.json").read_text())
     assert [p["level"]["value"] for p in doc["points"]] == [1.0]
+
+
+def test_capacity_search_option(slo_pytester: pytest.Pytester, tiny_args) -> None:
+    slo_pytester.makepyfile(
+        test_cap="""
+        import pytest
+        from pytest_llmslo import assert_goodput, ttft_p99
+
+        @pytest.mark.slo(ttft_p99 < 500, concurrency=[1, 2, 4])
+        def test_chat(slo_run):
+            assert slo_run.level.value == 8  # the run at the capacity is the test's run
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(
+        *tiny_args("--slo-capacity", "--slo-capacity-max=8", "-v", "--junitxml=x.xml")
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*test_chat[[]external-capacity] PASSED*", "*capacity c8 after 4 levels*"]
+    )
+    assert 'name="llmslo.level" value="c8"' in (slo_pytester.path / "x.xml").read_text()
+
+
+def test_capacity_search_needs_objectives(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(test_cap="def test_chat(slo_run):\n    pass\n")
+    result = slo_pytester.runpytest_subprocess("--slo-capacity", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --slo-capacity: test_cap.py::test_chat has no objec*"])
