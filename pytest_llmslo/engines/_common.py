@@ -1,15 +1,46 @@
 """Pieces the real-engine spec modules share: the served name, the port, the Python that
-runs a process engine, and the package version read from that Python."""
+runs a process engine, the package version read from that Python, and the sizing flags
+(tensor parallelism, dtype, quantization, context length, memory share) in each server's
+own spelling."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..errors import ConfigError, EngineUnavailable
 from .base import EngineConfig
 from .process import pick_free_port
+
+
+@dataclass(frozen=True, slots=True)
+class SizingFlags:
+    """How one server spells the sizing settings of ``EngineConfig``; None where it has no
+    such flag (the setting is then not passed on the command line)."""
+
+    tensor_parallel_size: str | None
+    max_model_len: str
+    gpu_memory_utilization: str
+    dtype: str | None = None
+    quantization: str | None = None
+
+    def args(self, config: EngineConfig) -> list[str]:
+        """The flags for ``config``'s settings, in the order tensor parallelism, dtype,
+        quantization, context length, memory share; unset settings are left out."""
+        args: list[str] = []
+        if self.tensor_parallel_size:
+            args += [self.tensor_parallel_size, str(config.tensor_parallel_size)]
+        if self.dtype and config.dtype:
+            args += [self.dtype, config.dtype]
+        if self.quantization and config.quantization:
+            args += [self.quantization, config.quantization]
+        if config.max_model_len is not None:
+            args += [self.max_model_len, str(config.max_model_len)]
+        if config.gpu_memory_utilization is not None:
+            args += [self.gpu_memory_utilization, str(config.gpu_memory_utilization)]
+        return args
 
 
 def require_model(config: EngineConfig) -> str:

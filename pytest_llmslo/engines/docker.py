@@ -16,7 +16,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,10 @@ class ContainerSpec:
     @property
     def needs_gpu(self) -> bool:
         return bool(self.device_requests)
+
+    def with_mount(self, path: str) -> ContainerSpec:
+        """This spec with host ``path`` also seen at the same path inside the container."""
+        return replace(self, mounts={**self.mounts, path: path})
 
     def run_kwargs(self) -> dict[str, Any]:
         """The keyword arguments for ``client.containers.create`` (exactly what runs)."""
@@ -174,7 +178,8 @@ def container_spec(
     shm_size: str | None = None,
 ) -> ContainerSpec:
     """The container for one engine unit: config env (plus ``env``), session labels, the
-    HF cache (``HF_HOME`` inside points at it), GPUs from ``config.gpus``."""
+    HF cache (``HF_HOME`` inside points at it), and, when the image ``needs_gpu``, the GPUs
+    of ``config.gpus`` (none for ``gpus="none"``)."""
     all_env = dict(env or {})
     all_env.update(config.env)
     mounts: dict[str, str] = {}

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from . import sglang, vllm
 from ._common import (
+    SizingFlags,
     choose_port,
     image_tag,
     package_version,
@@ -56,6 +58,19 @@ IMAGES = {
     # The mocker ships in every runtime image; the vLLM one is the smallest common choice.
     "mocker": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{DYNAMO_VERSION}",
 }
+#: Dynamo's TRT-LLM worker spells trtllm-serve's options with dashes; like trtllm-serve it
+#: has no dtype or quantization flag.
+TRTLLM_SIZING = SizingFlags(
+    tensor_parallel_size="--tensor-parallel-size",
+    max_model_len="--max-seq-len",
+    gpu_memory_utilization="--free-gpu-memory-fraction",
+)
+#: The mocker simulates one engine: no tensor parallelism, dtype or quantization.
+MOCKER_SIZING = SizingFlags(
+    tensor_parallel_size=None,
+    max_model_len="--max-model-len",
+    gpu_memory_utilization="--gpu-memory-utilization",
+)
 HOST_VARS = (
     "DYN_HTTP_HOST",
     "DYN_HTTP_RPC_HOST",
@@ -155,40 +170,13 @@ def worker_argv(config: EngineConfig, worker: str, role: str) -> list[str]:
     name = served_name(config)
     args = ["-m", f"dynamo.{worker}"]
     if worker == "vllm":
-        args += ["--model", model, "--served-model-name", name]
-        args += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
-        if config.dtype:
-            args += ["--dtype", config.dtype]
-        if config.quantization:
-            args += ["--quantization", config.quantization]
-        if config.max_model_len is not None:
-            args += ["--max-model-len", str(config.max_model_len)]
-        if config.gpu_memory_utilization is not None:
-            args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+        args += ["--model", model, "--served-model-name", name, *vllm.SIZING.args(config)]
     elif worker == "sglang":
-        args += ["--model-path", model, "--served-model-name", name]
-        args += ["--tp-size", str(config.tensor_parallel_size)]
-        if config.dtype:
-            args += ["--dtype", config.dtype]
-        if config.quantization:
-            args += ["--quantization", config.quantization]
-        if config.max_model_len is not None:
-            args += ["--context-length", str(config.max_model_len)]
-        if config.gpu_memory_utilization is not None:
-            args += ["--mem-fraction-static", str(config.gpu_memory_utilization)]
+        args += ["--model-path", model, "--served-model-name", name, *sglang.SIZING.args(config)]
     elif worker == "trtllm":
-        args += ["--model", model, "--served-model-name", name]
-        args += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
-        if config.max_model_len is not None:
-            args += ["--max-seq-len", str(config.max_model_len)]
-        if config.gpu_memory_utilization is not None:
-            args += ["--free-gpu-memory-fraction", str(config.gpu_memory_utilization)]
+        args += ["--model", model, "--served-model-name", name, *TRTLLM_SIZING.args(config)]
     else:  # mocker
-        args += ["--model-path", model, "--model-name", name]
-        if config.max_model_len is not None:
-            args += ["--max-model-len", str(config.max_model_len)]
-        if config.gpu_memory_utilization is not None:
-            args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+        args += ["--model-path", model, "--model-name", name, *MOCKER_SIZING.args(config)]
         speedup = config.options.get("speedup_ratio")
         if speedup is not None:
             args += ["--speedup-ratio", str(speedup)]
@@ -330,10 +318,10 @@ def plan(config: EngineConfig) -> LaunchPlan:
             )
         if file_kv:
             # File discovery works only when every container sees the same directory.
-            specs = [_with_mount(s, file_kv) for s in specs]
+            specs = [s.with_mount(file_kv) for s in specs]
         if worker_extra:
             trace_dir = os.path.dirname(worker_extra[-1])
-            specs = [_with_mount(s, trace_dir) for s in specs]
+            specs = [s.with_mount(trace_dir) for s in specs]
         return LaunchPlan(containers=tuple(specs), static_version=image_tag(image), **common)
     python = python_of(config)
     procs = [
@@ -356,12 +344,6 @@ def plan(config: EngineConfig) -> LaunchPlan:
         version_fallback=package_version(config, "ai-dynamo", "ai-dynamo-runtime"),
         **common,
     )
-
-
-def _with_mount(spec: Any, path: str) -> Any:
-    from dataclasses import replace
-
-    return replace(spec, mounts={**spec.mounts, path: path})
 
 
 def start(config: EngineConfig) -> RunningEngine:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ._common import (
+    SizingFlags,
     choose_port,
     image_tag,
     package_version,
@@ -28,6 +29,15 @@ from .readiness import all_of, http_ok, models_listed, version_from_json
 
 DEFAULT_IMAGE = "lmsysorg/sglang:v0.5.21"
 
+#: SGLang's server arguments for the sizing settings (Dynamo's SGLang worker takes the same).
+SIZING = SizingFlags(
+    tensor_parallel_size="--tp-size",
+    dtype="--dtype",
+    quantization="--quantization",
+    max_model_len="--context-length",
+    gpu_memory_utilization="--mem-fraction-static",
+)
+
 OPTIONS: Mapping[str, str] = {}
 
 
@@ -36,16 +46,7 @@ def server_args(config: EngineConfig, host: str, port: int) -> list[str]:
     args = ["--model-path", require_model(config), "--host", host, "--port", str(port)]
     if config.served_model_name:
         args += ["--served-model-name", config.served_model_name]
-    args += ["--tp-size", str(config.tensor_parallel_size)]
-    if config.dtype:
-        args += ["--dtype", config.dtype]
-    if config.quantization:
-        args += ["--quantization", config.quantization]
-    if config.max_model_len is not None:
-        args += ["--context-length", str(config.max_model_len)]
-    if config.gpu_memory_utilization is not None:
-        args += ["--mem-fraction-static", str(config.gpu_memory_utilization)]
-    return [*args, *config.extra_args]
+    return [*args, *SIZING.args(config), *config.extra_args]
 
 
 def plan(config: EngineConfig) -> LaunchPlan:
@@ -69,7 +70,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
             config,
             image=image,
             command=("python3", "-m", "sglang.launch_server", *args),
-            needs_gpu=(config.gpus or "").lower() != "none",
+            needs_gpu=True,
         )
         return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
     proc = ProcessSpec(

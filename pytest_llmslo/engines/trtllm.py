@@ -16,13 +16,28 @@ import tempfile
 from collections.abc import Mapping
 
 from ..errors import ConfigError
-from ._common import choose_port, image_tag, package_version, require_model, require_module
+from ._common import (
+    SizingFlags,
+    choose_port,
+    image_tag,
+    package_version,
+    require_model,
+    require_module,
+)
 from .base import EngineConfig
 from .launch import LaunchPlan, RunningEngine, launch
 from .process import ProcessSpec
 from .readiness import all_of, http_ok, models_listed, version_from_json
 
 DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc29"
+
+#: trtllm-serve's sizing flags; dtype goes into the --config YAML and quantization comes
+#: from the checkpoint, so neither has one.
+SIZING = SizingFlags(
+    tensor_parallel_size="--tensor_parallel_size",
+    max_model_len="--max_seq_len",
+    gpu_memory_utilization="--free_gpu_memory_fraction",
+)
 
 OPTIONS: Mapping[str, str] = {
     "backend": "trtllm-serve --backend: pytorch (its default), tensorrt or _autodeploy",
@@ -53,11 +68,7 @@ def serve_args(
     backend = config.options.get("backend")
     if backend:
         args += ["--backend", str(backend)]
-    args += ["--tensor_parallel_size", str(config.tensor_parallel_size)]
-    if config.max_model_len is not None:
-        args += ["--max_seq_len", str(config.max_model_len)]
-    if config.gpu_memory_utilization is not None:
-        args += ["--free_gpu_memory_fraction", str(config.gpu_memory_utilization)]
+    args += SIZING.args(config)
     if config_file:
         args += ["--config", config_file]
     return [*args, *config.extra_args]
@@ -92,8 +103,6 @@ def plan(config: EngineConfig) -> LaunchPlan:
         "ports": (port,),
     }
     if config.runtime == "docker":
-        from dataclasses import replace
-
         from .docker import container_spec
 
         image = config.image or DEFAULT_IMAGE
@@ -101,11 +110,10 @@ def plan(config: EngineConfig) -> LaunchPlan:
             config,
             image=image,
             command=("trtllm-serve", *args),
-            needs_gpu=(config.gpus or "").lower() != "none",
+            needs_gpu=True,
         )
         if config_file:
-            folder = os.path.dirname(config_file)
-            spec = replace(spec, mounts={**spec.mounts, folder: folder})
+            spec = spec.with_mount(os.path.dirname(config_file))
         return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
     program = (
         os.path.join(os.path.dirname(config.python), "trtllm-serve")

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ..errors import ConfigError
 from ._common import (
+    SizingFlags,
     choose_port,
     image_tag,
     package_version,
@@ -31,6 +32,15 @@ from .readiness import all_of, http_ok, models_listed, version_from_json
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.32.0"
 ENTRYPOINTS = ("api_server", "serve")
 
+#: vLLM's engine arguments for the sizing settings (Dynamo's vLLM worker takes the same).
+SIZING = SizingFlags(
+    tensor_parallel_size="--tensor-parallel-size",
+    dtype="--dtype",
+    quantization="--quantization",
+    max_model_len="--max-model-len",
+    gpu_memory_utilization="--gpu-memory-utilization",
+)
+
 OPTIONS: Mapping[str, str] = {
     "entrypoint": "process command: 'api_server' (python -m vllm.entrypoints.openai."
     "api_server, default) or 'serve' (the vllm script next to config.python)",
@@ -42,16 +52,7 @@ def engine_args(config: EngineConfig, host: str, port: int) -> list[str]:
     args = ["--host", host, "--port", str(port)]
     if config.served_model_name:
         args += ["--served-model-name", config.served_model_name]
-    args += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
-    if config.dtype:
-        args += ["--dtype", config.dtype]
-    if config.quantization:
-        args += ["--quantization", config.quantization]
-    if config.max_model_len is not None:
-        args += ["--max-model-len", str(config.max_model_len)]
-    if config.gpu_memory_utilization is not None:
-        args += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
-    return [*args, *config.extra_args]
+    return [*args, *SIZING.args(config), *config.extra_args]
 
 
 def process_argv(config: EngineConfig, host: str, port: int) -> list[str]:
@@ -92,7 +93,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
             image=image,
             entrypoint=("vllm", "serve"),
             command=(model, *engine_args(config, config.host, port)),
-            needs_gpu=(config.gpus or "").lower() != "none",
+            needs_gpu=True,
         )
         return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
     proc = ProcessSpec(
