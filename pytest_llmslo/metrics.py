@@ -67,6 +67,7 @@ __all__ = [
     "Threshold",
     "aggregate_values",
     "clear_cache",
+    "failure_counts",
     "goodput",
     "lower_confidence_bound",
     "lower_rank",
@@ -823,10 +824,17 @@ def goodput(run: Run, objectives: Iterable[Threshold]) -> Goodput:
 # --------------------------------------------------------------------------- RunSummary
 
 
-def _failure_kind(status: int, kind: str | None) -> str:
-    if kind is not None:
-        return kind
-    return "http" if status else "unknown"
+def failure_counts(run: Run) -> dict[str, int]:
+    """Failed requests of ``run`` per failure kind, sorted by kind: the record's
+    ``error_kind``, else ``http`` for a failure with a status, else ``unknown``."""
+    counts: dict[str, int] = {}
+    for r in run.records:
+        if not r.ok:
+            kind: str | None = r.error_kind
+            if kind is None:
+                kind = "http" if r.status else "unknown"
+            counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -969,11 +977,6 @@ def summarize(
     arr = _arrays(run)
     ok = arr.ok
     completed = int(ok.sum())
-    failures: dict[str, int] = {}
-    for r in run.records:
-        if not r.ok:
-            k = _failure_kind(r.status, r.error_kind)
-            failures[k] = failures.get(k, 0) + 1
     dists = {
         m: Distribution.of(m, aggregate_values(run, m), confidence=confidence) for m in METRICS
     }
@@ -986,7 +989,7 @@ def summarize(
         requests=arr.n,
         completed=completed,
         failed=arr.n - completed,
-        failures=dict(sorted(failures.items())),
+        failures=failure_counts(run),
         error_rate=((arr.n - completed) / arr.n) if arr.n else 0.0,
         duration_s=secs,
         distributions=dists,

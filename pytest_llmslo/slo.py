@@ -707,11 +707,6 @@ def evaluate(
     gp = metrics.goodput(run, objs)
     requests = len(run.records)
     completed = sum(1 for r in run.records if r.ok)
-    failures: dict[str, int] = {}
-    for r in run.records:
-        if not r.ok:
-            k = r.error_kind or ("http" if r.status else "unknown")
-            failures[k] = failures.get(k, 0) + 1
     error_rate = (requests - completed) / requests if requests else 0.0
     problems: list[str] = []
     if not objs:
@@ -739,7 +734,7 @@ def evaluate(
         requests=requests,
         completed=completed,
         good=gp.good if objs else None,
-        failures=dict(sorted(failures.items())),
+        failures=metrics.failure_counts(run),
         error_rate=error_rate,
         max_error_rate=max_error_rate,
         level=run.level.label,
