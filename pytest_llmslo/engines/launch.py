@@ -25,7 +25,7 @@ import httpx
 from .. import __version__ as harness_version
 from ..errors import EngineStartError
 from .base import EngineConfig
-from .process import ProcessSpec, start_processes, wait_port_free
+from .process import ProcessSpec, port_is_free, probe_host, start_processes, wait_port_free
 from .readiness import ReadyCheck, VersionProbe
 from .redact import redact_env
 
@@ -142,7 +142,7 @@ class RunningEngine:
         self._stopped = True
         _stop_units(self._units)
         for port in self.plan.ports:
-            wait_port_free(port, _bind_host(self.plan.host), timeout_s=10)
+            wait_port_free(port, probe_host(self.plan.host), timeout_s=10)
 
     def __enter__(self) -> RunningEngine:
         return self
@@ -152,10 +152,6 @@ class RunningEngine:
 
     def __repr__(self) -> str:
         return f"<RunningEngine {self.config.display_name} {self.base_url} model={self.model}>"
-
-
-def _bind_host(host: str) -> str:
-    return "127.0.0.1" if host in ("0.0.0.0", "") else host
 
 
 @functools.lru_cache(maxsize=1)
@@ -198,11 +194,9 @@ def _stop_units(units: list[Unit]) -> None:
 def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
     """Start the plan's units and wait until ready; on failure stop everything and raise
     ``EngineStartError`` with the log tails."""
-    from .process import port_is_free
-
     cfg = plan.config
     for port in plan.ports:
-        if not port_is_free(port, _bind_host(plan.host)):
+        if not port_is_free(port, probe_host(plan.host)):
             raise EngineStartError(
                 f"{cfg.display_name}: port {port} on {plan.host} is already in use "
                 "(set port= to another value or leave it unset to pick a free one)"

@@ -50,6 +50,12 @@ class ProcessSpec:
         }
 
 
+def probe_host(host: str) -> str:
+    """Where to check the ports of a server bound to ``host``: an IPv4 wildcard bind is
+    checked on loopback."""
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
 def pick_free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` now (the kernel picks it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from .. import __version__
 from .base import EngineConfig
 from .launch import LaunchPlan
-from .process import ProcessSpec, pick_free_port
+from .process import ProcessSpec, pick_free_port, probe_host
 from .readiness import http_ok, version_from_json
 
 DEFAULT_PROFILE = "llama3-70b-fp8-4xh100-vllm"
@@ -42,7 +42,7 @@ def sim_args(config: EngineConfig, host: str, port: int) -> list[str]:
 
 def plan(config: EngineConfig) -> LaunchPlan:
     host = config.host
-    port = config.port or pick_free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1")
+    port = config.port or pick_free_port(probe_host(host))
     args = sim_args(config, host, port)
     common = {
         "config": config,
