@@ -876,7 +876,7 @@ def _run_level(
         timeout_s=ts.request_timeout_s,
     )
     try:
-        workload = load.WorkloadSpec(**ts.workload_fields())
+        workload = load.WorkloadSpec(**ts.workload_fields()).for_level(level.mode, level.value)
     except (TypeError, ValueError, WorkloadError) as exc:
         raise ConfigError(f"{test}: bad workload: {exc}") from None
     meta = {

@@ -26,8 +26,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,6 +120,18 @@ class WorkloadSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def for_level(self, mode: str, value: float) -> WorkloadSpec:
+        """The same workload with prompts of its own for one load level.
+
+        The levels of a sweep must not share prompts: an engine with a prefix cache
+        (vLLM's default, SGLang's radix cache, the sim) would serve a later level from what
+        an earlier one left in its cache and report a TTFT that no new prompt gets. The seed
+        is derived from the base seed and the level alone, so the same level draws the same
+        prompts in every session (a baseline and a later run stay comparable).
+        """
+        key = f"{self.seed}:{mode}:{float(value)!r}".encode()
+        return replace(self, seed=zlib.crc32(key))
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,21 @@ def test_synthetic_fixed_lengths_and_reproducible() -> None:
     assert len({p.text for p in a}) == 5  # distinct prompts: no accidental prefix caching
 
 
+def test_each_load_level_draws_its_own_prompts() -> None:
+    base = WorkloadSpec(kind="shared_prefix", isl=60, osl=7, num_prefixes=2, prefix_len=20)
+    c8, c16 = base.for_level("concurrency", 8), base.for_level("concurrency", 16)
+    # Same level, same prompts, in any session: baselines stay comparable.
+    assert c8 == base.for_level("concurrency", 8.0)
+    assert c8.seed != c16.seed != base.seed
+    assert c8.for_level("rate", 8).seed != c8.seed
+    a, b = build_prompts(c8, 20), build_prompts(c16, 20)
+    # No prompt (nor shared prefix) of one level reappears at another: a prefix cache left
+    # warm by c8 must not make c16's TTFT look better than new prompts would get.
+    assert not {p.text for p in a} & {p.text for p in b}
+    assert not {p.text[:60] for p in a} & {p.text[:60] for p in b}
+    assert (c8.isl, c8.osl, c8.prefix_len) == (base.isl, base.osl, base.prefix_len)
+
+
 def test_length_model_scales_word_counts() -> None:
     lm = LengthModel(tokens_per_word=1.25, overhead=10)
     p = build_prompts(WorkloadSpec(isl=110, osl=4), 1, lm)[0]
