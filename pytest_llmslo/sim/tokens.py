@@ -23,15 +23,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-
-CHAT_BOS_TOKENS = 1
-CHAT_TOKENS_PER_MESSAGE = 5
-CHAT_GENERATION_PROMPT_TOKENS = 4
-COMPLETION_BOS_TOKENS = 1
 
 # Plausible English words for the generated text; cycled with a per-request offset.
 _WORDS = (
@@ -97,14 +92,6 @@ def block_hashes(tokens: Sequence[str], block_size: int) -> tuple[int, ...]:
         prev = hash((prev, tuple(tokens[i * block_size : (i + 1) * block_size])))
         out.append(prev)
     return tuple(out)
-
-
-def output_pieces(seed: int, count: int, *, start: int = 0) -> Iterable[str]:
-    """``count`` output words for a request; the first of the whole output has no space."""
-    n = len(_WORD_PIECES)
-    for i in range(start, start + count):
-        piece = _WORD_PIECES[(seed + i) % n]
-        yield piece[1:] if i == 0 else piece
 
 
 def output_piece(seed: int, index: int) -> str:
