@@ -31,10 +31,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .costmodel import CostModel, Gpu, ModelSpec
 from .scheduler import SchedulerConfig
+
+_T = TypeVar("_T")
 
 GPUS: dict[str, Gpu] = {
     "h100-sxm": Gpu(
@@ -284,20 +286,22 @@ def _override(obj: Any, values: Mapping[str, Any], what: str) -> Any:
     return dataclasses.replace(obj, **values)
 
 
+def _part(d: Mapping[str, Any], key: str, table: Mapping[str, _T], base: _T) -> _T:
+    """``d[key]`` as a named entry of ``table`` or field overrides of ``base``; ``base``
+    when ``d`` has no ``key``."""
+    if key not in d:
+        return base
+    value = d[key]
+    return table[value] if isinstance(value, str) else _override(base, value, key)
+
+
 def profile_from_mapping(d: Mapping[str, Any]) -> Profile:
     """A custom profile: ``{"base": NAME, "name": ..., "gpu": {...} or GPU key,
     "model": {...} or model key, "engine": {...} or engine key, "tp": N, ...}``."""
     base = get_profile(str(d.get("base", DEFAULT_PROFILE)))
-    gpu, model, engine = base.gpu, base.model, base.engine
-    if "gpu" in d:
-        g = d["gpu"]
-        gpu = GPUS[g] if isinstance(g, str) else _override(gpu, g, "gpu")
-    if "model" in d:
-        m = d["model"]
-        model = MODELS[m] if isinstance(m, str) else _override(model, m, "model")
-    if "engine" in d:
-        e = d["engine"]
-        engine = ENGINES[e] if isinstance(e, str) else _override(engine, e, "engine")
+    gpu = _part(d, "gpu", GPUS, base.gpu)
+    model = _part(d, "model", MODELS, base.model)
+    engine = _part(d, "engine", ENGINES, base.engine)
     known = {"base", "gpu", "model", "engine", "name", "description", "tp", "max_model_len"}
     known |= {"num_blocks"}
     unknown = sorted(set(d) - known)
