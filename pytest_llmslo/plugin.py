@@ -895,7 +895,8 @@ def _run_level(
             max_loop_lag_p99_ms=base.max_loop_lag_p99_ms if lag is None else lag,
             max_cpu_util=base.max_cpu_util if ts.client_max_cpu is None else ts.client_max_cpu,
         )
-    progress = _Progress(state.config, f"{engine} {level.label}", ts.requests, ts.warmup)
+    warmup = ts.warmup_for(level)
+    progress = _Progress(state.config, f"{engine} {level.label}", ts.requests, warmup)
     partial: Run | None = None
     try:
         try:
@@ -904,7 +905,7 @@ def _run_level(
                 workload,
                 level,
                 requests=ts.requests,
-                warmup=ts.warmup,
+                warmup=warmup,
                 duration_s=ts.duration_s,
                 progress=progress,
                 meta=meta,

@@ -23,6 +23,15 @@ def test_defaults() -> None:
     assert ts.objectives == () and ts.strict is False and ts.confidence == 0.95
 
 
+def test_warmup_covers_one_closed_loop_wave() -> None:
+    ts = resolve(marker={"warmup": 4})
+    assert ts.warmup_for(LoadLevel.concurrency(1)) == 4
+    assert ts.warmup_for(LoadLevel.concurrency(32)) == 32  # the first burst is discarded
+    assert ts.warmup_for(LoadLevel.rate(50.0)) == 4  # an open loop has no such burst
+    assert resolve(marker={"warmup": 0}).warmup_for(LoadLevel.concurrency(32)) == 0
+    assert resolve().warmup_for(LoadLevel.concurrency(64)) == 200
+
+
 def test_precedence_cli_env_ini_marker_default() -> None:
     marker = {"isl": 100}
     assert resolve(marker=marker).isl == 100
