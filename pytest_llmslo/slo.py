@@ -38,6 +38,7 @@ the reason: its numbers would be the client's latency, not the engine's.
 from __future__ import annotations
 
 import math
+import operator
 import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping
@@ -107,6 +108,12 @@ __all__ = [
 
 Op = Literal["<", "<=", ">", ">="]
 OPS: tuple[Op, ...] = ("<", "<=", ">", ">=")
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 STATS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p999", "mean")
 DEFAULT_MIN_ATTAINMENT = 0.9
 
@@ -155,13 +162,7 @@ class Objective:
         """Whether ``value`` satisfies the comparison (False for None/NaN)."""
         if value is None or math.isnan(value):
             return False
-        t = self.threshold
-        return {
-            "<": value < t,
-            "<=": value <= t,
-            ">": value > t,
-            ">=": value >= t,
-        }[self.op]
+        return bool(_COMPARE[self.op](value, self.threshold))
 
     def __bool__(self) -> bool:
         raise TypeError(
