@@ -48,6 +48,7 @@ __all__ = [
     "group_sweeps",
     "knee_of",
     "knee_points",
+    "level_order",
     "lookup_knee",
     "pareto_front",
     "point_at",
@@ -208,7 +209,7 @@ def finite_or_none(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _ordered(points: Sequence[SweepPoint]) -> list[int]:
+def level_order(points: Sequence[SweepPoint]) -> list[int]:
     """Indices of ``points`` sorted by load; a level measured twice keeps its last point."""
     modes = {p.level.mode for p in points}
     if len(modes) > 1:
@@ -302,7 +303,7 @@ def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN
             f"find_knee takes one sweep, got {len(sweeps)} (engine, test) pairs: "
             "split the points with split_sweeps() first"
         )
-    order = _ordered(points)
+    order = level_order(points)
     sat_index = _saturation_index(points, order, min_gain)
     sat_level = None if sat_index is None else points[sat_index].level
 
@@ -516,7 +517,7 @@ def extend_sweep(points: Sequence[SweepPoint], **kwargs: Any) -> LoadLevel | Non
     goodput at its highest level. Keyword arguments go to ``extend_levels``."""
     if not points:
         return None
-    order = _ordered(points)
+    order = level_order(points)
     valid = [point_goodput(points[i]) for i in order if points[i].summary.valid]
     best = max((g for g in valid if g is not None), default=None)
     top = points[order[-1]]

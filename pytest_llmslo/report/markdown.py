@@ -25,6 +25,7 @@ from pytest_llmslo.sweep import (
     find_knee,
     group_sweeps,
     knee_points,
+    level_order,
     pareto_front,
     point_goodput,
     point_status,
@@ -152,12 +153,9 @@ def render_sweeps(
         for mode, pts in by_mode.items():
             knee = (knees or {}).get((engine, test)) if len(by_mode) == 1 else None
             knee = knee or find_knee(pts)
-            last: dict[float, SweepPoint] = {}
-            for p in pts:
-                last[p.level.value] = p  # a level measured twice shows its last point
             rows = []
-            for value in sorted(last):
-                p = last[value]
+            for i in level_order(pts):  # a level measured twice shows its last point
+                p = pts[i]
                 at_knee = knee.level is not None and p.level == knee.level
                 cells = sweep_row_cells(p)
                 if at_knee:
