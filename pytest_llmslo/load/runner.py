@@ -17,10 +17,13 @@ timestamps are comparable); their records are merged. ``ClientSettings.processes
 overrides the automatic choice (``auto_processes``).
 
 Warm-up: the first ``warmup`` requests of the sequence are sent and discarded.
-Duration bound: at ``t0 + duration_s`` no new request is sent and requests still in flight
-are cut. Cut requests are *excluded* from ``Run.records`` (a request cut by the harness says
-nothing about the engine) and *counted* in ``run.meta["cancelled"]``. On Ctrl-C or task
-cancellation the same happens and ``LoadInterrupted`` carries the partial run.
+Duration bound: ``duration_s`` counts from the first *measured* send (a warm-up never eats
+the measured time). After it no new request is sent, and the requests in flight get
+``grace_s`` (default 30 s) to finish and be measured: cutting them at once would drop the
+slowest requests of a loaded engine, exactly the tail a P99 is about. Requests still running
+after the grace period are cut, *excluded* from ``Run.records`` (a request cut by the
+harness says nothing about the engine) and *counted* in ``run.meta["cancelled"]``. On Ctrl-C
+or task cancellation they are cut at once and ``LoadInterrupted`` carries the partial run.
 
 The client checks itself (``ClientHealth``): schedule lag (sent − scheduled), event-loop
 lag (a ticker every 10 ms, how late it wakes) and CPU (``time.process_time`` per process
@@ -182,10 +185,50 @@ async def _loop_ticker(samples: list[int]) -> None:
         nxt = now + _TICK_NS
 
 
+@dataclass(slots=True)
+class _Bound:
+    """The duration bound of one worker: its clock starts at the first measured send."""
+
+    duration_ns: int | None
+    grace_ns: int
+    send_until_ns: int | None = None
+
+    def start(self, now_ns: int) -> None:
+        if self.duration_ns is not None and self.send_until_ns is None:
+            self.send_until_ns = now_ns + self.duration_ns
+
+    def expired(self, at_ns: int) -> bool:
+        """No request may be sent at ``at_ns``."""
+        return self.send_until_ns is not None and at_ns >= self.send_until_ns
+
+    def drain_end_ns(self) -> int | None:
+        """When requests still in flight are cut (None: not bounded yet)."""
+        return None if self.send_until_ns is None else self.send_until_ns + self.grace_ns
+
+
+async def _wait_bounded(
+    tasks: set[asyncio.Task[None]], waiter: asyncio.Future[Any], bound: _Bound
+) -> None:
+    """Wait for ``tasks`` until they are done, the stop event fires, or the bound's drain
+    ends. Before the bound's clock starts (warm-up) the end is unknown: look again often."""
+    while any(not t.done() for t in tasks) and not waiter.done():
+        end = bound.drain_end_ns()
+        if end is None:
+            if bound.duration_ns is None:
+                await _wait_tasks(tasks, waiter, None)
+                return
+            await _wait_tasks(tasks, waiter, 0.25)
+            continue
+        left = (end - perf_counter_ns()) / 1e9
+        if left <= 0:
+            return
+        await _wait_tasks(tasks, waiter, left)
+
+
 async def _drive(
     plan: _Plan,
     t0_ns: int,
-    deadline_ns: int | None,
+    bound: _Bound,
     stop: asyncio.Event,
     counter: _Counter,
 ) -> _WorkerResult:
@@ -247,23 +290,26 @@ async def _drive(
             async def slot() -> None:
                 scheduled = t0_ns
                 for job in it:
-                    if stop.is_set() or (deadline_ns is not None and scheduled >= deadline_ns):
+                    if stop.is_set() or bound.expired(scheduled):
                         return
+                    if not job.warmup:
+                        bound.start(scheduled)
                     await one(job, scheduled)
                     scheduled = perf_counter_ns()
 
             tasks = {asyncio.ensure_future(slot()) for _ in range(max(plan.slots, 1))}
             waiter: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-            remaining = None if deadline_ns is None else (deadline_ns - perf_counter_ns()) / 1e9
-            await _wait_tasks(tasks, waiter, remaining)
+            await _wait_bounded(tasks, waiter, bound)
             waiter.cancel()
         else:
 
             async def scheduler() -> None:
                 for job in jobs:
                     at = t0_ns + job.offset_ns
-                    if deadline_ns is not None and at >= deadline_ns:
+                    if bound.expired(at):
                         return
+                    if not job.warmup:
+                        bound.start(at)
                     await _sleep_until(at)
                     if stop.is_set():
                         return
@@ -273,12 +319,9 @@ async def _drive(
 
             sched = asyncio.ensure_future(scheduler())
             waiter = asyncio.ensure_future(stop.wait())
-            remaining = None if deadline_ns is None else (deadline_ns - perf_counter_ns()) / 1e9
-            await _wait_tasks({sched}, waiter, remaining)
-            if not stop.is_set() and not sched.cancelled():
-                remaining = None if deadline_ns is None else (deadline_ns - perf_counter_ns()) / 1e9
-                if tasks:
-                    await _wait_tasks(set(tasks), waiter, remaining)
+            await _wait_bounded({sched}, waiter, bound)
+            if not stop.is_set() and not sched.cancelled() and tasks:
+                await _wait_bounded(set(tasks), waiter, bound)
             sched.cancel()
             waiter.cancel()
     finally:
@@ -342,10 +385,12 @@ def worker_main(fd: int) -> None:
         msg = conn.recv()
         if msg[0] != "go":
             return
-        _, t0_ns, deadline_ns = msg
+        _, t0_ns, duration_ns, grace_ns = msg
         loop = new_event_loop(plan.settings.event_loop)
         try:
-            res = loop.run_until_complete(_worker_async(conn, plan, t0_ns, deadline_ns))
+            res = loop.run_until_complete(
+                _worker_async(conn, plan, t0_ns, _Bound(duration_ns, grace_ns))
+            )
         finally:
             loop.close()
         conn.send(("result", res))
@@ -357,7 +402,7 @@ def worker_main(fd: int) -> None:
             conn.close()
 
 
-async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, deadline_ns: int | None) -> Any:
+async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, bound: _Bound) -> Any:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     counter = _Counter()
@@ -384,7 +429,7 @@ async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, deadline_ns: int | N
 
     reporter = loop.create_task(report())
     try:
-        return await _drive(plan, t0_ns, deadline_ns, stop, counter)
+        return await _drive(plan, t0_ns, bound, stop, counter)
     finally:
         reporter.cancel()
 
@@ -508,6 +553,7 @@ async def run_load(
     requests: int,
     warmup: int = 200,
     duration_s: float | None = None,
+    grace_s: float = 30.0,
     progress: Callable[[Progress], None] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: HealthThresholds | None = None,
@@ -521,6 +567,8 @@ async def run_load(
         raise LoadError(f"warmup must be >= 0, got {warmup}")
     if duration_s is not None and not duration_s > 0:
         raise LoadError(f"duration_s must be > 0, got {duration_s}")
+    if not grace_s >= 0:
+        raise LoadError(f"grace_s must be >= 0, got {grace_s}")
     th = thresholds or HealthThresholds()
     total = warmup + requests
 
@@ -564,6 +612,7 @@ async def run_load(
         "requests": requests,
         "warmup": warmup,
         "duration_s": duration_s,
+        "grace_s": grace_s,
         "processes": nproc,
         "calibration": calibration,
         "health_thresholds": {
@@ -585,9 +634,9 @@ async def run_load(
             progress(Progress(done, requests, failed, elapsed, False))
 
     if nproc == 1:
-        results = await _run_inprocess(plans[0], duration_s, report)
+        results = await _run_inprocess(plans[0], duration_s, grace_s, report)
     else:
-        results = await _run_processes(plans, duration_s, report)
+        results = await _run_processes(plans, duration_s, grace_s, report)
     if isinstance(results, _Interrupted):
         run = _assemble(
             level, results.results, warmup, {**run_meta, "interrupted": True}, th, nproc
@@ -603,13 +652,20 @@ class _Interrupted:
     results: list[_WorkerResult]
 
 
+def _duration_ns(duration_s: float | None, grace_s: float) -> tuple[int | None, int]:
+    return (None if duration_s is None else int(duration_s * 1e9)), int(grace_s * 1e9)
+
+
 async def _run_inprocess(
-    plan: _Plan, duration_s: float | None, report: Callable[[int, int, int], None]
+    plan: _Plan,
+    duration_s: float | None,
+    grace_s: float,
+    report: Callable[[int, int, int], None],
 ) -> list[_WorkerResult] | _Interrupted:
     stop = asyncio.Event()
     counter = _Counter()
     t0 = perf_counter_ns() + 1_000_000
-    deadline = None if duration_s is None else t0 + int(duration_s * 1e9)
+    bound = _Bound(*_duration_ns(duration_s, grace_s))
 
     async def reporter() -> None:
         while True:
@@ -617,7 +673,7 @@ async def _run_inprocess(
             report(counter.done, counter.failed, counter.warm_done)
 
     rep = asyncio.ensure_future(reporter())
-    task = asyncio.ensure_future(_drive(plan, t0, deadline, stop, counter))
+    task = asyncio.ensure_future(_drive(plan, t0, bound, stop, counter))
     try:
         res = await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -659,7 +715,10 @@ def _spawn_worker(plan: _Plan) -> tuple[subprocess.Popen[bytes], Connection]:
 
 
 async def _run_processes(
-    plans: list[_Plan], duration_s: float | None, report: Callable[[int, int, int], None]
+    plans: list[_Plan],
+    duration_s: float | None,
+    grace_s: float,
+    report: Callable[[int, int, int], None],
 ) -> list[_WorkerResult] | _Interrupted:
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
@@ -717,9 +776,9 @@ async def _run_processes(
             if msg[0] == "ready":
                 ready += 1
         t0 = perf_counter_ns() + _START_MARGIN_NS
-        deadline = None if duration_s is None else t0 + int(duration_s * 1e9)
+        duration_ns, grace_ns = _duration_ns(duration_s, grace_s)
         for c in conns:
-            c.send(("go", t0, deadline))
+            c.send(("go", t0, duration_ns, grace_ns))
         last = 0.0
         while len(results) < n:
             try:
@@ -775,6 +834,7 @@ def run_load_sync(
     requests: int,
     warmup: int = 200,
     duration_s: float | None = None,
+    grace_s: float = 30.0,
     progress: Callable[[Progress], None] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: HealthThresholds | None = None,
@@ -789,6 +849,7 @@ def run_load_sync(
         "requests": requests,
         "warmup": warmup,
         "duration_s": duration_s,
+        "grace_s": grace_s,
         "progress": progress,
         "meta": meta,
         "thresholds": thresholds,

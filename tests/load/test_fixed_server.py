@@ -104,10 +104,48 @@ async def test_duration_bound_cuts_and_counts(fixed_url: str) -> None:
         requests=200,
         warmup=0,
         duration_s=0.6,
+        grace_s=0,
     )
     assert 0 < len(run.records) < 200
     assert all(r.ok for r in run.records)
     assert run.meta["cancelled"] >= 1
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+async def test_duration_bound_drains_requests_in_flight(fixed_url: str, processes: int) -> None:
+    # Each request takes about 50 + 19 * 10 = 240 ms; at 0.6 s four are in flight.
+    cs = ClientSettings(fixed_url, "fixed", processes=processes)
+    run = await run_load(
+        cs,
+        WorkloadSpec(isl=8, osl=20, calibrate=False),
+        LoadLevel.concurrency(4),
+        requests=200,
+        warmup=0,
+        duration_s=0.6,
+    )
+    assert run.meta["cancelled"] == 0  # the grace period let them finish, and they count
+    assert 4 < len(run.records) < 200 and all(r.ok for r in run.records)
+    last_send = max(r.sent_ns for r in run.records)
+    assert (last_send - run.start_ns) / 1e9 < 0.6 + 0.2  # nothing new sent after the bound
+    assert max(r.end_ns for r in run.records) > last_send
+
+
+async def test_duration_bound_starts_after_the_warm_up(fixed_url: str) -> None:
+    # 8 warm-up requests at c2 take about 1 s: longer than the 0.5 s bound. Counted from
+    # the start, nothing would be measured; counted from the first measured send, the
+    # measured window is the bound plus the drain.
+    cs = ClientSettings(fixed_url, "fixed", processes=1)
+    run = await run_load(
+        cs,
+        WorkloadSpec(isl=8, osl=20, calibrate=False),
+        LoadLevel.concurrency(2),
+        requests=100,
+        warmup=8,
+        duration_s=0.5,
+    )
+    assert len(run.records) >= 2 and all(r.ok for r in run.records)
+    assert run.meta["cancelled"] == 0
+    assert 0.5 <= run.duration_s < 0.5 + 1.0
 
 
 async def test_multi_token_chunks_with_continuous_usage() -> None:
