@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import subprocess
 import sys
 import time
@@ -93,8 +94,14 @@ def ttft_itl(run: Run) -> tuple[float, float]:
 def run_level(args: argparse.Namespace, url: str, c: int, transport: str = "fast") -> dict:
     e2e_s = (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1e3
     ideal = c / e2e_s
-    requests = max(200, int(ideal * args.seconds))
-    warmup = max(200, c)  # one full wave: the connect storm of the first wave is not measured
+    # Whole waves: the closed loop's slots run in step, so a partial last wave would take a
+    # full request time for a fraction of the requests and read as a lower rate (with 5.77
+    # waves, at most 96 % of ideal however fast the client is).
+    waves = max(1, math.ceil(max(200, ideal * args.seconds) / c))
+    requests = waves * c
+    # At least one full wave (the connect storm of the first wave is not measured), and
+    # whole waves, so that the measured requests start in step.
+    warmup = c * math.ceil(200 / c)
     client = ClientSettings(
         url, "fixed", processes=args.processes, event_loop=args.client_loop, transport=transport
     )
