@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import signal
 import subprocess
@@ -106,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             cpu0, wall0, (lsum0, lcnt0) = server_cpu_s(pid), time.monotonic(), lateness(url)
             run = run_load_sync(
                 client,
-                # A seed per level: the same prompts again would hit the prefix cache
-                # the previous level filled, as on any engine with prefix caching.
-                dataclasses.replace(workload, seed=c),
+                # Prompts of its own per level, as the plugin draws them: the same
+                # prompts again would hit the prefix cache the previous level filled.
+                workload.for_level("concurrency", c),
                 LoadLevel.concurrency(c),
                 requests=requests,
                 warmup=max(c, 1),
