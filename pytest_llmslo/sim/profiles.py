@@ -9,8 +9,9 @@ Hardware numbers are the vendors' dense figures (H100 SXM: 80 GB HBM3 at 3.35 TB
 TFLOPS BF16, 1979 TFLOPS FP8, NVLink 450 GB/s per direction). Model numbers are the
 published Llama 3.1 configs. The engine presets differ where the engines do:
 
-- vLLM-like: 8192-token budget, 16-token blocks, prefix caching, the largest per-step and
-  per-sequence CPU overheads (Python scheduler, detokenisation in the API server);
+- vLLM-like: 2048-token budget (``max_num_batched_tokens``), 16-token blocks, prefix
+  caching, the largest per-step and per-sequence CPU overheads (Python scheduler,
+  detokenisation in the API server);
 - SGLang-like: 8192-token chunked prefill, token-granular radix cache (block size 1),
   lower overheads (the overlap scheduler hides most of the CPU work);
 - TRT-LLM-like: 8192 max tokens, 32-token blocks, the C++ runtime's small overheads and
@@ -20,6 +21,10 @@ The overheads and efficiencies are calibrated so that the 70B FP8 4xH100 vLLM-li
 at ISL 512 / OSL 256 gives an inter-token latency of about 12 ms at concurrency 1 and a
 TTFT P99 < 500 ms / ITL P50 < 30 ms knee between concurrency 32 and 48, as published
 measurements of that setup show. ``docs/sim.md`` has the sweep.
+
+Without chunked prefill a prompt is prefilled in one step, so, as vLLM does, a profile with
+``chunked_prefill=False`` must have ``max_num_batched_tokens >= max_model_len``
+(``Profile`` raises ``ValueError`` otherwise): a longer prompt could never be scheduled.
 
 Custom numbers: ``profile_from_mapping`` (a JSON file given to ``--profile-file``) starts
 from a named profile (``"base"``) and overrides any field of ``gpu``, ``model`` and
@@ -169,6 +174,19 @@ class Profile:
     engine: EnginePreset
     max_model_len: int = 8192
     num_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        e = self.engine
+        if not e.chunked_prefill and e.max_num_batched_tokens < self.max_model_len:
+            # vLLM refuses this configuration at startup for the same reason.
+            raise ValueError(
+                f"chunked prefill is disabled (--no-chunked-prefill) and "
+                f"max_num_batched_tokens ({e.max_num_batched_tokens}) is smaller than "
+                f"max_model_len ({self.max_model_len}): a prompt longer than "
+                f"{e.max_num_batched_tokens} tokens could never be scheduled. Raise "
+                f"--max-num-batched-tokens to at least {self.max_model_len}, lower "
+                "--max-model-len, or leave chunked prefill on."
+            )
 
     def cost_model(self) -> CostModel:
         e = self.engine

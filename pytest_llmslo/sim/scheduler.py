@@ -10,6 +10,10 @@ The model follows vLLM's V1 scheduler, which SGLang's and TensorRT-LLM's behave 
 - Running requests are served first, in arrival order; then waiting requests are admitted
   first-come first-served while the budget, ``max_num_seqs`` and free KV blocks allow.
   A request that cannot get blocks for its chunk stops admission (head-of-line FCFS).
+  Without chunked prefill a request is admitted only when its whole prefill fits what is
+  left of the budget, so ``add`` refuses one whose prefill could never fit a whole budget:
+  its prompt plus the output a preemption would make it recompute (prompt + max_tokens
+  - 1 tokens). Left in the queue it would block every later request forever.
 - The KV cache is a pool of ``block_size``-token blocks. When a running request needs a
   block and none is free, the most recently admitted running request is preempted: its
   blocks are freed and it goes back to the front of the queue to be recomputed
@@ -21,8 +25,10 @@ The model follows vLLM's V1 scheduler, which SGLang's and TensorRT-LLM's behave 
   those tokens computed and skips their prefill (at least one token is always computed).
 
 ``Scheduler.step(now)`` plans one step, prices it with the ``CostModel``, applies it and
-returns a ``StepResult`` whose tokens exist at ``now + duration``. Nothing here sleeps or
-reads a clock, so tests drive it on a fake one.
+returns a ``StepResult`` whose tokens exist at ``now + duration``. A step that would
+schedule nothing while requests wait (and nothing runs or was preempted) would be an empty
+0-s step forever: ``step`` raises ``SchedulerStalled`` naming the stuck request instead.
+Nothing here sleeps or reads a clock, so tests drive it on a fake one.
 """
 
 from __future__ import annotations
@@ -35,6 +41,16 @@ from typing import Literal
 from .costmodel import CostModel, StepCost
 
 RequestStatus = Literal["waiting", "running", "finished", "aborted"]
+
+
+class SchedulerStalled(RuntimeError):
+    """A step could schedule nothing although requests wait: the request at the head of
+    the queue can never be admitted, and FCFS would block everything behind it. An
+    invariant of the scheduler is broken (``add`` refuses such requests)."""
+
+    def __init__(self, request: SimRequest, reason: str) -> None:
+        super().__init__(f"request {request.rid} can never be scheduled: {reason}")
+        self.request = request
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +235,7 @@ class SchedulerStats:
     prefix_hits: int = 0
     finished: int = 0
     aborted: int = 0
+    failed: int = 0
 
 
 class Scheduler:
@@ -233,21 +250,33 @@ class Scheduler:
         self.stats = SchedulerStats()
 
     def add(self, req: SimRequest) -> None:
-        """Queue a new request (it joins the next step that has room)."""
-        if self.blocks.blocks_for(req.prompt_tokens + req.max_tokens) > self.config.num_blocks:
+        """Queue a new request (it joins the next step that has room). ``ValueError`` for
+        a request that could never run: more KV blocks than the cache has, or, without
+        chunked prefill, a prefill longer than the step budget."""
+        cfg = self.config
+        if self.blocks.blocks_for(req.prompt_tokens + req.max_tokens) > cfg.num_blocks:
             raise ValueError(
                 f"request {req.rid} needs more KV blocks than the cache has "
-                f"({self.config.num_blocks} blocks of {self.config.block_size} tokens)"
+                f"({cfg.num_blocks} blocks of {cfg.block_size} tokens)"
+            )
+        # A preempted request re-prefills its prompt and the output so far in one go.
+        longest = req.prompt_tokens + req.max_tokens - 1
+        if not cfg.chunked_prefill and longest > cfg.max_num_batched_tokens:
+            raise ValueError(
+                f"chunked prefill is disabled and max_num_batched_tokens is "
+                f"{cfg.max_num_batched_tokens}, but this request ({req.prompt_tokens} prompt "
+                f"tokens, max_tokens {req.max_tokens}) may need a prefill of {longest} tokens "
+                "in one step, so it could never be scheduled. Please reduce the length of the "
+                "messages or completion."
             )
         if not self.config.enable_prefix_caching:
             req.block_hashes = ()
         req.status = "waiting"
         self.waiting.append(req)
 
-    def abort(self, req: SimRequest) -> None:
-        """Drop a request (its client went away): free its blocks now."""
+    def _drop(self, req: SimRequest) -> bool:
         if req.done:
-            return
+            return False
         if req.status == "running":
             self.running.remove(req)
             self.blocks.free(req)
@@ -257,7 +286,17 @@ class Scheduler:
             except ValueError:
                 pass
         req.status = "aborted"
-        self.stats.aborted += 1
+        return True
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request (its client went away): free its blocks now."""
+        if self._drop(req):
+            self.stats.aborted += 1
+
+    def fail(self, req: SimRequest) -> None:
+        """Drop a request the engine cannot serve (see ``SchedulerStalled``)."""
+        if self._drop(req):
+            self.stats.failed += 1
 
     @property
     def has_work(self) -> bool:
@@ -336,9 +375,28 @@ class Scheduler:
                 budget -= n
         return scheduled, preempted
 
+    def _stall_reason(self, req: SimRequest) -> str:
+        cfg = self.config
+        remaining = req.num_tokens - req.num_computed
+        if not cfg.chunked_prefill and remaining > cfg.max_num_batched_tokens:
+            return (
+                f"chunked prefill is off and its prefill of {remaining} tokens exceeds "
+                f"max_num_batched_tokens={cfg.max_num_batched_tokens}"
+            )
+        return (
+            f"nothing runs and it was not admitted ({remaining} tokens to compute, "
+            f"{self.blocks.available} of {cfg.num_blocks} KV blocks available)"
+        )
+
     def step(self, now: float) -> StepResult:
-        """Plan, price and apply one step starting at ``now`` (simulated seconds)."""
+        """Plan, price and apply one step starting at ``now`` (simulated seconds).
+
+        ``SchedulerStalled`` when requests wait but nothing could be scheduled (see the
+        module docstring): the caller must not retry the same state."""
         scheduled, preempted = self.schedule(now)
+        if not scheduled and not preempted and self.waiting:
+            head = self.waiting[0]
+            raise SchedulerStalled(head, self._stall_reason(head))
         cost = self.cost.step((req.num_computed, n) for req, n in scheduled)
         end = now + cost.total_s
         emitted: list[tuple[SimRequest, int]] = []

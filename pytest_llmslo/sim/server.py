@@ -12,6 +12,11 @@ writes end more than ``lag_warn_s`` behind schedule. When the server is so far b
 (``resync_s``) that catching up would only burst old tokens, it moves its simulated clock
 to now and counts a resync: the simulated engine gets slower, which the metrics show.
 
+The loop never spins: a step that schedules nothing while requests wait
+(``SchedulerStalled``, a broken invariant: such requests are refused when they arrive) is
+logged as an error and the stuck request fails (an error event in its stream, or a 500)
+instead of blocking the queue with empty 0-s steps.
+
 The API follows vLLM's OpenAI server: ``/v1/chat/completions`` and ``/v1/completions``
 (streamed as server-sent events, ``stream_options.include_usage`` with usage in a final
 chunk, ``continuous_usage_stats`` too), ``/v1/models``, ``/health``, ``/metrics``,
@@ -35,7 +40,7 @@ from typing import IO, Any
 
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .profiles import Profile
-from .scheduler import Scheduler, SimRequest, StepResult
+from .scheduler import Scheduler, SchedulerStalled, SimRequest, StepResult
 from .tokens import (
     block_hashes,
     chat_tokens,
@@ -238,6 +243,20 @@ class Stream:
         if not self.done.done():
             self.done.set_result(None)
 
+    def fail(self, message: str) -> None:
+        """End the request with a server error: an error event then ``[DONE]`` in a stream
+        (its 200 head is already out), else a 500 response."""
+        if self.done.done():
+            return
+        err = ApiError(HTTPStatus.INTERNAL_SERVER_ERROR, message, "InternalServerError")
+        if self.stream:
+            body = json.dumps(err.body(), separators=(",", ":")).encode()
+            if self.conn.write_chunk(b"data: " + body + b"\n\ndata: [DONE]\n\n"):
+                self.conn.end_stream()
+        else:
+            self.conn.send_json(err.status, err.body())
+        self.done.set_result(None)
+
     def cancel(self) -> None:
         if not self.done.done():
             self.done.set_result(None)
@@ -284,6 +303,16 @@ class EngineLoop:
         if stream is not None:
             stream.cancel()
 
+    def _stalled(self, exc: SchedulerStalled) -> None:
+        """A request that can never be scheduled: fail it, so the loop moves on rather
+        than spinning on empty steps with the whole queue blocked behind it."""
+        log.error("sim engine invariant broken: %s; failing it", exc)
+        req = exc.request
+        self.scheduler.fail(req)
+        stream = self.streams.pop(req, None)
+        if stream is not None:
+            stream.fail(f"the sim engine cannot schedule this request: {exc}")
+
     async def run(self) -> None:
         sched = self.scheduler
         while True:
@@ -293,7 +322,13 @@ class EngineLoop:
                 # Idle time passes on the simulated clock too.
                 self.sim_now = max(self.sim_now, self.wall_sim())
                 continue
-            result = sched.step(self.sim_now)
+            try:
+                result = sched.step(self.sim_now)
+            except SchedulerStalled as exc:
+                self._stalled(exc)
+                # Let the event loop run (arrivals, writes) before the next step.
+                await asyncio.sleep(0)
+                continue
             target_ns = self.t0_ns + round(result.end_s * 1e9)
             await self._sleep_until(target_ns)
             self._emit(result, target_ns)
@@ -659,6 +694,12 @@ class SimServer:
             "counter",
             "Requests dropped because the client left.",
             st.aborted,
+        )
+        metric(
+            "llmslo_sim_failed_total",
+            "counter",
+            "Requests failed because the engine could never schedule them.",
+            st.failed,
         )
         name = "llmslo_sim_emit_lateness_seconds"
         out.append(f"# HELP {name} Token write time minus its scheduled time.")

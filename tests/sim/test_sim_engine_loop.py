@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import time
 from typing import Any
 
 import pytest
 
-from pytest_llmslo.sim.profiles import get_profile
+from pytest_llmslo.sim.httpd import HttpRequest
+from pytest_llmslo.sim.profiles import Profile, get_profile
 from pytest_llmslo.sim.scheduler import SimRequest
 from pytest_llmslo.sim.server import EngineLoop, SimServer, Stream, TraceWriter
 
@@ -24,6 +26,11 @@ class FakeConn:
         self.ended = False
         self.closed = False
         self.sent: list[Any] = []
+        self.on_close: list[Any] = []
+        self.started = False
+
+    def start_stream(self) -> None:
+        self.started = True
 
     def write_chunk(self, data: bytes) -> bool:
         if self.closed:
@@ -38,8 +45,10 @@ class FakeConn:
         self.sent.append((status, obj))
 
 
-def make_stream(conn: FakeConn, rid: str, max_tokens: int, stream: bool = True) -> Stream:
-    req = SimRequest(rid, 64, max_tokens)
+def make_stream(
+    conn: FakeConn, rid: str, max_tokens: int, stream: bool = True, prompt: int = 64
+) -> Stream:
+    req = SimRequest(rid, prompt, max_tokens)
     return Stream(
         conn,  # type: ignore[arg-type]
         req,
@@ -149,3 +158,66 @@ def test_metrics_text_is_prometheus() -> None:
         name, value = line.rsplit(" ", 1)
         float(value)
         assert name.split("{")[0].replace(":", "_").replace("_", "a").isalnum()
+
+
+def no_chunked_prefill(budget: int) -> Profile:
+    """The 8B vLLM-like profile without chunked prefill (a valid one: budget = context)."""
+    p = get_profile("llama3-8b-1xh100-vllm")
+    engine = dataclasses.replace(p.engine, chunked_prefill=False, max_num_batched_tokens=budget)
+    return dataclasses.replace(p, engine=engine, max_model_len=budget)
+
+
+async def test_a_request_that_can_never_run_fails_instead_of_spinning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = EngineLoop(no_chunked_prefill(256))
+    conn, stuck_conn = FakeConn(), FakeConn()
+    stuck = make_stream(stuck_conn, "stuck", 4, prompt=300)
+    behind = make_stream(conn, "behind", 5)
+    task = asyncio.get_running_loop().create_task(loop.run())
+    cpu0 = time.process_time()
+    try:
+        with caplog.at_level(logging.ERROR, logger="pytest_llmslo.sim"):
+            # Past the checks of submit(), as a broken invariant would leave it.
+            loop.scheduler.waiting.append(stuck.req)
+            loop.streams[stuck.req] = stuck
+            loop.submit(behind)
+            # FCFS: "behind" only runs once the stuck head of the queue is gone.
+            await asyncio.wait_for(asyncio.gather(stuck.done, behind.done), 5)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert time.process_time() - cpu0 < 2.0  # no busy loop on empty steps
+    assert any("can never be scheduled" in r.getMessage() for r in caplog.records)
+    ((_, data),) = stuck_conn.chunks
+    event, done = data.split(b"\n\n", 1)
+    assert event.startswith(b"data: ") and done == b"data: [DONE]\n\n"
+    err = json.loads(event[len(b"data: ") :])["error"]
+    assert err["code"] == 500 and "max_num_batched_tokens=256" in err["message"]
+    assert stuck_conn.ended and conn.ended and len(conn.chunks) == 5
+    st = loop.scheduler.stats
+    assert st.failed == 1 and st.finished == 1 and not loop.scheduler.has_work
+
+
+async def test_a_prompt_over_the_budget_is_refused_with_400_like_vllm() -> None:
+    server = SimServer(no_chunked_prefill(8192), "m")
+    sched = server.engine.scheduler
+    # Defence in depth: a budget the profile check would refuse, as a bug could leave it.
+    sched.config = dataclasses.replace(sched.config, max_num_batched_tokens=64)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "word " * 100}],
+        "max_tokens": 4,
+        "stream": True,
+    }
+    conn = FakeConn()
+    req = HttpRequest("POST", "/v1/chat/completions", "", "HTTP/1.1", {}, json.dumps(body).encode())
+    await asyncio.wait_for(server.handle(req, conn), 5)  # type: ignore[arg-type]
+    ((status, answer),) = conn.sent
+    assert status == 400 and not conn.started
+    err = answer["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "BadRequestError" and err["code"] == 400
+    assert "max_num_batched_tokens is 64" in err["message"]
+    assert not sched.has_work

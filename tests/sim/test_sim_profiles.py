@@ -65,6 +65,24 @@ def test_custom_profile_from_mapping() -> None:
     assert set(PROFILES) >= {DEFAULT_PROFILE}
 
 
+def test_without_chunked_prefill_the_budget_must_hold_a_whole_context(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pytest_llmslo.sim.__main__ import main
+
+    # As vLLM: a prompt longer than the budget could never be prefilled in one step.
+    with pytest.raises(ValueError, match=r"--max-num-batched-tokens.*--max-model-len"):
+        profile_from_mapping({"engine": {"chunked_prefill": False}})
+    ok = profile_from_mapping({"engine": {"chunked_prefill": False}, "max_model_len": 2048})
+    assert ok.scheduler_config().chunked_prefill is False
+    assert main(["--no-chunked-prefill", "--show-profile"]) == 2
+    err = capsys.readouterr().err
+    assert "max_num_batched_tokens (2048) is smaller than max_model_len (8192)" in err
+    assert "--max-num-batched-tokens" in err and "--max-model-len" in err
+    assert main(["--no-chunked-prefill", "--max-num-batched-tokens", "8192", "--show-profile"]) == 0
+    assert main(["--no-chunked-prefill", "--max-model-len", "2048", "--show-profile"]) == 0
+
+
 def test_token_rule() -> None:
     assert split_text("Hello, world! It's 2 tokens") == [
         "Hello",

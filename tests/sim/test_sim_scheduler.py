@@ -9,7 +9,7 @@ import pytest
 
 from pytest_llmslo.sim.costmodel import CostModel
 from pytest_llmslo.sim.profiles import GPUS, MODELS, get_profile
-from pytest_llmslo.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+from pytest_llmslo.sim.scheduler import Scheduler, SchedulerConfig, SchedulerStalled, SimRequest
 from pytest_llmslo.sim.tokens import block_hashes
 
 COST = CostModel(GPUS["h100-sxm"], MODELS["llama-3.1-8b"])
@@ -55,6 +55,56 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget() -> None:
     r1 = s.step(0.0)
     assert [q.rid for q, _ in r1.scheduled] == ["a"]
     assert len(s.waiting) == 1
+
+
+def test_without_chunked_prefill_a_prefill_over_the_budget_is_refused() -> None:
+    s = make(max_num_batched_tokens=100, num_blocks=1000, chunked_prefill=False)
+    with pytest.raises(ValueError, match="max_num_batched_tokens is 100"):
+        s.add(SimRequest("long", 150, 2))
+    # The prompt fits, but after a preemption late in its output it would re-prefill
+    # 60 + 49 tokens in one step: it could stall the queue then.
+    with pytest.raises(ValueError, match="could never be scheduled"):
+        s.add(SimRequest("recompute", 60, 50))
+    s.add(SimRequest("fits", 60, 41))  # 60 + 40 = the whole budget
+    _, out = drain(s)
+    assert out["fits"] == list(range(41)) and not s.has_work
+    # With chunked prefill the long prompt is simply split over steps.
+    c = make(max_num_batched_tokens=100, num_blocks=1000)
+    c.add(SimRequest("long", 150, 2))
+    _, out = drain(c)
+    assert out["long"] == [0, 1]
+
+
+def test_a_request_that_can_never_be_admitted_raises_instead_of_empty_steps() -> None:
+    s = make(max_num_batched_tokens=100, num_blocks=1000, chunked_prefill=False)
+    stuck = SimRequest("stuck", 150, 2)
+    s.waiting.append(stuck)  # what a broken invariant would leave in the queue
+    s.add(SimRequest("behind", 10, 2))
+    with pytest.raises(SchedulerStalled, match="max_num_batched_tokens=100") as info:
+        s.step(0.0)
+    assert info.value.request is stuck
+    # Failing it unblocks the queue (first come, first served).
+    s.fail(stuck)
+    assert stuck.status == "aborted" and s.stats.failed == 1 and s.stats.aborted == 0
+    _, out = drain(s)
+    assert out == {"behind": [0, 1]}
+
+
+def test_without_chunked_prefill_preempted_requests_are_recomputed_whole() -> None:
+    # As in the preemption test above, but every prefill (and recompute) is one step.
+    s = make(
+        block_size=16,
+        num_blocks=6,
+        enable_prefix_caching=False,
+        chunked_prefill=False,
+        max_num_batched_tokens=64,
+    )
+    a, b = SimRequest("a", 16, 40), SimRequest("b", 16, 40)
+    s.add(a)
+    s.add(b)
+    _, out = drain(s)
+    assert b.preemptions >= 1
+    assert out["a"] == list(range(40)) and out["b"] == list(range(40))
 
 
 def test_max_num_seqs_caps_the_batch() -> None:
