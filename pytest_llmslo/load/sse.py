@@ -17,7 +17,9 @@ events into the fields of a ``RequestRecord``:
   lists the tokens of each chunk are exact;
 - ``data: [DONE]`` ends the stream; a stream whose body ended without ``[DONE]`` and
   without a ``finish_reason`` is ``truncated``;
-- an ``event: error`` or an ``{"error": ...}`` object is a ``stream_error``; a chunk that is
+- an ``event: error``, an ``{"error": ...}`` object or a bare error object
+  (``{"object": "error", "message": ..., "type": ..., "code": ...}``, vLLM's
+  ``ErrorResponse``) is a ``stream_error``, even when ``[DONE]`` follows it; a chunk that is
   not JSON, or JSON of the wrong shape, is ``malformed``.
 """
 
@@ -119,8 +121,15 @@ def _excerpt(text: bytes | str, limit: int = _MAX_ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _is_error(obj: dict[str, Any]) -> bool:
+    """An error object: ``{"error": {...}}`` or vLLM's bare ``{"object": "error", ...}``."""
+    return obj.get("error") is not None or obj.get("object") == "error"
+
+
 def _error_message(obj: Any) -> str:
     err = obj.get("error") if isinstance(obj, dict) else obj
+    if err is None and isinstance(obj, dict) and obj.get("object") == "error":
+        err = obj
     if isinstance(err, dict):
         msg = err.get("message") or err.get("msg") or json.dumps(err)
         code = err.get("code") or err.get("type")
@@ -253,7 +262,7 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
             kind = kind or "malformed"
             error = error or f"chunk is not a JSON object: {_excerpt(json.dumps(obj), 120)}"
             break
-        if "error" in obj and obj["error"] is not None:
+        if _is_error(obj):
             kind = "stream_error"
             error = _error_message(obj)
             break
@@ -325,7 +334,7 @@ def error_excerpt(pieces: Sequence[bytes]) -> str:
     except ValueError:
         return _excerpt(body)
     if isinstance(obj, dict) and ("error" in obj or "message" in obj or "detail" in obj):
-        if "error" in obj:
+        if "error" in obj or obj.get("object") == "error":
             return _error_message(obj)
         return _excerpt(str(obj.get("message") or obj.get("detail")))
     return _excerpt(body)

@@ -146,6 +146,31 @@ def test_error_object_in_stream():
     assert r.error_kind == "stream_error" and "KV cache full" in (r.error or "")
 
 
+def test_vllm_bare_error_response_in_stream():
+    # vLLM's ErrorResponse shape, then [DONE]: a failure, not a skipped chunk.
+    err = b'data: {"object":"error","message":"boom","type":"BadRequestError","code":400}\n\n'
+    r = parse(chat("", role="assistant"), chat("a"), err, DONE)
+    assert r.error_kind == "stream_error" and r.error == "400: boom"
+    assert r.chunk_ns == (2000,)
+    rec = build_record(0, 0, raw_of(200, [chat("a"), err, DONE]))
+    assert not rec.ok and rec.error_kind == "stream_error" and "boom" in (rec.error or "")
+    # Alone in the stream too, and without a code.
+    r = parse(b'data: {"object": "error", "message": "engine dead"}\n\n', DONE)
+    assert r.error_kind == "stream_error" and r.error == "engine dead"
+    # The same object as an HTTP error body.
+    assert error_excerpt([b'{"object":"error","message":"too long","code":400}']) == (
+        "400: too long"
+    )
+
+
+def raw_of(status, pieces):
+    raw = RawExchange()
+    raw.sent_ns, raw.status, raw.end_ns = 1, status, 10 * len(pieces)
+    raw.times = [10 * (i + 1) for i in range(len(pieces))]
+    raw.pieces = list(pieces)
+    return raw
+
+
 def test_truncated_stream_without_done_or_finish():
     r = parse(chat("a"), chat("b"))
     assert r.error_kind == "truncated" and r.chunk_ns == (1000, 2000)
