@@ -24,7 +24,10 @@ Per run:
   span of the records when the window is empty): ``output_tok_s`` = Σ output_tokens of
   completed requests / window, ``total_tok_s`` adds their prompt tokens, ``req_s`` =
   completed requests / window.
-- ``error_rate`` = failed / all requests; failures are counted by ``error_kind``.
+- ``error_rate`` = failed / all requests; failures are counted by ``error_kind``. Requests
+  the load generator cut while in flight (the duration bound's grace period ran out, or an
+  interrupt) are failures of kind ``cancelled``: they are the slowest requests of the run,
+  and leaving them out would bias every percentile low.
 - goodput (DistServe, vLLM ``--goodput``): a request is *good* when it completed and meets
   every per-request threshold of all objectives together. ``goodput_tok_s`` /
   ``goodput_req_s`` are the output tokens / count of good requests over the window,

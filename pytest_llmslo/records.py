@@ -20,7 +20,7 @@ FailureKind = Literal[
     "reset",  # connection reset or closed mid-stream
     "truncated",  # stream ended without [DONE] / finish
     "malformed",  # a chunk that is not the protocol (bad JSON, wrong shape)
-    "cancelled",  # cut by the run's end (duration bound) or an interrupt
+    "cancelled",  # still in flight when the run ended (duration bound + grace) or was interrupted
 ]
 
 FAILURE_KINDS: tuple[FailureKind, ...] = (
@@ -195,8 +195,10 @@ class Run:
     """The measured part of one load run at one level (warm-up already discarded).
 
     ``start_ns``/``end_ns`` bound the measured window: from the first measured request's
-    send to the last measured request's last byte. ``meta`` holds the constants that make
-    the run reproducible (engine, model, workload, endpoint, ...), JSON-serialisable.
+    send to the last measured request's last byte (or the moment a request still in flight
+    was cut). ``records`` holds every measured request that was sent, those the run's end
+    cut included (``error_kind="cancelled"``). ``meta`` holds the constants that make the
+    run reproducible (engine, model, workload, endpoint, ...), JSON-serialisable.
     """
 
     level: LoadLevel

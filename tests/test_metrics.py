@@ -201,6 +201,28 @@ def test_failures_by_kind() -> None:
     assert s.error_rate == pytest.approx(5 / 6)
 
 
+def test_requests_cut_by_the_run_end_are_failures_never_good() -> None:
+    # Cut mid-stream by the duration bound: a 200 head, fast chunks so far, no usage.
+    # Their timings would meet any threshold; they are still failures, in every count.
+    done = steady(0, sent=0, ttft=10, gap=5, n=4)
+    cut = rec(1, sent=0, chunks=[10, 15, 20], end=900, kind="cancelled")
+    cut_one_chunk = rec(2, sent=0, chunks=[10], end=900, kind="cancelled")
+    cut_before_head = rec(3, sent=0, end=900, status=0, kind="cancelled")
+    run = make_run([done, cut, cut_one_chunk, cut_before_head], start=0, end=1000)
+    assert metrics.failure_counts(run) == {"cancelled": 3}
+    objs = [Obj("ttft", 99.0, "<", 500), Obj("itl", 50.0, "<", 30)]
+    s = summarize(run, objs)
+    assert (s.requests, s.completed, s.failed) == (4, 1, 3)
+    assert s.failures == {"cancelled": 3} and s.error_rate == pytest.approx(3 / 4)
+    assert s.good == 1 and s.attainment == pytest.approx(1 / 4)
+    assert goodput(run, [Obj("itl", 50.0, "<", 30)]).mask.tolist() == [True] + [False] * 3
+    # Their partial timings are in no distribution and their tokens in no throughput.
+    assert aggregate_values(run, "ttft").tolist() == pytest.approx([10.0])
+    assert token_gaps(run).tolist() == pytest.approx([5.0] * 3)
+    assert s.output_tokens == 4
+    assert RunSummary.from_dict(json.loads(json.dumps(s.to_dict()))).failures == {"cancelled": 3}
+
+
 def test_empty_run() -> None:
     run = make_run([], start=0, end=0)
     s = summarize(run, objectives=[Obj("ttft", 99.0, "<", 500)])

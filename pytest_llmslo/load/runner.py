@@ -21,9 +21,13 @@ Duration bound: ``duration_s`` counts from the first *measured* send (a warm-up 
 the measured time). After it no new request is sent, and the requests in flight get
 ``grace_s`` (default 30 s) to finish and be measured: cutting them at once would drop the
 slowest requests of a loaded engine, exactly the tail a P99 is about. Requests still running
-after the grace period are cut, *excluded* from ``Run.records`` (a request cut by the
-harness says nothing about the engine) and *counted* in ``run.meta["cancelled"]``. On Ctrl-C
-or task cancellation they are cut at once and ``LoadInterrupted`` carries the partial run.
+after the grace period are cut and *recorded as failures* of kind ``"cancelled"``, with what
+they had (send time, status, the chunks that arrived, ``end_ns`` = the cut): leaving them
+out would bias the percentiles low without a word, since they are the slowest requests of
+the run. They count in the error rate and are never good for goodput or attainment;
+``run.meta["cancelled"]`` says how many there were. On Ctrl-C or task cancellation the
+requests in flight are cut at once, recorded the same way, and ``LoadInterrupted``
+carries the partial run.
 
 The client checks itself (``ClientHealth``): schedule lag (sent − scheduled), event-loop
 lag (a ticker every 10 ms, how late it wakes) and CPU (``time.process_time`` per process
@@ -260,10 +264,30 @@ async def _drive(
         backlog.clear()
         backlog_bytes = 0
 
+    cut_reason = "cut by the duration bound: still running after the grace period"
+
+    def cut(job: _Job, scheduled: int, raw: RawExchange) -> None:
+        """Record a measured request cut while in flight, as a ``cancelled`` failure."""
+        nonlocal backlog_bytes
+        if job.warmup or not raw.sent_ns:
+            return
+        raw.end_ns = perf_counter_ns()
+        raw.kind, raw.error = "cancelled", cut_reason
+        res.cancelled += 1
+        counter.done += 1
+        counter.failed += 1
+        lags.append(raw.sent_ns - scheduled)
+        backlog.append((job, scheduled, raw))
+        backlog_bytes += sum(map(len, raw.pieces))
+
     async def one(job: _Job, scheduled: int) -> None:
         nonlocal backlog_bytes
         raw = RawExchange()
-        await transport.send(job.body, raw)
+        try:
+            await transport.send(job.body, raw)
+        except asyncio.CancelledError:
+            cut(job, scheduled, raw)
+            raise
         if job.warmup:
             counter.warm_done += 1
             res.warmup_done += 1
@@ -325,14 +349,15 @@ async def _drive(
             sched.cancel()
             waiter.cancel()
     finally:
+        if stop.is_set():
+            cut_reason = "cut by an interrupt of the run"
         pending = [t for t in tasks if not t.done()]
         for t in pending:
             t.cancel()
         if pending:
+            # Every task still pending is inside a request (a closed-loop slot only waits
+            # in one()): one() records each measured one as cancelled.
             await asyncio.gather(*pending, return_exceptions=True)
-        # Every task still pending was inside a request (a closed-loop slot only waits in
-        # one()), so each is one request cut by the harness.
-        res.cancelled = len(pending)
         res.cpu_s = time.process_time() - cpu0
         res.sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
         res.wall_s = (perf_counter_ns() - wall0) / 1e9

@@ -107,8 +107,50 @@ async def test_duration_bound_cuts_and_counts(fixed_url: str) -> None:
         grace_s=0,
     )
     assert 0 < len(run.records) < 200
-    assert all(r.ok for r in run.records)
-    assert run.meta["cancelled"] >= 1
+    # The requests in flight at the bound are cut at once and recorded as failures.
+    cut = [r for r in run.records if r.error_kind == "cancelled"]
+    assert run.meta["cancelled"] == len(cut) >= 1
+    assert all(r.ok for r in run.records if r.error_kind != "cancelled")
+    assert any(r.ok for r in run.records)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+async def test_requests_cut_by_the_bound_stay_in_the_run_as_failures(processes: int) -> None:
+    # 200 tokens 10 ms apart: each request takes about 2 s, far past the bound (0.3 s)
+    # and its grace period (0.3 s), so all four in flight are cut mid-stream.
+    from pytest_llmslo.metrics import goodput, summarize
+    from pytest_llmslo.slo import parse_objectives
+
+    with fixed_server(
+        "--ttft-ms", "20", "--itl-ms", "10", "--tokens", "200", "--loop", "asyncio"
+    ) as url:
+        cs = ClientSettings(url, "fixed", processes=processes)
+        run = await run_load(
+            cs,
+            WorkloadSpec(isl=8, osl=200, calibrate=False),
+            LoadLevel.concurrency(4),
+            requests=40,
+            warmup=0,
+            duration_s=0.3,
+            grace_s=0.3,
+        )
+    assert len(run.records) == 4 and run.meta["cancelled"] == 4
+    assert {r.worker for r in run.records} == set(range(processes))
+    for r in run.records:
+        assert not r.ok and r.error_kind == "cancelled", r
+        assert "duration bound" in (r.error or "")
+        # What the request had when it was cut: its send, its head, its chunks so far.
+        assert r.status == 200 and r.sent_ns > 0
+        assert 5 <= len(r.chunk_ns) < 200 and r.chunk_ns[0] > r.sent_ns
+        assert r.end_ns >= r.chunk_ns[-1]
+        assert 0.3 <= (r.end_ns - run.start_ns) / 1e9 < 0.3 + 0.3 + 1.0
+    assert run.end_ns == max(r.end_ns for r in run.records)
+    # Every report sees them: failures per kind, error rate, never good.
+    summary = summarize(run, parse_objectives("ttft_p99<10000,itl_p50<1000"))
+    assert summary.failures == {"cancelled": 4}
+    assert summary.requests == 4 and summary.completed == 0 and summary.error_rate == 1.0
+    assert summary.attainment == 0.0 and summary.good == 0
+    assert goodput(run, []).good == 0
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -193,8 +235,12 @@ async def test_cancellation_raises_load_interrupted_with_partial_run(fixed_url: 
         await task
     run = info.value.run
     assert isinstance(run, Run) and run.meta["interrupted"]
-    assert 0 < len(run.records) < 500 and all(r.ok for r in run.records)
-    assert run.meta["cancelled"] >= 1
+    assert 0 < len(run.records) < 500
+    # The requests in flight are cut and kept, as failures of kind "cancelled".
+    cut = [r for r in run.records if r.error_kind == "cancelled"]
+    assert run.meta["cancelled"] == len(cut) >= 1
+    assert all("interrupt" in (r.error or "") for r in cut)
+    assert all(r.ok for r in run.records if r.error_kind != "cancelled")
 
 
 def test_interrupt_with_worker_processes(fixed_url: str) -> None:
