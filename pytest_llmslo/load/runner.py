@@ -76,6 +76,7 @@ from .workload import (
     build_prompts,
     calibration_prompts,
     fit_length_model,
+    overhead_prompts,
 )
 
 _DEFER_BYTES = 128 * 1024 * 1024  # raw response bytes a worker holds before decoding
@@ -490,6 +491,56 @@ async def _calibrate(
     return lm, {"fitted": True, "probe_words": words, "probe_tokens": tokens, **lm.to_dict()}
 
 
+async def _measure_overhead(
+    client: ClientSettings, workload: WorkloadSpec
+) -> tuple[LengthModel, dict[str, Any]]:
+    """With a tokenizer: the tokens the server adds around a prompt (chat template, BOS).
+
+    Probes of exactly k tokens of the tokenizer are sent (``max_tokens=1``); the server's
+    ``prompt_tokens`` minus k is the overhead. It must be one constant: otherwise the
+    server does not count with this tokenizer, and no overhead is taken."""
+    sizes = sorted({max(1, workload.isl // 2), workload.isl})
+    texts = overhead_prompts(workload, sizes)
+    transport = make_transport(client, 1)
+    local: list[int] = []
+    server: list[int] = []
+    errors: list[str] = []
+    try:
+        for size, text in zip(sizes, texts, strict=True):
+            raw = RawExchange()
+            await transport.send(request_body(client, text, 1), raw)
+            rec = build_record(-1, raw.sent_ns, raw)
+            if rec.prompt_tokens:
+                local.append(size)
+                server.append(rec.prompt_tokens)
+            else:
+                errors.append(rec.error or "no prompt_tokens in usage")
+    finally:
+        await transport.aclose()
+    info: dict[str, Any] = {
+        "method": "tokenizer overhead",
+        "probe_tokens": local,
+        "server_prompt_tokens": server,
+    }
+    if not local:
+        info.update(fitted=False, error=errors[0] if errors else "no probes")
+        return LengthModel(), info
+    overheads = {t - k for k, t in zip(local, server, strict=True)}
+    if len(overheads) != 1:
+        info.update(
+            fitted=False,
+            error=(
+                f"the server counted {server} prompt tokens for prompts of {local} tokens "
+                "of the tokenizer: not a constant overhead, so the tokenizer is not the "
+                "server's; prompt lengths follow the tokenizer alone"
+            ),
+        )
+        return LengthModel(), info
+    overhead = overheads.pop()
+    info.update(fitted=True, overhead=overhead)
+    return LengthModel(1.0, float(overhead)), info
+
+
 def _health(results: list[_WorkerResult], th: HealthThresholds, nproc: int) -> ClientHealth:
     lags = np.array([x for r in results for x in r.schedule_lag_ns], dtype=float) / 1e6
     loop = np.array([x for r in results for x in r.loop_lag_ns], dtype=float) / 1e6
@@ -601,6 +652,8 @@ async def run_load(
     lm = LengthModel()
     if workload.needs_calibration:
         lm, calibration = await _calibrate(client, workload)
+    elif workload.measures_overhead:
+        lm, calibration = await _measure_overhead(client, workload)
     prompts = build_prompts(workload, total, lm)
     jobs = [
         _Job(i, request_body(client, p.text, p.osl), p.isl, p.osl, i < warmup)

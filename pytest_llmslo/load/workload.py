@@ -13,10 +13,16 @@ Kinds (``WorkloadSpec.kind``):
   of them (round robin) followed by a unique suffix up to ``isl`` tokens.
 
 Token lengths: with ``tokenizer`` (a local ``tokenizer.json`` or a folder holding one,
-read with the optional ``tokenizers`` package) synthetic prompts are exactly ``isl``
-tokens of that tokenizer. Without one, a prompt of n words is assumed to be
-``tokens_per_word * n + overhead`` tokens; ``calibrate`` fits those two numbers to the
-server's reported ``prompt_tokens`` for a few probe prompts before the run
+read with the optional ``tokenizers`` package) synthetic and shared-prefix prompts are
+exact in that tokenizer: the whole text, shared prefix and the space joining it to the
+suffix included, is ``isl - overhead`` tokens. ``overhead`` is what the server adds around
+a prompt (the chat template's role headers and end-of-turn markers, a begin-of-text
+token); with ``calibrate`` the runner measures it before the run by sending probe prompts
+of known token counts and reading the server's ``prompt_tokens`` (it must be the same
+constant for every probe, else the tokenizer is not the server's and none is taken), so
+the server sees exactly ``isl`` prompt tokens. Without a tokenizer, a prompt of n words is
+assumed to be ``tokens_per_word * n + overhead`` tokens; ``calibrate`` fits those two
+numbers to the server's reported ``prompt_tokens`` for a few probe prompts before the run
 (``runner.py``), so lengths land close to the requested ones on any tokenizer.
 Everything is seeded: the same spec gives the same prompts.
 """
@@ -69,7 +75,8 @@ class WorkloadSpec:
 
     ``isl``/``osl`` are token counts (mean when a distribution is given).
     ``calibrate`` lets the runner fit words-per-token to the server when no tokenizer is
-    given (synthetic and shared-prefix kinds only).
+    given, or measure the tokens the server adds around a prompt (chat template, BOS)
+    when one is (synthetic and shared-prefix kinds only).
     """
 
     kind: WorkloadKind = "synthetic"
@@ -118,6 +125,15 @@ class WorkloadSpec:
             and self.kind in ("synthetic", "shared_prefix")
         )
 
+    @property
+    def measures_overhead(self) -> bool:
+        """With a tokenizer: probe the server for the tokens it adds around a prompt."""
+        return (
+            self.calibrate
+            and self.tokenizer is not None
+            and self.kind in ("synthetic", "shared_prefix")
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -145,7 +161,8 @@ class Prompt:
 
 @dataclass(frozen=True, slots=True)
 class LengthModel:
-    """tokens ≈ tokens_per_word * words + overhead (fitted by calibration)."""
+    """tokens ≈ tokens_per_word * words + overhead (fitted by calibration). With a
+    tokenizer only ``overhead`` is used: the tokens the server adds around a prompt."""
 
     tokens_per_word: float = 1.0
     overhead: float = 0.0
@@ -212,14 +229,21 @@ class _Tokenizer:
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
-    def exact(self, words: list[str], n: int) -> str:
-        """A text of exactly n tokens, built from words and cut at a token boundary."""
-        text = " ".join(words)
+    def exact(self, words: list[str], n: int, head: str = "") -> str:
+        """A text of exactly n tokens, built from words and cut at a token boundary.
+
+        With ``head`` the text is ``head`` followed by words and the n tokens are counted
+        over the whole of it: a byte-level BPE tokenizes a word after a space (``" the"``)
+        differently from the same word at the start of a text, so a prefix and a suffix
+        made exact apart need not add up once joined."""
+        text = head + " ".join(words)
         enc = self._tok.encode(text, add_special_tokens=False)
         if len(enc.ids) < n:
             raise WorkloadError(f"not enough words for {n} tokens")
         for cut in range(n, 0, -1):
             candidate = text[: enc.offsets[cut - 1][1]]
+            if len(candidate) <= len(head):
+                break
             got = self.count(candidate)
             if got == n:
                 return candidate
@@ -328,11 +352,16 @@ def build_prompts(
         return out
 
     isls = draw_lengths(rng, spec.isl, spec.isl_stddev, spec.distribution, n)
+    # With a tokenizer: the tokens the server adds around the text (chat template, BOS),
+    # measured by the runner; the text itself is that much shorter. Like the fitted
+    # overhead of the word model, it comes off the prefix first.
+    overhead = round(lm.overhead) if tok else 0
+    prefix_tokens = max(1, spec.prefix_len - overhead)
     prefixes: list[str] = []
     if spec.kind == "shared_prefix":
         for _ in range(spec.num_prefixes):
             if tok:
-                prefixes.append(tok.exact(_words(rng, spec.prefix_len * 2 + 8), spec.prefix_len))
+                prefixes.append(tok.exact(_words(rng, prefix_tokens * 2 + 8), prefix_tokens))
             else:
                 prefixes.append(" ".join(_words(rng, lm.words_for(spec.prefix_len))))
     out = []
@@ -345,10 +374,15 @@ def build_prompts(
             body_len = max(isl - spec.prefix_len, 1)
             isl = spec.prefix_len + body_len
         if tok:
-            # Over-generate words and cut at a token boundary. Tokenizers that split on
-            # whitespace first never merge across the space joining prefix and body.
-            body = tok.exact(_words(rng, body_len * 2 + 8), body_len)
-            text = f"{prefix} {body}" if prefix else body
+            # Over-generate words and cut at a token boundary, counting over the whole
+            # text: the space joining prefix and suffix changes how the suffix's first
+            # word is tokenized.
+            if prefix:
+                total = max(prefix_tokens + 1, isl - overhead)
+                words = _words(rng, (total - prefix_tokens) * 2 + 8)
+                text = tok.exact(words, total, head=prefix + " ")
+            else:
+                text = tok.exact(_words(rng, body_len * 2 + 8), max(1, isl - overhead))
         else:
             # The overhead (chat template, BOS) belongs to the whole prompt, not the suffix.
             words = (
@@ -365,3 +399,13 @@ def calibration_prompts(spec: WorkloadSpec, sizes: Sequence[int]) -> list[str]:
     """Probe prompts of the given word counts (seeded apart from the workload)."""
     rng = np.random.default_rng(spec.seed + 7919)
     return [" ".join(_words(rng, max(1, s))) for s in sizes]
+
+
+def overhead_prompts(spec: WorkloadSpec, sizes: Sequence[int]) -> list[str]:
+    """Probe prompts of exactly the given token counts in the spec's tokenizer (seeded
+    apart from the workload), to measure what the server adds around a prompt."""
+    if spec.tokenizer is None:
+        raise WorkloadError("overhead probes need a tokenizer")
+    tok = _Tokenizer(spec.tokenizer)
+    rng = np.random.default_rng(spec.seed + 7919)
+    return [tok.exact(_words(rng, max(1, s) * 2 + 8), max(1, s)) for s in sizes]
