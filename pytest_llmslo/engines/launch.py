@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,6 +33,15 @@ from .redact import redact_env
 
 if TYPE_CHECKING:
     from .docker import ContainerSpec
+
+log = logging.getLogger(__name__)
+
+#: How long ``stop()`` waits for the engine's ports to be released.
+PORT_FREE_TIMEOUT_S = 10.0
+
+
+class EngineTeardownWarning(RuntimeWarning):
+    """Stopping an engine left something behind (a port still in use)."""
 
 
 class Unit(Protocol):
@@ -65,6 +76,9 @@ class LaunchPlan:
     on_ready: Any = None
     # A base URL given as is (an external engine's), instead of host and port.
     url: str | None = None
+    # Directories the launcher made for this engine (discovery, generated configs),
+    # removed when it stops.
+    temp_dirs: tuple[str, ...] = ()
 
     @property
     def client_host(self) -> str:
@@ -92,6 +106,7 @@ class RunningEngine:
         model: str | None = None,
         version: str | None = None,
         started_s: float = 0.0,
+        temp_dirs: Iterable[str] = (),
     ) -> None:
         self.config = plan.config
         self.plan = plan
@@ -101,6 +116,8 @@ class RunningEngine:
         self._version = version
         self._started_s = started_s
         self._stopped = False
+        # The plan's directories and the process log directory, removed by stop().
+        self._temp_dirs = tuple(dict.fromkeys([*plan.temp_dirs, *temp_dirs]))
 
     def version(self) -> str | None:
         return self._version
@@ -141,8 +158,8 @@ class RunningEngine:
             return
         self._stopped = True
         _stop_units(self._units)
-        for port in self.plan.ports:
-            wait_port_free(port, probe_host(self.plan.host), timeout_s=10)
+        _check_ports_free(self.plan)
+        remove_dirs(self._temp_dirs)
 
     def __enter__(self) -> RunningEngine:
         return self
@@ -184,6 +201,32 @@ def _tails(units: list[Unit], lines: int) -> str:
     return "\n".join(parts)
 
 
+def _check_ports_free(plan: LaunchPlan) -> None:
+    """Warn, naming the engine and the port, about each port still held after stop."""
+    host = probe_host(plan.host)
+    for port in plan.ports:
+        if wait_port_free(port, host, timeout_s=PORT_FREE_TIMEOUT_S):
+            continue
+        msg = (
+            f"engine {plan.config.display_name!r}: port {port} on {host} is still in use "
+            f"{PORT_FREE_TIMEOUT_S:.0f} s after the engine was stopped (a process it "
+            "started may still be running; the next engine on this port will not start)"
+        )
+        log.warning(msg)
+        warnings.warn(msg, EngineTeardownWarning, stacklevel=3)
+
+
+def remove_dirs(paths: Iterable[str], keep: Iterable[str] = ()) -> None:
+    """Remove the launcher's temporary directories, except those in ``keep``."""
+    kept = set(keep)
+    for path in paths:
+        if path in kept:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if os.path.exists(path):  # e.g. files a container wrote as another user
+            log.warning("could not remove the engine's temporary directory %s", path)
+
+
 def _stop_units(units: list[Unit]) -> None:
     # Workers before the frontend (reverse start order), and every unit even if one fails.
     for u in reversed(units):
@@ -195,15 +238,16 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
     """Start the plan's units and wait until ready; on failure stop everything and raise
     ``EngineStartError`` with the log tails."""
     cfg = plan.config
-    for port in plan.ports:
-        if not port_is_free(port, probe_host(plan.host)):
-            raise EngineStartError(
-                f"{cfg.display_name}: port {port} on {plan.host} is already in use "
-                "(set port= to another value or leave it unset to pick a free one)"
-            )
     t0 = time.monotonic()
     units: list[Unit] = []
+    log_dir: str | None = None
     try:
+        for port in plan.ports:
+            if not port_is_free(port, probe_host(plan.host)):
+                raise EngineStartError(
+                    f"{cfg.display_name}: port {port} on {plan.host} is already in use "
+                    "(set port= to another value or leave it unset to pick a free one)"
+                )
         if plan.containers:
             from .docker import start_containers
 
@@ -211,16 +255,23 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
         if plan.processes:
             log_dir = tempfile.mkdtemp(prefix=f"llmslo-{cfg.kind}-")
             units.extend(start_processes(plan.processes, log_dir))
-        handle = _wait_ready(plan, units, t0, poll_s)
-    except BaseException:
+        handle = _wait_ready(plan, units, t0, poll_s, log_dir)
+    except BaseException as exc:
         _stop_units(units)
+        dirs = [*plan.temp_dirs, *([log_dir] if log_dir else [])]
+        # The logs an error message points to stay; everything else goes.
+        remove_dirs(dirs, keep=[d for d in dirs if d in str(exc)])
         raise
     return handle
 
 
-def _wait_ready(plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float) -> RunningEngine:
+def _wait_ready(
+    plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float, log_dir: str | None = None
+) -> RunningEngine:
     cfg = plan.config
     deadline = t0 + cfg.startup_timeout_s
+    # Process engines log to files: name them, the tail shown is only the last lines.
+    logs = f"; full logs in {log_dir}" if log_dir else ""
     reason = "no answer yet"
     # Short timeouts: a loading engine may accept a connection and answer late.
     timeout = httpx.Timeout(10.0, connect=2.0)
@@ -231,7 +282,7 @@ def _wait_ready(plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float) -
                 d = dead[0].describe()
                 raise EngineStartError(
                     f"{cfg.display_name}: {d.get('role') or d.get('name')} exited before "
-                    f"it was ready ({_exit_text(dead[0])})",
+                    f"it was ready ({_exit_text(dead[0])}){logs}",
                     _tails(units, 60),
                 )
             reason = plan.ready(client, plan.base_url) or ""
@@ -240,7 +291,7 @@ def _wait_ready(plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float) -
             if time.monotonic() >= deadline:
                 raise EngineStartError(
                     f"{cfg.display_name}: not ready after {cfg.startup_timeout_s:.0f} s "
-                    f"(startup_timeout_s); last check: {reason}",
+                    f"(startup_timeout_s); last check: {reason}{logs}",
                     _tails(units, 60),
                 )
             time.sleep(poll_s)
@@ -254,7 +305,14 @@ def _wait_ready(plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float) -
         model = plan.model
         if callable(plan.on_ready):
             model = plan.on_ready(client, plan.base_url) or model
-    return RunningEngine(plan, units, model=model, version=version, started_s=time.monotonic() - t0)
+    return RunningEngine(
+        plan,
+        units,
+        model=model,
+        version=version,
+        started_s=time.monotonic() - t0,
+        temp_dirs=[log_dir] if log_dir else (),
+    )
 
 
 def _exit_text(unit: Unit) -> str:

@@ -3,18 +3,23 @@ process group, port release, secrets kept out of metadata and logs."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from pytest_llmslo.engines import lifecycle
 from pytest_llmslo.engines.base import EngineConfig
-from pytest_llmslo.engines.launch import LaunchPlan, launch
+from pytest_llmslo.engines.launch import EngineTeardownWarning, LaunchPlan, RunningEngine, launch
 from pytest_llmslo.engines.process import (
     ManagedProcess,
     ProcessSpec,
@@ -24,6 +29,9 @@ from pytest_llmslo.engines.process import (
 )
 from pytest_llmslo.engines.readiness import http_ok, version_from_json
 from pytest_llmslo.errors import EngineStartError
+
+# The module (the package exports its ``launch`` function under the same name).
+launch_mod = importlib.import_module("pytest_llmslo.engines.launch")
 
 
 def _plan(argv: list[str], port: int, timeout: float = 30.0, **env: str) -> LaunchPlan:
@@ -117,14 +125,79 @@ def test_missing_program_is_a_start_error() -> None:
 
 
 def test_port_in_use_is_reported(fake_engine_argv: list[str]) -> None:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         with pytest.raises(EngineStartError, match="already in use"):
             launch(_plan(fake_engine_argv, port))
+
+
+def _temp_dir(tmp_path: Path, name: str) -> str:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "generated.yaml").write_text("{}")
+    return str(d)
+
+
+def test_stop_removes_the_launchers_temporary_dirs(
+    fake_engine_argv: list[str], tmp_path: Path
+) -> None:
+    port = pick_free_port()
+    made = _temp_dir(tmp_path, "discovery")
+    plan = dataclasses.replace(_plan(fake_engine_argv, port), temp_dirs=(made,))
+    handle = launch(plan)
+    try:
+        (unit,) = handle._units
+        assert isinstance(unit, ManagedProcess)
+        log_dir = unit.log_path.parent
+        assert log_dir.is_dir() and Path(made).is_dir()
+    finally:
+        handle.stop()
+    # The plan's directory and the process log directory are both gone.
+    assert not Path(made).exists()
+    assert not log_dir.exists()
+
+
+def test_failed_start_keeps_the_logs_it_points_to(
+    fake_engine_argv: list[str], tmp_path: Path
+) -> None:
+    port = pick_free_port()
+    made = _temp_dir(tmp_path, "discovery")
+    plan = dataclasses.replace(
+        _plan([*fake_engine_argv, "--exit-after", "0.2"], port), temp_dirs=(made,)
+    )
+    with pytest.raises(EngineStartError) as info:
+        launch(plan)
+    found = re.search(r"full logs in (\S+)", str(info.value).splitlines()[0])
+    assert found, str(info.value)
+    log_dir = Path(found.group(1))
+    # What the message names is still there to read, with the whole log ...
+    assert "simulated start failure" in (log_dir / "fake.log").read_text()
+    # ... while the launcher's other temporary directories are gone.
+    assert not Path(made).exists()
+    for f in log_dir.iterdir():
+        f.unlink()
+    log_dir.rmdir()
+
+
+def test_port_still_held_after_stop_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch_mod, "PORT_FREE_TIMEOUT_S", 0.3)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        plan = dataclasses.replace(_plan(["unused"], port), processes=())
+        handle = RunningEngine(plan, [])
+        with pytest.warns(EngineTeardownWarning, match=rf"'fake': port {port} on 127.0.0.1"):
+            handle.stop()
+
+
+def test_free_port_after_stop_is_not_reported(recwarn: pytest.WarningsRecorder) -> None:
+    port = pick_free_port()
+    plan = dataclasses.replace(_plan(["unused"], port), processes=())
+    RunningEngine(plan, []).stop()
+    assert not [w for w in recwarn if issubclass(w.category, EngineTeardownWarning)]
 
 
 def test_tokens_are_redacted_in_metadata_and_log_tail(fake_engine_argv: list[str]) -> None:
