@@ -10,6 +10,7 @@ container carries ``io.llmslo.*`` labels naming the session and the owning pid, 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -36,6 +37,7 @@ LABEL_ROLE = f"{LABEL_PREFIX}.role"
 
 # One id per harness process: containers of this session are never reaped by it.
 SESSION_ID = uuid.uuid4().hex
+log = logging.getLogger(__name__)
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 
 _counter_lock = threading.Lock()
@@ -277,13 +279,20 @@ class ManagedContainer:
         self._stopped = False
         self._lock = threading.Lock()
         self._last_logs = ""
+        self.container: Any = None
+        # Registered before the container exists, and found by its name until create
+        # returns: a Ctrl-C or SIGTERM between the two leaves nothing behind.
+        self._token = lifecycle.register(self.stop)
         try:
             self.container = client.containers.create(**spec.run_kwargs())
         except APIError as exc:
+            self.stop()
             raise EngineStartError(
                 f"cannot create container {spec.name} from {spec.image}: {self._clean(exc)}"
             ) from None
-        self._token = lifecycle.register(self.stop)
+        except BaseException:
+            self.stop()
+            raise
         try:
             self.container.start()
         except APIError as exc:
@@ -334,25 +343,37 @@ class ManagedContainer:
         with self._lock:
             if self._stopped:
                 return
-            # Keep the last logs: after removal they are gone, and a failure report needs them.
-            with contextlib.suppress(Exception):
-                self._last_logs = self.container.logs(tail=200).decode("utf-8", errors="replace")
             self._stopped = True
+            container = self.container
+            if container is None:
+                # Interrupted while being created: the daemon may have made it anyway.
+                try:
+                    container = self._client.containers.get(self.spec.name)
+                except Exception:
+                    container = None
+            # Keep the last logs: after removal they are gone, and a failure report needs them.
+            if container is not None:
+                with contextlib.suppress(Exception):
+                    self._last_logs = container.logs(tail=200).decode("utf-8", errors="replace")
         try:
-            with contextlib.suppress(NotFound):
-                self.container.stop(timeout=self.grace_s)
+            if container is not None:
+                with contextlib.suppress(NotFound):
+                    container.stop(timeout=self.grace_s)
         except Exception:
             pass
         finally:
-            with contextlib.suppress(NotFound, Exception):
-                self.container.remove(force=True)
+            if container is not None:
+                with contextlib.suppress(NotFound, Exception):
+                    container.remove(force=True)
             lifecycle.unregister(self._token)
 
 
 def start_containers(specs: Sequence[ContainerSpec]) -> list[ManagedContainer]:
     """Check docker (and GPUs where needed), make sure the images are there, start each
-    spec in order; on a failure stop those already started."""
+    spec in order; on a failure stop those already started. The first call of a process
+    also removes the containers that crashed sessions left (:func:`reap_stale_containers`)."""
     client = docker_client()
+    reap_once(client)
     if any(s.needs_gpu for s in specs):
         reason = gpu_unavailable_reason(client.info())
         if reason:
@@ -388,16 +409,48 @@ def is_stale(labels: Mapping[str, str], hostname: str | None = None) -> bool:
     return bool(started and now and started != now)
 
 
-def reap_stale_containers() -> list[str]:
-    """Remove containers left by dead sessions; ``[]`` when docker is not available."""
-    try:
-        client = docker_client()
-    except EngineUnavailable:
-        return []
+def reap_stale_containers(client: Any = None) -> list[str]:
+    """Remove containers left by dead sessions (:func:`is_stale`: the owning pid on this
+    host is gone or belongs to another process); ``[]`` when docker is not available."""
+    if client is None:
+        try:
+            client = docker_client()
+        except EngineUnavailable:
+            return []
     removed: list[str] = []
-    for c in client.containers.list(all=True, filters={"label": LABEL_SESSION}):
+    try:
+        found = client.containers.list(all=True, filters={"label": LABEL_SESSION})
+    except Exception as exc:
+        log.warning("cannot list containers to reap: %s", exc)
+        return []
+    for c in found:
         if is_stale(c.labels or {}):
             with contextlib.suppress(Exception):
                 c.remove(force=True)
                 removed.append(c.name)
+    if removed:
+        log.warning(
+            "removed %d container(s) left by sessions that are gone: %s",
+            len(removed),
+            ", ".join(removed),
+        )
     return removed
+
+
+_reap_lock = threading.Lock()
+_reaped = False
+
+
+def reap_once(client: Any) -> list[str]:
+    """:func:`reap_stale_containers` the first time a process starts containers; later
+    calls do nothing (``[]``). A failure to reap never stops an engine from starting."""
+    global _reaped
+    with _reap_lock:
+        if _reaped:
+            return []
+        _reaped = True
+    try:
+        return reap_stale_containers(client)
+    except Exception as exc:  # best effort
+        log.warning("reaping stale containers failed: %s", exc)
+        return []

@@ -144,6 +144,37 @@ def test_reaper_removes_containers_of_dead_sessions_only(client: Any) -> None:
                 pass
 
 
+def test_starting_an_engine_reaps_what_a_crashed_session_left(
+    client: Any, no_leftovers: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    cfg = EngineConfig(kind="sim", name="crashed")
+    stale = _sleeper(
+        client,
+        {
+            **dk.session_labels(cfg, "engine"),
+            dk.LABEL_SESSION: "crashed-session",
+            dk.LABEL_PID: str(dead.pid),
+            dk.LABEL_PID_START: "",
+        },
+    )
+    live = _sleeper(client, {**dk.session_labels(cfg, "engine"), dk.LABEL_SESSION: "live"})
+    # As in a fresh process: nothing reaped yet.
+    monkeypatch.setattr(dk, "_reaped", False)
+    try:
+        handle = launch(_fake_plan(pick_free_port()))
+        handle.stop()
+        assert not client.containers.list(all=True, filters={"id": stale.id})
+        assert client.containers.list(all=True, filters={"id": live.id})
+    finally:
+        for c in (stale, live):
+            try:
+                c.remove(force=True)
+            except Exception:
+                pass
+
+
 def test_reused_pid_counts_as_stale() -> None:
     labels = {dk.LABEL_SESSION: "x", dk.LABEL_PID: "1", dk.LABEL_PID_START: "not-a-time"}
     assert dk.is_stale(labels)
