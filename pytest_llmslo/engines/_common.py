@@ -5,10 +5,12 @@ own spelling."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import ConfigError, EngineUnavailable
 from .base import EngineConfig
@@ -84,6 +86,44 @@ def require_module(config: EngineConfig, module: str, hint: str) -> None:
             f"{config.display_name}: Python module {module!r} is not installed for {python} "
             f"({hint})"
         )
+
+
+def host_gpu_reason() -> str | None:
+    """Why this machine has no NVIDIA GPU (no ``/dev/nvidia0`` and no ``nvidia-smi``), or
+    None when it has one. Engines without a CPU build need it, as processes or in docker."""
+    if Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None:
+        return None
+    return "no NVIDIA GPU on this machine (no /dev/nvidia0, no nvidia-smi)"
+
+
+def require_gpu(config: EngineConfig) -> None:
+    """``EngineUnavailable`` (a skip) when a GPU-only engine would run on a machine
+    without an NVIDIA GPU."""
+    reason = host_gpu_reason()
+    if reason:
+        raise EngineUnavailable(f"{config.display_name}: {reason}")
+
+
+def gpu_ids(gpus: str | None) -> list[str] | None:
+    """The device ids a ``gpus`` value names (``0,1`` or ``device=0,1``); None for
+    ``all``, a count (``2``), ``none`` or unset, which name no particular device."""
+    value = (gpus or "").strip()
+    if not value or value.lower() in ("all", "none") or value.isdigit():
+        return None
+    ids = [g.strip() for g in value.removeprefix("device=").split(",") if g.strip()]
+    return ids or None
+
+
+def process_env(config: EngineConfig) -> dict[str, str]:
+    """The environment of a process engine: ``CUDA_VISIBLE_DEVICES`` from ``gpus`` when it
+    names device ids (what ``--gpus device=...`` does for a container), then ``env``,
+    which wins."""
+    env: dict[str, str] = {}
+    ids = gpu_ids(config.gpus)
+    if ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+    env.update(config.env)
+    return env
 
 
 def package_version(config: EngineConfig, *dists: str) -> Callable[[], str | None]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import EngineStartError, EngineUnavailable
 from . import lifecycle
+from ._common import host_gpu_reason
 from .base import EngineConfig
 from .redact import redact_argv, redact_env, redact_text, secret_values
 
@@ -231,9 +232,9 @@ def docker_client() -> Any:
 
 def gpu_unavailable_reason(info: Mapping[str, Any]) -> str | None:
     """Why GPU containers cannot run here, or None when they can."""
-    has_gpu = Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
-    if not has_gpu:
-        return "no NVIDIA GPU on this machine (no /dev/nvidia0, no nvidia-smi)"
+    host = host_gpu_reason()
+    if host:
+        return host
     runtimes = info.get("Runtimes") or {}
     cdi = any(Path(d).exists() for d in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"))
     if "nvidia" not in runtimes and not cdi and shutil.which("nvidia-container-cli") is None:

@@ -33,9 +33,11 @@ from . import sglang, vllm
 from ._common import (
     SizingFlags,
     choose_port,
+    gpu_ids,
     image_tag,
     package_version,
     python_of,
+    require_gpu,
     require_model,
     require_module,
     served_name,
@@ -79,6 +81,9 @@ HOST_VARS = (
     "DYN_EVENT_PLANE_HOST",
     "DYN_SYSTEM_HOST",
 )
+
+#: Workers whose engine has no CPU build: as processes they need a GPU on this machine.
+GPU_ONLY_WORKERS = ("sglang", "trtllm")
 
 OPTIONS: Mapping[str, str] = {
     "worker": f"worker backend: {', '.join(WORKERS)} (default vllm)",
@@ -228,10 +233,7 @@ def _gpu_slices(config: EngineConfig, n: int) -> list[str | None]:
     gpus = (config.gpus or "").strip()
     if gpus.lower() == "none":
         return [None] * n
-    if gpus and gpus.lower() != "all" and not gpus.isdigit():
-        ids = [g.strip() for g in gpus.removeprefix("device=").split(",") if g.strip()]
-    else:
-        ids = [str(i) for i in range(n * tp)]
+    ids = gpu_ids(gpus) or [str(i) for i in range(n * tp)]
     if len(ids) < n * tp:
         raise ConfigError(
             f"engine {config.display_name!r}: {n} worker(s) x tensor_parallel_size {tp} "
@@ -353,4 +355,7 @@ def start(config: EngineConfig) -> RunningEngine:
             "dynamo.frontend",
             "pip install ai-dynamo-runtime and ai-dynamo, or set python=",
         )
+        # vLLM has a CPU build and the mocker needs no GPU; SGLang and TRT-LLM do.
+        if _opt(config, "worker", "vllm", WORKERS) in GPU_ONLY_WORKERS:
+            require_gpu(config)
     return launch(plan(config))

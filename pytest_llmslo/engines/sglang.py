@@ -17,7 +17,9 @@ from ._common import (
     choose_port,
     image_tag,
     package_version,
+    process_env,
     python_of,
+    require_gpu,
     require_model,
     require_module,
     served_name,
@@ -75,7 +77,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
     proc = ProcessSpec(
         argv=(python_of(config), "-m", "sglang.launch_server", *args),
-        env=dict(config.env),
+        env=process_env(config),
         role="sglang",
     )
     return LaunchPlan(
@@ -86,4 +88,5 @@ def plan(config: EngineConfig) -> LaunchPlan:
 def start(config: EngineConfig) -> RunningEngine:
     if config.runtime == "process":
         require_module(config, "sglang", "pip install sglang on a GPU machine, or set python=")
+        require_gpu(config)  # no CPU build
     return launch(plan(config))

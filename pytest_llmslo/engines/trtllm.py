@@ -21,6 +21,8 @@ from ._common import (
     choose_port,
     image_tag,
     package_version,
+    process_env,
+    require_gpu,
     require_model,
     require_module,
 )
@@ -120,7 +122,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         if config.python
         else "trtllm-serve"
     )
-    proc = ProcessSpec(argv=(program, *args), env=dict(config.env), role="trtllm")
+    proc = ProcessSpec(argv=(program, *args), env=process_env(config), role="trtllm")
     return LaunchPlan(
         processes=(proc,),
         version_fallback=package_version(config, "tensorrt-llm", "tensorrt_llm"),
@@ -133,4 +135,5 @@ def start(config: EngineConfig) -> RunningEngine:
         require_module(
             config, "tensorrt_llm", "pip install tensorrt-llm on a GPU machine, or set python="
         )
+        require_gpu(config)  # no CPU build
     return launch(plan(config))

