@@ -24,7 +24,7 @@ import json
 import os
 import random
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from ._common import (
 )
 from .base import EngineConfig
 from .launch import LaunchPlan, RunningEngine, launch
-from .process import ProcessSpec
+from .process import ProcessSpec, pick_free_port, probe_host
 from .readiness import all_of, health_body_healthy, models_listed
 
 DYNAMO_VERSION = "1.6.1"
@@ -82,6 +82,20 @@ HOST_VARS = (
     "DYN_SYSTEM_HOST",
 )
 
+#: The KV cache transfer of disaggregated vLLM workers. Dynamo 1.6 refuses a prefill worker
+#: without ``--kv-transfer-config`` (dynamo/vllm/args.py, update_dynamo_config_with_engine);
+#: its examples/backends/vllm/launch/disagg.sh gives both sides NIXL with ``kv_both``.
+VLLM_KV_TRANSFER = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+#: What Dynamo's own disaggregated TRT-LLM configs put in the worker's
+#: ``--extra-engine-args`` YAML (examples/backends/trtllm/engine_configs/*/prefill.yaml and
+#: decode.yaml): a KV cache transceiver, and no overlap scheduler on prefill-only workers.
+TRTLLM_DISAGG_ENGINE_ARGS: Mapping[str, Mapping[str, Any]] = {
+    "prefill": {
+        "cache_transceiver_config": {"backend": "DEFAULT"},
+        "disable_overlap_scheduler": True,
+    },
+    "decode": {"cache_transceiver_config": {"backend": "DEFAULT"}},
+}
 #: Workers whose engine has no CPU build: as processes they need a GPU on this machine.
 GPU_ONLY_WORKERS = ("sglang", "trtllm")
 
@@ -167,10 +181,89 @@ def frontend_argv(config: EngineConfig, host: str, port: int) -> list[str]:
     return [*args, *_args_opt(config, "frontend_args")]
 
 
-def worker_argv(config: EngineConfig, worker: str, role: str) -> list[str]:
+def _has_flag(args: Sequence[str], *names: str) -> bool:
+    """True when ``args`` sets one of the flags ``names`` (``--a-b`` or argparse's
+    ``--a_b`` spelling, with or without ``=value``)."""
+    want = {n.replace("_", "-") for n in names}
+    return any(a.split("=", 1)[0].replace("_", "-") in want for a in args if a.startswith("--"))
+
+
+def user_worker_args(config: EngineConfig, role: str) -> list[str]:
+    """The flags the user gives one worker: ``extra_args``, then ``prefill_args`` or
+    ``decode_args`` for that side."""
+    args = list(config.extra_args)
+    if role in ("prefill", "decode"):
+        args += _args_opt(config, f"{role}_args")
+    return args
+
+
+def worker_defaults(
+    config: EngineConfig,
+    worker: str,
+    role: str,
+    next_port: Callable[[], int],
+    workdir: Callable[[], str],
+) -> tuple[list[str], dict[str, str]]:
+    """The flags and environment variables one worker needs to run on a host shared with
+    the other workers, each left out where the user sets it (``extra_args``, the side's
+    ``*_args`` or ``env``):
+
+    - vLLM, disaggregated: ``--kv-transfer-config`` with NIXL (Dynamo refuses a prefill
+      worker without it) and a ``VLLM_NIXL_SIDE_CHANNEL_PORT`` of its own;
+    - vLLM with ``router_mode = "kv"``: a ``--kv-events-config`` publishing on a loopback
+      port of its own (Dynamo's vLLM worker publishes no KV events without one);
+    - SGLang, disaggregated: ``--disaggregation-transfer-backend nixl`` (SGLang's default
+      is Mooncake) and, on prefill workers, a ``--disaggregation-bootstrap-port`` each;
+    - TRT-LLM, disaggregated: an ``--extra-engine-args`` YAML with a KV cache transceiver
+      (``cache_transceiver_config``), as in Dynamo's own disaggregated configs;
+    - TRT-LLM with ``router_mode = "kv"``: ``--publish-kv-events`` (off by default).
+
+    ``next_port`` hands out a free port not given to any other unit; ``workdir`` the
+    directory for generated files."""
+    user = user_worker_args(config, role)
+    disagg = role in ("prefill", "decode")
+    kv_router = str(config.options.get("router_mode") or "") == "kv"
+    args: list[str] = []
+    env: dict[str, str] = {}
+    if worker == "vllm":
+        if disagg and not _has_flag(user, "--kv-transfer-config"):
+            args += ["--kv-transfer-config", VLLM_KV_TRANSFER]
+        if disagg and "VLLM_NIXL_SIDE_CHANNEL_PORT" not in config.env:
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(next_port())
+        if kv_router and not _has_flag(user, "--kv-events-config"):
+            # Bound by the worker's engine and read by the same worker: loopback only.
+            events = {
+                "publisher": "zmq",
+                "topic": "kv-events",
+                "endpoint": f"tcp://127.0.0.1:{next_port()}",
+                "enable_kv_cache_events": True,
+            }
+            args += ["--kv-events-config", json.dumps(events)]
+    elif worker == "sglang" and disagg:
+        if not _has_flag(user, "--disaggregation-transfer-backend"):
+            args += ["--disaggregation-transfer-backend", "nixl"]
+        if role == "prefill" and not _has_flag(user, "--disaggregation-bootstrap-port"):
+            args += ["--disaggregation-bootstrap-port", str(next_port())]
+    elif worker == "trtllm":
+        own_yaml = _has_flag(user, "--extra-engine-args")
+        if disagg and not own_yaml and "DYN_TRTLLM_EXTRA_ENGINE_ARGS" not in config.env:
+            path = os.path.join(workdir(), f"{role}-engine-args.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(TRTLLM_DISAGG_ENGINE_ARGS[role], f)  # JSON is YAML
+            args += ["--extra-engine-args", path]
+        publish = _has_flag(user, "--publish-kv-events", "--no-publish-kv-events")
+        if kv_router and not publish and "DYN_TRTLLM_PUBLISH_KV_EVENTS" not in config.env:
+            args += ["--publish-kv-events"]
+    return args, env
+
+
+def worker_argv(
+    config: EngineConfig, worker: str, role: str, defaults: Sequence[str] = ()
+) -> list[str]:
     """The worker's arguments after the Python executable. ``role`` is agg, prefill or
-    decode. Flags are each backend's own (vLLM engine args, SGLang server args, the
-    TRT-LLM and mocker options of Dynamo)."""
+    decode; ``defaults`` (see :func:`worker_defaults`) come before the user's flags. Flags
+    are each backend's own (vLLM engine args, SGLang server args, the TRT-LLM and mocker
+    options of Dynamo)."""
     model = require_model(config)
     name = served_name(config)
     args = ["-m", f"dynamo.{worker}"]
@@ -188,10 +281,7 @@ def worker_argv(config: EngineConfig, worker: str, role: str) -> list[str]:
     if role in ("prefill", "decode"):
         args += ["--disaggregation-mode", role]
     args += runtime_args(config)
-    args += list(config.extra_args)
-    if role in ("prefill", "decode"):
-        args += _args_opt(config, f"{role}_args")
-    return args
+    return [*args, *defaults, *user_worker_args(config, role)]
 
 
 def write_replay_trace(path: str | os.PathLike[str], vocab_size: int, seed: int = 0) -> None:
@@ -249,16 +339,24 @@ def plan(config: EngineConfig) -> LaunchPlan:
     port = choose_port(config)
     name = served_name(config)
     discovery = _opt(config, "discovery", "file", DISCOVERY)
+    # Directories made here, removed when the engine stops (never one the user named).
+    temp_dirs: list[str] = []
+
+    def mkdtemp() -> str:
+        path = tempfile.mkdtemp(prefix="llmslo-dyn-")
+        temp_dirs.append(path)
+        return path
+
     file_kv = None
     if discovery == "file":
-        file_kv = str(config.options.get("file_kv_dir") or tempfile.mkdtemp(prefix="llmslo-dyn-"))
+        file_kv = str(config.options.get("file_kv_dir") or mkdtemp())
     base_env = runtime_env(config, file_kv)
     worker_extra: list[str] = []
     trace = config.options.get("replay_trace")
     off = trace is False or (isinstance(trace, str) and trace.lower() == "none")
     if worker == "mocker" and not off and "--response-replay-trace-path" not in config.extra_args:
         if not trace:
-            trace_dir = file_kv or tempfile.mkdtemp(prefix="llmslo-dyn-")
+            trace_dir = file_kv or mkdtemp()
             trace = os.path.join(trace_dir, "replay-trace.jsonl")
             write_replay_trace(trace, _vocab_size(model))
         worker_extra = ["--response-replay-trace-path", str(trace)]
@@ -279,14 +377,35 @@ def plan(config: EngineConfig) -> LaunchPlan:
         "ports": (port,),
         "meta": meta,
     }
+    # Ports the workers bind besides the frontend's (NIXL side channels, KV event
+    # publishers, SGLang bootstrap servers): all on this host, so each its own.
+    taken = {port}
+    port_host = probe_host(config.host if config.host not in ("", "::") else "127.0.0.1")
+
+    def next_port() -> int:
+        while True:
+            p = pick_free_port(port_host)
+            if p not in taken:
+                taken.add(p)
+                return p
+
+    workdir: list[str] = []
+
+    def get_workdir() -> str:
+        if not workdir:
+            workdir.append(mkdtemp())
+        return workdir[0]
+
     # DYN_SYSTEM_PORT is left unset: each worker's status server stays off (it is an i16
     # there, so most free ports the kernel hands out would not even parse).
-    worker_envs = []
+    workers = []
     for i, role in enumerate(roles):
-        env = dict(base_env)
+        defaults, extra_env = worker_defaults(config, worker, role, next_port, get_workdir)
+        env = {**base_env, **extra_env}
         if slices[i] is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(slices[i])
-        worker_envs.append((role, env))
+        argv = [*worker_argv(config, worker, role, defaults), *worker_extra]
+        workers.append((role, env, argv))
     if config.runtime == "docker":
         from .docker import container_spec
 
@@ -301,7 +420,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
                 env=dict(base_env),
             )
         ]
-        for i, (role, env) in enumerate(worker_envs):
+        for i, (role, env, argv) in enumerate(workers):
             env.pop("CUDA_VISIBLE_DEVICES", None)
             gpu_cfg = config
             if slices[i] is not None:
@@ -313,18 +432,25 @@ def plan(config: EngineConfig) -> LaunchPlan:
                     gpu_cfg,
                     image=image,
                     role=f"{role}-{i}",
-                    command=("python3", *worker_argv(config, worker, role), *worker_extra),
+                    command=("python3", *argv),
                     needs_gpu=uses_gpu,
                     env=env,
                 )
             )
-        if file_kv:
-            # File discovery works only when every container sees the same directory.
-            specs = [s.with_mount(file_kv) for s in specs]
+        # Every container sees the shared and generated files at the same paths: file
+        # discovery works only when all units share one directory.
+        shared = [file_kv] if file_kv else []
         if worker_extra:
-            trace_dir = os.path.dirname(worker_extra[-1])
-            specs = [s.with_mount(trace_dir) for s in specs]
-        return LaunchPlan(containers=tuple(specs), static_version=image_tag(image), **common)
+            shared.append(os.path.dirname(worker_extra[-1]))
+        shared += workdir
+        for path in dict.fromkeys(shared):
+            specs = [s.with_mount(path) for s in specs]
+        return LaunchPlan(
+            containers=tuple(specs),
+            static_version=image_tag(image),
+            temp_dirs=tuple(temp_dirs),
+            **common,
+        )
     python = python_of(config)
     procs = [
         ProcessSpec(
@@ -333,17 +459,12 @@ def plan(config: EngineConfig) -> LaunchPlan:
             role="frontend",
         )
     ]
-    for i, (role, env) in enumerate(worker_envs):
-        procs.append(
-            ProcessSpec(
-                argv=(python, *worker_argv(config, worker, role), *worker_extra),
-                env=env,
-                role=f"{worker}-{role}-{i}",
-            )
-        )
+    for i, (role, env, argv) in enumerate(workers):
+        procs.append(ProcessSpec(argv=(python, *argv), env=env, role=f"{worker}-{role}-{i}"))
     return LaunchPlan(
         processes=tuple(procs),
         version_fallback=package_version(config, "ai-dynamo", "ai-dynamo-runtime"),
+        temp_dirs=tuple(temp_dirs),
         **common,
     )
 

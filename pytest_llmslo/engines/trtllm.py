@@ -76,12 +76,18 @@ def serve_args(
     return [*args, *config.extra_args]
 
 
-def write_llm_config(config: EngineConfig) -> str | None:
+def write_llm_config(config: EngineConfig, temp_dirs: list[str] | None = None) -> str | None:
     """The ``--config`` YAML for settings without a flag (dtype); None when not needed.
-    JSON is valid YAML, so no YAML writer is needed."""
+    JSON is valid YAML, so no YAML writer is needed. A temporary directory made for it is
+    appended to ``temp_dirs`` (removed when the engine stops; ``config_dir`` never is)."""
     if not config.dtype:
         return None
-    folder = str(config.options.get("config_dir") or tempfile.mkdtemp(prefix="llmslo-trtllm-"))
+    folder = config.options.get("config_dir")
+    if not folder:
+        folder = tempfile.mkdtemp(prefix="llmslo-trtllm-")
+        if temp_dirs is not None:
+            temp_dirs.append(folder)
+    folder = str(folder)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "llm_api_options.yaml")
     with open(path, "w", encoding="utf-8") as f:
@@ -93,9 +99,11 @@ def plan(config: EngineConfig) -> LaunchPlan:
     _check(config)
     model = require_model(config)
     port = choose_port(config)
-    config_file = write_llm_config(config)
+    temp_dirs: list[str] = []
+    config_file = write_llm_config(config, temp_dirs)
     args = serve_args(config, config.host, port, config_file)
     common = {
+        "temp_dirs": tuple(temp_dirs),
         "config": config,
         "host": config.host,
         "port": port,

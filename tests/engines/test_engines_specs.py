@@ -8,9 +8,12 @@ test_engines_dynamo.py). The flag sets below are copied from each engine's CLI s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -50,11 +53,13 @@ TRTLLM_FLAGS = {
 }  # fmt: skip
 
 # vLLM 0.32.0, `python -m vllm.entrypoints.openai.api_server --help=all` (the same engine
-# arguments as `vllm serve`); the flags the launcher emits.
+# arguments as `vllm serve`); the flags the launcher emits (the KV transfer and KV events
+# configs for Dynamo's disaggregated and KV-routed vLLM workers).
 VLLM_FLAGS = {
     "--model", "--host", "--port", "--served-model-name", "--tensor-parallel-size",
     "--dtype", "--quantization", "--max-model-len", "--gpu-memory-utilization",
     "--max-num-seqs", "--enable-prefix-caching", "--enforce-eager", "--api-key",
+    "--kv-transfer-config", "--kv-events-config",
 }  # fmt: skip
 
 # Dynamo 1.6.1: `python -m dynamo.frontend --help` and `python -m dynamo.mocker --help`
@@ -72,7 +77,7 @@ DYNAMO_MOCKER_FLAGS = {
 DYNAMO_TRTLLM_FLAGS = {
     "--model", "--served-model-name", "--tensor-parallel-size", "--max-seq-len",
     "--free-gpu-memory-fraction", "--disaggregation-mode", "--extra-engine-args",
-    "--discovery-backend", "--request-plane", "--event-plane",
+    "--discovery-backend", "--request-plane", "--event-plane", "--publish-kv-events",
 }  # fmt: skip
 DYNAMO_RUNTIME_FLAGS = {"--discovery-backend", "--request-plane", "--event-plane"}
 
@@ -94,6 +99,12 @@ GPU_CONFIG = {
 
 def flags(argv: list[str] | tuple[str, ...]) -> set[str]:
     return {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+
+
+def _value(argv: list[str] | tuple[str, ...], flag: str) -> str:
+    """The value after ``flag``, which must appear exactly once."""
+    assert list(argv).count(flag) == 1, (flag, argv)
+    return argv[list(argv).index(flag) + 1]
 
 
 def _labels_ok(labels: dict[str, str], kind: str) -> None:
@@ -372,6 +383,192 @@ def test_dynamo_vllm_disagg_processes_get_their_gpus(tmp_path: Path) -> None:
     worker_flags = flags(prefill.argv) - DYNAMO_RUNTIME_FLAGS - {"--disaggregation-mode"}
     assert worker_flags <= VLLM_FLAGS
     assert "CUDA_VISIBLE_DEVICES" not in frontend.env
+    # Dynamo 1.6.1 refuses a prefill worker without --kv-transfer-config (ValueError in
+    # dynamo/vllm/args.py, update_dynamo_config_with_engine); its
+    # examples/backends/vllm/launch/disagg.sh gives both sides NIXL with kv_both.
+    for w in (prefill, d1, d2):
+        assert json.loads(_value(w.argv, "--kv-transfer-config")) == {
+            "kv_connector": "NixlConnector",
+            "kv_role": "kv_both",
+        }
+    # Workers on one host: each NIXL side channel listens on a port of its own.
+    side = [int(w.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) for w in (prefill, d1, d2)]
+    assert len(set(side)) == 3 and plan.port not in side
+    assert "VLLM_NIXL_SIDE_CHANNEL_PORT" not in frontend.env
+
+
+def test_dynamo_vllm_disagg_user_values_win(tmp_path: Path) -> None:
+    mine = '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
+    cfg = EngineConfig(
+        kind="dynamo",
+        model="m",
+        env={"VLLM_NIXL_SIDE_CHANNEL_PORT": "20097"},
+        options={
+            "worker": "vllm",
+            "mode": "disagg",
+            "file_kv_dir": str(tmp_path),
+            "prefill_args": ["--kv-transfer-config", mine],
+        },
+    )
+    _, prefill, decode = plan_engine(cfg).processes
+    assert _value(prefill.argv, "--kv-transfer-config") == mine
+    assert "NixlConnector" in _value(decode.argv, "--kv-transfer-config")
+    assert prefill.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "20097"
+    # argparse's underscore spelling counts as given too.
+    cfg = EngineConfig(
+        kind="dynamo",
+        model="m",
+        extra_args=(f"--kv_transfer_config={mine}",),
+        options={"worker": "vllm", "mode": "disagg", "file_kv_dir": str(tmp_path)},
+    )
+    for w in plan_engine(cfg).processes[1:]:
+        assert "--kv-transfer-config" not in w.argv
+        assert w.argv[-1] == f"--kv_transfer_config={mine}"
+
+
+def test_dynamo_vllm_kv_router_gets_kv_events_per_worker(tmp_path: Path) -> None:
+    cfg = EngineConfig(
+        kind="dynamo",
+        model="m",
+        options={"worker": "vllm", "workers": 2, "router_mode": "kv", "file_kv_dir": str(tmp_path)},
+    )
+    plan = plan_engine(cfg)
+    frontend, w1, w2 = plan.processes
+    assert _value(frontend.argv, "--router-mode") == "kv"
+    events = [json.loads(_value(w.argv, "--kv-events-config")) for w in (w1, w2)]
+    # Dynamo 1.6.1's vLLM worker publishes KV events only with a kv_events_config that
+    # enables them (dynamo/vllm/args.py create_kv_events_config, main.py); the publisher is
+    # read by the same worker, so it stays on loopback, on a port of its own per worker.
+    for e in events:
+        assert e["publisher"] == "zmq" and e["enable_kv_cache_events"] is True
+        assert e["endpoint"].startswith("tcp://127.0.0.1:")
+    ports = {int(e["endpoint"].rsplit(":", 1)[1]) for e in events}
+    assert len(ports) == 2 and plan.port not in ports
+    # Aggregated workers need no KV transfer and no side channel.
+    assert "--kv-transfer-config" not in w1.argv
+    assert "VLLM_NIXL_SIDE_CHANNEL_PORT" not in w1.env
+    # Without the KV router nothing is published; a user's own config is kept.
+    plain = EngineConfig(
+        kind="dynamo", model="m", options={"worker": "vllm", "file_kv_dir": str(tmp_path)}
+    )
+    assert "--kv-events-config" not in plan_engine(plain).processes[1].argv
+    own = EngineConfig(
+        kind="dynamo",
+        model="m",
+        extra_args=("--kv-events-config", '{"enable_kv_cache_events": true}'),
+        options={"worker": "vllm", "router_mode": "kv", "file_kv_dir": str(tmp_path)},
+    )
+    w = plan_engine(own).processes[1]
+    assert _value(w.argv, "--kv-events-config") == '{"enable_kv_cache_events": true}'
+
+
+def test_dynamo_sglang_disagg_defaults(tmp_path: Path) -> None:
+    cfg = EngineConfig(
+        kind="dynamo",
+        model="m",
+        options={
+            "worker": "sglang",
+            "mode": "disagg",
+            "prefill_workers": 2,
+            "decode_workers": 1,
+            "file_kv_dir": str(tmp_path),
+        },
+    )
+    plan = plan_engine(cfg)
+    _, p1, p2, decode = plan.processes
+    # As Dynamo's examples/backends/sglang/launch/disagg.sh: NIXL (SGLang's default is
+    # Mooncake), and a bootstrap server port for each prefill worker on this host.
+    for w in (p1, p2, decode):
+        assert _value(w.argv, "--disaggregation-transfer-backend") == "nixl"
+        assert flags(w.argv) - DYNAMO_RUNTIME_FLAGS <= SGLANG_FLAGS
+    boot = [int(_value(w.argv, "--disaggregation-bootstrap-port")) for w in (p1, p2)]
+    assert len(set(boot)) == 2 and plan.port not in boot
+    assert "--disaggregation-bootstrap-port" not in decode.argv
+    # The user's choices win.
+    cfg = dataclasses.replace(
+        cfg,
+        options={
+            **cfg.options,
+            "prefill_args": ["--disaggregation-bootstrap-port", "12345"],
+            "decode_args": ["--disaggregation-transfer-backend=mooncake"],
+        },
+    )
+    _, p1, p2, decode = plan_engine(cfg).processes
+    assert _value(p1.argv, "--disaggregation-bootstrap-port") == "12345"
+    assert "--disaggregation-transfer-backend" not in decode.argv
+    assert decode.argv[-1] == "--disaggregation-transfer-backend=mooncake"
+    # Aggregated SGLang workers get none of it.
+    agg = EngineConfig(
+        kind="dynamo", model="m", options={"worker": "sglang", "file_kv_dir": str(tmp_path)}
+    )
+    w = plan_engine(agg).processes[1]
+    assert not {a for a in w.argv if a.startswith("--disaggregation")}
+
+
+def test_dynamo_trtllm_disagg_engine_args(tmp_path: Path) -> None:
+    cfg = EngineConfig(
+        kind="dynamo",
+        model="m",
+        options={
+            "worker": "trtllm",
+            "mode": "disagg",
+            "file_kv_dir": str(tmp_path),
+            "router_mode": "kv",
+        },
+    )
+    plan = plan_engine(cfg)
+    _, prefill, decode = plan.processes
+    # Dynamo's disaggregated TRT-LLM configs (examples/backends/trtllm/engine_configs/
+    # qwen3/prefill.yaml, decode.yaml) set a KV cache transceiver on both sides.
+    yamls = {}
+    for w in (prefill, decode):
+        path = _value(w.argv, "--extra-engine-args")
+        yamls[_value(w.argv, "--disaggregation-mode")] = json.loads(Path(path).read_text())
+        assert "--publish-kv-events" in w.argv  # the KV router needs its events
+        assert flags(w.argv) <= DYNAMO_TRTLLM_FLAGS
+    assert yamls == {
+        "prefill": {
+            "cache_transceiver_config": {"backend": "DEFAULT"},
+            "disable_overlap_scheduler": True,
+        },
+        "decode": {"cache_transceiver_config": {"backend": "DEFAULT"}},
+    }
+    gen_dir = os.path.dirname(_value(prefill.argv, "--extra-engine-args"))
+    assert gen_dir in plan.temp_dirs and str(tmp_path) not in plan.temp_dirs
+    # In docker the generated files are seen at the same path.
+    docker = plan_engine(dataclasses.replace(cfg, runtime="docker"))
+    for spec in docker.containers[1:]:
+        path = _value(spec.command, "--extra-engine-args")
+        assert spec.mounts[os.path.dirname(path)] == os.path.dirname(path)
+    # A user's own YAML is used instead (it must set cache_transceiver_config itself).
+    own = dataclasses.replace(
+        cfg,
+        extra_args=("--extra-engine-args", "/cfg/mine.yaml", "--no-publish-kv-events"),
+        options={**cfg.options},
+    )
+    for w in plan_engine(own).processes[1:]:
+        assert _value(w.argv, "--extra-engine-args") == "/cfg/mine.yaml"
+        assert "--publish-kv-events" not in w.argv
+    # Aggregated without the KV router: nothing added.
+    agg = EngineConfig(
+        kind="dynamo", model="m", options={"worker": "trtllm", "file_kv_dir": str(tmp_path)}
+    )
+    w = plan_engine(agg).processes[1]
+    assert "--extra-engine-args" not in w.argv and "--publish-kv-events" not in w.argv
+
+
+def test_dynamo_temporary_dirs_are_listed_for_removal(tmp_path: Path) -> None:
+    made = plan_engine(EngineConfig(kind="dynamo", model="m", options={"worker": "mocker"}))
+    (kv_dir,) = made.temp_dirs
+    assert made.processes[0].env["DYN_FILE_KV"] == kv_dir
+    # A directory the user names is never the launcher's to remove.
+    given = plan_engine(
+        EngineConfig(
+            kind="dynamo", model="m", options={"worker": "mocker", "file_kv_dir": str(tmp_path)}
+        )
+    )
+    assert given.temp_dirs == ()
+    shutil.rmtree(kv_dir)
 
 
 def test_dynamo_sglang_and_trtllm_worker_flags(tmp_path: Path) -> None:
@@ -463,3 +660,215 @@ def test_local_model_dir_is_mounted_into_containers(tmp_path: Path) -> None:
     assert worker.device_requests == ()  # the mocker needs no GPU
     assert frontend.command[-6:] == ("--discovery-backend", "etcd", "--request-plane", "tcp",
                                      "--event-plane", "zmq")  # fmt: skip
+
+
+# --- Dynamo's own parsers ------------------------------------------------------------------
+# Where ai-dynamo is installed (``local.dynamo_python()``, set up by .ci/engines.sh), the
+# argv the launcher builds is parsed by Dynamo itself rather than checked against the
+# hand-copied flag sets above.
+
+_PARSE = r"""
+import json, sys
+payload = json.load(sys.stdin)
+out = []
+for unit in payload:
+    kind, argv = unit["kind"], unit["argv"]
+    if kind == "frontend":
+        sys.argv = ["dynamo.frontend", *argv]
+        from dynamo.frontend.main import parse_args
+        c, _, _ = parse_args()
+        keys = ["http_host", "http_port", "discovery_backend", "request_plane",
+                "event_plane", "router_mode"]
+        out.append({k: getattr(c, k) for k in keys})
+    elif kind == "mocker":
+        from dynamo.mocker.args import parse_args
+        a = vars(parse_args(argv))
+        keys = ["model_path", "model_name", "max_model_len", "gpu_memory_utilization",
+                "speedup_ratio", "response_replay_trace_path", "disaggregation_mode",
+                "discovery_backend", "request_plane", "event_plane"]
+        out.append({k: a.get(k) for k in keys})
+    elif kind == "trtllm":
+        from dynamo.trtllm.args import parse_args
+        c = parse_args(argv)
+        keys = ["model", "served_model_name", "tensor_parallel_size", "max_seq_len",
+                "free_gpu_memory_fraction", "extra_engine_args", "publish_kv_events"]
+        d = {k: getattr(c, k) for k in keys}
+        d["disaggregation_mode"] = c.disaggregation_mode.value
+        out.append(d)
+    elif kind == "vllm":
+        from dynamo.vllm.args import parse_args
+        c = parse_args(argv)
+        e = c.engine_args
+        kt = e.kv_transfer_config
+        out.append({
+            "model": c.model, "served_model_name": c.served_model_name,
+            "disaggregation_mode": c.disaggregation_mode.value,
+            "tensor_parallel_size": e.tensor_parallel_size, "dtype": e.dtype,
+            "max_model_len": e.max_model_len,
+            "gpu_memory_utilization": e.gpu_memory_utilization,
+            "kv_transfer": kt and {"kv_connector": kt.kv_connector, "kv_role": kt.kv_role},
+            "use_kv_events": c.use_kv_events,
+            "kv_events_endpoint": e.kv_events_config and e.kv_events_config.endpoint,
+        })
+print("PARSED " + json.dumps(out))
+"""
+
+# dynamo.trtllm.backend_args reads defaults off TensorRT-LLM's BuildConfig (the only use
+# of tensorrt_llm while parsing); TensorRT-LLM has no CPU build, so a stand-in gives them.
+_TRTLLM_STUB = """
+from types import SimpleNamespace as _F
+class BuildConfig:
+    model_fields = {k: _F(default=v) for k, v in {"max_batch_size": 2048,
+        "max_num_tokens": 8192, "max_seq_len": None, "max_beam_width": 1}.items()}
+"""
+
+
+def _parse_with_dynamo(
+    python: Path, units: list[tuple[str, list[str]]], pythonpath: Sequence[Path] = ()
+) -> list[dict]:
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in pythonpath)}
+    payload = json.dumps([{"kind": k, "argv": list(a)} for k, a in units])
+    out = subprocess.run([str(python), "-c", _PARSE], input=payload, capture_output=True,
+                         text=True, timeout=600, env=env, cwd="/")  # fmt: skip
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("PARSED ")]
+    parsed: list[dict] = json.loads(line[len("PARSED ") :])
+    return parsed
+
+
+def _dynamo_python() -> Path:
+    from engines_helpers import DYNAMO_PYTHON, missing_module
+
+    reason = missing_module(DYNAMO_PYTHON, "dynamo.frontend")
+    if reason:
+        pytest.skip(f"ai-dynamo is not installed: {reason}")
+    return DYNAMO_PYTHON
+
+
+def _args(spec_argv: tuple[str, ...], module: str) -> list[str]:
+    """The arguments after ``python -m MODULE``."""
+    assert spec_argv[1:3] == ("-m", module), spec_argv
+    return list(spec_argv[3:])
+
+
+def test_dynamo_frontend_and_mocker_argv_parse_with_dynamos_parsers(tmp_path: Path) -> None:
+    python = _dynamo_python()
+    cfg = EngineConfig(
+        kind="dynamo",
+        model="/models/tiny",
+        served_model_name="tiny",
+        port=8080,
+        max_model_len=1024,
+        gpu_memory_utilization=0.5,
+        options={
+            "worker": "mocker",
+            "mode": "disagg",
+            "router_mode": "kv",
+            "speedup_ratio": 2.0,
+            "file_kv_dir": str(tmp_path),
+        },
+    )
+    frontend, prefill, decode = plan_engine(cfg).processes
+    parsed = _parse_with_dynamo(
+        python,
+        [
+            ("frontend", _args(frontend.argv, "dynamo.frontend")),
+            ("mocker", _args(prefill.argv, "dynamo.mocker")),
+            ("mocker", _args(decode.argv, "dynamo.mocker")),
+        ],
+    )
+    assert parsed[0] == {
+        "http_host": "127.0.0.1", "http_port": 8080, "discovery_backend": "file",
+        "request_plane": "tcp", "event_plane": "zmq", "router_mode": "kv",
+    }  # fmt: skip
+    trace = str(tmp_path / "replay-trace.jsonl")
+    for got, role in zip(parsed[1:], ("prefill", "decode"), strict=True):
+        assert got == {
+            "model_path": "/models/tiny", "model_name": "tiny", "max_model_len": 1024,
+            "gpu_memory_utilization": 0.5, "speedup_ratio": 2.0,
+            "response_replay_trace_path": trace, "disaggregation_mode": role,
+            "discovery_backend": "file", "request_plane": "tcp", "event_plane": "zmq",
+        }  # fmt: skip
+
+
+def test_dynamo_trtllm_worker_argv_parses_with_dynamos_parser(tmp_path: Path) -> None:
+    python = _dynamo_python()
+    stub = tmp_path / "stub" / "tensorrt_llm"
+    (stub / "llmapi").mkdir(parents=True)
+    (stub / "__init__.py").write_text("")
+    (stub / "llmapi" / "__init__.py").write_text(_TRTLLM_STUB)
+    cfg = EngineConfig(
+        kind="dynamo",
+        options={"worker": "trtllm", "mode": "disagg", "router_mode": "kv",
+                 "file_kv_dir": str(tmp_path)},
+        **{**GPU_CONFIG, "dtype": None},
+    )  # fmt: skip
+    plan = plan_engine(cfg)
+    _, prefill, decode = plan.processes
+    units = [("trtllm", _args(w.argv, "dynamo.trtllm")) for w in (prefill, decode)]
+    parsed = _parse_with_dynamo(python, units, [tmp_path / "stub"])
+    for got, w, role in zip(parsed, (prefill, decode), ("prefill", "decode"), strict=True):
+        assert got == {
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "served_model_name": "meta-llama/Llama-3.1-8B-Instruct",
+            "tensor_parallel_size": 2, "max_seq_len": 8192, "free_gpu_memory_fraction": 0.85,
+            "extra_engine_args": _value(w.argv, "--extra-engine-args"),
+            "publish_kv_events": True, "disaggregation_mode": role,
+        }  # fmt: skip
+    for d in plan.temp_dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.dynamo
+@pytest.mark.vllm
+def test_dynamo_vllm_worker_argv_parses_with_dynamos_vllm_parser(tmp_path: Path) -> None:
+    """Dynamo's vLLM worker parser needs vLLM, which the Dynamo venv lacks (its vLLM extra
+    is the GPU build): Dynamo's own package is put on the path of the vLLM CPU venv's
+    Python, and parses there with vLLM's engine arguments."""
+    from engines_helpers import VLLM_PYTHON, missing_module
+
+    dyn_python = _dynamo_python()
+    reason = missing_module(VLLM_PYTHON, "vllm")
+    if reason:
+        pytest.skip(f"vLLM is not installed: {reason}")
+    import subprocess
+
+    code = "import dynamo.vllm, os; print(os.path.dirname(dynamo.__path__[0]))"
+    where = subprocess.run([str(dyn_python), "-c", code], capture_output=True, text=True,
+                           timeout=120, check=True).stdout.strip()  # fmt: skip
+    only_dynamo = tmp_path / "path"
+    only_dynamo.mkdir()
+    (only_dynamo / "dynamo").symlink_to(Path(where) / "dynamo")
+    disagg = EngineConfig(
+        kind="dynamo",
+        options={"worker": "vllm", "mode": "disagg", "file_kv_dir": str(tmp_path)},
+        **GPU_CONFIG,
+    )
+    kv = EngineConfig(
+        kind="dynamo",
+        options={"worker": "vllm", "router_mode": "kv", "file_kv_dir": str(tmp_path)},
+        **GPU_CONFIG,
+    )
+    _, prefill, decode = plan_engine(disagg).processes
+    _, agg = plan_engine(kv).processes
+    workers = (prefill, decode, agg)
+    units = [("vllm", _args(w.argv, "dynamo.vllm")) for w in workers]
+    parsed = _parse_with_dynamo(VLLM_PYTHON, units, [only_dynamo])
+    nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    common = {
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "served_model_name": "meta-llama/Llama-3.1-8B-Instruct",
+        "tensor_parallel_size": 2, "dtype": "bfloat16", "max_model_len": 8192,
+        "gpu_memory_utilization": 0.85,
+    }  # fmt: skip
+    endpoint = json.loads(_value(agg.argv, "--kv-events-config"))["endpoint"]
+    assert parsed == [
+        {**common, "disaggregation_mode": "prefill", "kv_transfer": nixl,
+         "use_kv_events": False, "kv_events_endpoint": None},
+        {**common, "disaggregation_mode": "decode", "kv_transfer": nixl,
+         "use_kv_events": False, "kv_events_endpoint": None},
+        {**common, "disaggregation_mode": "agg", "kv_transfer": None,
+         "use_kv_events": True, "kv_events_endpoint": endpoint},
+    ]  # fmt: skip
