@@ -31,10 +31,16 @@ from .launch import LaunchPlan, RunningEngine, launch
 from .process import ProcessSpec
 from .readiness import all_of, http_ok, models_listed, version_from_json
 
-DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc29"
+#: The newest tag NVIDIA's TensorRT-LLM documentation gives a ``docker pull`` for
+#: (installation/containers.html of the 1.3.0rc24 docs). Dynamo 1.6.1 pins 1.3.0rc29 in its
+#: trtllm extra; set ``image`` to use that one.
+DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc24"
 
 #: trtllm-serve's sizing flags; dtype goes into the --config YAML and quantization comes
-#: from the checkpoint, so neither has one.
+#: from the checkpoint, so neither has one. These are the 1.x spellings
+#: (tensorrt_llm/commands/serve.py: ``--tp_size``, ``--kv_cache_free_gpu_memory_fraction`` and
+#: ``--extra_llm_api_options`` are aliases of them); 0.18 knew only ``--tp_size`` and
+#: ``--kv_cache_free_gpu_memory_fraction``, and had no ``--config``.
 SIZING = SizingFlags(
     tensor_parallel_size="--tensor_parallel_size",
     max_model_len="--max_seq_len",

@@ -211,7 +211,9 @@ def test_trtllm_container_config(tmp_path: Path) -> None:
     plan = plan_engine(cfg)
     (spec,) = plan.containers
     kw = spec.run_kwargs()
-    assert kw["image"] == "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc29"
+    # A tag NVIDIA documents (docker pull in the TensorRT-LLM 1.3.0rc24 docs).
+    assert kw["image"] == "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc24"
+    assert plan.static_version == "1.3.0rc24"
     assert kw["command"][:2] == ["trtllm-serve", "meta-llama/Llama-3.1-8B-Instruct"]
     assert flags(kw["command"]) <= TRTLLM_FLAGS
     assert [dict(d) for d in kw["device_requests"]] == [
@@ -226,6 +228,19 @@ def test_trtllm_container_config(tmp_path: Path) -> None:
     assert kw["volumes"][HF_CACHE]["bind"] == "/root/.cache/huggingface"
     _labels_ok(kw["labels"], "trtllm")
     assert plan.model == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_trtllm_generated_config_dir_is_temporary(tmp_path: Path) -> None:
+    made = plan_engine(EngineConfig(kind="trtllm", model="m", dtype="bfloat16"))
+    (folder,) = made.temp_dirs
+    assert made.processes[0].argv[-1] == os.path.join(folder, "llm_api_options.yaml")
+    shutil.rmtree(folder)
+    given = plan_engine(
+        EngineConfig(kind="trtllm", model="m", dtype="bfloat16",
+                     options={"config_dir": str(tmp_path)})
+    )  # fmt: skip
+    assert given.temp_dirs == ()  # the user's folder is never removed
+    assert plan_engine(EngineConfig(kind="trtllm", model="m")).temp_dirs == ()
 
 
 @pytest.mark.parametrize(
