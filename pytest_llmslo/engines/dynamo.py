@@ -43,7 +43,7 @@ from ._common import (
     served_name,
 )
 from .base import EngineConfig
-from .launch import LaunchPlan, RunningEngine, launch
+from .launch import LaunchPlan, RunningEngine, launch, remove_dirs
 from .process import ProcessSpec, pick_free_port, probe_host
 from .readiness import all_of, health_body_healthy, models_listed
 
@@ -333,14 +333,23 @@ def _gpu_slices(config: EngineConfig, n: int) -> list[str | None]:
 
 
 def plan(config: EngineConfig) -> LaunchPlan:
+    # Directories made here, removed when the engine stops (never one the user named),
+    # or right away when the config turns out to be bad.
+    temp_dirs: list[str] = []
+    try:
+        return _plan(config, temp_dirs)
+    except BaseException:
+        remove_dirs(temp_dirs)
+        raise
+
+
+def _plan(config: EngineConfig, temp_dirs: list[str]) -> LaunchPlan:
     model = require_model(config)
     worker = _opt(config, "worker", "vllm", WORKERS)
     roles = _roles(config)
     port = choose_port(config)
     name = served_name(config)
     discovery = _opt(config, "discovery", "file", DISCOVERY)
-    # Directories made here, removed when the engine stops (never one the user named).
-    temp_dirs: list[str] = []
 
     def mkdtemp() -> str:
         path = tempfile.mkdtemp(prefix="llmslo-dyn-")

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -635,7 +636,8 @@ def test_dynamo_bad_options(options: dict, match: str) -> None:
         plan_engine(EngineConfig(kind="dynamo", model="m", options=options))
 
 
-def test_dynamo_not_enough_gpus() -> None:
+def test_dynamo_not_enough_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     cfg = EngineConfig(
         kind="dynamo",
         model="m",
@@ -645,6 +647,8 @@ def test_dynamo_not_enough_gpus() -> None:
     )
     with pytest.raises(ConfigError, match="need 4 GPUs"):
         plan_engine(cfg)
+    # The discovery directory made before the config was found bad is gone again.
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_sim_container_config() -> None:
@@ -675,6 +679,8 @@ def test_local_model_dir_is_mounted_into_containers(tmp_path: Path) -> None:
     assert worker.device_requests == ()  # the mocker needs no GPU
     assert frontend.command[-6:] == ("--discovery-backend", "etcd", "--request-plane", "tcp",
                                      "--event-plane", "zmq")  # fmt: skip
+    assert plan.temp_dirs == (os.path.dirname(trace),)
+    shutil.rmtree(os.path.dirname(trace))
 
 
 # --- Dynamo's own parsers ------------------------------------------------------------------
