@@ -53,7 +53,8 @@ ENGINE_ARG = "slo_engine"
 LEVEL_ARG = "slo_level"
 # Fixtures whose use makes a test an SLO test (parametrized over engine x level).
 SLO_FIXTURES = (ENGINE_ARG, LEVEL_ARG, "slo_run")
-README_XDIST = "README.md#running-under-pytest-xdist"
+# The README's "### Under pytest-xdist" heading, as GitHub anchors it.
+README_XDIST = "README.md#under-pytest-xdist"
 
 
 # ------------------------------------------------------------------------------- options

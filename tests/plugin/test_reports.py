@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
+from pytest_llmslo import plugin
 from pytest_llmslo.report.jsonio import validate_document
 
 SUITE = """
@@ -155,3 +158,18 @@ def test_missing_baseline_is_a_usage_error(slo_pytester: pytest.Pytester) -> Non
     result = slo_pytester.runpytest_subprocess("--slo-compare=nope", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --slo-compare: *no baseline named 'nope'*"])
+
+
+def _github_anchor(heading: str) -> str:
+    text = heading.strip().lstrip("#").strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def test_xdist_message_links_a_readme_heading() -> None:
+    readme_path, _, anchor = plugin.README_XDIST.partition("#")
+    readme = Path(__file__).resolve().parents[2] / readme_path
+    anchors = {
+        _github_anchor(line) for line in readme.read_text().splitlines() if line.startswith("#")
+    }
+    assert anchor in anchors
