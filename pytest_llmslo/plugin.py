@@ -1157,8 +1157,20 @@ def _extend(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
     ts = ctx.settings
     objectives = ts.objectives
     last_verdict = state.points[ctx.point_keys[0]].verdict
+    gate = _gate_kwargs(ts)
     if last_verdict is not None:
         objectives = tuple(r.objective for r in last_verdict.results)
+        # The extra levels are judged as the test's own level was.
+        gate = {
+            "strict": last_verdict.strict,
+            "confidence": last_verdict.confidence,
+            "min_attainment": last_verdict.min_attainment,
+            "min_goodput_tok_s": last_verdict.min_goodput_tok_s,
+            "max_error_rate": last_verdict.max_error_rate,
+        }
+    if ts.strict or ts.confidence != 0.95:
+        # As in _configured_gate: a session made strict holds for every level it judges.
+        gate.update(strict=ts.strict, confidence=ts.confidence)
     if not objectives:
         ctx.notes.append("not extended: the extension needs objectives (goodput)")
         return
@@ -1173,15 +1185,8 @@ def _extend(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
         if nxt.mode == "concurrency" and ts.requests < 2 * nxt.value:
             level_ts = dataclasses.replace(ts, requests=int(2 * nxt.value))
         run = _run_level(state, item, handle, nxt, level_ts, extended=True)
-        verdict = slo.evaluate(
-            run,
-            objectives,
-            strict=ts.strict,
-            confidence=ts.confidence,
-            min_attainment=ts.min_attainment,
-            min_goodput_tok_s=ts.min_goodput_tok_s,
-        )
-        state.set_verdict(state.run_index[id(run)], verdict, ts.confidence)
+        verdict = slo.evaluate(run, objectives, **gate)
+        state.set_verdict(state.run_index[id(run)], verdict, gate["confidence"])
         added.append(nxt.label)
     if added:
         note = f"extended past {ctx.level.label}: {', '.join(added)} (--slo-extend)"

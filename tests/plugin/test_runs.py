@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
@@ -303,3 +304,35 @@ def test_capacity_search_needs_objectives(slo_pytester: pytest.Pytester) -> None
     result = slo_pytester.runpytest_subprocess("--slo-capacity", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --slo-capacity: test_cap.py::test_chat has no objec*"])
+
+
+def test_extended_levels_are_judged_by_the_tests_gate(
+    slo_pytester: pytest.Pytester, tiny_args
+) -> None:
+    slo_pytester.makepyfile(
+        test_ext="""
+        import pytest
+        from pytest_llmslo import assert_goodput, ttft_p99
+
+        @pytest.mark.slo(concurrency=[1], extend=True)
+        def test_body(slo_run):
+            assert_goodput(ttft_p99 < 500, min_attainment=0.8)
+
+        @pytest.mark.slo(ttft_p99 < 500, concurrency=[1], extend=True)
+        def test_configured(slo_run):
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-json=r.json", "--slo-strict"))
+    result.assert_outcomes(failed=2)  # 12 requests bound no P99: strict fails both
+    doc = json.loads((slo_pytester.path / "r.json").read_text())
+    gates: dict[str, set[tuple[object, object]]] = {}
+    for p in doc["points"]:
+        v = p["verdict"]
+        gates.setdefault(p["test"].rsplit("::", 1)[1], set()).add(
+            (v["min_attainment"], v["strict"])
+        )
+    # Every level, the test's own and the extended ones, under one gate.
+    assert gates == {"test_body": {(0.8, True)}, "test_configured": {(0.9, True)}}
+    counts = {name: sum(p["test"].endswith(name) for p in doc["points"]) for name in gates}
+    assert min(counts.values()) > 1, result.stdout.str()
