@@ -1299,8 +1299,16 @@ def _fmt_pct(v: float | None) -> str:
 
 
 class _JunitSystemOut:
-    """With ``junit_logging=no`` (pytest's default) no captured output reaches the JUnit
-    file; the SLO numbers of each test go there anyway, as the test case's system-out."""
+    """The SLO numbers of each test reach its JUnit ``system-out`` whatever
+    ``junit_logging`` says. pytest writes there only the "Captured stdout" sections (and
+    the log), and only with ``junit_logging`` ``system-out``, ``out-err``, ``log`` or
+    ``all``, never the plugin's own "llmslo" section. So: with ``no`` (pytest's default)
+    the section becomes the test case's system-out; otherwise it is added to the
+    system-out pytest writes (under its own header, once), or becomes the system-out when
+    pytest writes none (``system-err``, or a passing test without
+    ``junit_log_passing_tests``)."""
+
+    HEADER = " llmslo "
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -1315,12 +1323,40 @@ class _JunitSystemOut:
         from _pytest.junitxml import xml_key  # the LogXML object, as record_* fixtures use
 
         xml = self.config.stash.get(xml_key, None)
-        if xml is None or getattr(xml, "logging", "no") != "no":
-            return  # junit_logging on: the captured output carries the section already
+        if xml is None:
+            return
         try:
+            reporter = xml.node_reporter(report)
+            if getattr(xml, "logging", "no") == "no":
+                self._merge(reporter, text)
+                return
+            # pytest writes the captured output when the test's last report arrives (or
+            # now, for a failure without junit_log_passing_tests): merge ours into it then.
+            original = reporter.write_captured_output
+
+            def write_captured_output(rep: pytest.TestReport) -> None:
+                original(rep)
+                reporter.write_captured_output = original
+                self._merge(reporter, text)
+
+            reporter.write_captured_output = write_captured_output
+        except Exception:  # reporting must never break the run
+            pass
+
+    def _merge(self, reporter: Any, text: str) -> None:
+        from _pytest.junitxml import bin_xml_escape
+
+        try:
+            escaped = bin_xml_escape(text)
+            for node in reporter.nodes:
+                if node.tag == "system-out":
+                    if escaped not in (node.text or ""):
+                        head = self.HEADER.center(80, "-")
+                        node.text = f"{node.text or ''}{head}\n{escaped}\n"
+                    return
             node = ET.Element("system-out")
-            node.text = text
-            xml.node_reporter(report).append(node)
+            node.text = escaped
+            reporter.append(node)
         except Exception:  # reporting must never break the run
             pass
 

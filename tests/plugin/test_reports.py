@@ -160,6 +160,46 @@ def test_missing_baseline_is_a_usage_error(slo_pytester: pytest.Pytester) -> Non
     result.stderr.fnmatch_lines(["ERROR: --slo-compare: *no baseline named 'nope'*"])
 
 
+def test_junit_system_out_has_the_numbers_whatever_junit_logging(
+    slo_pytester: pytest.Pytester, tiny_args
+) -> None:
+    slo_pytester.makepyfile(
+        test_out="""
+        import pytest
+        from pytest_llmslo import assert_goodput, ttft_p99
+
+        @pytest.mark.slo(concurrency=[1])
+        def test_ok(slo_run):
+            print("printed by the body")
+            assert_goodput(ttft_p99 < 500)
+
+        @pytest.mark.slo(concurrency=[1])
+        def test_red(slo_run):
+            assert_goodput(ttft_p99 < 1)
+        """
+    )
+    for options in (
+        ("-o", "junit_logging=all"),
+        ("-o", "junit_logging=system-out"),
+        ("-o", "junit_logging=log"),
+        ("-o", "junit_logging=system-err", "-o", "junit_log_passing_tests=false"),
+    ):
+        result = slo_pytester.runpytest_subprocess(*tiny_args("--junitxml=x.xml", *options))
+        result.assert_outcomes(passed=1, failed=1)
+        root = ET.parse(slo_pytester.path / "x.xml").getroot()
+        for case in root.iter("testcase"):
+            outs = case.findall("system-out")
+            assert len(outs) == 1, (options, case.get("name"))
+            text = outs[0].text or ""
+            assert text.count("external test_out.py::") == 1, (options, text)
+            assert "ttft: p50" in text, options
+        ok = next(c for c in root.iter("testcase") if c.get("name") == "test_ok[external-c1]")
+        if "junit_logging=all" in options or "junit_logging=system-out" in options:
+            # pytest's captured output and the SLO numbers in one system-out.
+            text = ok.find("system-out").text
+            assert "printed by the body" in text and "- llmslo -" in text
+
+
 def _github_anchor(heading: str) -> str:
     text = heading.strip().lstrip("#").strip().lower()
     text = re.sub(r"[^\w\- ]", "", text)
