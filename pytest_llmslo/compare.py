@@ -7,7 +7,15 @@ A comparison pairs two points (one test, one engine, one load level) only when t
 runs are comparable: the documents' pinned constants (``PINNED_CONSTANTS``: model,
 precision, hardware, dataset/workload with ISL/OSL, SLO) match (``constants_mismatch``),
 both points evaluated the same objectives, and both client runs are valid. Otherwise the
-comparison says which constant differs and compares nothing.
+comparison says which constant differs and compares nothing. Model, precision and
+hardware are an engine's (``ENGINE_CONSTANTS``, kept per engine in
+``constants["per_engine"]``, see ``engine_constants``): a run of one engine pairs with
+that engine's points in a baseline of several.
+
+A test that searched its capacity (``sweep.CapacitySearch``) is compared by that capacity
+(``compare_capacity``): the ``capacity`` metric, better higher, with the tolerance
+``DEFAULT_CAPACITY_TOLERANCE`` unless one is given; and, when both searches ended at the
+same level, the metrics of the two points there.
 
 Tolerances (``parse_tolerances("goodput:5%,ttft_p99:10%,itl_p50:2ms")``) give, per metric,
 how much worse a value may get: relative (``%`` of the baseline value) or absolute (``ms``
@@ -58,9 +66,12 @@ from pytest_llmslo.sweep import finite_or_none
 
 __all__ = [
     "DEFAULT_BASELINE_ROOT",
+    "DEFAULT_CAPACITY_TOLERANCE",
     "DEFAULT_TOLERANCES",
+    "ENGINE_CONSTANTS",
     "METRIC_SPECS",
     "MIN_NOISE_SAMPLES",
+    "PARTIAL_SUFFIX",
     "PINNED_CONSTANTS",
     "ROW_HEADERS",
     "RULE",
@@ -73,10 +84,13 @@ __all__ = [
     "Tolerance",
     "assert_no_regression",
     "baseline_path",
+    "compare_capacity",
     "compare_documents",
     "compare_points",
     "constants_for_test",
     "constants_mismatch",
+    "engine_constants",
+    "find_capacity",
     "find_point",
     "list_baselines",
     "load_baseline",
@@ -95,6 +109,14 @@ DEFAULT_TOLERANCES = (
     "tpot_p50:10%,e2e_p99:10%"
 )
 
+#: The tolerance of a capacity comparison when none is given (``capacity:15%``): more than
+#: one step of a concurrency search at capacity 8 (c8 -> c7 is 12.5 %), so the search's
+#: own resolution does not fail a test, while c8 -> c6 (25 %) does.
+DEFAULT_CAPACITY_TOLERANCE = "capacity:15%"
+
+#: A baseline saved from an interrupted session gets this suffix: ``NAME.partial``.
+PARTIAL_SUFFIX = ".partial"
+
 #: Constants of a run document that must match for two runs to be compared.
 PINNED_CONSTANTS: tuple[str, ...] = (
     "model",
@@ -106,6 +128,10 @@ PINNED_CONSTANTS: tuple[str, ...] = (
     "osl",
     "slo",
 )
+
+#: Pinned constants that belong to one engine: with ``constants["per_engine"]`` they are
+#: taken from the engine's entry there.
+ENGINE_CONSTANTS: tuple[str, ...] = ("model", "precision", "hardware")
 
 # Leaves of the pinned constants that name a place on one machine, not what was measured.
 # The Python version is the harness's interpreter, not the serving hardware.
@@ -126,7 +152,7 @@ RULE = (
 )
 
 RowStatus = Literal["regressed", "improved", "within tolerance", "noise", "n/a"]
-MetricKind = Literal["latency", "rate", "fraction"]
+MetricKind = Literal["latency", "rate", "fraction", "level"]
 
 
 # --------------------------------------------------------------------------- metrics
@@ -164,6 +190,8 @@ def _build_specs() -> dict[str, MetricSpec]:
     specs["error_rate"] = MetricSpec(
         "error_rate", "fraction", False, "", "error_rate", units=("pp",)
     )
+    # The load a capacity search found (concurrency or req/s): only "%" tolerances.
+    specs["capacity"] = MetricSpec("capacity", "level", True, "", "capacity")
     stats: tuple[tuple[str, float | str], ...] = (
         ("p50", 50.0),
         ("p90", 90.0),
@@ -369,13 +397,25 @@ def list_baselines(root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT) -> list
         return []
 
 
+def partial_name(name: str) -> str:
+    """The name a partial (interrupted) run is saved under instead of ``name``."""
+    _check_name(name)
+    return name if name.endswith(PARTIAL_SUFFIX) else name + PARTIAL_SUFFIX
+
+
 def save_baseline(
     doc: Mapping[str, Any], name: str, root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT
 ) -> Path:
     """Save the run document ``doc`` as the baseline ``name`` (validated, written
-    atomically, replacing an older one of that name); return its path."""
+    atomically, replacing an older one of that name); return its path.
+
+    A partial document (``"complete": false``, an interrupted session) never replaces a
+    baseline: it is saved as ``NAME.partial`` (``partial_name``) and ``NAME`` is left as
+    it was. The returned path says which file was written."""
     from pytest_llmslo.report.jsonio import write_atomic
 
+    if doc.get("complete") is False:
+        name = partial_name(name)
     return write_atomic(baseline_path(name, root), doc)
 
 
@@ -509,16 +549,118 @@ def constants_mismatch(
     return out
 
 
-def constants_for_test(constants: Mapping[str, Any] | None, test: str) -> dict[str, Any]:
-    """The constants that apply to ``test``: the document's, with the test's own settings
-    (``constants["tests"][test]``, from its marker) over them; the lists of tests, engines
-    and levels left out (they say what ran, not how)."""
+def constants_for_test(
+    constants: Mapping[str, Any] | None, test: str, engine: str | None = None
+) -> dict[str, Any]:
+    """The constants that apply to ``test`` (on ``engine``): the document's, with the
+    test's own settings (``constants["tests"][test]``, from its marker) over them; the
+    lists of tests, engines and levels left out (they say what ran, not how), and so is the
+    client machine (``client``: information, not a constant of the measurement).
+
+    A document that records constants per engine (``constants["per_engine"]``) has its
+    ``ENGINE_CONSTANTS`` (model, precision, hardware) taken from ``engine``'s entry; without
+    ``engine`` they are left out (they are no constant of the whole document). A document
+    without ``per_engine`` (written by another tool) keeps its own."""
     constants = constants or {}
-    out = {k: v for k, v in constants.items() if k not in ("tests", "engines", "levels")}
+    skip = ("tests", "engines", "levels", "per_engine", "client")
+    out = {k: v for k, v in constants.items() if k not in skip}
+    per_engine = constants.get("per_engine")
+    if isinstance(per_engine, Mapping):
+        for key in ENGINE_CONSTANTS:
+            out.pop(key, None)
+        mine = per_engine.get(engine) if engine is not None else None
+        if isinstance(mine, Mapping):
+            out.update({k: v for k, v in mine.items() if k in ENGINE_CONSTANTS})
     per_test = (constants.get("tests") or {}).get(test)
     if isinstance(per_test, Mapping):
         out.update({k: v for k, v in per_test.items() if k != "levels"})
     return out
+
+
+def _loopback(url: Any) -> bool:
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(str(url)).hostname or ""
+    except ValueError:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _argv_option(metadata: Mapping[str, Any], flag: str) -> str | None:
+    """The value after ``flag`` in the command line of one of the engine's units."""
+    for unit in metadata.get("units") or ():
+        if not isinstance(unit, Mapping):
+            continue
+        argv = unit.get("argv") or unit.get("command") or ()
+        argv = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else []
+        for i, arg in enumerate(argv[:-1]):
+            if arg == flag:
+                return argv[i + 1]
+    return None
+
+
+def engine_gpus(metadata: Mapping[str, Any]) -> list[str] | None:
+    """The GPUs an engine ran on, from its metadata (``EngineHandle.metadata()``), as
+    sorted ``"NAME, MEMORY"`` strings (the driver version left out: it is software, like
+    the engine's version, and a comparison across a driver update is a fair question).
+
+    The machine's GPUs (``metadata["hardware"]["gpus"]``, from ``nvidia-smi``) narrowed to
+    the engine's ``gpus`` setting: ``none`` -> none, a count -> the first that many, device
+    indices -> those. None when they are not known: no hardware recorded, or an external
+    engine on another host (the GPUs this machine sees are not its)."""
+    hardware = metadata.get("hardware")
+    if not isinstance(hardware, Mapping) or not isinstance(hardware.get("gpus"), list):
+        return None
+    if metadata.get("kind") == "external":
+        url = metadata.get("url") or metadata.get("base_url")
+        if not _loopback(url):
+            return None
+    names = [", ".join(p.strip() for p in str(g).split(",")[:2]) for g in hardware["gpus"]]
+    setting = str(metadata.get("gpus") or "all").strip().lower()
+    if setting == "none":
+        names = []
+    elif setting.isdigit():
+        names = names[: int(setting)]
+    elif setting != "all":
+        ids = [i.strip() for i in setting.removeprefix("device=").split(",") if i.strip()]
+        if ids and all(i.isdigit() for i in ids):
+            names = [names[int(i)] for i in ids if int(i) < len(names)]
+    return sorted(names)
+
+
+def engine_constants(
+    metadata: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    precision: str | None = None,
+    sim_profile: str | None = None,
+) -> dict[str, Any]:
+    """One engine's ``ENGINE_CONSTANTS`` from its metadata: ``model`` (the given one, else
+    the served model), ``precision`` (the given one, else the engine's quantization or
+    dtype), and ``hardware``: for the sim engine its profile (``sim_profile``, else the
+    ``--profile`` of its command line), for any other engine ``{"gpus": engine_gpus()}``.
+    The client machine is not part of it: a load generator on a laptop and on a CI runner
+    measure the same engine."""
+    if metadata.get("kind") == "sim":
+        hardware: dict[str, Any] = {
+            "sim_profile": sim_profile or _argv_option(metadata, "--profile")
+        }
+    else:
+        hardware = {"gpus": engine_gpus(metadata)}
+    found = metadata.get("quantization") or metadata.get("dtype")
+    served = metadata.get("model")
+    return {
+        "model": model or (None if served is None else str(served)),
+        "precision": precision or (None if found is None else str(found)),
+        "hardware": hardware,
+    }
 
 
 # --------------------------------------------------------------------------- points
@@ -801,6 +943,22 @@ def _judge_noise(
     return NoiseJudgement("none", None, note="one number per run: judged by the tolerance alone")
 
 
+def _change(tol: Tolerance, old: float, new: float) -> tuple[float, float | None, RowStatus]:
+    """The change from ``old`` to ``new``, relative change in %, and its status by the
+    tolerance alone (rule 1)."""
+    delta = new - old
+    delta_pct = None if old == 0 else 100.0 * delta / abs(old)
+    worse = -delta if tol.higher_is_better else delta
+    allowed = tol.allowed(old)
+    # A tiny epsilon: a change of exactly the tolerance is within it despite float noise.
+    eps = 1e-9 * max(abs(old), abs(new), 1.0)
+    if worse > allowed + eps:
+        return delta, delta_pct, "regressed"
+    if -worse > allowed + eps:
+        return delta, delta_pct, "improved"
+    return delta, delta_pct, "within tolerance"
+
+
 def _row(
     tol: Tolerance,
     old_point: Mapping[str, Any],
@@ -814,18 +972,7 @@ def _row(
     old, new = metric_value(old_point, tol.metric), metric_value(new_point, tol.metric)
     if old is None or new is None:
         return ComparisonRow(tol.metric, old, new, None, None, "n/a", tol)
-    delta = new - old
-    delta_pct = None if old == 0 else 100.0 * delta / abs(old)
-    worse = -delta if spec.higher_is_better else delta
-    allowed = tol.allowed(old)
-    # A tiny epsilon: a change of exactly the tolerance is within it despite float noise.
-    eps = 1e-9 * max(abs(old), abs(new), 1.0)
-    if worse > allowed + eps:
-        status: RowStatus = "regressed"
-    elif -worse > allowed + eps:
-        status = "improved"
-    else:
-        status = "within tolerance"
+    delta, delta_pct, status = _change(tol, old, new)
     noise = None
     if status != "within tolerance":
         noise = _judge_noise(
@@ -847,6 +994,8 @@ def _fmt_value(metric: str, value: float | None) -> str:
         return f"{value:.1f} ms"
     if spec.kind == "fraction":
         return f"{100.0 * value:.1f}%"
+    if spec.kind == "level":
+        return f"{value:g}"
     return f"{value:.0f} {spec.unit}" if abs(value) >= 100 else f"{value:.2f} {spec.unit}"
 
 
@@ -858,6 +1007,8 @@ def _fmt_delta(metric: str, value: float | None) -> str:
         return f"{value:+.1f} ms"
     if spec.kind == "fraction":
         return f"{100.0 * value:+.1f} pp"
+    if spec.kind == "level":
+        return f"{value:+g}"
     return f"{value:+.0f} {spec.unit}" if abs(value) >= 100 else f"{value:+.2f} {spec.unit}"
 
 
@@ -937,7 +1088,9 @@ class Comparison:
     """One point (engine, test, load level) against its baseline. ``problems`` lists why
     the two cannot be compared (then ``rows`` is empty and nothing regressed;
     ``constants_differ`` when the reason is a pinned constant); ``labels`` name the two
-    sides (``("baseline", "new")``), ``versions`` the engine versions when known."""
+    sides (``("baseline", "new")``), ``versions`` the engine versions when known;
+    ``notes`` say what was left out of a comparison that did run (a capacity comparison
+    whose searches ended at different levels compares the capacity alone)."""
 
     engine: str
     test: str
@@ -947,6 +1100,7 @@ class Comparison:
     labels: tuple[str, str] = ("baseline", "new")
     versions: tuple[str | None, str | None] = (None, None)
     constants_differ: bool = False
+    notes: tuple[str, ...] = ()
 
     @property
     def comparable(self) -> bool:
@@ -1016,19 +1170,25 @@ class Comparison:
                 )
             elif r.status == "n/a":
                 lines.append(f"  {r.metric}: no value on one side, not compared")
+        lines.extend(f"  {note}" for note in self.notes)
         if rule:
             lines.extend(_wrap_rule("  "))
         return "\n".join(lines)
 
     def properties(self) -> list[tuple[str, str]]:
-        """Flat JUnit properties ``llmslo.compare.*``."""
+        """Flat JUnit properties ``llmslo.compare.*``: the status, the problems, and per
+        metric ``.old``, ``.new`` and ``.status``. An undefined value (a metric with no
+        value on one side) is left out rather than written empty, as ``report.junit``
+        does."""
         props = [("llmslo.compare.status", self.status)]
         if self.problems:
             props.append(("llmslo.compare.problems", "; ".join(self.problems)))
         for r in self.rows:
             key = f"llmslo.compare.{r.metric}"
-            props.append((f"{key}.old", "" if r.old is None else f"{r.old:.6g}"))
-            props.append((f"{key}.new", "" if r.new is None else f"{r.new:.6g}"))
+            if r.old is not None:
+                props.append((f"{key}.old", f"{r.old:.6g}"))
+            if r.new is not None:
+                props.append((f"{key}.new", f"{r.new:.6g}"))
             props.append((f"{key}.status", r.status))
         return props
 
@@ -1042,6 +1202,7 @@ class Comparison:
             "problems": list(self.problems),
             "labels": list(self.labels),
             "versions": list(self.versions),
+            "notes": list(self.notes),
         }
 
 
@@ -1103,13 +1264,122 @@ def compare_points(
             problems.append(
                 f"the {side} run is invalid (the load generator was the bottleneck: {reason})"
             )
+        if point.get("interrupted"):
+            problems.append(f"the {side} run was interrupted before its load finished")
     if problems:
         return Comparison(engine, test, level, (), tuple(problems), labels, versions)
+    # A capacity is a property of a search, not of one point: compare_capacity gates it.
     rows = tuple(
         _row(t, old_point, new_point, confidence=confidence, resamples=resamples, seed=seed)
         for t in tols.values()
+        if t.spec.kind != "level"
     )
     return Comparison(engine, test, level, rows, (), labels, versions)
+
+
+def find_capacity(
+    doc: Mapping[str, Any], test: str, engine: str, mode: str | None = None
+) -> dict[str, Any] | None:
+    """The capacity search result (``CapacityResult.to_dict()``) of ``test`` on ``engine``
+    stored on a sweep of a run document (of load ``mode`` when given), or None."""
+    found = None
+    for s in doc.get("sweeps", ()):
+        cap = s.get("capacity")
+        if s.get("test") != test or s.get("engine") != engine or not isinstance(cap, Mapping):
+            continue
+        if mode is None or cap.get("mode") == mode:
+            found = cap
+    return None if found is None else dict(found)
+
+
+def capacity_point(doc: Mapping[str, Any], capacity: Mapping[str, Any]) -> LoadLevel | None:
+    """The level a capacity search judged its test by: the capacity, or the last probe
+    when no level passed."""
+    level = capacity.get("capacity")
+    if level is None:
+        history = capacity.get("history") or ()
+        level = history[-1].get("level") if history else None
+    try:
+        return None if level is None else LoadLevel.from_dict(level)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _capacity_value(capacity: Mapping[str, Any]) -> float | None:
+    level = capacity.get("capacity")
+    if level is None:
+        return 0.0  # no level passed: nothing was served within the SLO
+    return finite_or_none(level.get("value")) if isinstance(level, Mapping) else None
+
+
+def compare_capacity(
+    old_capacity: Mapping[str, Any],
+    new_capacity: Mapping[str, Any],
+    old_point: Mapping[str, Any] | None = None,
+    new_point: Mapping[str, Any] | None = None,
+    tolerances: Mapping[str, Tolerance] | str | None = None,
+    *,
+    engine: str = "?",
+    test: str = "?",
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    labels: tuple[str, str] = ("baseline", "new"),
+    versions: tuple[str | None, str | None] = (None, None),
+) -> Comparison:
+    """Compare two capacity searches of one test (``CapacityResult.to_dict()`` each): the
+    ``capacity`` row (the capacity's load value, 0 when no level passed; better higher;
+    the ``capacity`` tolerance of ``tolerances``, else ``DEFAULT_CAPACITY_TOLERANCE``),
+    then, when both searches were judged at the same level and both points are given, the
+    rows of ``compare_points`` for those two points. Searches in different load modes are
+    not compared."""
+    tols = _tolerances(tolerances)
+    cap_tol = tols.get("capacity") or parse_tolerances(DEFAULT_CAPACITY_TOLERANCE)["capacity"]
+    new_level = None
+    with_level = new_capacity.get("capacity")
+    if isinstance(with_level, Mapping):
+        new_level = LoadLevel.from_dict(with_level)
+    if old_capacity.get("mode") != new_capacity.get("mode"):
+        problem = (
+            f"capacity search mode: {old_capacity.get('mode')} ({labels[0]}) != "
+            f"{new_capacity.get('mode')} ({labels[1]})"
+        )
+        return Comparison(engine, test, new_level, (), (problem,), labels, versions)
+    old, new = _capacity_value(old_capacity), _capacity_value(new_capacity)
+    if old is None or new is None:
+        row = ComparisonRow("capacity", old, new, None, None, "n/a", cap_tol)
+    else:
+        delta, delta_pct, status = _change(cap_tol, old, new)
+        noise = NoiseJudgement("none", None, note="one number per search: the tolerance alone")
+        row = ComparisonRow("capacity", old, new, delta, delta_pct, status, cap_tol, noise)
+    rows: list[ComparisonRow] = [row]
+    notes: list[str] = []
+    old_at = _point_level(old_point) if old_point is not None else None
+    new_at = _point_level(new_point) if new_point is not None else None
+    if old_point is None and new_point is None:
+        pass  # the capacity alone was asked for
+    elif old_at is None or new_at is None:
+        notes.append("the points at the capacity are not compared: one side has none")
+    elif not _same_level(_level_key(old_at), _level_key(new_at)):
+        notes.append(
+            f"capacity {old_at.label} ({labels[0]}) vs {new_at.label} ({labels[1]}): the "
+            "points at different loads are not compared, the capacity is"
+        )
+    else:
+        at = compare_points(
+            old_point,
+            new_point,
+            tols,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+            labels=labels,
+            versions=versions,
+        )
+        rows.extend(at.rows)
+        notes.extend(f"the points at {new_at.label} are not compared: {p}" for p in at.problems)
+    level = new_at if new_at is not None else new_level
+    return Comparison(engine, test, level, tuple(rows), (), labels, versions, False, tuple(notes))
 
 
 def assert_no_regression(comparison: Comparison) -> None:
@@ -1235,17 +1505,22 @@ def compare_documents(
     """Compare every point of ``new_doc`` with the point of the same test, engine and load
     level in ``old_doc``. ``engines`` maps baseline engine names to new ones; without it,
     engines pair by name, and two documents of one engine each under different names pair
-    with each other (a note says so)."""
+    with each other (a note says so). A sweep that ran a capacity search on both sides
+    is also compared by its capacity (``compare_capacity``, the capacity row alone). A
+    document of an interrupted session is compared as far as it goes, with a note."""
     tols = _tolerances(tolerances)
     old_constants = old_doc.get("constants") or {}
     new_constants = new_doc.get("constants") or {}
-    # Without per-test settings the document's constants decide for every point at once.
+    # Without per-test settings the document's constants decide for every point at once
+    # (an engine's own constants are checked per point, with its engine).
     if not old_constants.get("tests") and not new_constants.get("tests"):
-        mismatch = constants_mismatch(
-            constants_for_test(old_constants, ""),
-            constants_for_test(new_constants, ""),
-            labels=labels,
-        )
+        shared_old = constants_for_test(old_constants, "")
+        shared_new = constants_for_test(new_constants, "")
+        if "per_engine" in old_constants or "per_engine" in new_constants:
+            for key in ENGINE_CONSTANTS:
+                shared_old.pop(key, None)
+                shared_new.pop(key, None)
+        mismatch = constants_mismatch(shared_old, shared_new, labels=labels)
         if mismatch:
             return DocumentComparison(mismatch=tuple(mismatch), labels=labels, tolerances=tols)
     old_points = list(old_doc.get("points", ()))
@@ -1253,6 +1528,12 @@ def compare_documents(
     old_engines = list(dict.fromkeys(str(p.get("engine")) for p in old_points))
     new_engines = list(dict.fromkeys(str(p.get("engine")) for p in new_points))
     notes: list[str] = []
+    for doc, label in ((old_doc, labels[0]), (new_doc, labels[1])):
+        if doc.get("complete") is False:
+            notes.append(
+                f"warning: {label} is incomplete (its session was interrupted): points it "
+                "lacks are not compared"
+            )
     if engines is not None:
         mapping = dict(engines)
     elif len(old_engines) == 1 and len(new_engines) == 1 and old_engines != new_engines:
@@ -1293,8 +1574,8 @@ def compare_documents(
         )
         test = str(p.get("test"))
         diff = constants_mismatch(
-            constants_for_test(old_constants, test),
-            constants_for_test(new_constants, test),
+            constants_for_test(old_constants, test, old_engine or engine),
+            constants_for_test(new_constants, test, engine),
             labels=labels,
         )
         if diff:
@@ -1316,6 +1597,42 @@ def compare_documents(
             )
         )
     only_old = [_point_name(q) for i, q in enumerate(old_points) if i not in used]
+    for s in new_doc.get("sweeps", ()):
+        new_cap = s.get("capacity")
+        if not isinstance(new_cap, Mapping):
+            continue
+        engine, test = str(s.get("engine")), str(s.get("test"))
+        old_engine = reverse.get(engine, engine if engine not in mapping else None)
+        old_cap = (
+            None
+            if old_engine is None
+            else find_capacity(old_doc, test, old_engine, new_cap.get("mode"))
+        )
+        if old_cap is None:
+            continue
+        versions = (
+            _engine_version(old_doc, old_engine or engine),
+            _engine_version(new_doc, engine),
+        )
+        diff = constants_mismatch(
+            constants_for_test(old_constants, test, old_engine),
+            constants_for_test(new_constants, test, engine),
+            labels=labels,
+        )
+        if diff:
+            continue  # its points already say so
+        # The points at the capacity are compared above, level by level.
+        comparisons.append(
+            compare_capacity(
+                old_cap,
+                new_cap,
+                tolerances=tols,
+                engine=engine,
+                test=test,
+                labels=labels,
+                versions=versions,
+            )
+        )
     if comparisons and all(c.constants_differ for c in comparisons):
         lines = dict.fromkeys(p for c in comparisons for p in c.problems)
         return DocumentComparison(mismatch=tuple(lines), labels=labels, tolerances=tols)

@@ -80,7 +80,9 @@ class SweepPoint:
     """One load level of one test on one engine: its summary and, when the test asserted an
     SLO, its verdict. ``samples`` optionally holds compact per-request values
     (``{"ttft_ms": [...], ...}``, see ``report.jsonio.compact_samples``) so a later
-    comparison can run rank tests; it is carried into the JSON document as is."""
+    comparison can run rank tests; it is carried into the JSON document as is.
+    ``interrupted``: the load was stopped (Ctrl-C) before it finished; the point holds the
+    requests measured until then."""
 
     engine: str
     test: str
@@ -88,6 +90,7 @@ class SweepPoint:
     summary: RunSummary
     verdict: Verdict | None = None
     samples: Mapping[str, Sequence[float | None]] | None = None
+    interrupted: bool = False
 
     @property
     def status(self) -> PointStatus:
@@ -103,6 +106,7 @@ class SweepPoint:
             "samples": None
             if self.samples is None
             else {k: list(v) for k, v in self.samples.items()},
+            "interrupted": self.interrupted,
         }
 
     @classmethod
@@ -120,6 +124,7 @@ class SweepPoint:
             summary=RunSummary.from_dict(d["summary"]),
             verdict=None if verdict is None else Verdict.from_dict(verdict),
             samples=None if samples is None else {k: tuple(v) for k, v in samples.items()},
+            interrupted=bool(d.get("interrupted", False)),
         )
 
 
@@ -551,6 +556,79 @@ class CapacityResult:
     done: bool
     reason: str
     client_limited: bool = False
+
+    @property
+    def value(self) -> float:
+        """The capacity as a number for comparisons: its level's value, 0 when no level
+        passed (the engine meets the SLO at no load that was tried)."""
+        return 0.0 if self.capacity is None else float(self.capacity.value)
+
+    def _label(self, value: float | None) -> str:
+        if value is None:
+            return "-"
+        for level, _ in self.history:
+            if level.value == value:
+                return level.label
+        if self.mode == "concurrency":
+            return LoadLevel.concurrency(int(value)).label
+        return LoadLevel("rate", value).label
+
+    def describe(self) -> str:
+        """One sentence: the capacity, its bracket, the number of levels and why the search
+        stopped (``capacity c8 (c9 failed), 5 levels: bracketed to the resolution``)."""
+        if self.capacity is None:
+            text = "capacity: none"
+        else:
+            text = f"capacity: {self.capacity.label}"
+        if self.upper is not None:
+            text += f" ({self._label(self.upper)} failed)"
+        elif self.capacity is not None:
+            text += " (no level failed: at least that)"
+        plural = "s" if self.probes != 1 else ""
+        text += f", {self.probes} level{plural}"
+        if self.reason:
+            text += f": {self.reason}"
+        if self.client_limited:
+            text += "; an invalid client run bounded the search"
+        return text
+
+    def probes_text(self) -> str:
+        """The probed levels in order with their outcome (``c1 pass, c2 pass, c4 FAIL``)."""
+        outcome = {True: "pass", False: "FAIL", None: "invalid"}
+        return ", ".join(f"{lv.label} {outcome[passed]}" for lv, passed in self.history)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "capacity": None if self.capacity is None else self.capacity.to_dict(),
+            "lower": self.lower,
+            "upper": self.upper,
+            "probes": self.probes,
+            "history": [
+                {"level": level.to_dict(), "passed": passed} for level, passed in self.history
+            ],
+            "done": self.done,
+            "reason": self.reason,
+            "client_limited": self.client_limited,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CapacityResult:
+        capacity = d.get("capacity")
+        history = tuple(
+            (LoadLevel.from_dict(h["level"]), h.get("passed")) for h in d.get("history", ())
+        )
+        return cls(
+            mode=d.get("mode", "concurrency"),
+            capacity=None if capacity is None else LoadLevel.from_dict(capacity),
+            lower=finite_or_none(d.get("lower")),
+            upper=finite_or_none(d.get("upper")),
+            probes=int(d.get("probes", len(history))),
+            history=history,
+            done=bool(d.get("done", True)),
+            reason=str(d.get("reason", "")),
+            client_limited=bool(d.get("client_limited", False)),
+        )
 
 
 class CapacitySearch:

@@ -627,3 +627,273 @@ def test_few_samples_are_judged_too():
     c2 = compare.compare_points(as_dict(old), as_dict(far), "ttft_p50:10%,ttft_mean:10%")
     assert row(c2, "ttft_p50").status == "regressed"
     assert row(c2, "ttft_mean").status == "regressed"
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+def capacity(value: int | None, probes: Sequence[tuple[int, bool]], mode: str = "concurrency"):
+    from pytest_llmslo.sweep import CapacityResult
+
+    history = tuple((LoadLevel.concurrency(c), passed) for c, passed in probes)
+    failed = [c for c, passed in probes if not passed]
+    return CapacityResult(
+        mode=mode,  # type: ignore[arg-type]
+        capacity=None if value is None else LoadLevel.concurrency(value),
+        lower=None if value is None else float(value),
+        upper=float(min(failed)) if failed else None,
+        probes=len(probes),
+        history=history,
+        done=True,
+        reason="bracketed to the resolution",
+    ).to_dict()
+
+
+CAP8 = [(1, True), (2, True), (4, True), (8, True), (16, False), (12, False), (10, False)]
+CAP6 = [(1, True), (2, True), (4, True), (8, False), (6, True), (7, False)]
+CAP7 = [(1, True), (2, True), (4, True), (8, False), (6, True), (7, True)]
+
+
+def test_capacity_drop_beyond_the_default_tolerance_regresses():
+    at8 = as_dict(point([100.0] * 30, level=LoadLevel.concurrency(8)))
+    at6 = as_dict(point([100.0] * 30, level=LoadLevel.concurrency(6)))
+    c = compare.compare_capacity(
+        capacity(8, CAP8), capacity(6, CAP6), at8, at6, engine="sim", test="t"
+    )
+    cap = row(c, "capacity")
+    assert (cap.old, cap.new, cap.status) == (8.0, 6.0, "regressed")
+    assert cap.tolerance.label == "15%" and cap.delta_pct == pytest.approx(-25.0)
+    assert c.regressed and c.comparable and c.level == LoadLevel.concurrency(6)
+    # The points at c8 and c6 are other loads: only the capacity is compared, and said so.
+    assert [r.metric for r in c.rows] == ["capacity"]
+    assert c.notes == (
+        "capacity c8 (baseline) vs c6 (new): the points at different loads are not "
+        "compared, the capacity is",
+    )
+    text = c.format()
+    assert "REGRESSED" in text.splitlines()[0] and "capacity c8 (baseline) vs c6" in text
+    props = dict(c.properties())
+    assert props["llmslo.compare.capacity.old"] == "8"
+    assert props["llmslo.compare.capacity.new"] == "6"
+    assert props["llmslo.compare.capacity.status"] == "regressed"
+    # Without points, the capacity alone.
+    alone = compare.compare_capacity(capacity(8, CAP8), capacity(6, CAP6))
+    assert alone.regressed and alone.notes == ()
+
+
+def test_capacity_within_tolerance_and_given_tolerance():
+    c = compare.compare_capacity(capacity(8, CAP8), capacity(7, CAP7))
+    assert row(c, "capacity").status == "within tolerance" and not c.regressed
+    wide = compare.compare_capacity(
+        capacity(8, CAP8), capacity(6, CAP6), None, None, "capacity:30%"
+    )
+    assert row(wide, "capacity").status == "within tolerance"
+    tight = compare.compare_capacity(
+        capacity(8, CAP8), capacity(7, CAP7), None, None, "capacity:0%"
+    )
+    assert row(tight, "capacity").status == "regressed"
+    better = compare.compare_capacity(capacity(6, CAP6), capacity(8, CAP8))
+    assert row(better, "capacity").status == "improved"
+
+
+def test_capacity_none_passed_is_zero():
+    none = capacity(None, [(1, False)])
+    c = compare.compare_capacity(capacity(8, CAP8), none)
+    assert row(c, "capacity").new == 0.0 and c.regressed
+    both = compare.compare_capacity(none, none)
+    assert row(both, "capacity").status == "within tolerance"
+
+
+def test_capacity_at_the_same_level_compares_the_points_too():
+    old = point(normal(200, 20, 400, 1))  # c8
+    new = point(normal(260, 20, 400, 2))
+    c = compare.compare_capacity(
+        capacity(8, CAP8), capacity(8, CAP8), as_dict(old), as_dict(new), "ttft_p50:10%"
+    )
+    assert [r.metric for r in c.rows] == ["capacity", "ttft_p50"]
+    assert row(c, "capacity").status == "within tolerance"
+    assert row(c, "ttft_p50").status == "regressed" and c.regressed
+    assert c.level == LoadLevel.concurrency(8)
+
+
+def test_capacity_searches_of_other_modes_are_not_compared():
+    rate = {**capacity(8, CAP8), "mode": "rate"}
+    c = compare.compare_capacity(capacity(8, CAP8), rate)
+    assert not c.comparable and "capacity search mode" in c.problems[0]
+
+
+def test_capacity_tolerance_parses_and_is_not_a_point_metric():
+    tols = compare.parse_tolerances("capacity:10%,ttft_p50:10%")
+    assert tols["capacity"].higher_is_better and tols["capacity"].label == "10%"
+    with pytest.raises(ConfigError, match="does not fit capacity"):
+        compare.parse_tolerances("capacity:2ms")
+    p = as_dict(point([100.0] * 30))
+    c = compare.compare_points(p, p, tols)
+    assert [r.metric for r in c.rows] == ["ttft_p50"]
+
+
+def test_find_capacity_and_its_point():
+    pts = sweep("vllm", 1.0, (1, 4, 8))
+    doc = jsonio.build_document(
+        CONSTANTS, {"vllm": {}}, pts, capacities={("vllm", "test_chat"): capacity(8, CAP8)}
+    )
+    cap = compare.find_capacity(doc, "test_chat", "vllm", "concurrency")
+    assert cap is not None and cap["capacity"]["value"] == 8.0
+    assert compare.find_capacity(doc, "test_chat", "vllm", "rate") is None
+    assert compare.find_capacity(doc, "test_other", "vllm") is None
+    assert compare.capacity_point(doc, cap) == LoadLevel.concurrency(8)
+    # No level passed: the test was judged by its last probe.
+    assert compare.capacity_point(doc, capacity(None, [(1, False)])) == LoadLevel.concurrency(1)
+
+
+def test_compare_documents_compares_capacities():
+    old_pts, new_pts = sweep("vllm", 1.0, (1, 4, 8)), sweep("vllm", 1.0, (1, 4))
+    key = ("vllm", "test_chat")
+    old = jsonio.build_document(
+        CONSTANTS, {"vllm": {}}, old_pts, capacities={key: capacity(8, CAP8)}
+    )
+    cap4 = capacity(4, [(1, True), (2, True), (4, True), (8, False), (6, False), (5, False)])
+    new = jsonio.build_document(CONSTANTS, {"vllm": {}}, new_pts, capacities={key: cap4})
+    dc = compare.compare_documents(old, new, "ttft_p50:1000%")
+    caps = [c for c in dc.comparisons if any(r.metric == "capacity" for r in c.rows)]
+    assert len(caps) == 1 and caps[0].regressed and dc.regressed
+    assert "capacity" in dc.format()
+
+
+# --------------------------------------------------------------------------- partial runs
+
+
+def test_interrupted_points_are_not_compared():
+    p = as_dict(point([100.0] * 30))
+    cut = {**p, "interrupted": True}
+    c = compare.compare_points(p, cut, "ttft_p50:10%")
+    assert not c.comparable
+    assert c.problems == ("the new run was interrupted before its load finished",)
+
+
+def test_partial_document_never_replaces_a_baseline(tmp_path):
+    full = document([point([100.0] * 30)])
+    path = compare.save_baseline(full, "main", root=tmp_path)
+    before = path.read_bytes()
+    partial = {**document([point([300.0] * 5)]), "complete": False}
+    saved = compare.save_baseline(partial, "main", root=tmp_path)
+    assert saved == tmp_path / "main.partial.json"
+    assert path.read_bytes() == before
+    assert compare.load_baseline("main.partial", root=tmp_path)["complete"] is False
+    assert compare.partial_name("main.partial") == "main.partial"
+
+
+def test_compare_documents_warns_about_an_incomplete_baseline():
+    old = {**document(sweep("vllm", 1.0, (1,))), "complete": False}
+    new = document(sweep("vllm", 1.0, (1,)))
+    dc = compare.compare_documents(old, new, "ttft_p50:100%")
+    assert any("baseline is incomplete" in n for n in dc.notes)
+    assert "baseline is incomplete (its session was interrupted)" in dc.format()
+
+
+# --------------------------------------------------------------------------- per engine
+
+
+def gpu_meta(kind: str = "vllm", gpus: Any = None, **kw: Any) -> dict[str, Any]:
+    listed = [
+        "NVIDIA H100 80GB HBM3, 81559 MiB, 535.104.05",
+        "NVIDIA H100 80GB HBM3, 81559 MiB, 535.104.05",
+        "NVIDIA A100-SXM4-40GB, 40960 MiB, 535.104.05",
+    ]
+    return {"kind": kind, "gpus": gpus, "model": "m", "hardware": {"cpus": 8, "gpus": listed}, **kw}
+
+
+def test_engine_gpus_from_metadata():
+    h100 = "NVIDIA H100 80GB HBM3, 81559 MiB"
+    a100 = "NVIDIA A100-SXM4-40GB, 40960 MiB"
+    # The driver version is left out; the list is sorted.
+    assert compare.engine_gpus(gpu_meta()) == [a100, h100, h100]
+    assert compare.engine_gpus(gpu_meta(gpus="all")) == [a100, h100, h100]
+    assert compare.engine_gpus(gpu_meta(gpus="2")) == [h100, h100]
+    assert compare.engine_gpus(gpu_meta(gpus="device=2")) == [a100]
+    assert compare.engine_gpus(gpu_meta(gpus="0,2")) == [a100, h100]
+    assert compare.engine_gpus(gpu_meta(gpus="none")) == []
+    assert compare.engine_gpus({"kind": "vllm"}) is None
+    # An external engine on another host: this machine's GPUs are not its.
+    remote = gpu_meta("external", url="http://10.0.0.5:8000")
+    assert compare.engine_gpus(remote) is None
+    local = gpu_meta("external", url="http://127.0.0.1:8000")
+    assert compare.engine_gpus(local) == [a100, h100, h100]
+
+
+def test_engine_constants():
+    c = compare.engine_constants(gpu_meta(gpus="2", quantization="fp8"))
+    assert c == {
+        "model": "m",
+        "precision": "fp8",
+        "hardware": {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB"] * 2},
+    }
+    sim = {"kind": "sim", "model": "llmslo-sim", "units": [{"argv": ["py", "--profile", "p1"]}]}
+    assert compare.engine_constants(sim)["hardware"] == {"sim_profile": "p1"}
+    assert compare.engine_constants(sim, sim_profile="p2")["hardware"] == {"sim_profile": "p2"}
+    assert compare.engine_constants(sim, model="M", precision="bf16")["model"] == "M"
+    # The client machine is no part of it.
+    assert "cpus" not in json_text(c)
+
+
+def json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def per_engine_constants(**engines: dict[str, Any]) -> dict[str, Any]:
+    base = {k: v for k, v in CONSTANTS.items() if k not in compare.ENGINE_CONSTANTS}
+    return {
+        **base,
+        "model": ",".join(sorted({e["model"] for e in engines.values()})),
+        "hardware": {n: e["hardware"] for n, e in engines.items()},
+        "client": {"machine": "x86_64", "cpus": 8, "python": "3.11.9"},
+        "per_engine": engines,
+    }
+
+
+H100 = {"model": "llama", "precision": "fp8", "hardware": {"gpus": ["NVIDIA H100"]}}
+A100 = {"model": "llama", "precision": "bf16", "hardware": {"gpus": ["NVIDIA A100"]}}
+
+
+def test_constants_for_test_takes_the_engines_own():
+    consts = per_engine_constants(vllm=H100, sglang=A100)
+    assert compare.constants_for_test(consts, "t", "sglang")["precision"] == "bf16"
+    assert compare.constants_for_test(consts, "t", "vllm")["hardware"] == H100["hardware"]
+    shared = compare.constants_for_test(consts, "t")
+    assert not set(compare.ENGINE_CONSTANTS) & set(shared)
+    assert "client" not in shared and "per_engine" not in shared
+
+
+def test_one_engine_pairs_with_its_points_in_a_baseline_of_several():
+    old_pts = sweep("vllm", 1.0, (1,)) + sweep("sglang", 1.0, (1,))
+    old = document(old_pts, per_engine_constants(vllm=H100, sglang=A100))
+    new = document(sweep("vllm", 1.0, (1,)), per_engine_constants(vllm=H100))
+    dc = compare.compare_documents(old, new, "ttft_p50:100%")
+    assert dc.comparable and not dc.constants_differ
+    assert [c.engine for c in dc.comparisons] == ["vllm"] and dc.comparisons[0].comparable
+    assert dc.only_old == ("sglang | test_chat | c1",)
+
+
+def test_other_gpus_are_not_compared_another_client_is():
+    old = document(sweep("vllm", 1.0, (1,)), per_engine_constants(vllm=H100))
+    on_a100 = {**H100, "hardware": {"gpus": ["NVIDIA A100"]}}
+    new = document(sweep("vllm", 1.0, (1,)), per_engine_constants(vllm=on_a100))
+    dc = compare.compare_documents(old, new, "ttft_p50:100%")
+    assert not dc.comparable
+    assert dc.mismatch == ('hardware.gpus: ["NVIDIA H100"] (baseline) != ["NVIDIA A100"] (new)',)
+    laptop = per_engine_constants(vllm=H100)
+    laptop["client"] = {"machine": "arm64", "cpus": 2, "python": "3.12.0"}
+    dc = compare.compare_documents(old, document(sweep("vllm", 1.0, (1,)), laptop), "ttft_p50:100%")
+    assert dc.comparable and len(dc.comparisons) == 1 and dc.comparisons[0].comparable
+
+
+def test_properties_leave_out_undefined_values():
+    p = as_dict(point([100.0] * 30))
+    q = {**p, "verdict": None, "summary": {**p["summary"], "goodput_tok_s": None}}
+    c = compare.compare_points(p, q, "goodput:5%")
+    props = dict(c.properties())
+    assert props["llmslo.compare.goodput.status"] == "n/a"
+    assert "llmslo.compare.goodput.new" in props or "llmslo.compare.goodput.old" in props
+    assert all(v != "" for v in props.values())

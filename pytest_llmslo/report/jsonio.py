@@ -1,30 +1,40 @@
 """The reproducible JSON document of a session (DESIGN "Reports"), versioned.
 
-Layout (``SCHEMA_VERSION`` 1)::
+Layout (``SCHEMA_VERSION`` 2)::
 
     {
-      "schema": "pytest-llmslo/run", "schema_version": 1,
+      "schema": "pytest-llmslo/run", "schema_version": 2,
       "harness": {"name": "pytest-llmslo", "version": "0.1.0"},
       "created_utc": "2026-12-02T14:00:00Z",
       "complete": true,              # false: partial results (interrupted session)
       "constants": {...},            # model, precision, hardware, workload, slo, warmup, ...
       "engines": {NAME: {"version": "...", "metadata": {...}}},
       "points": [                    # every measured level, one SweepPoint.to_dict() each
-        {"engine", "test", "level", "summary", "verdict", "samples"}, ...],
+        {"engine", "test", "level", "summary", "verdict", "samples", "interrupted"}, ...],
       "sweeps": [{"engine", "test", "mode", "levels": ["c1", ...],
-                  "points": [0, 1, ...], "knee": {...}}, ...],
+                  "points": [0, 1, ...], "knee": {...},
+                  "capacity": {...} or null}, ...],   # CapacityResult.to_dict()
       "results_at_knee": [{"engine", "test", "level", "label", "point", "goodput_tok_s",
                            "output_tok_s", "attainment", "ttft_p99_ms", ...}, ...]
     }
 
 A sweep is one test on one engine at one load mode; its ``points`` are indices into
-``points``, and its knee's ``index`` is a position in that list.
+``points``, and its knee's ``index`` is a position in that list. ``capacity`` is the
+result of the capacity search the test ran (``--slo-capacity`` or the ``slo_capacity``
+fixture): the capacity, its bracket, every probe and why the search stopped. A point with
+``"interrupted": true`` holds the requests measured before Ctrl-C stopped its load.
 
 ``constants`` is what makes a run comparable with another: the plugin puts there ``model``,
 ``precision``, ``hardware``, ``workload`` (or dataset), ``slo`` (the objectives), ``warmup``,
-``requests`` per level, the client settings. ``samples`` are compact per-request values
+``requests`` per level, the client settings; ``per_engine`` holds, per engine, the
+constants that belong to one engine (``model``, ``precision`` and ``hardware``: the
+engine's GPUs, or the sim engine's profile); ``client`` describes the machine that ran the
+load generator (information, not compared). ``samples`` are compact per-request values
 (``compact_samples``: ttft/itl/tpot/e2e in ms rounded to µs, aligned with the run's
 records), so a later comparison can run rank tests without the raw records.
+
+Version 1 documents are still read: ``read_document`` upgrades them (``upgrade_document``),
+deriving each engine's constants from its recorded metadata.
 
 Writing is atomic (``write_atomic``: a temporary file in the same directory, fsync,
 ``os.replace``), so an interrupted session leaves either the previous document or the new
@@ -71,12 +81,15 @@ __all__ = [
     "jsonable",
     "load_points",
     "read_document",
+    "upgrade_document",
     "validate_document",
     "write_atomic",
 ]
 
 SCHEMA = "pytest-llmslo/run"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The oldest schema version ``read_document`` reads (and upgrades).
+OLDEST_READABLE = 1
 HARNESS = "pytest-llmslo"
 
 #: Per-request metrics carried as samples (ms), in this order.
@@ -202,11 +215,14 @@ def build_document(
     *,
     complete: bool = True,
     created_utc: str | None = None,
+    capacities: Mapping[tuple[str, str], Any] | None = None,
 ) -> dict[str, Any]:
     """The run document (see the module docstring). ``engines`` maps engine name to an
     ``EngineHandle`` or its metadata mapping (``version`` inside); an engine that has points
     but no entry gets an empty one. ``knees`` is keyed by ``(engine, test)`` or engine name;
     missing knees are computed with ``find_knee``. ``complete=False`` marks partial results.
+    ``capacities`` maps ``(engine, test)`` to the ``CapacityResult`` (or its dict) of the
+    capacity search that test ran; it goes on the sweep of the same load mode.
     """
     points = list(points)
     return _assemble(
@@ -217,7 +233,17 @@ def build_document(
         knees,
         complete=complete,
         created_utc=created_utc,
+        capacities=capacities,
     )
+
+
+def _capacity_entry(
+    capacities: Mapping[tuple[str, str], Any] | None, key: tuple[str, str], mode: str
+) -> Any:
+    if not capacities or key not in capacities:
+        return None
+    entry = jsonable(capacities[key])
+    return entry if isinstance(entry, Mapping) and entry.get("mode") == mode else None
 
 
 def _assemble(
@@ -229,6 +255,7 @@ def _assemble(
     *,
     complete: bool,
     created_utc: str | None,
+    capacities: Mapping[tuple[str, str], Any] | None = None,
 ) -> dict[str, Any]:
     engine_map = dict(engine_entries)
     for p in points:
@@ -246,6 +273,7 @@ def _assemble(
                 "levels": [lv.label for lv in levels],
                 "points": [position[id(p)] for p in sweep],
                 "knee": jsonable(knee.to_dict()),
+                "capacity": _capacity_entry(capacities, (engine, test), sweep[0].level.mode),
             }
         )
         at = point_at(sweep, knee.level)
@@ -323,7 +351,11 @@ class DocumentBuilder:
             self.save(complete=False)
 
     def build(
-        self, *, complete: bool = True, knees: Mapping[Any, Knee] | None = None
+        self,
+        *,
+        complete: bool = True,
+        knees: Mapping[Any, Knee] | None = None,
+        capacities: Mapping[tuple[str, str], Any] | None = None,
     ) -> dict[str, Any]:
         return _assemble(
             self._constants,
@@ -333,6 +365,7 @@ class DocumentBuilder:
             knees,
             complete=complete,
             created_utc=None,
+            capacities=capacities,
         )
 
     def save(
@@ -341,11 +374,13 @@ class DocumentBuilder:
         *,
         complete: bool = True,
         knees: Mapping[Any, Knee] | None = None,
+        capacities: Mapping[tuple[str, str], Any] | None = None,
     ) -> Path:
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ValueError("DocumentBuilder.save() needs a path (none was given at creation)")
-        return write_atomic(target, self.build(complete=complete, knees=knees))
+        doc = self.build(complete=complete, knees=knees, capacities=capacities)
+        return write_atomic(target, doc)
 
 
 def load_points(doc: Mapping[str, Any]) -> list[SweepPoint]:
@@ -427,9 +462,10 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate a run document. Raises ``DocumentError`` (a ``ConfigError``) for a
-    missing file, malformed JSON, a document of another kind, a schema version this
-    pytest-llmslo cannot read, or a malformed field (the message names its path)."""
+    """Read and validate a run document, upgraded to the current schema version
+    (``upgrade_document``). Raises ``DocumentError`` (a ``ConfigError``) for a missing file,
+    malformed JSON, a document of another kind, a schema version this pytest-llmslo cannot
+    read, or a malformed field (the message names its path)."""
     source = os.fspath(path)
     try:
         text = Path(source).read_text(encoding="utf-8")
@@ -450,7 +486,52 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     except DocumentError as exc:
         raise DocumentError(_strip(exc), field=exc.field, source=source) from None
     checked: dict[str, Any] = doc  # a JSON object, as validate_document just checked
-    return checked
+    return upgrade_document(checked)
+
+
+def upgrade_document(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A valid run document at the current schema version: a current one as it is (a
+    copy of its top level), an older one upgraded.
+
+    Version 1 recorded ``model``, ``precision`` and ``hardware`` once for the whole
+    session (the last being the client's machine). The upgrade adds ``constants.per_engine``
+    with each engine's own constants, derived from what the document recorded
+    (``compare.engine_constants``): the session's model or precision where there was one,
+    else the engine's metadata; the engine's GPUs from its metadata, or the sim engine's
+    profile. Points and sweeps need no change: their new fields are optional."""
+    out = dict(doc)
+    version = out.get("schema_version")
+    if version == SCHEMA_VERSION:
+        return out
+    if version == 1:
+        from pytest_llmslo.compare import engine_constants
+
+        constants = dict(out.get("constants") or {})
+        if "per_engine" not in constants:
+            model = constants.get("model")
+            precision = constants.get("precision")
+            hardware = constants.get("hardware")
+            profile = hardware.get("sim_profile") if isinstance(hardware, Mapping) else None
+            # A joined value ("a,b") named several engines' models: each engine's own
+            # comes from its metadata instead.
+            one_model = model if isinstance(model, str) and "," not in model else None
+            one_precision = (
+                precision if isinstance(precision, str) and "," not in precision else None
+            )
+            per_engine: dict[str, Any] = {}
+            for name, entry in (out.get("engines") or {}).items():
+                metadata = (entry or {}).get("metadata") or {}
+                per_engine[str(name)] = engine_constants(
+                    metadata,
+                    model=one_model,
+                    precision=one_precision,
+                    sim_profile=profile if isinstance(profile, str) else None,
+                )
+            constants["per_engine"] = per_engine
+            out["constants"] = constants
+        out["schema_version"] = SCHEMA_VERSION
+        out["upgraded_from"] = version
+    return out
 
 
 def _strip(exc: DocumentError) -> str:
@@ -475,12 +556,12 @@ def validate_document(doc: Any) -> None:
     if version > SCHEMA_VERSION:
         raise DocumentError(
             f"written with schema version {version}; pytest-llmslo {__version__} reads "
-            f"version {SCHEMA_VERSION}: upgrade pytest-llmslo to read it",
+            f"versions {OLDEST_READABLE} to {SCHEMA_VERSION}: upgrade pytest-llmslo to read it",
             field="schema_version",
         )
-    if version < SCHEMA_VERSION:
+    if version < OLDEST_READABLE:
         raise DocumentError(
-            f"schema version {version} is older than {SCHEMA_VERSION} and has no migration: "
+            f"schema version {version} is older than {OLDEST_READABLE} and has no migration: "
             "re-run the sweep to produce a current document",
             field="schema_version",
         )
@@ -523,6 +604,9 @@ def validate_document(doc: Any) -> None:
         for key in ("level", "saturation_level", "first_failure"):
             if knee.get(key) is not None:
                 _check_level(knee[key], f"{where}.knee.{key}")
+        capacity = _opt(s, "capacity", Mapping, where)
+        if capacity is not None:
+            _check_capacity(capacity, f"{where}.capacity")
     for i, r in enumerate(_get(doc, "results_at_knee", list, "")):
         where = f"results_at_knee[{i}]"
         _expect(isinstance(r, Mapping), where, "expected an object")
@@ -535,11 +619,27 @@ def validate_document(doc: Any) -> None:
             _opt(r, key, (int, float), where)
 
 
+def _check_capacity(c: Mapping[str, Any], where: str) -> None:
+    _expect(c.get("mode") in _LOAD_MODES, f"{where}.mode", f"expected one of {_LOAD_MODES}")
+    if c.get("capacity") is not None:
+        _check_level(c["capacity"], f"{where}.capacity")
+    for key in ("lower", "upper"):
+        _opt(c, key, (int, float), where)
+    _get(c, "probes", int, where)
+    for j, h in enumerate(_get(c, "history", list, where)):
+        hw = f"{where}.history[{j}]"
+        _expect(isinstance(h, Mapping), hw, "expected an object")
+        _check_level(h.get("level"), f"{hw}.level")
+        _opt(h, "passed", bool, hw)
+    _get(c, "reason", str, where)
+
+
 def _check_point(p: Any, where: str, engines: Mapping[str, Any]) -> None:
     _expect(isinstance(p, Mapping), where, "expected an object")
     engine = _get(p, "engine", str, where)
     _expect(engine in engines, f"{where}.engine", f"engine {engine!r} is not in engines")
     _get(p, "test", str, where)
+    _opt(p, "interrupted", bool, where)
     _check_level(p.get("level"), f"{where}.level")
     s = _get(p, "summary", Mapping, where)
     sw = f"{where}.summary"

@@ -187,7 +187,12 @@ def _mutations() -> list[tuple[str, Callable[[dict[str, Any]], None], str, str]]
 
     return [
         ("schema", setp("schema", "other/thing"), "schema", "not a pytest-llmslo run document"),
-        ("newer", setp("schema_version", 2), "schema_version", "upgrade pytest-llmslo"),
+        (
+            "newer",
+            setp("schema_version", SCHEMA_VERSION + 1),
+            "schema_version",
+            "upgrade pytest-llmslo",
+        ),
         ("older", setp("schema_version", 0), "schema_version", "no migration"),
         ("version type", setp("schema_version", "1"), "schema_version", "integer"),
         ("no harness", setp("harness", KeyError), "harness", "missing"),
@@ -284,7 +289,8 @@ def test_read_document_errors(tmp_path: Path, doc: dict[str, Any]) -> None:
     path.write_text(json.dumps(newer), encoding="utf-8")
     with pytest.raises(DocumentError) as info:
         read_document(path)
-    assert str(info.value).startswith(f"{path}: schema_version: written with schema version 2")
+    expected = f"{path}: schema_version: written with schema version {SCHEMA_VERSION + 1}"
+    assert str(info.value).startswith(expected)
     assert info.value.source == str(path) and info.value.field == "schema_version"
 
 
@@ -434,3 +440,112 @@ def test_samples_check_accepts_numpy_numbers_and_rejects_booleans(doc: dict[str,
         validate_document(bad)
     assert info.value.field == "points[0].samples.e2e_ms[9]"
     assert type(jsonable(np.float64(2.0))) is float
+
+
+# --------------------------------------------------------------------------- capacity, interrupt
+
+
+def _capacity_result() -> Any:
+    from pytest_llmslo.records import LoadLevel
+    from pytest_llmslo.sweep import CapacitySearch
+
+    search = CapacitySearch("concurrency", max_probes=12)
+    while (level := search.next_level()) is not None:
+        search.record(level, level.value <= 6)
+    assert search.result.capacity == LoadLevel.concurrency(6)
+    return search.result
+
+
+def test_capacity_is_stored_on_its_sweep(tmp_path: Path, points: list[SweepPoint]) -> None:
+    from pytest_llmslo.sweep import CapacityResult
+
+    result = _capacity_result()
+    doc = build_document(
+        CONSTANTS, {"sim": FakeHandle()}, points, capacities={("sim", "test_chat"): result}
+    )
+    validate_document(doc)
+    sweeps = {(s["engine"], s["test"]): s for s in doc["sweeps"]}
+    cap = sweeps[("sim", "test_chat")]["capacity"]
+    assert cap["capacity"] == {"mode": "concurrency", "value": 6.0, "arrival": "closed", "seed": 0}
+    assert (cap["lower"], cap["upper"]) == (6.0, 7.0)
+    assert cap["reason"] == "bracketed to the resolution"
+    assert [h["passed"] for h in cap["history"]] == [True, True, True, False, True, False]
+    assert sweeps[("vllm", "test_chat")]["capacity"] is None
+    back = read_document(write_atomic(tmp_path / "run.json", doc))
+    again = CapacityResult.from_dict(back["sweeps"][0]["capacity"])
+    assert again == result
+    assert again.describe() == "capacity: c6 (c7 failed), 6 levels: bracketed to the resolution"
+    assert again.probes_text() == "c1 pass, c2 pass, c4 pass, c8 FAIL, c6 pass, c7 FAIL"
+    # A capacity of another load mode belongs to no sweep of this one.
+    rate = {**result.to_dict(), "mode": "rate"}
+    other = build_document(CONSTANTS, {}, points, capacities={("sim", "test_chat"): rate})
+    assert other["sweeps"][0]["capacity"] is None
+
+
+def test_capacity_and_interrupted_are_validated(doc: dict[str, Any]) -> None:
+    bad = copy.deepcopy(doc)
+    bad["points"][0]["interrupted"] = "yes"
+    with pytest.raises(DocumentError) as info:
+        validate_document(bad)
+    assert info.value.field == "points[0].interrupted"
+    bad = copy.deepcopy(doc)
+    bad["sweeps"][0]["capacity"] = {**_capacity_result().to_dict(), "probes": "six"}
+    with pytest.raises(DocumentError) as info:
+        validate_document(bad)
+    assert info.value.field == "sweeps[0].capacity.probes"
+
+
+def test_interrupted_point_round_trips(points: list[SweepPoint]) -> None:
+    cut = dataclasses.replace(points[0], interrupted=True)
+    doc = build_document(CONSTANTS, {}, [cut, *points[1:]], complete=False)
+    assert doc["points"][0]["interrupted"] is True and doc["points"][1]["interrupted"] is False
+    loaded = load_points(doc)
+    assert loaded[0].interrupted and not loaded[1].interrupted
+
+
+def _version_1(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as schema version 1 wrote it: session-wide hardware of the client machine,
+    no per-engine constants, no capacity, no interrupted flag."""
+    old = copy.deepcopy(doc)
+    old["schema_version"] = 1
+    old["constants"] = {
+        **CONSTANTS,
+        "slo": [o.to_dict() for o in CONSTANTS["slo"]],
+        "hardware": {"machine": "x86_64", "cpus": 8, "python": "3.11.9", "sim_profile": "p1"},
+    }
+    for p in old["points"]:
+        del p["interrupted"]
+    for s in old["sweeps"]:
+        del s["capacity"]
+    old["engines"]["vllm"]["metadata"] = {
+        "kind": "vllm",
+        "model": "served",
+        "dtype": "bfloat16",
+        "gpus": "1",
+        "hardware": {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB, 550.1", "NVIDIA L4, 1 MiB, 5"]},
+    }
+    return old
+
+
+def test_version_1_documents_are_read_and_upgraded(tmp_path: Path, doc: dict[str, Any]) -> None:
+    old = _version_1(doc)
+    validate_document(old)
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(old), encoding="utf-8")
+    back = read_document(path)
+    assert back["schema_version"] == SCHEMA_VERSION and back["upgraded_from"] == 1
+    per_engine = back["constants"]["per_engine"]
+    assert per_engine["sim"] == {
+        "model": "llama-3.1-8b",
+        "precision": "bf16",
+        "hardware": {"sim_profile": "p1"},
+    }
+    assert per_engine["vllm"]["hardware"] == {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB"]}
+    assert load_points(back)[0].interrupted is False
+    assert jsonio.upgrade_document(back) == back
+    # A joined model of several engines: each engine's own from its metadata.
+    several = copy.deepcopy(old)
+    several["constants"]["model"] = "a,b"
+    several["constants"]["precision"] = "bf16,fp8"
+    up = jsonio.upgrade_document(several)["constants"]["per_engine"]["vllm"]
+    assert (up["model"], up["precision"]) == ("served", "bfloat16")
