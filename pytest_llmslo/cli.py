@@ -6,10 +6,12 @@ pytest.
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
 
 ``report`` prints the tables of the terminal summary (``report/terminal.py``) for a run
-document written with ``--slo-json``. ``compare`` compares every point of ``B`` with the
-same test, engine and load level in ``A`` (paths of run documents, or names of baselines
-saved with ``--slo-save`` under ``--root``, default ``.llmslo/baselines``) and prints the
-per-point comparison (``compare.py`` has the rule).
+document written with ``--slo-json``, with the capacity of each test that searched it.
+``compare`` compares every point of ``B`` with the same test, engine and load level in
+``A`` (paths of run documents, or names of baselines saved with ``--slo-save`` under
+``--root``, default ``.llmslo/baselines``) and prints the per-point comparison
+(``compare.py`` has the rule), and the capacity of each test that searched it on both
+sides.
 
 ``--markdown PATH`` writes a Markdown summary too; ``-`` prints it to standard output in
 place of the text; it is appended, not replaced, with ``--append`` or when PATH is
@@ -221,11 +223,13 @@ def _emit(
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_llmslo.report import terminal
+    from pytest_llmslo.report.markdown import document_capacities
 
     doc = _read(args.run, root=None)
     points, knees = _points_and_knees(doc, args.run)
     width = _terminal_width(args.width)
-    lines = terminal.render_summary(points, knees, width) if points else []
+    capacities = document_capacities(doc)
+    lines = terminal.render_summary(points, knees, width, capacities) if points else []
     if not points:
         lines = [f"{args.run}: no load level was measured"]
     if not doc.get("complete", True):

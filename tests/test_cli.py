@@ -319,3 +319,51 @@ def test_console_entry_point_in_a_subprocess(docs, tmp_path):
     )
     assert missing.returncode == 2
     assert "no such file" in missing.stderr and "Traceback" not in missing.stderr
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+def capacity_doc(path: Path, capacity: int, *, complete: bool = True) -> Path:
+    from pytest_llmslo.sweep import CapacitySearch
+
+    search = CapacitySearch("concurrency", max_value=16)
+    while (level := search.next_level()) is not None:
+        search.record(level, level.value <= capacity)
+    points = [sweep_point("vllm", c, 1.0, c) for c in (1, 4, 8)]
+    doc = jsonio.build_document(
+        CONSTANTS,
+        {"vllm": {"version": "0.9"}},
+        points,
+        complete=complete,
+        capacities={("vllm", "test_chat"): search.result},
+    )
+    return jsonio.write_atomic(path, doc)
+
+
+def test_report_shows_the_capacity_search(tmp_path, capsys):
+    path = capacity_doc(tmp_path / "cap.json", 6)
+    code, out, _ = run(["report", path, "--width", "100"], capsys)
+    assert code == 0
+    assert "capacity: c6 (c7 failed), 6 levels: bracketed to the resolution" in out
+    assert "probes: c1 pass, c2 pass, c4 pass, c8 FAIL, c6 pass, c7 FAIL" in out
+    code, out, _ = run(["report", path, "--markdown", "-"], capsys)
+    assert code == 0 and "Capacity: **c6** (c7 failed)" in out
+
+
+def test_compare_fails_on_a_capacity_drop(tmp_path, capsys):
+    old = capacity_doc(tmp_path / "old.json", 8)
+    new = capacity_doc(tmp_path / "new.json", 6)
+    code, out, _ = run(["compare", old, new, "--fail", "ttft_p50:1000%"], capsys)
+    assert code == 1
+    assert "capacity" in out and "REGRESSED" in out
+    code, out, _ = run(["compare", old, old, "--fail", "ttft_p50:1000%"], capsys)
+    assert code == 0
+
+
+def test_compare_warns_about_an_incomplete_baseline(tmp_path, capsys):
+    old = capacity_doc(tmp_path / "old.json", 8, complete=False)
+    new = capacity_doc(tmp_path / "new.json", 8)
+    code, out, _ = run(["compare", old, new, "--fail", "ttft_p50:1000%"], capsys)
+    assert code == 0
+    assert "warning: old is incomplete (its session was interrupted)" in out

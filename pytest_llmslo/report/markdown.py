@@ -3,7 +3,8 @@ renderers that return one string.
 
 - ``render_report(doc)``: a run document as a heading, its pinned constants, per engine
   and test the sweep table (the columns of the terminal summary) with the knee row in
-  bold and marked, the knee sentence, then the Pareto summary across engines;
+  bold and marked, the knee sentence, the capacity of a test that searched it (with its
+  probes), then the Pareto summary across engines;
 - ``render_comparison(result)``: a ``compare.DocumentComparison`` as a heading with the
   outcome, the differing constants when the runs are not comparable, otherwise one table
   per compared point (metric, baseline, new, delta, delta %, tolerance, status) with the
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.report.terminal import fmt_ms, fmt_tok, sweep_row_cells
 from pytest_llmslo.sweep import (
+    CapacityResult,
     Knee,
     SweepPoint,
     find_knee,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from pytest_llmslo.compare import Comparison, DocumentComparison
 
 __all__ = [
+    "document_capacities",
     "document_knees",
     "escape_cell",
     "render_comparison",
@@ -96,6 +99,21 @@ def document_knees(doc: Mapping[str, Any]) -> dict[tuple[str, str], Knee]:
     return {k: v[0] for k, v in found.items() if len(v) == 1}
 
 
+def document_capacities(doc: Mapping[str, Any]) -> dict[tuple[str, str], CapacityResult]:
+    """The capacity search results stored on a run document's ``sweeps``, keyed by
+    ``(engine, test)``; documents without them (schema version 1) give none."""
+    found: dict[tuple[str, str], CapacityResult] = {}
+    for s in doc.get("sweeps", ()):
+        cap = s.get("capacity") if isinstance(s, Mapping) else None
+        if not isinstance(cap, Mapping):
+            continue
+        try:
+            found[(str(s["engine"]), str(s["test"]))] = CapacityResult.from_dict(cap)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found
+
+
 def _constants_items(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
     def show(v: Any) -> str:
         if isinstance(v, Mapping):
@@ -106,7 +124,8 @@ def _constants_items(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
             )
         return str(v)
 
-    keys = ("model", "precision", "hardware", "workload", "isl", "osl", "slo", "warmup")
+    keys = ("model", "precision", "hardware", "client", "workload", "isl", "osl", "slo")
+    keys += ("warmup",)
     keys += ("requests", "endpoint", "engine_versions")
     return [(k, show(constants[k])) for k in keys if constants.get(k) not in (None, "", [], {})]
 
@@ -141,10 +160,25 @@ def _knee_sentence(knee: Knee) -> str:
     return text
 
 
+def _capacity_sentence(capacity: CapacityResult) -> str:
+    text = capacity.describe()
+    head, _, rest = text.partition(":")
+    text = f"{head.capitalize()}:{rest}"
+    if capacity.capacity is not None:
+        label = capacity.capacity.label
+        text = text.replace(f": {label}", f": **{label}**", 1)
+    if capacity.history:
+        text += f". Probes: {capacity.probes_text()}"
+    return escape_cell(text)
+
+
 def render_sweeps(
-    points: Sequence[SweepPoint], knees: Mapping[Any, Knee] | None = None
+    points: Sequence[SweepPoint],
+    knees: Mapping[Any, Knee] | None = None,
+    capacities: Mapping[tuple[str, str], CapacityResult] | None = None,
 ) -> list[str]:
-    """Per engine and test (and load mode), the sweep table with the knee row marked."""
+    """Per engine and test (and load mode), the sweep table with the knee row marked, and
+    the capacity of a test that searched it (``capacities`` keyed by ``(engine, test)``)."""
     lines: list[str] = []
     for (engine, test), sweep in group_sweeps(points).items():
         by_mode: dict[str, list[SweepPoint]] = {}
@@ -169,6 +203,10 @@ def render_sweeps(
             lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
             lines.append("")
             lines.append(_knee_sentence(knee))
+            capacity = (capacities or {}).get((engine, test))
+            if capacity is not None and capacity.mode == mode:
+                lines.append("")
+                lines.append(_capacity_sentence(capacity))
             if any(point_status(p) == "invalid" for p in pts):
                 lines.append("")
                 lines.append(
@@ -235,6 +273,7 @@ def render_report(doc: Mapping[str, Any], *, title: str | None = None) -> str:
 
     points = load_points(doc)
     knees = document_knees(doc)
+    capacities = document_capacities(doc)
     constants = doc.get("constants") or {}
     harness = doc.get("harness") or {}
     lines = [f"## {escape_cell(title or 'pytest-llmslo sweep')}", ""]
@@ -257,7 +296,7 @@ def render_report(doc: Mapping[str, Any], *, title: str | None = None) -> str:
         lines.extend(consts)
     lines.append("")
     if points:
-        lines.extend(render_sweeps(points, knees))
+        lines.extend(render_sweeps(points, knees, capacities))
         if len({p.engine for p in points}) > 1:
             lines.append("")
             lines.extend(render_pareto(points, knees))
@@ -310,6 +349,9 @@ def _comparison_block(c: Comparison) -> list[str]:
     if details:
         lines.append("")
         lines.extend(details)
+    if c.notes:
+        lines.append("")
+        lines.extend(f"_{escape_cell(note)}_" for note in c.notes)
     return lines
 
 

@@ -5,7 +5,8 @@ nothing here prints. Layout, for 100 columns:
 
 - ``render_sweep``: per engine and test, the sweep table (load, TTFT P50/P99, ITL P50, TPOT
   P50, output and goodput tok/s, attainment, verdict) with the knee row marked ``*`` and
-  invalid client runs marked ``!``, then a line with the knee level and the goodput there;
+  invalid client runs marked ``!``, then a line with the knee level and the goodput there,
+  and, for a test that searched its capacity, the capacity with its bracket and probes;
 - ``render_pareto``: across engines, per test, the Pareto frontier of throughput vs TTFT
   P99 at each engine's knee and over all points;
 - ``render_verdict``: a verdict's table, for failure messages and ``system-out``.
@@ -21,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.sweep import (
+    CapacityResult,
     Knee,
     SweepPoint,
     knee_of,
@@ -42,6 +44,7 @@ __all__ = [
     "fmt_ms",
     "fmt_pct",
     "fmt_tok",
+    "render_capacity",
     "render_pareto",
     "render_summary",
     "render_sweep",
@@ -94,12 +97,14 @@ def render_sweep(
     points: Sequence[SweepPoint],
     knee: Knee | Mapping[Any, Knee] | None = None,
     width: int = DEFAULT_WIDTH,
+    capacities: Mapping[tuple[str, str], CapacityResult] | None = None,
 ) -> list[str]:
     """The sweep table(s) of one engine: one block per test among ``points``.
 
     ``knee`` is the knee of the (single) sweep, or a mapping keyed by ``(engine, test)``,
     test name or engine name, or None to compute it with ``find_knee``. Points of other
-    engines are ignored.
+    engines are ignored. ``capacities`` maps ``(engine, test)`` to the result of the
+    capacity search that test ran, shown under its sweep of the same load mode.
     """
     mine = [p for p in points if p.engine == engine]
     if not mine:
@@ -118,6 +123,18 @@ def render_sweep(
         if lines:
             lines.append("")
         lines.extend(_render_one(engine, test, sweep, knee_of(sweep, given), width))
+        capacity = (capacities or {}).get((engine, test))
+        if capacity is not None and capacity.mode == sweep[0].level.mode:
+            lines.extend(render_capacity(capacity, width))
+    return lines
+
+
+def render_capacity(capacity: CapacityResult, width: int = DEFAULT_WIDTH) -> list[str]:
+    """A capacity search's result: the capacity, its bracket, the number of levels and why
+    the search stopped; then the probes in order with their outcomes."""
+    lines = _wrap(capacity.describe(), width)
+    if capacity.history:
+        lines.extend(_wrap(f"  probes: {capacity.probes_text()}", width))
     return lines
 
 
@@ -359,9 +376,11 @@ def render_summary(
     points: Iterable[SweepPoint],
     knees: Mapping[Any, Knee] | None = None,
     width: int = DEFAULT_WIDTH,
+    capacities: Mapping[tuple[str, str], CapacityResult] | None = None,
 ) -> list[str]:
-    """Everything the terminal summary shows: each engine's sweep tables, then the Pareto
-    summary when more than one engine or configuration was measured."""
+    """Everything the terminal summary shows: each engine's sweep tables (with the
+    capacity of a test that searched it, ``capacities`` keyed by ``(engine, test)``), then
+    the Pareto summary when more than one engine or configuration was measured."""
     pts = list(points)
     by_engine: dict[str, list[SweepPoint]] = {}
     for p in pts:
@@ -370,7 +389,7 @@ def render_summary(
     for engine, mine in by_engine.items():
         if lines:
             lines.append("")
-        lines.extend(render_sweep(engine, mine, knees, width))
+        lines.extend(render_sweep(engine, mine, knees, width, capacities))
     if len(by_engine) > 1:
         lines.append("")
         lines.extend(render_pareto(by_engine, knees, width))

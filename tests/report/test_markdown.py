@@ -143,3 +143,20 @@ def test_comparison_lists_unmatched_points(sweep_factory):
     assert "Only in baseline: vllm \\| test_chat \\| c1" in text
     assert "Only in new: vllm \\| test_chat \\| c8" in text
     assert "1 point compared" in text
+
+
+def test_report_shows_the_capacity_search(sweep_factory):
+    from pytest_llmslo.sweep import CapacitySearch
+
+    search = CapacitySearch("concurrency")
+    while (level := search.next_level()) is not None:
+        search.record(level, level.value <= 4)
+    doc = jsonio.build_document(
+        CONSTANTS, {}, sweep_factory("vllm"), capacities={("vllm", "test_chat"): search.result}
+    )
+    text = markdown.render_report(doc)
+    assert (
+        "Capacity: **c4** (c5 failed), 6 levels: bracketed to the resolution. "
+        "Probes: c1 pass, c2 pass, c4 pass, c8 FAIL, c6 FAIL, c5 FAIL"
+    ) in text
+    assert markdown.document_capacities(doc)[("vllm", "test_chat")] == search.result

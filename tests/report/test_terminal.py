@@ -287,3 +287,22 @@ def test_sweep_table_golden() -> None:
         "! invalid client run (the load generator, not the engine, was the bottleneck; excluded from knee and",  # noqa: E501
         "    Pareto): c32: loop lag p99 80.0 ms",
     ]
+
+
+def test_capacity_is_shown_under_its_sweep(
+    sweep_factory: Callable[..., list[SweepPoint]],
+) -> None:
+    from pytest_llmslo.report.terminal import render_summary
+    from pytest_llmslo.sweep import CapacitySearch
+
+    search = CapacitySearch("concurrency")
+    while (level := search.next_level()) is not None:
+        search.record(level, level.value <= 4)
+    points = sweep_factory("sim") + sweep_factory("vllm")
+    lines = render_summary(points, None, 100, {("sim", "test_chat"): search.result})
+    text = "\n".join(lines)
+    assert text.count("capacity: c4 (c5 failed), 6 levels: bracketed to the resolution") == 1
+    assert "  probes: c1 pass, c2 pass, c4 pass, c8 FAIL, c6 FAIL, c5 FAIL" in text
+    # Under the sim sweep, not the vllm one.
+    assert text.index("capacity: c4") < text.index("vllm | test_chat")
+    assert all(len(line) <= 100 for line in lines)
