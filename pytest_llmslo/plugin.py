@@ -109,7 +109,9 @@ class TestContext:
     verdicts: list[Any] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     comparison: Any = None
+    compare_skip: str | None = None  # why the baseline comparison did not run
     capacity: bool = False  # --slo-capacity: the test runs a capacity search
+    capacity_result: Any = None  # the CapacityResult of the search the test ran
     primary: int | None = None  # the point the test is judged and reported by
 
 
@@ -202,6 +204,7 @@ class SloState:
         self.contexts: dict[str, TestContext] = {}
         self.current: TestContext | None = None
         self.engine_meta: dict[str, Any] = {}
+        self.capacities: dict[tuple[str, str], Any] = {}  # (engine, test) -> CapacityResult
         self.test_constants: dict[str, dict[str, Any]] = {}
         self.marker_errors: list[str] = []
         self.notes: list[str] = []
@@ -250,6 +253,31 @@ class SloState:
 
     # ---- the document
 
+    def per_engine_constants(self) -> dict[str, dict[str, Any]]:
+        """Each started engine's own pinned constants (``compare.engine_constants``): its
+        model, precision, and hardware (its GPUs, or the sim engine's profile)."""
+        from pytest_llmslo import compare
+        from pytest_llmslo.engines.sim import DEFAULT_PROFILE
+
+        out: dict[str, dict[str, Any]] = {}
+        for name, meta in self.engine_meta.items():
+            cfg = self.engine_configs.get(name)
+            metadata = dict(meta)
+            precision = profile = None
+            if cfg is not None:
+                metadata.setdefault("kind", cfg.kind)
+                metadata.setdefault("gpus", cfg.gpus)
+                precision = cfg.quantization or cfg.dtype
+                if cfg.kind == "sim":
+                    profile = str(cfg.options.get("profile") or DEFAULT_PROFILE)
+            out[name] = compare.engine_constants(
+                metadata,
+                model=self.defaults.model or None,
+                precision=precision,
+                sim_profile=profile,
+            )
+        return out
+
     def constants(self) -> dict[str, Any]:
         d = self.defaults
         kind, path = d.dataset_kind()
@@ -261,20 +289,24 @@ class SloState:
                 if c.quantization or c.dtype
             }
         )
-        hardware = {
+        per_engine = self.per_engine_constants()
+        # The machine of the load generator: information, not a constant of the measurement
+        # (a baseline from a laptop pairs with a CI runner's run of the same engine).
+        client = {
             "machine": platform.machine(),
             "system": platform.system(),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
         }
-        if self.session.sim_profile:
-            hardware["sim_profile"] = self.session.sim_profile
         return {
             "harness": "pytest-llmslo",
             "harness_version": __version__,
             "model": d.model or (models[0] if len(models) == 1 else ",".join(models)),
             "precision": ",".join(precision) or None,
-            "hardware": hardware,
+            # Per engine (the pinned values are in per_engine; these say the same at a glance).
+            "hardware": {name: c["hardware"] for name, c in per_engine.items()},
+            "per_engine": per_engine,
+            "client": client,
             "workload": {"kind": kind, "path": path, **_workload_text(d)},
             "dataset": path,
             "isl": d.isl,
@@ -296,7 +328,12 @@ class SloState:
         from pytest_llmslo.report import jsonio
 
         return jsonio.build_document(
-            self.constants(), self.engine_meta, self.points, None, complete=complete
+            self.constants(),
+            self.engine_meta,
+            self.points,
+            None,
+            complete=complete,
+            capacities={k: r.to_dict() for k, r in self.capacities.items()},
         )
 
 
@@ -836,8 +873,13 @@ def _search_capacity(
     note = f"capacity {cap} after {result.probes} levels ({result.reason})"
     if ctx is not None:
         ctx.notes.append(note)
+        ctx.capacity_result = result
         if chosen is not None:
             ctx.primary = chosen[0]
+    engine = ctx.engine if ctx is not None else handle.config.display_name
+    test = ctx.test if ctx is not None else item.nodeid
+    state.capacities[(engine, test)] = result
+    state.dirty = True
     state.notes.append(f"{item.nodeid}: {note}")
     return result, (chosen[1] if chosen is not None else None)
 
@@ -1196,7 +1238,9 @@ def _extend(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
 
 def _compare(state: SloState, ctx: TestContext) -> None:
     """``--slo-compare``: the same test, engine and level in the baseline; a regression
-    beyond the tolerance fails this test."""
+    beyond the tolerance fails this test. A test that searched its capacity is compared
+    with the baseline's search of the same test and engine: by the capacity itself, and by
+    the points at the capacity when both searches ended at the same level."""
     if state.baseline is None:
         return
     from pytest_llmslo import compare
@@ -1206,39 +1250,79 @@ def _compare(state: SloState, ctx: TestContext) -> None:
     if idx is None:
         return
     point = state.points[idx]
-    key = f"{ctx.engine} {ctx.test} {ctx.level.label}"
-    old = compare.find_point(state.baseline, ctx.test, ctx.engine, ctx.level)
-    if old is None:
-        state.mismatches.append(f"{key}: not in the baseline {state.baseline_source}")
-        return
-    old_consts = compare.constants_for_test(state.baseline.get("constants", {}), ctx.test)
-    new_consts = compare.constants_for_test(state.constants(), ctx.test)
+    baseline, source = state.baseline, state.baseline_source
+    capacity = ctx.capacity_result
+    old_capacity = None
+    if capacity is not None:
+        key = f"{ctx.engine} {ctx.test} capacity"
+        old_capacity = compare.find_capacity(baseline, ctx.test, ctx.engine, capacity.mode)
+        if old_capacity is None:
+            reason = f"the baseline {source} has no capacity search of this test"
+            _not_compared(state, ctx, key, reason, reason)
+            return
+        at = compare.capacity_point(baseline, old_capacity)
+        old = None if at is None else compare.find_point(baseline, ctx.test, ctx.engine, at)
+    else:
+        # The level the test is judged by (a slo_load level may differ from its parameter).
+        key = f"{ctx.engine} {ctx.test} {point.level.label}"
+        old = compare.find_point(baseline, ctx.test, ctx.engine, point.level)
+        if old is None:
+            reason = f"not in the baseline {source}"
+            _not_compared(state, ctx, key, reason, reason)
+            return
+    old_consts = compare.constants_for_test(baseline.get("constants", {}), ctx.test, ctx.engine)
+    new_consts = compare.constants_for_test(state.constants(), ctx.test, ctx.engine)
     diff = compare.constants_mismatch(old_consts, new_consts)
     if diff:
-        state.mismatches.append(f"{key}: not compared, constants differ: {'; '.join(diff)}")
+        reason = f"constants differ: {'; '.join(diff)}"
+        _not_compared(state, ctx, key, reason, f"not compared, {reason}")
         return
-    old_version = (state.baseline.get("engines", {}).get(ctx.engine) or {}).get("version")
+    old_version = (baseline.get("engines", {}).get(ctx.engine) or {}).get("version")
     new_version = state.engine_meta.get(ctx.engine, {}).get("version")
-    comparison = compare.compare_points(
-        old,
-        jsonio.jsonable(point.to_dict()),
-        state.tolerances or None,
-        confidence=ctx.settings.confidence,
-        labels=("baseline", "new"),
-        versions=(old_version, new_version),
-    )
+    new_point = jsonio.jsonable(point.to_dict())
+    if capacity is not None and old_capacity is not None:
+        comparison = compare.compare_capacity(
+            old_capacity,
+            jsonio.jsonable(capacity.to_dict()),
+            old,
+            new_point,
+            state.tolerances or None,
+            engine=ctx.engine,
+            test=ctx.test,
+            confidence=ctx.settings.confidence,
+            labels=("baseline", "new"),
+            versions=(old_version, new_version),
+        )
+    else:
+        comparison = compare.compare_points(
+            old or {},
+            new_point,
+            state.tolerances or None,
+            confidence=ctx.settings.confidence,
+            labels=("baseline", "new"),
+            versions=(old_version, new_version),
+        )
     if not comparison.comparable:
-        state.mismatches.append(f"{key}: not compared: {'; '.join(comparison.problems)}")
+        reason = "; ".join(comparison.problems)
+        _not_compared(state, ctx, key, reason, f"not compared: {reason}")
         return
     ctx.comparison = comparison
     state.comparisons.append((key, comparison))
     if comparison.regressed:
         __tracebackhide__ = True
+        where = "capacity" if capacity is not None else point.level.label
         raise RegressionError(
-            f"regression against baseline {state.baseline_source} "
-            f"({ctx.engine}, {ctx.level.label}):\n{comparison.format()}",
+            f"regression against baseline {source} ({ctx.engine}, {where}):\n{comparison.format()}",
             point.verdict,
         )
+
+
+def _not_compared(state: SloState, ctx: TestContext, key: str, reason: str, line: str) -> None:
+    """A comparison that did not run: said in the summary (``line``), in the test's own
+    report section and in its JUnit properties (``reason``)."""
+    state.mismatches.append(f"{key}: {line}")
+    ctx.compare_skip = reason
+    ctx.notes.append(f"not compared with baseline {state.baseline_source}: {reason}")
 
 
 def _attach_properties(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
@@ -1257,6 +1341,11 @@ def _attach_properties(state: SloState, item: pytest.Item, ctx: TestContext) -> 
     if ctx.comparison is not None:
         props.append(("llmslo.baseline", str(state.baseline_source)))
         props.append(("llmslo.regressed", str(bool(ctx.comparison.regressed)).lower()))
+        props.extend(ctx.comparison.properties())
+    elif ctx.compare_skip is not None:
+        props.append(("llmslo.baseline", str(state.baseline_source)))
+        props.append(("llmslo.compare.status", "not_compared"))
+        props.append(("llmslo.compare.reason", ctx.compare_skip))
     item.user_properties.extend(props)
 
 
@@ -1428,7 +1517,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.suite_property is not None and state.points:
         from pytest_llmslo.report import junit
 
-        consts = {k: v for k, v in state.constants().items() if k != "tests"}
+        # Per test and per engine the constants are in the document; "hardware" has the
+        # engines' own at a glance.
+        consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
         for name, value in junit.suite_properties(consts):
             state.suite_property(name, value)
     if state.session.json_path:
@@ -1459,7 +1550,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.write_sep("=", "llmslo: SLO sweeps")
     if state.points:
         try:
-            lines = terminal.render_summary(state.points, None, width=width)
+            lines = terminal.render_summary(
+                state.points, None, width=width, capacities=state.capacities
+            )
         except Exception as exc:  # a renderer bug must not hide the test results
             lines = [f"(could not render the sweep tables: {exc!r})"]
         for line in lines:
