@@ -497,6 +497,11 @@ def _load_baseline(state: SloState) -> None:
         except (ConfigError, OSError, ValueError) as exc:
             raise pytest.UsageError(f"{label}: {exc}") from None
         state.baseline_source = session.compare
+        if state.baseline.get("complete") is False:
+            state.notes.append(
+                f"warning: baseline {session.compare!r} is incomplete (its session was "
+                "interrupted): tests it lacks are not compared"
+            )
 
 
 def _baseline_root(state: SloState) -> str:
@@ -993,7 +998,13 @@ def _record(
     except Exception:  # samples only help later comparisons
         samples = None
     point = sweep.SweepPoint(
-        engine=engine, test=test, level=level, summary=summary, verdict=None, samples=samples
+        engine=engine,
+        test=test,
+        level=level,
+        summary=summary,
+        verdict=None,
+        samples=samples,
+        interrupted=bool(run.meta.get("interrupted", False)),
     )
     return state.add_point(ctx, run, point)
 
@@ -1527,15 +1538,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.session.save and state.points:
         from pytest_llmslo import compare
 
+        name = state.session.save
         try:
+            # A partial document is saved as NAME.partial: it never replaces the baseline.
             saved = compare.save_baseline(
-                state.document(complete=not interrupted),
-                state.session.save,
-                root=_baseline_root(state),
+                state.document(complete=not interrupted), name, root=_baseline_root(state)
             )
-            state.notes.append(f"baseline {state.session.save!r} saved to {saved}")
+            if interrupted:
+                partial = compare.partial_name(name)
+                state.notes.append(
+                    f"the session was interrupted: baseline {name!r} was left as it was; the "
+                    f"partial results are saved as {partial!r} in {saved}"
+                )
+            else:
+                state.notes.append(f"baseline {name!r} saved to {saved}")
         except Exception as exc:
-            state.notes.append(f"could not save baseline {state.session.save!r}: {exc!r}")
+            state.notes.append(f"could not save baseline {name!r}: {exc!r}")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

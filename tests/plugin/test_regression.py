@@ -195,3 +195,108 @@ def test_one_engine_compares_with_a_baseline_of_two(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["fast test_cmp.py::test_chat c1: ok"])
     assert "not compared" not in result.stdout.str()
+
+
+def test_an_interrupted_session_keeps_the_baseline(
+    slo_pytester: pytest.Pytester, tiny_args
+) -> None:
+    slo_pytester.makepyfile(test_cmp=CHAT)
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-save=base"))
+    result.assert_outcomes(passed=1)
+    before = _baseline(slo_pytester).read_bytes()
+    slo_pytester.makepyfile(
+        test_cmp="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[1, 2])
+        def test_chat(slo_run, slo_level):
+            if slo_level.value == 2:
+                raise KeyboardInterrupt
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-save=base"))
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert _baseline(slo_pytester).read_bytes() == before
+    partial = _baseline(slo_pytester, "base.partial")
+    assert json.loads(partial.read_text())["complete"] is False
+    result.stdout.fnmatch_lines(
+        [
+            "llmslo: the session was interrupted: baseline 'base' was left as it was; the "
+            f"partial results are saved as 'base.partial' in {partial}"
+        ]
+    )
+    slo_pytester.makepyfile(test_cmp=CHAT)
+    result = slo_pytester.runpytest_subprocess(
+        *tiny_args("--slo-compare=base.partial", "--slo-compare-fail=ttft_p50:1000%")
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["llmslo: warning: baseline 'base.partial' is incomplete (its session was interrupted)*"]
+    )
+
+
+def test_ctrl_c_during_a_load_keeps_the_partial_point_and_stops_the_engine(
+    slo_pytester: pytest.Pytester,
+) -> None:
+    """SIGINT to a real session while the sim engine (started by the plugin) serves a long
+    level: the measured requests are kept as an interrupted point of a partial document,
+    and no engine process or port is left."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    slo_pytester.makepyfile(
+        test_long="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[2])
+        def test_chat(slo_run):
+            pass
+        """
+    )
+    argv = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--engine=sim",
+        "--sim-profile=llama3-8b-fp8-1xh100-vllm", "--warmup=1", "--requests=3000",
+        "--duration=60", "--isl=64", "--osl=8", "--client-max-lag=2000",
+        "--client-max-cpu=1.5", "--slo-json=out.json",
+    ]  # fmt: skip
+    proc = slo_pytester.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "llmslo: engine sim ready at" in line:
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(60), "".join(lines)
+        time.sleep(2.0)  # the warm-up request, then about two seconds of measured load
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == pytest.ExitCode.INTERRUPTED, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    reader.join(timeout=10)
+    doc = json.loads((slo_pytester.path / "out.json").read_text())
+    assert doc["complete"] is False
+    (point,) = doc["points"]
+    assert point["interrupted"] is True
+    assert point["level"]["value"] == 2.0
+    assert 0 < point["summary"]["requests"] < 3000
+    meta = doc["engines"]["sim"]["metadata"]
+    (unit,) = meta["units"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(unit["pid"], 0)
+    port = int(meta["base_url"].rsplit(":", 1)[1])
+    with socket.socket() as s:
+        s.settimeout(2.0)
+        assert s.connect_ex(("127.0.0.1", port)) != 0
