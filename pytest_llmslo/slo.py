@@ -490,6 +490,15 @@ class Verdict:
         if any(r.bound_method == "normal" for r in self.results):
             lines.append("  * normal-approximation bound of a mean (not distribution-free)")
         for r in self.results:
+            missing = self.completed - r.count
+            if r.objective.metric in ("ttft", "ttfot") and r.count and missing > 0:
+                # Completed, yet nothing was streamed: easy to miss behind an attainment.
+                what = "output" if r.objective.metric == "ttft" else "content"
+                lines.append(
+                    f"  {r.objective.name}: {missing} completed request(s) streamed no "
+                    f"{what} chunk; {r.objective.metric} is undefined for them and they are "
+                    "not good"
+                )
             if r.count == 0:
                 lines.append(f"  {r.objective.name}: no samples (no completed request had it)")
             elif r.bound is None:

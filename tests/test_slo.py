@@ -269,6 +269,21 @@ def test_violation_message_lists_every_objective() -> None:
     assert not err.verdict.passed
 
 
+def test_message_names_completed_requests_without_output() -> None:
+    # A server can finish a request (usage says 16 tokens) without streaming any text:
+    # its TTFT is undefined and it is not good; the message says so next to the numbers.
+    recs = [steady(i, sent=0, ttft=50, gap=5, n=16) for i in range(7)]
+    recs.append(rec(7, sent=0, chunks=(), end=120, completion=16))
+    run = make_run(recs, start=0, end=200)
+    with pytest.raises(SloViolation) as info:
+        assert_goodput(run, ttft_p99 < 500)
+    msg = str(info.value)
+    assert "attainment 87.5% (7/8 good)" in msg
+    assert "ttft_p99: 1 completed request(s) streamed no output chunk" in msg
+    ok = evaluate(uniform_run(10), [ttft_p99 < 500]).format()
+    assert "streamed no" not in ok
+
+
 def test_assert_invalid_run_message() -> None:
     run = uniform_run(20, valid=False, reasons=("client CPU 100%",))
     with pytest.raises(SloViolation, match="client CPU 100%") as info:
