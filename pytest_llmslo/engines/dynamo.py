@@ -13,9 +13,13 @@ configured host (loopback by default). Set ``options.discovery = "etcd"`` (with
 Ready when ``/v1/models`` lists the model and the ``/health`` *body* says healthy: the
 frontend answers 200 with an unhealthy status until a worker has registered.
 
-The mocker worker (an engine simulator that needs no GPU) emits token ids that decode to
-no text; with ``options.replay_trace`` unset it is given a generated response-replay
-trace so that streamed chunks carry content (see :func:`write_replay_trace`).
+The mocker worker (an engine simulator that needs no GPU) streams random ids of the
+model's vocabulary. With ``options.replay_trace`` unset it is also given a generated
+response-replay trace (see :func:`write_replay_trace`); Dynamo 1.6.1 replays it only for
+requests annotated ``nvext.annotations = ["output_replay_id:KEY"]``, so the harness's
+requests get random ids. About 1 in 300 of the mocker's completions streams no text at all
+(a role chunk, then the finish chunk, while ``usage`` counts the tokens): such a request is
+completed but not good (its TTFT is undefined), and the verdict says so.
 """
 
 from __future__ import annotations

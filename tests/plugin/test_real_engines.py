@@ -60,12 +60,14 @@ def _config_or_skip(make: Callable[[], EngineConfig]) -> EngineConfig:
         pytest.skip(str(exc))
 
 
-def _run_slo(pytester: pytest.Pytester, name: str, cfg: EngineConfig, timeout: float) -> None:
+def _run_slo(
+    pytester: pytest.Pytester, name: str, cfg: EngineConfig, timeout: float, requests: int = 8
+) -> None:
     pytester.makefile(".toml", engines=_engine_toml(name, cfg))
     pytester.makepyfile(test_real=SUITE)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--engine-config=engines.toml", f"--engine={name}",
-        "--warmup=2", "--requests=8", "--isl=32", "--osl=16", "-rs",
+        "--warmup=2", f"--requests={requests}", "--isl=32", "--osl=16", "-rs",
         "--client-max-lag=2000", "--client-max-cpu=1.5", "--slo-json=out.json",
         timeout=timeout,
     )  # fmt: skip
@@ -101,7 +103,9 @@ def test_slo_through_the_plugin_on_vllm_cpu(
 def test_slo_through_the_plugin_on_dynamo_mocker(
     dynamo_cfg: EngineConfig, slo_pytester: pytest.Pytester
 ) -> None:
-    _run_slo(slo_pytester, "dynamo-mocker", dynamo_cfg, timeout=600)
+    # The mocker streams no text for about 1 completion in 300 (docs/engines.md): 40
+    # requests per level keep one such completion from sinking the 90 % attainment gate.
+    _run_slo(slo_pytester, "dynamo-mocker", dynamo_cfg, timeout=600, requests=40)
 
 
 @pytest.mark.docker
