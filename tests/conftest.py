@@ -3,6 +3,7 @@ pytest sessions that use the plugin in a subprocess (``pytester``)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -100,3 +101,27 @@ def _tiny_args(url: str, *extra: str) -> list[str]:
 def tiny_args(fixed_server: str):  # type: ignore[no-untyped-def]
     """``tiny_args(*extra)``: a tiny SLO session's command line against the fixed server."""
     return lambda *extra, url=fixed_server: _tiny_args(url, *extra)
+
+
+ENGINE_MARKERS = ("docker", "vllm", "dynamo")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """With ``LLMSLO_REQUIRE_ENGINES=1`` (CI sets it) a real-engine test that would skip
+    because its engine is not set up fails instead: a green CI must mean the real engines
+    ran, not that they were missing."""
+    report = yield
+    if (
+        report.skipped
+        and os.environ.get("LLMSLO_REQUIRE_ENGINES") == "1"
+        and any(item.get_closest_marker(m) for m in ENGINE_MARKERS)
+        and not hasattr(report, "wasxfail")
+    ):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"LLMSLO_REQUIRE_ENGINES=1 but this real-engine test skipped: {reason}\n"
+            "set the engines up with: bash .ci/engines.sh"
+        )
+    return report
