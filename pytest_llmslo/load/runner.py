@@ -463,14 +463,13 @@ async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, bound: _Bound) -> An
 # -- the public entry points -------------------------------------------------------------
 
 
-async def _calibrate(
-    client: ClientSettings, workload: WorkloadSpec
-) -> tuple[LengthModel, dict[str, Any]]:
-    """Fit tokens-per-word to the server's reported prompt_tokens with a few probes."""
-    sizes = sorted({max(1, workload.isl // 2), workload.isl, max(2, workload.isl * 3 // 2)})
-    texts = calibration_prompts(workload, sizes)
+async def _probe_prompt_tokens(
+    client: ClientSettings, sizes: list[int], texts: list[str]
+) -> tuple[list[int], list[int], list[str]]:
+    """Send each probe text (``max_tokens=1``) and read the server's ``prompt_tokens``.
+    Returns (sizes that got an answer, their prompt_tokens, errors of the others)."""
     transport = make_transport(client, 1)
-    words: list[int] = []
+    sent: list[int] = []
     tokens: list[int] = []
     errors: list[str] = []
     try:
@@ -479,12 +478,22 @@ async def _calibrate(
             await transport.send(request_body(client, text, 1), raw)
             rec = build_record(-1, raw.sent_ns, raw)
             if rec.prompt_tokens:
-                words.append(size)
+                sent.append(size)
                 tokens.append(rec.prompt_tokens)
             else:
                 errors.append(rec.error or "no prompt_tokens in usage")
     finally:
         await transport.aclose()
+    return sent, tokens, errors
+
+
+async def _calibrate(
+    client: ClientSettings, workload: WorkloadSpec
+) -> tuple[LengthModel, dict[str, Any]]:
+    """Fit tokens-per-word to the server's reported prompt_tokens with a few probes."""
+    sizes = sorted({max(1, workload.isl // 2), workload.isl, max(2, workload.isl * 3 // 2)})
+    texts = calibration_prompts(workload, sizes)
+    words, tokens, errors = await _probe_prompt_tokens(client, sizes, texts)
     if not words:
         return LengthModel(), {"fitted": False, "error": errors[0] if errors else "no probes"}
     lm = fit_length_model(words, tokens)
@@ -501,22 +510,7 @@ async def _measure_overhead(
     server does not count with this tokenizer, and no overhead is taken."""
     sizes = sorted({max(1, workload.isl // 2), workload.isl})
     texts = overhead_prompts(workload, sizes)
-    transport = make_transport(client, 1)
-    local: list[int] = []
-    server: list[int] = []
-    errors: list[str] = []
-    try:
-        for size, text in zip(sizes, texts, strict=True):
-            raw = RawExchange()
-            await transport.send(request_body(client, text, 1), raw)
-            rec = build_record(-1, raw.sent_ns, raw)
-            if rec.prompt_tokens:
-                local.append(size)
-                server.append(rec.prompt_tokens)
-            else:
-                errors.append(rec.error or "no prompt_tokens in usage")
-    finally:
-        await transport.aclose()
+    local, server, errors = await _probe_prompt_tokens(client, sizes, texts)
     info: dict[str, Any] = {
         "method": "tokenizer overhead",
         "probe_tokens": local,
