@@ -922,6 +922,9 @@ def _run_level(
         model=model,
         endpoint=ts.endpoint,  # type: ignore[arg-type]
         timeout_s=ts.request_timeout_s,
+        ignore_eos=ts.pin_output,
+        transport=ts.transport,  # type: ignore[arg-type]
+        api_key_env=ts.api_key_env or None,
     )
     try:
         workload = load.WorkloadSpec(**ts.workload_fields()).for_level(level.mode, level.value)

@@ -33,6 +33,7 @@ INI_PREFIX = "llmslo_"
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48, 64)
 ARRIVALS = ("poisson", "constant")
 ENDPOINTS = ("chat", "completions")
+TRANSPORTS = ("auto", "fast", "httpx")
 WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix")
 DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
 CAPACITY_MODES = ("concurrency", "rate")
@@ -648,6 +649,36 @@ SPECS: tuple[Spec, ...] = (
         marker="request_timeout",
         metavar="S",
     ),
+    _spec(
+        "pin_output",
+        parse_bool,
+        True,
+        "Send ignore_eos and min_tokens so that every output is --osl tokens long (false for "
+        "a server that rejects unknown request fields).",
+        cli="--pin-output",
+        marker="pin_output",
+        coerce=_coerce_bool,
+        metavar="BOOL",
+    ),
+    _spec(
+        "transport",
+        _choice("transport", TRANSPORTS),
+        "auto",
+        "HTTP client of the load generator: auto (the fast HTTP/1.1 client), fast, or httpx.",
+        cli="--transport",
+        marker="transport",
+        choices=TRANSPORTS,
+    ),
+    _spec(
+        "api_key_env",
+        parse_str,
+        "OPENAI_API_KEY",
+        "Environment variable whose value is sent as the bearer API key (never logged); "
+        "empty for none.",
+        cli="--api-key-env",
+        marker="api_key_env",
+        metavar="VAR",
+    ),
 )
 
 SPEC_BY_NAME: dict[str, Spec] = {s.name: s for s in SPECS}
@@ -783,6 +814,9 @@ class TestSettings:
     request_timeout_s: float = 600.0
     client_max_lag_ms: float | None = None
     client_max_cpu: float | None = None
+    pin_output: bool = True
+    transport: str = "auto"
+    api_key_env: str = "OPENAI_API_KEY"
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def warmup_for(self, level: LoadLevel) -> int:
@@ -921,6 +955,9 @@ def resolve_test(
         request_timeout_s=vals["request_timeout"],
         client_max_lag_ms=vals["client_max_lag"],
         client_max_cpu=vals["client_max_cpu"],
+        pin_output=bool(vals["pin_output"]),
+        transport=vals["transport"],
+        api_key_env=vals["api_key_env"],
         sources=where_from,
     )
 

@@ -118,6 +118,28 @@ def test_ini_and_env_and_cli_precedence(slo_pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["LEVELS ['c7']", "ISL 256 --isl"])
 
 
+def test_client_settings_reach_the_load_generator(slo_pytester: pytest.Pytester) -> None:
+    # pin_output, transport and api_key_env from the marker and the command line end up in
+    # the requests the load generator sends (its client settings are in the run's meta).
+    slo_pytester.makepyfile(
+        test_c="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[1], pin_output=False, api_key_env="MY_KEY")
+        def test_client(slo_run):
+            c = slo_run.meta["client"]
+            print("CLIENT", c["ignore_eos"], c["transport"], c["api_key_env"])
+            assert all(r.ok for r in slo_run.records)
+        """
+    )
+    args = ("-s", "-q", "-p", "no:cacheprovider", "--warmup=0", "--requests=3", "--osl=8")
+    result = slo_pytester.runpytest_subprocess(*args, "--transport=httpx")
+    result.stdout.fnmatch_lines(["CLIENT False httpx MY_KEY"])
+    result.assert_outcomes(passed=1)
+    result = slo_pytester.runpytest_subprocess(*args, "--pin-output=true", "--api-key-env=")
+    result.stdout.fnmatch_lines(["CLIENT True fast None"])  # auto: the fast client
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
@@ -129,6 +151,8 @@ def test_ini_and_env_and_cli_precedence(slo_pytester: pytest.Pytester) -> None:
         ([], {"LLMSLO_ENGINE": "nope"}, "ERROR: LLMSLO_ENGINE: 'nope' is not a known engine.*"),
         (["--concurrency=1,x"], {}, "*--concurrency: Could not parse value: '1,x'*"),
         (["--endpoint=grpc"], {}, "*'grpc' is not a valid endpoint. Valid: chat, completions*"),
+        (["--transport=h2"], {}, "*'h2' is not a valid transport. Valid: auto, fast, httpx*"),
+        (["--pin-output=maybe"], {}, "*--pin-output*'maybe' is not a boolean*"),
         (["--slo=ttft_p99 <<< 5"], {}, "*--slo*"),
         (["--concurrency=2", "--rate=1"], {}, "ERROR: --concurrency and --rate*"),
         (["--engine=external"], {}, "ERROR: --engine: engine 'external' is external and needs*"),

@@ -77,7 +77,7 @@ def test_errors_name_the_source(kwargs, message) -> None:  # type: ignore[no-unt
 
 
 def test_unknown_marker_argument_lists_valid_ones() -> None:
-    with pytest.raises(ConfigError, match=r"'conc' is not a known argument\. Valid: arrival"):
+    with pytest.raises(ConfigError, match=r"'conc' is not a known argument\. Valid: api_key_env, arrival"):
         S.split_marker((), {"conc": 1}, "t.py::test")
 
 
