@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -107,17 +107,31 @@ def test_gpu_engine_without_gpu_is_unavailable(client: Any) -> None:
         start_engine(cfg)
 
 
-def _sleeper(client: Any, labels: dict[str, str]) -> Any:
-    return client.containers.run(
-        SIM_IMAGE,
-        ["python3", "-c", "import time; time.sleep(600)"],
-        detach=True,
-        network_mode="none",
-        labels=labels,
-    )
+@pytest.fixture
+def sleeper(client: Any) -> Iterator[Callable[[dict[str, str]], Any]]:
+    """Starts idle containers with the given labels; removes whatever is left of them."""
+    made: list[Any] = []
+
+    def start(labels: dict[str, str]) -> Any:
+        c = client.containers.run(
+            SIM_IMAGE,
+            ["python3", "-c", "import time; time.sleep(600)"],
+            detach=True,
+            network_mode="none",
+            labels=labels,
+        )
+        made.append(c)
+        return c
+
+    yield start
+    for c in made:
+        try:
+            c.remove(force=True)
+        except Exception:  # already reaped: what the tests want
+            pass
 
 
-def test_reaper_removes_containers_of_dead_sessions_only(client: Any) -> None:
+def test_reaper_removes_containers_of_dead_sessions_only(client: Any, sleeper: Any) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     cfg = EngineConfig(kind="sim", name="reap-me")
@@ -128,30 +142,22 @@ def test_reaper_removes_containers_of_dead_sessions_only(client: Any) -> None:
         dk.LABEL_PID_START: "",
     }
     live_labels = {**dk.session_labels(cfg, "engine"), dk.LABEL_SESSION: "other-live"}
-    stale = _sleeper(client, stale_labels)
-    live = _sleeper(client, live_labels)
-    try:
-        removed = reap_stale_containers()
-        assert stale.name in removed
-        assert live.name not in removed
-        assert not client.containers.list(all=True, filters={"id": stale.id})
-        assert client.containers.list(all=True, filters={"id": live.id})
-    finally:
-        for c in (stale, live):
-            try:
-                c.remove(force=True)
-            except Exception:
-                pass
+    stale = sleeper(stale_labels)
+    live = sleeper(live_labels)
+    removed = reap_stale_containers()
+    assert stale.name in removed
+    assert live.name not in removed
+    assert not client.containers.list(all=True, filters={"id": stale.id})
+    assert client.containers.list(all=True, filters={"id": live.id})
 
 
 def test_starting_an_engine_reaps_what_a_crashed_session_left(
-    client: Any, no_leftovers: None, monkeypatch: pytest.MonkeyPatch
+    client: Any, sleeper: Any, no_leftovers: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     cfg = EngineConfig(kind="sim", name="crashed")
-    stale = _sleeper(
-        client,
+    stale = sleeper(
         {
             **dk.session_labels(cfg, "engine"),
             dk.LABEL_SESSION: "crashed-session",
@@ -159,20 +165,13 @@ def test_starting_an_engine_reaps_what_a_crashed_session_left(
             dk.LABEL_PID_START: "",
         },
     )
-    live = _sleeper(client, {**dk.session_labels(cfg, "engine"), dk.LABEL_SESSION: "live"})
+    live = sleeper({**dk.session_labels(cfg, "engine"), dk.LABEL_SESSION: "live"})
     # As in a fresh process: nothing reaped yet.
     monkeypatch.setattr(dk, "_reaped", False)
-    try:
-        handle = launch(_fake_plan(pick_free_port()))
-        handle.stop()
-        assert not client.containers.list(all=True, filters={"id": stale.id})
-        assert client.containers.list(all=True, filters={"id": live.id})
-    finally:
-        for c in (stale, live):
-            try:
-                c.remove(force=True)
-            except Exception:
-                pass
+    handle = launch(_fake_plan(pick_free_port()))
+    handle.stop()
+    assert not client.containers.list(all=True, filters={"id": stale.id})
+    assert client.containers.list(all=True, filters={"id": live.id})
 
 
 def test_reused_pid_counts_as_stale() -> None:
