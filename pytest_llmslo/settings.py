@@ -32,6 +32,8 @@ ENV_PREFIX = "LLMSLO_"
 INI_PREFIX = "llmslo_"
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48, 64)
 ARRIVALS = ("poisson", "constant")
+# Copies of load.client.Endpoint and TransportName (a test keeps them equal): reading the
+# options must not import the load generator.
 ENDPOINTS = ("chat", "completions")
 TRANSPORTS = ("auto", "fast", "httpx")
 WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix")

@@ -77,7 +77,9 @@ def test_errors_name_the_source(kwargs, message) -> None:  # type: ignore[no-unt
 
 
 def test_unknown_marker_argument_lists_valid_ones() -> None:
-    with pytest.raises(ConfigError, match=r"'conc' is not a known argument\. Valid: api_key_env, arrival"):
+    with pytest.raises(
+        ConfigError, match=r"'conc' is not a known argument\. Valid: api_key_env, arrival"
+    ):
         S.split_marker((), {"conc": 1}, "t.py::test")
 
 
@@ -136,3 +138,14 @@ def test_describe_is_one_line() -> None:
     line = S.describe(S.SessionSettings(), resolve(marker={"objectives": "ttft_p99<500"}))
     assert "\n" not in line
     assert "engines=sim" in line and "slo=ttft_p99 < 500 ms" in line
+
+
+def test_choices_match_the_load_generator() -> None:
+    # settings keeps its own copies so that reading options never imports the load
+    # generator; they must name exactly what ClientSettings accepts.
+    import typing
+
+    from pytest_llmslo.load import client
+
+    assert S.ENDPOINTS == typing.get_args(client.Endpoint)
+    assert S.TRANSPORTS == typing.get_args(client.TransportName)
