@@ -20,6 +20,7 @@ FailureKind = Literal[
     "reset",  # connection reset or closed mid-stream
     "truncated",  # stream ended without [DONE] / finish
     "malformed",  # a chunk that is not the protocol (bad JSON, wrong shape)
+    "no_output",  # a 2xx stream that finished without any chunk carrying output
     "cancelled",  # still in flight when the run ended (duration bound + grace) or was interrupted
 ]
 
@@ -31,6 +32,7 @@ FAILURE_KINDS: tuple[FailureKind, ...] = (
     "reset",
     "truncated",
     "malformed",
+    "no_output",
     "cancelled",
 )
 

@@ -16,7 +16,9 @@ events into the fields of a ``RequestRecord``:
   chunk); with per-chunk cumulative usage (vLLM ``continuous_usage_stats``) or token id
   lists the tokens of each chunk are exact;
 - ``data: [DONE]`` ends the stream; a stream whose body ended without ``[DONE]`` and
-  without a ``finish_reason`` is ``truncated``;
+  without a ``finish_reason`` is ``truncated``; a stream that finished without a single
+  output chunk is ``no_output``, whatever its ``usage`` claims (tokens that never reached
+  the client are never credited);
 - an ``event: error``, an ``{"error": ...}`` object or a bare error object
   (``{"object": "error", "message": ..., "type": ..., "code": ...}``, vLLM's
   ``ErrorResponse``) is a ``stream_error``, even when ``[DONE]`` follows it; a chunk that is
@@ -59,28 +61,41 @@ def split_events(
 
     The leftover is what followed the last blank line: a partial event when the stream was
     cut, or a final event the server did not terminate with a blank line.
+
+    Linear in the size of the body: each piece is normalised (``\\r\\n`` -> ``\\n``) once,
+    on its own, and the search for a blank line starts where the last one stopped, so a
+    10 MB line in thousands of reads costs one pass, not one pass per read. A ``\\r`` that
+    ends a piece may be the first half of a ``\\r\\n`` split across reads: it is held back
+    and joined to the next piece.
     """
     ev_times: list[int] = []
     events: list[bytes] = []
-    buf = b""
+    buf = bytearray()
+    scan = 0  # buf[:scan] holds no blank line: the search starts there (less one byte)
+    carry = b""
     for ts, piece in zip(times, pieces, strict=True):
-        buf = buf + piece if buf else piece
-        if b"\r" in buf:
-            # A lone trailing \r may be the first half of a \r\n split across reads; it is
-            # kept in buf and joined with the next piece before the next replace.
-            buf = buf.replace(b"\r\n", b"\n")
+        if carry:
+            piece = carry + piece
+            carry = b""
+        if piece[-1:] == b"\r":
+            piece, carry = piece[:-1], b"\r"
+        if b"\r" in piece:
+            piece = piece.replace(b"\r\n", b"\n")
+        buf += piece
         start = 0
-        while True:
-            i = buf.find(b"\n\n", start)
-            if i < 0:
-                break
+        i = buf.find(b"\n\n", max(scan - 1, 0))
+        while i >= 0:
             if i > start:
-                events.append(buf[start:i])
+                events.append(bytes(buf[start:i]))
                 ev_times.append(ts)
             start = i + 2
+            i = buf.find(b"\n\n", start)
         if start:
-            buf = buf[start:]
-    return ev_times, events, buf
+            del buf[:start]
+        scan = len(buf)
+    if carry:
+        buf += carry
+    return ev_times, events, bytes(buf)
 
 
 _FIELDS = (b"data", b"event", b"id", b"retry")
@@ -126,14 +141,18 @@ def _is_error(obj: dict[str, Any]) -> bool:
     return obj.get("error") is not None or obj.get("object") == "error"
 
 
-def _error_message(obj: Any) -> str:
+def _error_message(obj: Any, status: int | None = None) -> str:
+    """``TYPE: message`` of an error object (vLLM's ``type`` such as ``BadRequestError``),
+    else ``CODE: message``; a numeric code that repeats the HTTP ``status`` is left out."""
     err = obj.get("error") if isinstance(obj, dict) else obj
     if err is None and isinstance(obj, dict) and obj.get("object") == "error":
         err = obj
     if isinstance(err, dict):
         msg = err.get("message") or err.get("msg") or json.dumps(err)
-        code = err.get("code") or err.get("type")
-        return _excerpt(f"{code}: {msg}" if code else str(msg))
+        label = err.get("type") or err.get("code")
+        if label is not None and str(label) == str(status):
+            label = None
+        return _excerpt(f"{label}: {msg}" if label else str(msg))
     return _excerpt(str(err))
 
 
@@ -300,6 +319,15 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
     chunk_tokens, exact = _chunk_token_counts(chunk_ids, chunk_cum, cum_before)
     if kind is None and not done and finish is None:
         kind, error = "truncated", "stream ended without [DONE] or a finish_reason"
+    elif kind is None and not chunk_ns:
+        # Usage may claim tokens, but none reached the client: nothing was measured, and
+        # crediting them would count throughput that never streamed.
+        claimed = "" if completion_tokens is None else f", usage says {completion_tokens} tokens"
+        kind = "no_output"
+        error = (
+            f"stream finished (finish_reason={finish or 'none'}{claimed}) without any chunk "
+            "carrying output"
+        )
     return StreamResult(
         chunk_ns=tuple(chunk_ns),
         chunk_tokens=tuple(chunk_tokens),
@@ -324,8 +352,8 @@ def parse_body(times: Sequence[int], pieces: Sequence[bytes]) -> StreamResult:
     return decode_stream(ev_times, events)
 
 
-def error_excerpt(pieces: Sequence[bytes]) -> str:
-    """A short, printable excerpt of an error response body."""
+def error_excerpt(pieces: Sequence[bytes], status: int | None = None) -> str:
+    """A short, printable excerpt of an error response body (of HTTP ``status``)."""
     body = b"".join(pieces)
     if not body:
         return ""
@@ -335,6 +363,6 @@ def error_excerpt(pieces: Sequence[bytes]) -> str:
         return _excerpt(body)
     if isinstance(obj, dict) and ("error" in obj or "message" in obj or "detail" in obj):
         if "error" in obj or obj.get("object") == "error":
-            return _error_message(obj)
+            return _error_message(obj, status)
         return _excerpt(str(obj.get("message") or obj.get("detail")))
     return _excerpt(body)

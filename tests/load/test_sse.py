@@ -150,16 +150,19 @@ def test_vllm_bare_error_response_in_stream():
     # vLLM's ErrorResponse shape, then [DONE]: a failure, not a skipped chunk.
     err = b'data: {"object":"error","message":"boom","type":"BadRequestError","code":400}\n\n'
     r = parse(chat("", role="assistant"), chat("a"), err, DONE)
-    assert r.error_kind == "stream_error" and r.error == "400: boom"
+    assert r.error_kind == "stream_error" and r.error == "BadRequestError: boom"
     assert r.chunk_ns == (2000,)
     rec = build_record(0, 0, raw_of(200, [chat("a"), err, DONE]))
     assert not rec.ok and rec.error_kind == "stream_error" and "boom" in (rec.error or "")
     # Alone in the stream too, and without a code.
     r = parse(b'data: {"object": "error", "message": "engine dead"}\n\n', DONE)
     assert r.error_kind == "stream_error" and r.error == "engine dead"
-    # The same object as an HTTP error body.
+    # The same object as an HTTP error body: a code that repeats the status is left out.
     assert error_excerpt([b'{"object":"error","message":"too long","code":400}']) == (
         "400: too long"
+    )
+    assert error_excerpt([b'{"object":"error","message":"too long","code":400}'], 400) == (
+        "too long"
     )
 
 
