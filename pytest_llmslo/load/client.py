@@ -8,17 +8,20 @@ Two transports stream a request and keep the body as ``(arrival_ns, bytes)`` pie
   machine;
 - ``HttpxTransport`` — the general path (``transport="httpx"``), an ``httpx.AsyncClient``
   whose pool limits are sized to the load (never httpx's defaults of 100 connections and
-  a 5 s timeout, which silently cap and break a run) and whose read timeout is long.
+  a 5 s timeout, which silently cap and break a run).
 
-``build_record`` then decodes the pieces (``sse.py``) into a ``RequestRecord``; a failure is
-always recorded with its ``FailureKind``, never raised.
+Both apply the same four deadlines (``deadlines.py``: connect, first byte, idle, total) and
+the same TLS policy (``tls.py``). ``build_record`` then decodes the pieces (``sse.py``) into
+a ``RequestRecord``; a failure is always recorded with its ``FailureKind``, never raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -27,6 +30,8 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from ..records import FailureKind, RequestRecord
+from ..tls import certificate_hint, make_ssl_context
+from .deadlines import Deadlines
 from .sse import StreamResult, decode_stream, error_excerpt, parse_body, split_events
 
 Endpoint = Literal["chat", "completions"]
@@ -56,7 +61,11 @@ class ClientSettings:
     ``transport="auto"`` is the fast HTTP/1.1 client (http and https); ``httpx`` is the
     general one (an independent HTTP stack: a cross-check of the fast client and a
     fallback for a server it does not handle), several times dearer per chunk.
-    ``verify_tls=False`` accepts any certificate (self-signed test servers).
+    ``verify_tls=False`` accepts any certificate (self-signed test servers); ``ca_bundle``
+    names a PEM file of CAs to trust instead of the system store (``tls.py``).
+    Deadlines (``deadlines.py``): ``connect_timeout_s``, ``first_byte_timeout_s`` (no
+    response data yet), ``idle_timeout_s`` (no data since the last, SSE comments not
+    counted) and ``timeout_s`` (the whole request).
     ``fresh_connection`` opens a new connection for every request. ``event_loop`` is the
     loop of the worker processes: ``auto`` takes uvloop when it is installed (it halves
     the cost of a socket read), else asyncio's; a single-process run uses the caller's.
@@ -67,7 +76,9 @@ class ClientSettings:
     endpoint: Endpoint = "chat"
     api_key_env: str | None = "OPENAI_API_KEY"
     timeout_s: float = 600.0
-    connect_timeout_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    first_byte_timeout_s: float = 300.0
+    idle_timeout_s: float = 60.0
     ignore_eos: bool = True
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     processes: int | None = None
@@ -75,6 +86,7 @@ class ClientSettings:
     fresh_connection: bool = False
     event_loop: LoopName = "auto"
     verify_tls: bool = True
+    ca_bundle: str | None = None
 
     def __post_init__(self) -> None:
         if self.endpoint not in ENDPOINT_PATHS:
@@ -97,8 +109,10 @@ class ClientSettings:
             )
         if self.processes is not None and self.processes < 1:
             raise ConfigError(f"processes must be >= 1, got {self.processes!r}")
-        if not self.timeout_s > 0 or not self.connect_timeout_s > 0:
-            raise ConfigError("timeout_s and connect_timeout_s must be > 0")
+        for name in ("timeout_s", "connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and value > 0):
+                raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
 
     @property
     def url(self) -> str:
@@ -109,6 +123,16 @@ class ClientSettings:
         if self.transport != "auto":
             return self.transport
         return "fast"
+
+    @property
+    def deadlines(self) -> Deadlines:
+        return Deadlines.of(
+            self.connect_timeout_s, self.first_byte_timeout_s, self.idle_timeout_s, self.timeout_s
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of every connection (``tls.make_ssl_context``)."""
+        return make_ssl_context(self.ca_bundle, self.verify_tls)
 
     def api_key(self) -> str | None:
         if not self.api_key_env:
@@ -124,6 +148,8 @@ class ClientSettings:
             "api_key_env": self.api_key_env,
             "timeout_s": self.timeout_s,
             "connect_timeout_s": self.connect_timeout_s,
+            "first_byte_timeout_s": self.first_byte_timeout_s,
+            "idle_timeout_s": self.idle_timeout_s,
             "ignore_eos": self.ignore_eos,
             "extra_body": _jsonable(self.extra_body),
             "processes": self.processes,
@@ -131,6 +157,7 @@ class ClientSettings:
             "fresh_connection": self.fresh_connection,
             "event_loop": self.event_loop,
             "verify_tls": self.verify_tls,
+            "ca_bundle": self.ca_bundle,
         }
 
 
@@ -229,7 +256,7 @@ def build_record(
     error = raw.error
     if kind is None and status and not 200 <= status < 300:
         kind = "http"
-        excerpt = error_excerpt(raw.pieces)
+        excerpt = error_excerpt(raw.pieces, status)
         error = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
         stream = StreamResult()
     elif kind is None:
@@ -242,6 +269,8 @@ def build_record(
         stream = decode_stream(ev_times, events)
         if stream.error_kind == "stream_error":
             kind, error = stream.error_kind, stream.error
+        elif kind == "timeout" and error and error.startswith("stream stalled"):
+            error += f"; {len(stream.chunk_ns)} output chunk(s) had arrived"
     end_ns = raw.end_ns or (raw.times[-1] if raw.times else raw.sent_ns)
     return RequestRecord(
         index=index,
@@ -264,14 +293,29 @@ def build_record(
     )
 
 
+class _Watch:
+    """A request in flight on the httpx transport, as its deadline sweeper sees it."""
+
+    __slots__ = ("expired", "last_ns", "raw")
+
+    def __init__(self, raw: RawExchange) -> None:
+        self.raw = raw
+        self.last_ns = 0
+        self.expired: str | None = None
+
+
 class HttpxTransport:
-    """The general path: httpx with limits sized to the load and long read timeouts.
+    """The general path: httpx with limits sized to the load.
 
     The load is spread over several ``AsyncClient`` shards of at most
     ``_SHARD_CONNECTIONS`` connections each, every request going to the least busy one:
     httpcore's pool scans all its connections for each one when it assigns a request
     (quadratic in the pool size), which at a few hundred connections costs more than the
     streaming itself.
+
+    httpx's own timeouts cover the connect only; the first-byte, idle and total deadlines
+    are the sweeper's (as in the fast client), which cancels the request's streaming task
+    when one passes.
     """
 
     _SHARD_CONNECTIONS = 32
@@ -282,6 +326,7 @@ class HttpxTransport:
         self._httpx = httpx
         self._url = settings.url
         self._headers = request_headers(settings)
+        self._deadlines = settings.deadlines
         if max_connections is None:
             # No cap: an open loop must never queue inside the client, or the client's
             # queue would be reported as the server's latency.
@@ -294,23 +339,52 @@ class HttpxTransport:
             max_keepalive_connections=0 if settings.fresh_connection else per_shard,
             keepalive_expiry=30.0,
         )
+        # Reads are bounded by the sweeper; httpx's read timeout is only a backstop.
         timeout = httpx.Timeout(
-            settings.timeout_s,
+            settings.timeout_s + 5.0,
             connect=settings.connect_timeout_s,
             pool=settings.timeout_s,
         )
+        ctx = settings.ssl_context()
         self._clients = [
-            httpx.AsyncClient(
-                limits=limits, timeout=timeout, trust_env=False, verify=settings.verify_tls
-            )
+            httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False, verify=ctx)
             for _ in range(shards)
         ]
         self._busy = [0] * shards
+        self._watch: dict[asyncio.Future[None], _Watch] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def _sweep(self) -> None:
+        d = self._deadlines
+        while True:
+            await asyncio.sleep(d.sweep_interval_s)
+            now = perf_counter_ns()
+            for task, w in list(self._watch.items()):
+                why = d.expired(now, w.raw.sent_ns, w.last_ns)
+                if why is not None and w.expired is None:
+                    w.expired = why
+                    task.cancel()
 
     async def send(self, body: bytes, raw: RawExchange) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        raw.sent_ns = perf_counter_ns()
+        watch = _Watch(raw)
+        inner = asyncio.ensure_future(self._stream(body, raw, watch))
+        self._watch[inner] = watch
+        try:
+            await inner
+        except asyncio.CancelledError:
+            if watch.expired is None or not inner.cancelled():
+                raise  # the caller was cancelled, not the request timed out
+            raw.kind, raw.error = "timeout", watch.expired
+        finally:
+            self._watch.pop(inner, None)
+        raw.end_ns = raw.times[-1] if raw.times and raw.kind is None else perf_counter_ns()
+
+    async def _stream(self, body: bytes, raw: RawExchange, watch: _Watch) -> None:
         httpx = self._httpx
         pc = perf_counter_ns
-        raw.sent_ns = pc()
         times = raw.times
         pieces = raw.pieces
         busy = self._busy
@@ -323,33 +397,55 @@ class HttpxTransport:
                 raw.status = resp.status_code
                 if 200 <= resp.status_code < 300:
                     async for data in resp.aiter_raw():
-                        times.append(pc())
+                        ts = pc()
+                        times.append(ts)
                         pieces.append(data)
+                        if data[:1] != b":":
+                            watch.last_ns = ts
                 else:
                     size = 0
                     async for data in resp.aiter_raw():
-                        times.append(pc())
+                        ts = pc()
+                        times.append(ts)
+                        watch.last_ns = ts
                         if size < MAX_ERROR_BODY:
                             pieces.append(data[: MAX_ERROR_BODY - size])
                             size += len(data)
         except httpx.TimeoutException as exc:
-            raw.kind, raw.error = "timeout", f"{type(exc).__name__}: {exc}"
+            raw.kind, raw.error = "timeout", f"{type(exc).__name__}: {_exc_text(exc)}"
         except httpx.ConnectError as exc:
-            raw.kind, raw.error = "connect", f"ConnectError: {exc}"
+            raw.kind, raw.error = "connect", certificate_hint(f"ConnectError: {_exc_text(exc)}")
         except (httpx.HTTPError, OSError) as exc:
             # RemoteProtocolError (closed mid-body), ReadError (reset), WriteError, ...
-            raw.kind, raw.error = "reset", f"{type(exc).__name__}: {exc}"
+            raw.kind, raw.error = "reset", f"{type(exc).__name__}: {_exc_text(exc)}"
         finally:
             busy[shard] -= 1
-        raw.end_ns = times[-1] if times else pc()
 
     async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         for c in self._clients:
             await c.aclose()
 
 
+def _exc_text(exc: BaseException) -> str:
+    """An exception's message, or that of its causes when its own is empty (httpx wraps
+    the ssl error of a failed handshake in a ConnectError without text)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        text = str(cur).strip()
+        if text:
+            return text if cur is exc else f"{type(cur).__name__}: {text}"
+        cur = cur.__cause__ or cur.__context__
+    return type(exc).__name__
+
+
 def make_transport(settings: ClientSettings, max_connections: int | None) -> Transport:
-    """The transport ``settings.transport`` names (``auto``: fast for http, else httpx)."""
+    """The transport ``settings.transport`` names (``auto``: the fast client)."""
     if settings.resolved_transport == "fast":
         from .http1 import FastTransport
 

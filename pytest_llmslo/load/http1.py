@@ -7,8 +7,9 @@ transfer framing, append ``(time, bytes)``. No per-chunk future, task, timer or 
 
 - Keep-alive connection pool (LIFO), one request per connection at a time, a stale idle
   connection closed by the server is retried once on a fresh one.
-- Read timeout = ``timeout_s`` without a byte, checked by one sweeper task rather than a
-  timer per read; connect timeout = ``connect_timeout_s``.
+- The deadlines of ``deadlines.py`` (connect, first byte, idle, total), checked by one
+  sweeper task rather than a timer per read. A read whose payload starts with ``:`` (an
+  SSE comment, a keep-alive) is not data for them.
 - Failures become ``RawExchange.kind``: ``connect``, ``timeout``, ``reset`` (connection
   reset, or closed before the HTTP body was complete), ``malformed`` (not HTTP).
 """
@@ -22,6 +23,7 @@ from time import perf_counter_ns
 from typing import Literal
 from urllib.parse import urlsplit
 
+from ..tls import certificate_hint
 from .client import MAX_ERROR_BODY, ClientSettings, RawExchange, request_headers
 
 _MAX_HEAD = 64 * 1024
@@ -50,7 +52,8 @@ class _Conn(asyncio.Protocol):
         self.reused = False
         self.got_bytes = False
         self.error_size = 0
-        self.last_ns = 0
+        self.last_ns = 0  # the latest byte
+        self.data_ns = 0  # the latest body read that was not an SSE comment (0: none yet)
         self.fast = False  # in a 2xx chunked body between chunks: the one-chunk fast path
 
     # -- asyncio callbacks ------------------------------------------------------------
@@ -74,6 +77,8 @@ class _Conn(asyncio.Protocol):
                         if ex is not None:
                             ex.times.append(ts)
                             ex.pieces.append(data[i + 2 : end])
+                            if data[i + 2 : i + 3] != b":":
+                                self.data_ns = ts
                             return
             self._chunked(data, ts)
         elif self.state == _HEAD:
@@ -116,6 +121,8 @@ class _Conn(asyncio.Protocol):
         ex = self.ex
         if ex is None:
             return
+        if data[:1] != b":":
+            self.data_ns = ts
         if ex.status and not 200 <= ex.status < 300:
             # Error bodies: keep an excerpt, not megabytes.
             if self.error_size >= MAX_ERROR_BODY:
@@ -292,6 +299,7 @@ class _Conn(asyncio.Protocol):
         self.got_bytes = False
         self.error_size = 0
         self.last_ns = perf_counter_ns()
+        self.data_ns = 0
         if self.transport is not None:
             self.transport.write(request)
 
@@ -305,12 +313,7 @@ class FastTransport:
         self._host = parts.hostname or "127.0.0.1"
         tls = parts.scheme == "https"
         self._port = parts.port or (443 if tls else 80)
-        self._ssl: ssl.SSLContext | None = None
-        if tls:
-            self._ssl = ssl.create_default_context()
-            if not settings.verify_tls:
-                self._ssl.check_hostname = False
-                self._ssl.verify_mode = ssl.CERT_NONE
+        self._ssl: ssl.SSLContext | None = settings.ssl_context() if tls else None
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         hostport = parts.netloc
         headers = request_headers(settings)
@@ -318,7 +321,7 @@ class FastTransport:
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         self._head = head.encode("latin-1")
         self._fresh = settings.fresh_connection
-        self._timeout_ns = int(settings.timeout_s * 1e9)
+        self._deadlines = settings.deadlines
         self._connect_timeout = settings.connect_timeout_s
         self._idle: list[_Conn] = []
         self._active: set[_Conn] = set()
@@ -338,14 +341,19 @@ class FastTransport:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     async def _sweep(self) -> None:
-        # One task checks every stream's last byte instead of a timer per read.
-        interval = min(1.0, self._timeout_ns / 4e9)
+        # One task checks every stream's deadlines instead of a timer per read.
+        d = self._deadlines
+        interval = d.sweep_interval_s
         while not self._closed:
             await asyncio.sleep(interval)
             now = perf_counter_ns()
             for conn in list(self._active):
-                if conn.fut is not None and now - conn.last_ns > self._timeout_ns:
-                    conn._fail("timeout", f"no byte for {self._timeout_ns / 1e9:g} s")
+                ex = conn.ex
+                if conn.fut is None or ex is None:
+                    continue
+                why = d.expired(now, ex.sent_ns, conn.data_ns)
+                if why is not None:
+                    conn._fail("timeout", why)
 
     async def send(self, body: bytes, raw: RawExchange) -> None:
         raw.sent_ns = perf_counter_ns()
@@ -368,7 +376,8 @@ class FastTransport:
                     raw.end_ns = perf_counter_ns()
                     return
                 except OSError as exc:
-                    raw.kind, raw.error = "connect", f"{type(exc).__name__}: {exc}"
+                    raw.kind = "connect"
+                    raw.error = certificate_hint(f"{type(exc).__name__}: {exc}")
                     raw.end_ns = perf_counter_ns()
                     return
                 conn.reused = False
