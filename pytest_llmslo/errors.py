@@ -14,6 +14,9 @@
 
 Failures of single requests (HTTP errors, in-stream errors, timeouts, truncated streams) are
 never raised: they are recorded on the request's ``RequestRecord`` and counted.
+
+``LlmSloWarning`` (a ``UserWarning``) flags a measurement that ran but should not be
+trusted as asked: a server that ignored the pinned output length, for example.
 """
 
 from __future__ import annotations
@@ -63,10 +66,12 @@ class LoadError(LlmSloError):
 
 
 class LoadInterrupted(LoadError):
-    """The run was interrupted; ``run`` is the partial ``Run`` (records measured so far)."""
+    """The run was interrupted; ``run`` is the partial ``Run`` (records measured so far),
+    ``signal`` the signal that interrupted it (``"SIGINT"``, ``"SIGTERM"``) when one did."""
 
     def __init__(self, message: str, run: object | None = None) -> None:
         self.run = run
+        self.signal: str | None = None
         super().__init__(message)
 
 
@@ -80,3 +85,8 @@ class SloViolation(LlmSloError, AssertionError):
 
 class RegressionError(SloViolation):
     """A run regressed against its baseline beyond the tolerance."""
+
+
+class LlmSloWarning(UserWarning):
+    """A measurement ran but does not measure what was asked (shown in pytest's warning
+    summary; the level's report says the same)."""

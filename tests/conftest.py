@@ -3,12 +3,14 @@ pytest sessions that use the plugin in a subprocess (``pytester``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -71,6 +73,35 @@ def slow_fixed_server() -> Iterator[str]:
         yield url
     finally:
         _stop(proc)
+
+
+@contextlib.contextmanager
+def misbehaving_server(mode: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start ``tests/misbehaving_server.py --mode MODE ARGS``; yield its base URL."""
+    script = Path(__file__).with_name("misbehaving_server.py")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--mode", mode, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if "ready on " not in line:
+            raise RuntimeError(f"misbehaving server did not start: {line!r}")
+        yield line.rsplit("ready on ", 1)[1].strip()
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture
+def misbehaving() -> Iterator[Callable[..., str]]:
+    """``misbehaving(mode, *args, env=None) -> url``: a misbehaving server for this test."""
+    with contextlib.ExitStack() as stack:
+        yield lambda mode, *args, env=None: stack.enter_context(
+            misbehaving_server(mode, *args, env=env)
+        )
 
 
 INI = """[pytest]

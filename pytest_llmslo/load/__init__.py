@@ -11,7 +11,14 @@ from .client import ClientSettings, HttpxTransport, RawExchange, build_record, r
 from .runner import HealthThresholds, Progress, auto_processes, run_load, run_load_sync
 from .schedule import arrival_offsets_ns
 from .sse import StreamResult, decode_stream, parse_body, split_events
-from .workload import LengthModel, Prompt, WorkloadSpec, build_prompts, fit_length_model
+from .workload import (
+    LengthModel,
+    Prompt,
+    WorkloadSpec,
+    build_prompts,
+    check_workload,
+    fit_length_model,
+)
 
 __all__ = [
     "ClientSettings",
@@ -27,6 +34,7 @@ __all__ = [
     "auto_processes",
     "build_prompts",
     "build_record",
+    "check_workload",
     "decode_stream",
     "fit_length_model",
     "parse_body",

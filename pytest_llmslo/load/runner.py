@@ -16,7 +16,15 @@ connection pool. They start, report ready, and all begin at one absolute ``t0``
 timestamps are comparable); their records are merged. ``ClientSettings.processes``
 overrides the automatic choice (``auto_processes``).
 
-Warm-up: the first ``warmup`` requests of the sequence are sent and discarded.
+Phases: ``calibrating`` (a few probes that fit prompt lengths to the server), ``warm-up``
+(the first ``warmup`` requests of the sequence, sent and discarded), ``measuring`` and,
+after a duration bound, ``draining``; the progress callback names the phase.
+
+The level's wall-clock bound (``level_timeout_s``) covers every phase: calibration, warm-up
+and measurement count against it. When it passes, nothing more is sent and the measured
+requests still in flight are cut and recorded as ``cancelled``; ``run.meta["level_timeout"]``
+says in which phase it passed. A stalled or dead server therefore ends a level within the
+bound, whatever the request deadlines (``deadlines.py``) are.
 Duration bound: ``duration_s`` counts from the first *measured* send (a warm-up never eats
 the measured time). After it no new request is sent, and the requests in flight get
 ``grace_s`` (default 30 s) to finish and be measured: cutting them at once would drop the
@@ -27,7 +35,8 @@ out would bias the percentiles low without a word, since they are the slowest re
 the run. They count in the error rate and are never good for goodput or attainment;
 ``run.meta["cancelled"]`` says how many there were. On Ctrl-C or task cancellation the
 requests in flight are cut at once, recorded the same way, and ``LoadInterrupted``
-carries the partial run.
+carries the partial run. SIGTERM (how CI systems stop a job) is handled like Ctrl-C:
+the level in progress is cut and kept; a second signal interrupts at once.
 
 The client checks itself (``ClientHealth``): schedule lag (sent − scheduled), event-loop
 lag (a ticker every 10 ms, how late it wakes) and CPU (``time.process_time`` per process
@@ -54,7 +63,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -87,15 +96,22 @@ _READY_TIMEOUT_S = 120.0
 _RESULT_TIMEOUT_S = 60.0  # after cancelling, how long to wait for workers' partial results
 
 
+Phase = Literal["calibrating", "warm-up", "measuring", "draining"]
+
+
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """A progress report: ``done`` of ``total`` requests of the current phase."""
+    """A progress report: ``done`` of ``total`` requests of the current ``phase``
+    (``calibrating``: probes; ``draining``: the duration bound passed, the requests in
+    flight may finish). ``left_s`` is the time to the level's bound, when it has one."""
 
     done: int
     total: int
     failed: int
     elapsed_s: float
     warmup: bool
+    phase: Phase = "measuring"
+    left_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +162,7 @@ class _WorkerResult:
     sys_s: float = 0.0
     decode_s: float = 0.0
     wall_s: float = 0.0
+    hit_level_bound: bool = False
 
 
 class _Counter:
@@ -192,10 +209,12 @@ async def _loop_ticker(samples: list[int]) -> None:
 
 @dataclass(slots=True)
 class _Bound:
-    """The duration bound of one worker: its clock starts at the first measured send."""
+    """The time bounds of one worker. The duration's clock starts at the first measured
+    send; ``level_end_ns`` is the level's absolute wall-clock bound (all phases)."""
 
     duration_ns: int | None
     grace_ns: int
+    level_end_ns: int | None = None
     send_until_ns: int | None = None
 
     def start(self, now_ns: int) -> None:
@@ -204,22 +223,33 @@ class _Bound:
 
     def expired(self, at_ns: int) -> bool:
         """No request may be sent at ``at_ns``."""
+        if self.level_end_ns is not None and at_ns >= self.level_end_ns:
+            return True
         return self.send_until_ns is not None and at_ns >= self.send_until_ns
 
     def drain_end_ns(self) -> int | None:
-        """When requests still in flight are cut (None: not bounded yet)."""
-        return None if self.send_until_ns is None else self.send_until_ns + self.grace_ns
+        """When requests still in flight are cut (None: no bound known yet)."""
+        end = None if self.send_until_ns is None else self.send_until_ns + self.grace_ns
+        if self.level_end_ns is not None:
+            end = self.level_end_ns if end is None else min(end, self.level_end_ns)
+        return end
+
+    @property
+    def waiting_to_start(self) -> bool:
+        """The duration's clock has not started (warm-up): its end is still unknown."""
+        return self.duration_ns is not None and self.send_until_ns is None
 
 
 async def _wait_bounded(
     tasks: set[asyncio.Task[None]], waiter: asyncio.Future[Any], bound: _Bound
 ) -> None:
     """Wait for ``tasks`` until they are done, the stop event fires, or the bound's drain
-    ends. Before the bound's clock starts (warm-up) the end is unknown: look again often."""
+    ends. Before the duration's clock starts (warm-up) its end is unknown: look again
+    often."""
     while any(not t.done() for t in tasks) and not waiter.done():
         end = bound.drain_end_ns()
         if end is None:
-            if bound.duration_ns is None:
+            if not bound.waiting_to_start:
                 await _wait_tasks(tasks, waiter, None)
                 return
             await _wait_tasks(tasks, waiter, 0.25)
@@ -227,7 +257,7 @@ async def _wait_bounded(
         left = (end - perf_counter_ns()) / 1e9
         if left <= 0:
             return
-        await _wait_tasks(tasks, waiter, left)
+        await _wait_tasks(tasks, waiter, min(left, 0.25) if bound.waiting_to_start else left)
 
 
 async def _drive(
@@ -352,6 +382,9 @@ async def _drive(
     finally:
         if stop.is_set():
             cut_reason = "cut by an interrupt of the run"
+        elif bound.level_end_ns is not None and perf_counter_ns() >= bound.level_end_ns:
+            res.hit_level_bound = True
+            cut_reason = "cut by the level's time bound (--level-timeout)"
         pending = [t for t in tasks if not t.done()]
         for t in pending:
             t.cancel()
@@ -401,9 +434,10 @@ async def _wait_tasks(
 
 def worker_main(fd: int) -> None:
     """Entry point of one worker process (``python -m pytest_llmslo.load.worker FD``)."""
-    # The parent turns Ctrl-C into a "stop" message; a second handler here would cut
-    # requests before the parent could collect them.
+    # The parent turns Ctrl-C and SIGTERM into a "stop" message; a handler here would cut
+    # requests before the parent could collect them (a CI runner signals the whole group).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(fd)
     try:
         plan = conn.recv()
@@ -411,11 +445,11 @@ def worker_main(fd: int) -> None:
         msg = conn.recv()
         if msg[0] != "go":
             return
-        _, t0_ns, duration_ns, grace_ns = msg
+        _, t0_ns, duration_ns, grace_ns, level_end_ns = msg
         loop = new_event_loop(plan.settings.event_loop)
         try:
             res = loop.run_until_complete(
-                _worker_async(conn, plan, t0_ns, _Bound(duration_ns, grace_ns))
+                _worker_async(conn, plan, t0_ns, _Bound(duration_ns, grace_ns, level_end_ns))
             )
         finally:
             loop.close()
@@ -467,7 +501,9 @@ async def _probe_prompt_tokens(
     client: ClientSettings, sizes: list[int], texts: list[str]
 ) -> tuple[list[int], list[int], list[str]]:
     """Send each probe text (``max_tokens=1``) and read the server's ``prompt_tokens``.
-    Returns (sizes that got an answer, their prompt_tokens, errors of the others)."""
+    Returns (sizes that got an answer, their prompt_tokens, errors of the others). The
+    first probe without an answer ends the probing: a server that failed or stalled on one
+    will not answer the next, and each try would cost a request deadline."""
     transport = make_transport(client, 1)
     sent: list[int] = []
     tokens: list[int] = []
@@ -482,6 +518,7 @@ async def _probe_prompt_tokens(
                 tokens.append(rec.prompt_tokens)
             else:
                 errors.append(rec.error or "no prompt_tokens in usage")
+                break
     finally:
         await transport.aclose()
     return sent, tokens, errors
@@ -624,13 +661,14 @@ async def run_load(
     warmup: int = 200,
     duration_s: float | None = None,
     grace_s: float = 30.0,
+    level_timeout_s: float | None = None,
     progress: Callable[[Progress], None] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: HealthThresholds | None = None,
 ) -> Run:
     """Run ``warmup`` + ``requests`` requests of ``workload`` at ``level`` and return the
     measured ``Run`` (warm-up discarded). See the module docstring for the semantics of
-    the duration bound, cancellation and health."""
+    the duration bound, the level's time bound, cancellation and health."""
     if requests < 1:
         raise LoadError(f"requests must be >= 1, got {requests}")
     if warmup < 0:
@@ -639,15 +677,52 @@ async def run_load(
         raise LoadError(f"duration_s must be > 0, got {duration_s}")
     if not grace_s >= 0:
         raise LoadError(f"grace_s must be >= 0, got {grace_s}")
+    if level_timeout_s is not None and not level_timeout_s > 0:
+        raise LoadError(f"level_timeout_s must be > 0, got {level_timeout_s}")
     th = thresholds or HealthThresholds()
     total = warmup + requests
+    started = time.monotonic()
+    level_end_ns = (
+        None if level_timeout_s is None else perf_counter_ns() + int(level_timeout_s * 1e9)
+    )
+
+    def left_s() -> float | None:
+        return None if level_end_ns is None else max(level_end_ns - perf_counter_ns(), 0) / 1e9
+
+    run_meta: dict[str, Any] = {
+        "harness": "pytest-llmslo",
+        "harness_version": __version__,
+        "workload": workload.to_dict(),
+        "client": client.to_dict(),
+        "level": level.to_dict(),
+        "requests": requests,
+        "warmup": warmup,
+        "duration_s": duration_s,
+        "grace_s": grace_s,
+        "level_timeout_s": level_timeout_s,
+        "health_thresholds": {
+            "max_schedule_lag_p99_ms": th.max_schedule_lag_p99_ms,
+            "max_loop_lag_p99_ms": th.max_loop_lag_p99_ms,
+            "max_cpu_util": th.max_cpu_util,
+        },
+    }
+    run_meta.update(dict(meta or {}))
 
     calibration: dict[str, Any] = {"fitted": False, "reason": "not needed"}
     lm = LengthModel()
-    if workload.needs_calibration:
-        lm, calibration = await _calibrate(client, workload)
-    elif workload.measures_overhead:
-        lm, calibration = await _measure_overhead(client, workload)
+    if workload.needs_calibration or workload.measures_overhead:
+        if progress is not None:
+            progress(Progress(0, 0, 0, 0.0, False, "calibrating", left_s()))
+        probe = _calibrate if workload.needs_calibration else _measure_overhead
+        try:
+            lm, calibration = await asyncio.wait_for(probe(client, workload), left_s())
+        except (asyncio.TimeoutError, TimeoutError):
+            # Nothing was measured: the level ends here, as a level without requests.
+            run_meta["calibration"] = {"fitted": False, "error": "cut by the level's time bound"}
+            run_meta["level_timeout"] = {"phase": "calibrating", "bound_s": level_timeout_s}
+            run_meta["processes"] = 0
+            return _assemble(level, [], warmup, run_meta, th, 1)
+    run_meta["calibration"] = calibration
     prompts = build_prompts(workload, total, lm)
     jobs = [
         _Job(i, request_body(client, p.text, p.osl), p.isl, p.osl, i < warmup)
@@ -661,6 +736,7 @@ async def run_load(
     if closed:
         nproc = min(nproc, int(level.value))
     nproc = max(1, min(nproc, total))
+    run_meta["processes"] = nproc
     concurrency = int(level.value) if closed else 0
     slots = split_concurrency(concurrency, nproc) if closed else [0] * nproc
     deal = split_round_robin(total, nproc)
@@ -675,40 +751,28 @@ async def run_load(
         )
         for w in range(nproc)
     ]
-    run_meta: dict[str, Any] = {
-        "harness": "pytest-llmslo",
-        "harness_version": __version__,
-        "workload": workload.to_dict(),
-        "client": client.to_dict(),
-        "level": level.to_dict(),
-        "requests": requests,
-        "warmup": warmup,
-        "duration_s": duration_s,
-        "grace_s": grace_s,
-        "processes": nproc,
-        "calibration": calibration,
-        "health_thresholds": {
-            "max_schedule_lag_p99_ms": th.max_schedule_lag_p99_ms,
-            "max_loop_lag_p99_ms": th.max_loop_lag_p99_ms,
-            "max_cpu_util": th.max_cpu_util,
-        },
-    }
-    run_meta.update(dict(meta or {}))
-    started = time.monotonic()
+    measuring_since: list[float] = []
 
     def report(done: int, failed: int, warm_done: int) -> None:
         if progress is None:
             return
-        elapsed = time.monotonic() - started
-        if warm_done < warmup:
-            progress(Progress(warm_done, warmup, 0, elapsed, True))
-        else:
-            progress(Progress(done, requests, failed, elapsed, False))
+        now = time.monotonic()
+        elapsed = now - started
+        if warm_done < warmup and done == 0:
+            progress(Progress(warm_done, warmup, 0, elapsed, True, "warm-up", left_s()))
+            return
+        if not measuring_since:
+            measuring_since.append(now)
+        phase: Phase = "measuring"
+        if duration_s is not None and now - measuring_since[0] > duration_s:
+            phase = "draining"
+        progress(Progress(done, requests, failed, elapsed, False, phase, left_s()))
 
+    limits = _Limits(*_duration_ns(duration_s, grace_s), level_end_ns)
     if nproc == 1:
-        results = await _run_inprocess(plans[0], duration_s, grace_s, report)
+        results = await _run_inprocess(plans[0], limits, report)
     else:
-        results = await _run_processes(plans, duration_s, grace_s, report)
+        results = await _run_processes(plans, limits, report)
     if isinstance(results, _Interrupted):
         run = _assemble(
             level, results.results, warmup, {**run_meta, "interrupted": True}, th, nproc
@@ -716,6 +780,13 @@ async def run_load(
         raise LoadInterrupted(
             f"load interrupted after {len(run.records)} measured requests", run=run
         )
+    if any(r.hit_level_bound for r in results):
+        measured = sum(len(r.records) for r in results)
+        run_meta["level_timeout"] = {
+            "phase": "measuring" if measured else "warm-up",
+            "bound_s": level_timeout_s,
+            "warmup_done": sum(r.warmup_done for r in results),
+        }
     return _assemble(level, results, warmup, run_meta, th, nproc)
 
 
@@ -724,20 +795,32 @@ class _Interrupted:
     results: list[_WorkerResult]
 
 
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """The time bounds every worker of a level shares (nanoseconds; ``level_end_ns`` is
+    absolute on the shared monotonic clock)."""
+
+    duration_ns: int | None
+    grace_ns: int
+    level_end_ns: int | None
+
+    def bound(self) -> _Bound:
+        return _Bound(self.duration_ns, self.grace_ns, self.level_end_ns)
+
+
 def _duration_ns(duration_s: float | None, grace_s: float) -> tuple[int | None, int]:
     return (None if duration_s is None else int(duration_s * 1e9)), int(grace_s * 1e9)
 
 
 async def _run_inprocess(
     plan: _Plan,
-    duration_s: float | None,
-    grace_s: float,
+    limits: _Limits,
     report: Callable[[int, int, int], None],
 ) -> list[_WorkerResult] | _Interrupted:
     stop = asyncio.Event()
     counter = _Counter()
     t0 = perf_counter_ns() + 1_000_000
-    bound = _Bound(*_duration_ns(duration_s, grace_s))
+    bound = limits.bound()
 
     async def reporter() -> None:
         while True:
@@ -788,8 +871,7 @@ def _spawn_worker(plan: _Plan) -> tuple[subprocess.Popen[bytes], Connection]:
 
 async def _run_processes(
     plans: list[_Plan],
-    duration_s: float | None,
-    grace_s: float,
+    limits: _Limits,
     report: Callable[[int, int, int], None],
 ) -> list[_WorkerResult] | _Interrupted:
     loop = asyncio.get_running_loop()
@@ -848,9 +930,8 @@ async def _run_processes(
             if msg[0] == "ready":
                 ready += 1
         t0 = perf_counter_ns() + _START_MARGIN_NS
-        duration_ns, grace_ns = _duration_ns(duration_s, grace_s)
         for c in conns:
-            c.send(("go", t0, duration_ns, grace_ns))
+            c.send(("go", t0, limits.duration_ns, limits.grace_ns, limits.level_end_ns))
         last = 0.0
         while len(results) < n:
             try:
@@ -907,21 +988,23 @@ def run_load_sync(
     warmup: int = 200,
     duration_s: float | None = None,
     grace_s: float = 30.0,
+    level_timeout_s: float | None = None,
     progress: Callable[[Progress], None] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: HealthThresholds | None = None,
 ) -> Run:
     """``run_load`` on its own event loop, for synchronous callers (fixtures, scripts).
 
-    Ctrl-C cancels the load cleanly (``LoadInterrupted`` with the partial run); a second
-    Ctrl-C interrupts at once. Called from a thread that already runs a loop, the load
-    runs on a helper thread.
+    Ctrl-C and SIGTERM cancel the load cleanly (``LoadInterrupted`` with the partial run,
+    its ``signal`` naming which); a second one interrupts at once. Called from a thread
+    that already runs a loop, the load runs on a helper thread.
     """
     kwargs: dict[str, Any] = {
         "requests": requests,
         "warmup": warmup,
         "duration_s": duration_s,
         "grace_s": grace_s,
+        "level_timeout_s": level_timeout_s,
         "progress": progress,
         "meta": meta,
         "thresholds": thresholds,
@@ -949,28 +1032,53 @@ def run_load_sync(
     return value
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _run_on_new_loop(
     client: ClientSettings, workload: WorkloadSpec, level: LoadLevel, kwargs: dict[str, Any]
 ) -> Run:
     loop = new_event_loop(client.event_loop)
     main = loop.create_task(run_load(client, workload, level, **kwargs))
-    old_handler: Any = None
-    in_main = threading.current_thread() is threading.main_thread()
-    if in_main:
+    old: dict[int, Any] = {}
+    received: list[str] = []
+    if threading.current_thread() is threading.main_thread():
 
-        def on_sigint(signum: int, frame: Any) -> None:
+        def on_signal(signum: int, frame: Any) -> None:
+            received.append(signal.Signals(signum).name)
             loop.call_soon_threadsafe(main.cancel)
-            # A second Ctrl-C is the usual KeyboardInterrupt.
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            # A second signal gets the handlers of before: Ctrl-C is the usual
+            # KeyboardInterrupt, SIGTERM the engines' teardown (engines/lifecycle.py).
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
-        old_handler = signal.signal(signal.SIGINT, on_sigint)
+        for sig in _STOP_SIGNALS:
+            with contextlib.suppress(ValueError, OSError):
+                old[sig] = signal.signal(sig, on_signal)
     try:
         return loop.run_until_complete(main)
+    except LoadInterrupted as exc:
+        exc.signal = received[0] if received else None
+        raise
     except asyncio.CancelledError as exc:
-        raise LoadInterrupted("load cancelled") from exc
+        err = LoadInterrupted("load cancelled")
+        err.signal = received[0] if received else None
+        raise err from exc
     finally:
-        if in_main:
-            signal.signal(signal.SIGINT, old_handler)
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
+        for sig, handler in old.items():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, handler)
+        _close_loop(loop)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is still pending, then close: a loop closed with pending tasks prints
+    "Task was destroyed but it is pending" and "Event loop is closed" tracebacks later."""
+    with contextlib.suppress(Exception):
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()

@@ -267,6 +267,20 @@ def _words(rng: np.random.Generator, n: int) -> list[str]:
     return [_WORDS[i] for i in idx]
 
 
+def check_workload(spec: WorkloadSpec) -> int:
+    """Read the workload's dataset (if any) as a run would and return its usable rows (0 for
+    a synthetic kind). ``WorkloadError`` names the file, the line and what is wrong: called
+    before any engine starts, so a bad file fails the session at once, not every test."""
+    if spec.kind not in ("sharegpt", "jsonl"):
+        return 0
+    path = os.fspath(spec.path or "")
+    if not os.path.isfile(path):
+        what = "a directory" if os.path.isdir(path) else "not found"
+        raise WorkloadError(f"dataset {path}: {what} (--dataset takes a .json or .jsonl file)")
+    rows = _read_sharegpt(path, None) if spec.kind == "sharegpt" else _read_jsonl(path)
+    return len(rows)
+
+
 def _read_sharegpt(path: str, tok: _Tokenizer | None) -> list[tuple[str, int | None]]:
     try:
         with open(path, encoding="utf-8") as f:

@@ -1,0 +1,207 @@
+"""An OpenAI-compatible streaming server that misbehaves on purpose, one way per ``--mode``.
+
+Run as ``python tests/misbehaving_server.py --mode MODE [--port 0] [--tls-cert C --tls-key K]``;
+it prints ``ready on URL`` once it listens (on 127.0.0.1 only). The tests of "no gate passes
+on failures, hangs, or loses a level" point the plugin at it as an external engine.
+
+Modes (a chat completion otherwise streams ``max_tokens`` tokens, 2 ms apart, then usage):
+
+- ``ok``               a well-behaved server;
+- ``reset``            every completion request: the connection is reset (RST);
+- ``http500-every-3``  every third completion request answers HTTP 500;
+- ``empty-choices``    every chunk has ``choices: []``; usage still claims the tokens;
+- ``ping-forever``     3 tokens, then an SSE comment ``: ping`` every second, forever;
+- ``stall``            3 tokens, then nothing, the connection held open;
+- ``huge-line``        one 10 MB content chunk, then a normal finish;
+- ``auth``             every path but /health needs ``Authorization: Bearer $SERVER_KEY``;
+- ``auth-completions`` only the completions need the key (readiness passes, requests 401);
+- ``short-output``     ignores ``min_tokens``/``ignore_eos``: 2 tokens, ``finish_reason=stop``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import ssl
+import struct
+import sys
+
+MODES = (
+    "ok",
+    "reset",
+    "http500-every-3",
+    "empty-choices",
+    "ping-forever",
+    "stall",
+    "huge-line",
+    "auth",
+    "auth-completions",
+    "short-output",
+)
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _delta(content: str | None, finish: str | None = None) -> dict:
+    delta = {} if content is None else {"content": content}
+    return {"id": "x", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _usage(prompt: int, completion: int) -> dict:
+    return {
+        "id": "x",
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+    }
+
+
+class Server:
+    def __init__(self, mode: str, key: str) -> None:
+        self.mode = mode
+        self.key = key
+        self.completions = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = b""
+                if "content-length" in headers:
+                    body = await reader.readexactly(int(headers["content-length"]))
+                keep = await self.route(method, path, headers, body, writer)
+                if not keep:
+                    return
+        finally:
+            if not writer.is_closing():
+                writer.close()
+
+    async def respond(self, writer: asyncio.StreamWriter, status: str, obj: object) -> bool:
+        data = json.dumps(obj).encode()
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        return True
+
+    def authorized(self, headers: dict[str, str]) -> bool:
+        return headers.get("authorization") == f"Bearer {self.key}"
+
+    async def route(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        unauthorized = {"error": "Unauthorized"}  # vLLM's API-key middleware answers this
+        if path == "/health":
+            return await self.respond(writer, "200 OK", {"status": "ok"})
+        if self.mode == "auth" and not self.authorized(headers):
+            return await self.respond(writer, "401 Unauthorized", unauthorized)
+        if path == "/v1/models":
+            return await self.respond(writer, "200 OK", {"object": "list", "data": [{"id": "m"}]})
+        if path not in ("/v1/chat/completions", "/v1/completions"):
+            return await self.respond(writer, "404 Not Found", {"error": {"message": "no route"}})
+        if self.mode == "auth-completions" and not self.authorized(headers):
+            return await self.respond(writer, "401 Unauthorized", unauthorized)
+        self.completions += 1
+        req = json.loads(body or b"{}")
+        max_tokens = int(req.get("max_tokens") or 16)
+        if self.mode == "reset":
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return False
+        if self.mode == "http500-every-3" and self.completions % 3 == 0:
+            # vLLM's ErrorResponse shape.
+            err = {
+                "object": "error",
+                "message": "engine overloaded",
+                "type": "InternalServerError",
+                "code": 500,
+            }
+            return await self.respond(writer, "500 Internal Server Error", err)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        await self.stream(writer, max_tokens)
+        return True
+
+    async def stream(self, writer: asyncio.StreamWriter, max_tokens: int) -> None:
+        mode = self.mode
+        n = 2 if mode == "short-output" else max_tokens
+        if mode in ("ping-forever", "stall"):
+            n = min(n, 3)
+        if mode == "huge-line":
+            writer.write(_chunk(_event(_delta("x" * 10_000_000))))
+            n = 0
+        for _ in range(n):
+            await asyncio.sleep(0.002)
+            obj = {"id": "x", "choices": []} if mode == "empty-choices" else _delta("tok ")
+            writer.write(_chunk(_event(obj)))
+            await writer.drain()
+        if mode in ("ping-forever", "stall") and max_tokens > 3:
+            while True:
+                await asyncio.sleep(1.0)
+                if mode == "ping-forever":
+                    writer.write(_chunk(b": ping\n\n"))
+                    await writer.drain()
+        finish = "stop" if mode == "short-output" else "length"
+        claimed = max_tokens if mode != "short-output" else 2
+        tail = b""
+        if mode != "empty-choices":
+            tail += _event(_delta(None, finish))
+        tail += _event(_usage(8, claimed)) + b"data: [DONE]\n\n"
+        writer.write(_chunk(tail) + b"0\r\n\r\n")
+        await writer.drain()
+
+
+async def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=MODES, default="ok")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--tls-cert")
+    ap.add_argument("--tls-key")
+    args = ap.parse_args(argv)
+    ctx = None
+    if args.tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+    srv = Server(args.mode, os.environ.get("SERVER_KEY", "secret"))
+    server = await asyncio.start_server(srv.handle, "127.0.0.1", args.port, ssl=ctx)
+    port = server.sockets[0].getsockname()[1]
+    scheme = "https" if ctx else "http"
+    print(f"ready on {scheme}://127.0.0.1:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        pass
