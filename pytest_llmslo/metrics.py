@@ -27,7 +27,17 @@ Per run:
 - ``error_rate`` = failed / all requests; failures are counted by ``error_kind``. Requests
   the load generator cut while in flight (the duration bound's grace period ran out, or an
   interrupt) are failures of kind ``cancelled``: they are the slowest requests of the run,
-  and leaving them out would bias every percentile low.
+  and leaving them out would bias every percentile low. ``failure_messages`` keeps the
+  most frequent error messages of each kind, so a report says *why* (``HTTP 401: ...``).
+- ``short_outputs``: completed requests that returned fewer tokens than they asked for
+  while the output length was pinned (``ignore_eos``/``min_tokens``): a server that ignores
+  the pin measured another workload.
+
+Gates (``gate_values``, ``gate_statistic``): the distributions above describe completed
+requests, but an aggregate gate is computed over *every* request. A failed request counts
+as the worst value for the objective, +∞ for an upper bound (``<``) and −∞ for a lower one
+(``>``); for ``itl`` it counts once for every token gap it was asked for. So a P99 is never
+taken over the survivors only: with more than 1 % of requests failed, P99 is ∞.
 - goodput (DistServe, vLLM ``--goodput``): a request is *good* when it completed and meets
   every per-request threshold of all objectives together. ``goodput_tok_s`` /
   ``goodput_req_s`` are the output tokens / count of good requests over the window,
@@ -58,7 +68,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from .records import LoadLevel, Run
+from .records import ClientHealth, LoadLevel, Run
 
 __all__ = [
     "METRICS",
@@ -71,6 +81,9 @@ __all__ = [
     "aggregate_values",
     "clear_cache",
     "failure_counts",
+    "failure_messages",
+    "gate_statistic",
+    "gate_values",
     "goodput",
     "lower_confidence_bound",
     "lower_rank",
@@ -80,6 +93,7 @@ __all__ = [
     "percentile",
     "request_values",
     "samples_needed",
+    "short_outputs",
     "stat_name",
     "summarize",
     "token_gaps",
@@ -459,6 +473,7 @@ class _Arrays:
         "output_tokens",
         "per_request",
         "prompt_tokens",
+        "requested_output",
         "run",
         "sent",
     )
@@ -482,6 +497,9 @@ class _Arrays:
             count=n,
         )
         self.output_tokens = np.fromiter((r.output_tokens for r in recs), dtype=np.int64, count=n)
+        self.requested_output = np.fromiter(
+            (r.requested_output_tokens or 0 for r in recs), dtype=np.int64, count=n
+        )
         self.prompt_tokens = np.fromiter(
             (
                 r.prompt_tokens if r.prompt_tokens is not None else (r.requested_prompt_tokens or 0)
@@ -737,6 +755,55 @@ def aggregate_values(run: Run, metric: str) -> np.ndarray:
     return _finite(arr.per_request[metric])
 
 
+def gate_values(run: Run, metric: str, upper: bool = True) -> tuple[np.ndarray, int]:
+    """The samples an aggregate gate on ``metric`` is computed over, and how many of them
+    stand for failed requests: :func:`aggregate_values` plus, for every failed request, +∞
+    (``upper``: the gate bounds the metric from above) or −∞ (a lower bound), so that a
+    failure is the worst value for either. For ``itl`` a failed request counts once for
+    every token gap it was asked for (``requested_output_tokens`` − 1, at least 1)."""
+    arr = _arrays(run)
+    values = aggregate_values(run, metric)
+    failed = ~arr.ok
+    if not failed.any():
+        return values, 0
+    if metric == "itl":
+        k = int(np.maximum(arr.requested_output[failed] - 1, 1).sum())
+    else:
+        k = int(failed.sum())
+    sentinel = np.inf if upper else -np.inf
+    return np.concatenate([values, np.full(k, sentinel)]), k
+
+
+def gate_statistic(
+    values: np.ndarray, q: float, confidence: float = 0.95, upper: bool = True
+) -> tuple[float, float | None]:
+    """(P_q, its one-sided confidence bound) of gate samples that may hold ±∞
+    (:func:`gate_values`). The estimate is the linear-method percentile, except that an
+    interpolation touching an infinite sample takes the infinite one (a failure is never
+    averaged with a success); the bound is the order statistic of :func:`upper_rank`
+    (``upper``) or :func:`lower_rank`, None with too few samples."""
+    a = np.asarray(values, dtype=np.float64)
+    a = a[~np.isnan(a)]
+    n = int(a.size)
+    if n == 0:
+        return math.nan, None
+    lo, hi, frac = _linear_positions(n, q)
+    k = upper_rank(n, q, confidence) if upper else lower_rank(n, q, confidence)
+    kth = sorted({lo, hi} | ({k - 1} if k is not None else set()))
+    part = np.partition(a, kth)
+    x_lo, x_hi = float(part[lo]), float(part[hi])
+    if x_lo == x_hi or frac == 0.0:
+        estimate = x_lo
+    elif math.isinf(x_lo):
+        estimate = x_lo
+    elif math.isinf(x_hi):
+        estimate = x_hi
+    else:
+        estimate = x_lo + frac * (x_hi - x_lo)
+    bound = None if k is None else float(part[k - 1])
+    return estimate, bound
+
+
 # --------------------------------------------------------------------------- goodput
 
 _OPS = {
@@ -840,13 +907,76 @@ def failure_counts(run: Run) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+MAX_ERROR_MESSAGES = 5
+_MAX_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMessage:
+    """One error message of a run and how many failed requests gave it."""
+
+    kind: str
+    message: str
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.count}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "count": self.count}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ErrorMessage:
+        return cls(str(d["kind"]), str(d["message"]), int(d["count"]))
+
+
+def failure_messages(run: Run, limit: int = MAX_ERROR_MESSAGES) -> tuple[ErrorMessage, ...]:
+    """The ``limit`` most frequent (kind, message) pairs of the failed requests, most
+    frequent first, each message cut to 300 characters. Bounded whatever the run's size:
+    a run of a million distinct errors still reports five lines."""
+    counts: dict[tuple[str, str], int] = {}
+    for r in run.records:
+        if r.ok:
+            continue
+        kind = r.error_kind or ("http" if r.status else "unknown")
+        fallback = f"status {r.status}" if r.status else "no message"
+        msg = (r.error or fallback).strip()
+        if len(msg) > _MAX_MESSAGE_CHARS:
+            msg = msg[: _MAX_MESSAGE_CHARS - 3] + "..."
+        key = (kind, msg)
+        counts[key] = counts.get(key, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    return tuple(ErrorMessage(k, m, c) for (k, m), c in top)
+
+
+def output_pinned(run: Run) -> bool:
+    """Whether the run's requests pinned their output length (``ignore_eos`` and
+    ``min_tokens``), as recorded in its meta by the load generator."""
+    client = run.meta.get("client") if isinstance(run.meta, Mapping) else None
+    return bool(isinstance(client, Mapping) and client.get("ignore_eos"))
+
+
+def short_outputs(run: Run) -> int:
+    """Completed requests whose output was shorter than requested while the output length
+    was pinned (0 when it was not: then a short answer is the model's choice)."""
+    if not output_pinned(run):
+        return 0
+    arr = _arrays(run)
+    req = arr.requested_output
+    return int((arr.ok & (req > 0) & (arr.output_tokens < req)).sum())
+
+
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """The numbers of one run. ``distributions`` maps each of :data:`METRICS` to its
     :class:`Distribution` (completed requests; ``itl`` over token gaps). Goodput fields
     are None unless :func:`summarize` was given objectives (``objectives`` holds their
     labels). ``valid``/``invalid_reasons`` come from the client's self-check: an invalid
-    run measured the load generator, not the engine."""
+    run measured the load generator, not the engine; ``health`` holds its numbers (lags,
+    CPU, processes). ``errors`` are the most frequent error messages of the failed
+    requests; ``short_outputs`` the completed requests shorter than their pinned length
+    (``output_pinned``); ``level_timeout`` the phase in which the level's time bound cut
+    the run, if it did."""
 
     level: LoadLevel
     requests: int
@@ -869,6 +999,11 @@ class RunSummary:
     output_tokens: int = 0
     prompt_tokens: int = 0
     confidence: float = 0.95
+    errors: tuple[ErrorMessage, ...] = ()
+    short_outputs: int = 0
+    output_pinned: bool = False
+    health: ClientHealth | None = None
+    level_timeout: str | None = None
 
     _RUN_FIELDS = (
         "output_tok_s",
@@ -928,6 +1063,11 @@ class RunSummary:
             "output_tokens": self.output_tokens,
             "prompt_tokens": self.prompt_tokens,
             "confidence": self.confidence,
+            "errors": [e.to_dict() for e in self.errors],
+            "short_outputs": self.short_outputs,
+            "output_pinned": self.output_pinned,
+            "client_health": None if self.health is None else self.health.to_dict(),
+            "level_timeout": self.level_timeout,
         }
 
     @classmethod
@@ -960,6 +1100,13 @@ class RunSummary:
             output_tokens=int(d.get("output_tokens", 0)),
             prompt_tokens=int(d.get("prompt_tokens", 0)),
             confidence=float(d.get("confidence", 0.95)),
+            errors=tuple(ErrorMessage.from_dict(e) for e in d.get("errors") or ()),
+            short_outputs=int(d.get("short_outputs", 0)),
+            output_pinned=bool(d.get("output_pinned", False)),
+            health=None
+            if not d.get("client_health")
+            else ClientHealth.from_dict(d["client_health"]),
+            level_timeout=d.get("level_timeout"),
         )
 
 
@@ -1009,4 +1156,16 @@ def summarize(
         output_tokens=out_tokens,
         prompt_tokens=prompt_tokens,
         confidence=confidence,
+        errors=failure_messages(run),
+        short_outputs=short_outputs(run),
+        output_pinned=output_pinned(run),
+        health=run.health,
+        level_timeout=_timeout_phase(run),
     )
+
+
+def _timeout_phase(run: Run) -> str | None:
+    info = run.meta.get("level_timeout") if isinstance(run.meta, Mapping) else None
+    if isinstance(info, Mapping):
+        return str(info.get("phase") or "measuring")
+    return None

@@ -20,6 +20,15 @@ What an objective ``P_q(m) < x`` means, twice over:
   Goodput counts the completed requests that meet every threshold together (DistServe,
   vLLM ``--goodput``); attainment = good / all requests.
 
+Failures are never green. Every gate is computed over *all* requests: a failed request
+(HTTP error, in-stream error, timeout, reset, a stream without output, a request cut by the
+run's end) counts as +∞ for an upper-bound objective (−∞ for a lower one), once per request
+(``itl``: once per token gap it was asked for), so a P99 is never taken over the survivors
+only. A run whose error rate is above ``max_error_rate`` fails (``assert_goodput`` and
+``assert_slo`` default to 1 %, ``DEFAULT_MAX_ERROR_RATE``; pass ``max_error_rate=None`` to
+lift it), and a run where every request failed, or none was measured, fails whatever the
+gates say.
+
 Gates compare the point estimate by default. ``strict=True`` compares the one-sided
 confidence bound instead: for ``<``/``<=`` the distribution-free upper bound of the
 percentile, for ``>``/``>=`` the lower bound (so strict always errs against passing);
@@ -45,14 +54,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-
 from . import metrics
 from .errors import ConfigError, LoadError, SloViolation
-from .metrics import METRICS, Stat, parse_stat, stat_name
+from .metrics import METRICS, ErrorMessage, Stat, parse_stat, stat_name
 from .records import Run
 
 __all__ = [
+    "DEFAULT_MAX_ERROR_RATE",
     "DEFAULT_MIN_ATTAINMENT",
     "STATS",
     "MetricSymbol",
@@ -116,6 +124,8 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 }
 STATS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p999", "mean")
 DEFAULT_MIN_ATTAINMENT = 0.9
+#: The error rate above which a run fails even when every gate holds.
+DEFAULT_MAX_ERROR_RATE = 0.01
 
 _HELP = "use assert_goodput(...) or assert_slo(...) to check objectives against a run"
 
@@ -374,7 +384,8 @@ class ObjectiveResult:
     one-sided confidence bound (upper for ``<``, lower for ``>``; None with too few
     samples), ``count`` the samples (requests, or token gaps for itl) and
     ``samples_needed`` the count that makes the bound exist (None for a mean that cannot
-    be shown from the data seen). ``gated_on`` says what ``passed`` compared."""
+    be shown from the data seen). ``gated_on`` says what ``passed`` compared. ``failed``
+    of the ``count`` samples stand for failed requests (±∞, see the module docstring)."""
 
     objective: Objective
     observed: float
@@ -384,6 +395,7 @@ class ObjectiveResult:
     passed: bool
     gated_on: Literal["estimate", "bound"] = "estimate"
     bound_method: Literal["order-statistic", "normal"] = "order-statistic"
+    failed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -395,27 +407,45 @@ class ObjectiveResult:
             "passed": self.passed,
             "gated_on": self.gated_on,
             "bound_method": self.bound_method,
+            "failed": self.failed,
+            "observed_infinite": _inf_sign(self.observed),
+            "bound_infinite": _inf_sign(self.bound),
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ObjectiveResult:
+        # JSON has no infinity: an infinite value travels as null plus its sign.
         obs = d.get("observed")
+        observed = math.nan if obs is None else float(obs)
+        if obs is None and d.get("observed_infinite"):
+            observed = math.inf * int(d["observed_infinite"])
+        bound = None if d.get("bound") is None else float(d["bound"])
+        if bound is None and d.get("bound_infinite"):
+            bound = math.inf * int(d["bound_infinite"])
         return cls(
             objective=Objective.from_dict(d["objective"]),
-            observed=math.nan if obs is None else float(obs),
-            bound=None if d.get("bound") is None else float(d["bound"]),
+            observed=observed,
+            bound=bound,
             count=int(d.get("count", 0)),
             samples_needed=None if d.get("samples_needed") is None else int(d["samples_needed"]),
             passed=bool(d["passed"]),
             gated_on=d.get("gated_on", "estimate"),
             bound_method=d.get("bound_method", "order-statistic"),
+            failed=int(d.get("failed", 0)),
         )
 
 
 def _num(x: float | None) -> float | None:
-    if x is None or math.isnan(x):
+    if x is None or not math.isfinite(x):
         return None
     return float(x)
+
+
+def _inf_sign(x: float | None) -> int:
+    """+1 / -1 for ±∞, 0 otherwise (JSON keeps infinities as null plus this sign)."""
+    if x is None or not math.isinf(x):
+        return 0
+    return 1 if x > 0 else -1
 
 
 def _opt(d: Mapping[str, Any], key: str) -> float | None:
@@ -447,6 +477,8 @@ class Verdict:
     max_error_rate: float | None = None
     level: str = ""
     problems: tuple[str, ...] = ()
+    errors: tuple[ErrorMessage, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def failed_results(self) -> tuple[ObjectiveResult, ...]:
@@ -490,8 +522,14 @@ class Verdict:
         if any(r.bound_method == "normal" for r in self.results):
             lines.append("  * normal-approximation bound of a mean (not distribution-free)")
         for r in self.results:
-            missing = self.completed - r.count
-            if r.objective.metric in ("ttft", "ttfot") and r.count and missing > 0:
+            if r.failed:
+                inf = "+∞" if r.objective.upper else "−∞"
+                lines.append(
+                    f"  {r.objective.name}: {r.failed} of its {r.count} samples are failed "
+                    f"requests, counted as {inf}"
+                )
+            missing = self.completed - (r.count - r.failed)
+            if r.objective.metric in ("ttft", "ttfot") and r.count > r.failed and missing > 0:
                 # Completed, yet nothing was streamed: easy to miss behind an attainment.
                 what = "output" if r.objective.metric == "ttft" else "content"
                 lines.append(
@@ -510,8 +548,11 @@ class Verdict:
                 )
         lines.append("  " + self._goodput_line())
         lines.append("  " + self._requests_line())
+        for e in self.errors:
+            lines.append(f"    {e}")
+        lines.extend(f"  note: {n}" for n in self.notes)
         if not self.results:
-            lines.append("  no objectives given: nothing was checked")
+            lines.append("  no objectives given: only the failures were checked")
         if not self.run_valid:
             why = "; ".join(self.invalid_reasons) or "no reason given"
             lines.append(
@@ -587,6 +628,8 @@ class Verdict:
             "max_error_rate": self.max_error_rate,
             "level": self.level,
             "problems": list(self.problems),
+            "errors": [e.to_dict() for e in self.errors],
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -612,12 +655,16 @@ class Verdict:
             max_error_rate=_opt(d, "max_error_rate"),
             level=str(d.get("level", "")),
             problems=tuple(d.get("problems", ())),
+            errors=tuple(ErrorMessage.from_dict(e) for e in d.get("errors") or ()),
+            notes=tuple(d.get("notes") or ()),
         )
 
 
 def _fmt_ms(x: float | None) -> str:
     if x is None or math.isnan(x):
         return "n/a"
+    if math.isinf(x):
+        return "∞ (failures)" if x > 0 else "−∞ (failures)"
     if abs(x) >= 100:
         return f"{x:.1f} ms"
     if abs(x) >= 1:
@@ -626,34 +673,33 @@ def _fmt_ms(x: float | None) -> str:
 
 
 def _check_one(o: Objective, run: Run, strict: bool, confidence: float) -> ObjectiveResult:
-    values = metrics.aggregate_values(run, o.metric)
+    values, failed = metrics.gate_values(run, o.metric, o.upper)
     n = int(values.size)
     if o.stat == "mean":
         observed = float(values.mean()) if n else math.nan
         bound: float | None = None
         needed: int | None = None
-        if n >= 2:
+        if failed:
+            # An infinite sample makes the mean infinite and leaves no spread to bound.
+            bound = observed
+        elif n >= 2:
             # CLT one-sided bound; the n at which it would clear the threshold at the
             # observed mean and spread is the samples-needed figure.
             z = statistics.NormalDist().inv_cdf(confidence)
-            s = float(values.std(ddof=1))
-            half = z * s / math.sqrt(n)
+            sd = float(values.std(ddof=1))
+            half = z * sd / math.sqrt(n)
             bound = observed + half if o.upper else observed - half
             margin = (o.threshold - observed) if o.upper else (observed - o.threshold)
-            if s == 0.0:
+            if sd == 0.0:
                 needed = 2 if margin > 0 or (margin == 0 and o.op in ("<=", ">=")) else None
             elif margin > 0:
-                needed = max(2, math.ceil((z * s / margin) ** 2))
+                needed = max(2, math.ceil((z * sd / margin) ** 2))
         method: Literal["order-statistic", "normal"] = "normal"
     else:
         q = float(o.stat)
-        observed = float(np.percentile(values, q, method="linear")) if n else math.nan
-        if o.upper:
-            bound = metrics.upper_confidence_bound(values, q, confidence)
-            needed = metrics.samples_needed(q, confidence, "upper")
-        else:
-            bound = metrics.lower_confidence_bound(values, q, confidence)
-            needed = metrics.samples_needed(q, confidence, "lower")
+        observed, bound = metrics.gate_statistic(values, q, confidence, o.upper)
+        side: Literal["upper", "lower"] = "upper" if o.upper else "lower"
+        needed = metrics.samples_needed(q, confidence, side)
         method = "order-statistic"
     passed = o.holds(bound) if strict else o.holds(observed)
     return ObjectiveResult(
@@ -665,6 +711,7 @@ def _check_one(o: Objective, run: Run, strict: bool, confidence: float) -> Objec
         passed=passed,
         gated_on="bound" if strict else "estimate",
         bound_method=method,
+        failed=failed,
     )
 
 
@@ -696,15 +743,19 @@ def evaluate(
     min_attainment: float | None = None,
     min_goodput_tok_s: float | None = None,
     max_error_rate: float | None = None,
+    allow_no_objectives: bool = False,
 ) -> Verdict:
     """Check ``objectives`` (Objective objects or text for :func:`parse_objectives`)
     against ``run`` and return a :class:`Verdict`; raises nothing on failure.
 
     Each objective's aggregate gate compares the point estimate (or, with ``strict``, the
-    confidence bound at ``confidence``) with its threshold. Goodput and attainment are
+    confidence bound at ``confidence``) with its threshold, over every request, failed
+    ones counted as the worst value (see the module docstring). Goodput and attainment are
     computed from the per-request thresholds of all objectives together;
     ``min_attainment`` (0..1), ``min_goodput_tok_s`` and ``max_error_rate`` (0..1) add
-    gates when given. An invalid run fails."""
+    gates when given. An invalid run fails; so does a run where every request failed or
+    none was measured. Without objectives the verdict fails unless
+    ``allow_no_objectives`` (then only the error gates judge the run)."""
     if not isinstance(run, Run):
         raise TypeError(f"evaluate() needs a Run, got {type(run).__name__}")
     objs = _objectives((objectives,) if isinstance(objectives, str) else objectives)
@@ -719,15 +770,39 @@ def evaluate(
     completed = sum(1 for r in run.records if r.ok)
     error_rate = (requests - completed) / requests if requests else 0.0
     problems: list[str] = []
-    if not objs:
+    if not objs and not allow_no_objectives:
         problems.append("no objectives given")
+    timeout = run.meta.get("level_timeout") if isinstance(run.meta, Mapping) else None
+    if requests == 0:
+        why = "no request was measured"
+        if isinstance(timeout, Mapping):
+            why += (
+                f": the level's time bound ({timeout.get('bound_s')} s, --level-timeout) "
+                f"passed during {timeout.get('phase')}"
+            )
+        problems.append(why)
+    elif completed == 0:
+        problems.append(f"every request failed ({requests} of {requests})")
     if min_attainment is not None and (gp.attainment is None or gp.attainment < min_attainment):
         att = "n/a" if gp.attainment is None else f"{gp.attainment:.1%}"
         problems.append(f"attainment {att} < required {min_attainment:.1%}")
     if min_goodput_tok_s is not None and gp.tok_s < min_goodput_tok_s:
         problems.append(f"goodput {gp.tok_s:.1f} tok/s < required {min_goodput_tok_s:g} tok/s")
-    if max_error_rate is not None and error_rate > max_error_rate:
+    if max_error_rate is not None and completed and error_rate > max_error_rate:
         problems.append(f"error rate {error_rate:.1%} > allowed {max_error_rate:.1%}")
+    notes: list[str] = []
+    if isinstance(timeout, Mapping) and requests:
+        notes.append(
+            f"the level's time bound ({timeout.get('bound_s')} s, --level-timeout) cut it "
+            f"during {timeout.get('phase')}; requests in flight then count as failed"
+        )
+    short = metrics.short_outputs(run)
+    if short:
+        notes.append(
+            f"{short} of {completed} completed requests returned fewer tokens than the pinned "
+            "output length (the server ignores ignore_eos/min_tokens?): this run measured "
+            "another workload"
+        )
     passed = run.health.valid and not problems and all(r.passed for r in results)
     return Verdict(
         results=results,
@@ -749,6 +824,8 @@ def evaluate(
         max_error_rate=max_error_rate,
         level=run.level.label,
         problems=tuple(problems),
+        errors=metrics.failure_messages(run),
+        notes=tuple(notes),
     )
 
 
@@ -825,14 +902,16 @@ def assert_goodput(
     confidence: float = 0.95,
     min_attainment: float | None = DEFAULT_MIN_ATTAINMENT,
     min_goodput_tok_s: float | None = None,
-    max_error_rate: float | None = None,
+    max_error_rate: float | None = DEFAULT_MAX_ERROR_RATE,
 ) -> Verdict:
     """``assert_goodput(ttft_p99 < 500, itl_p50 < 30)`` on the current run, or
     ``assert_goodput(run, ...)`` on an explicit one.
 
-    Passes when every aggregate gate holds, attainment (good requests / all requests)
-    is at least ``min_attainment`` (0.9 by default; None only reports it), goodput is at
-    least ``min_goodput_tok_s`` when given, and the run is valid. Raises
+    Passes when every aggregate gate holds (failed requests counted as the worst value),
+    attainment (good requests / all requests) is at least ``min_attainment`` (0.9 by
+    default; None only reports it), goodput is at least ``min_goodput_tok_s`` when given,
+    the error rate is at most ``max_error_rate`` (1 % by default; None lifts it), and the
+    run is valid. Raises
     :class:`~pytest_llmslo.errors.SloViolation` (an AssertionError) listing every
     objective; returns the Verdict when it passes."""
     __tracebackhide__ = True
@@ -854,11 +933,11 @@ def assert_slo(
     confidence: float = 0.95,
     min_attainment: float | None = None,
     min_goodput_tok_s: float | None = None,
-    max_error_rate: float | None = None,
+    max_error_rate: float | None = DEFAULT_MAX_ERROR_RATE,
 ) -> Verdict:
     """Like :func:`assert_goodput` but gates on the aggregate objectives only (goodput and
-    attainment are reported); ``min_attainment``, ``min_goodput_tok_s`` and
-    ``max_error_rate`` add gates when given."""
+    attainment are reported), plus the error rate (at most ``max_error_rate``, 1 % by
+    default); ``min_attainment`` and ``min_goodput_tok_s`` add gates when given."""
     __tracebackhide__ = True
     run, objs = _split_run(args, "assert_slo")
     return _check(

@@ -81,8 +81,10 @@ class SweepPoint:
     SLO, its verdict. ``samples`` optionally holds compact per-request values
     (``{"ttft_ms": [...], ...}``, see ``report.jsonio.compact_samples``) so a later
     comparison can run rank tests; it is carried into the JSON document as is.
-    ``interrupted``: the load was stopped (Ctrl-C) before it finished; the point holds the
-    requests measured until then."""
+    ``interrupted``: the load was stopped (Ctrl-C, SIGTERM) before it finished; the point
+    holds the requests measured until then. ``comparable`` is False when the run measured
+    something else than asked (a server that ignored the pinned output length): a
+    regression check skips it; ``notes`` say why, and anything else worth knowing."""
 
     engine: str
     test: str
@@ -91,6 +93,8 @@ class SweepPoint:
     verdict: Verdict | None = None
     samples: Mapping[str, Sequence[float | None]] | None = None
     interrupted: bool = False
+    comparable: bool = True
+    notes: tuple[str, ...] = ()
 
     @property
     def status(self) -> PointStatus:
@@ -107,6 +111,8 @@ class SweepPoint:
             if self.samples is None
             else {k: list(v) for k, v in self.samples.items()},
             "interrupted": self.interrupted,
+            "comparable": self.comparable,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -125,6 +131,8 @@ class SweepPoint:
             verdict=None if verdict is None else Verdict.from_dict(verdict),
             samples=None if samples is None else {k: tuple(v) for k, v in samples.items()},
             interrupted=bool(d.get("interrupted", False)),
+            comparable=bool(d.get("comparable", True)),
+            notes=tuple(str(n) for n in d.get("notes") or ()),
         )
 
 

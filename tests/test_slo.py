@@ -29,6 +29,7 @@ from pytest_llmslo.slo import (
     remove_verdict_listener,
     tpot_p90,
     ttft,
+    ttft_p50,
     ttft_p99,
     ttft_p999,
     unbind_run,
@@ -173,14 +174,20 @@ def test_failed_requests_lower_attainment_and_are_never_good() -> None:
     recs += [rec(8, sent=0, kind="timeout"), rec(9, sent=0, status=503)]
     run = make_run(recs, start=0, end=1000)
     v = evaluate(run, [ttft_p99 < 500])
-    assert v.passed  # the aggregate gate is over completed requests
+    # The gate is over every request: the two failures are +inf, so P99 (and P90) is inf.
+    assert not v.passed
+    (r,) = v.results
+    assert r.failed == 2 and r.count == 10 and math.isinf(r.observed)
     assert v.attainment == pytest.approx(0.8)
     assert v.good == 8
     assert v.failures == {"http": 1, "timeout": 1}
     assert v.error_rate == pytest.approx(0.2)
-    assert not evaluate(run, [ttft_p99 < 500], min_attainment=0.9).passed
-    assert not evaluate(run, [ttft_p99 < 500], max_error_rate=0.1).passed
+    # P50 is over the survivors' values still: 8 of 10 are 100 ms.
+    assert evaluate(run, [ttft_p50 < 500]).passed
+    assert not evaluate(run, [ttft_p50 < 500], min_attainment=0.9).passed
+    assert not evaluate(run, [ttft_p50 < 500], max_error_rate=0.1).passed
     assert "timeout: 1" in v.format()
+    assert "2 of its 10 samples are failed requests" in v.format()
 
 
 def test_goodput_gate() -> None:

@@ -53,7 +53,7 @@ class FakeHandle:
 
 @pytest.fixture
 def points(sweep_factory: Callable[..., list[SweepPoint]]) -> list[SweepPoint]:
-    sim = sweep_factory("sim", samples=True, failed=2)
+    sim = sweep_factory("sim", samples=True)
     vllm = sweep_factory("vllm", levels=(1, 4, 8), ttft=lambda c: 30.0 * c, samples=True)
     return sim + vllm
 
@@ -99,8 +99,9 @@ def test_document_contents(doc: dict[str, Any], points: list[SweepPoint]) -> Non
     assert knees["vllm"]["label"] == "c8"
 
 
-def test_samples_are_compact_and_aligned(doc: dict[str, Any]) -> None:
-    samples = doc["points"][0]["samples"]
+def test_samples_are_compact_and_aligned(point_factory: Callable[..., SweepPoint]) -> None:
+    point = point_factory(1, ttft_ms=50.0, failed=2, samples=True)
+    samples = build_document(CONSTANTS, {}, [point])["points"][0]["samples"]
     assert set(samples) >= {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "ok", "output_tokens"}
     assert all(len(v) == 60 for v in samples.values())
     # The two failed requests: no latency, not ok.
