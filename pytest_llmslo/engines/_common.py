@@ -142,3 +142,21 @@ def package_version(config: EngineConfig, *dists: str) -> Callable[[], str | Non
         return out.stdout.strip() or None
 
     return probe
+
+
+def take_flag_value(args: tuple[str, ...] | list[str], flag: str) -> tuple[list[str], str | None]:
+    """``args`` without ``flag VALUE`` / ``flag=VALUE``, and the value (the last one given).
+    Used to move a secret off the command line, where ``ps`` shows it to every user of the
+    machine, into the engine's environment."""
+    out: list[str] = []
+    value: str | None = None
+    it = iter(args)
+    for arg in it:
+        if arg == flag:
+            value = next(it, None)
+            continue
+        if arg.startswith(flag + "="):
+            value = arg[len(flag) + 1 :]
+            continue
+        out.append(arg)
+    return out, value

@@ -24,7 +24,10 @@ class EngineConfig:
     ``name`` is what tests ids and reports show (``sglang``, ``vllm-tp2``); ``kind`` picks the
     launcher. ``options`` holds engine-specific settings (sim profile, Dynamo workers and
     discovery, ...). ``env`` is passed to the engine and never logged. ``port=None`` picks a
-    free loopback port.
+    free loopback port. ``api_key_env``, ``ca_bundle`` and ``verify_tls`` are how the
+    harness itself talks to the engine (readiness probes): the variable holding the API key
+    it sends, and the TLS policy of ``tls.py``; the plugin fills them from the session's
+    settings, the same the load generator uses.
     """
 
     kind: str
@@ -47,6 +50,9 @@ class EngineConfig:
     python: str | None = None
     startup_timeout_s: float = 900.0
     options: Mapping[str, Any] = field(default_factory=dict)
+    api_key_env: str | None = "OPENAI_API_KEY"
+    ca_bundle: str | None = None
+    verify_tls: bool = True
 
     @property
     def display_name(self) -> str:

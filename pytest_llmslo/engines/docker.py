@@ -74,8 +74,9 @@ class ContainerSpec:
     name: str
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
-    # host path -> container path
+    # host path -> container path; the host paths in read_only are mounted read-only
     mounts: Mapping[str, str] = field(default_factory=dict)
+    read_only: tuple[str, ...] = ()
     device_requests: tuple[Mapping[str, Any], ...] = ()
     entrypoint: tuple[str, ...] | None = None
     network_mode: str = "host"
@@ -109,7 +110,10 @@ class ContainerSpec:
             "labels": dict(self.labels),
             "network_mode": self.network_mode,
             "ipc_mode": self.ipc_mode,
-            "volumes": {h: {"bind": c, "mode": "rw"} for h, c in self.mounts.items()},
+            "volumes": {
+                h: {"bind": c, "mode": "ro" if h in self.read_only else "rw"}
+                for h, c in self.mounts.items()
+            },
             "device_requests": [
                 DeviceRequest(
                     driver=d.get("Driver", ""),
@@ -138,6 +142,7 @@ class ContainerSpec:
             "command": redact_argv(self.command, secrets),
             "env": redact_env(self.env),
             "mounts": dict(self.mounts),
+            "read_only": list(self.read_only),
             "gpus": [dict(d) for d in self.device_requests],
             "network_mode": self.network_mode,
             "ipc_mode": self.ipc_mode,
@@ -186,9 +191,12 @@ def container_spec(
     all_env = dict(env or {})
     all_env.update(config.env)
     mounts: dict[str, str] = {}
-    # A model given as a local directory is seen at the same path inside the container.
+    read_only: list[str] = []
+    # A model given as a local directory is seen at the same path inside the container,
+    # read-only: the engine runs as root in there and has no business writing the weights.
     if config.model and os.path.isabs(config.model) and os.path.exists(config.model):
         mounts[config.model] = config.model
+        read_only.append(config.model)
     if mount_hf_cache:
         mounts[host_hf_cache()] = CONTAINER_HF_CACHE
         all_env.setdefault("HF_HOME", CONTAINER_HF_CACHE)
@@ -200,6 +208,7 @@ def container_spec(
         env=all_env,
         labels=session_labels(config, role),
         mounts=mounts,
+        read_only=tuple(read_only),
         device_requests=tuple(gpus),
         entrypoint=tuple(entrypoint) if entrypoint is not None else None,
         role=role,

@@ -14,6 +14,7 @@ import logging
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -25,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from .. import __version__ as harness_version
-from ..errors import EngineStartError
+from ..errors import ConfigError, EngineStartError
+from ..tls import make_ssl_context
 from .base import EngineConfig
 from .process import ProcessSpec, port_is_free, probe_host, start_processes, wait_port_free
 from .readiness import ReadyCheck, VersionProbe
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: How long ``stop()`` waits for the engine's ports to be released.
 PORT_FREE_TIMEOUT_S = 10.0
+#: An external endpoint is already running: refused connections for this long end the wait.
+EXTERNAL_REFUSED_S = 5.0
 
 
 class EngineTeardownWarning(RuntimeWarning):
@@ -153,6 +157,15 @@ class RunningEngine:
     def log_tail(self, lines: int = 40) -> str:
         return _tails(self._units, lines)
 
+    def exit_reason(self) -> str:
+        """How the engine ended, for messages: ``vllm exited with status -9 (SIGKILL)``;
+        ``"is running"`` while every unit is alive."""
+        dead = [u for u in self._units if not u.alive()]
+        if not dead:
+            return "is running"
+        d = dead[0].describe()
+        return f"{d.get('role') or d.get('name') or 'engine'} {_exit_text(dead[0])}"
+
     def stop(self) -> None:
         if self._stopped:
             return
@@ -265,6 +278,21 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
     return handle
 
 
+def probe_client(config: EngineConfig, timeout: httpx.Timeout) -> httpx.Client:
+    """The HTTP client of readiness and version probes: the session's TLS policy
+    (``tls.py``) and API key (``config.api_key_env``), as the load generator uses them.
+    Never ``trust_env``: proxies from the environment must not see loopback traffic."""
+    headers = {}
+    key = os.environ.get(config.api_key_env) if config.api_key_env else None
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    try:
+        ctx = make_ssl_context(config.ca_bundle, config.verify_tls)
+    except ConfigError as exc:
+        raise EngineStartError(f"{config.display_name}: {exc}") from None
+    return httpx.Client(timeout=timeout, trust_env=False, verify=ctx, headers=headers)
+
+
 def _wait_ready(
     plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float, log_dir: str | None = None
 ) -> RunningEngine:
@@ -273,9 +301,11 @@ def _wait_ready(
     # Process engines log to files: name them, the tail shown is only the last lines.
     logs = f"; full logs in {log_dir}" if log_dir else ""
     reason = "no answer yet"
+    external = plan.url is not None and not units
+    refused_since: float | None = None
     # Short timeouts: a loading engine may accept a connection and answer late.
     timeout = httpx.Timeout(10.0, connect=2.0)
-    with httpx.Client(timeout=timeout, trust_env=False) as client:
+    with probe_client(cfg, timeout) as client:
         while True:
             dead = [u for u in units if not u.alive()]
             if dead:
@@ -288,6 +318,8 @@ def _wait_ready(
             reason = plan.ready(client, plan.base_url) or ""
             if not reason:
                 break
+            if external:
+                refused_since = _check_external(cfg, plan.base_url, reason, refused_since)
             if time.monotonic() >= deadline:
                 raise EngineStartError(
                     f"{cfg.display_name}: not ready after {cfg.startup_timeout_s:.0f} s "
@@ -315,7 +347,46 @@ def _wait_ready(
     )
 
 
+def _check_external(
+    cfg: EngineConfig, url: str, reason: str, refused_since: float | None
+) -> float | None:
+    """An external endpoint is someone else's running server, not one starting up: a
+    refused connection for a few seconds, a rejected key or a TLS failure ends the wait at
+    once instead of after ``startup_timeout_s``. Returns when refusals began (None: not
+    refusing now)."""
+    name = cfg.display_name
+    if " HTTP 401" in reason or " HTTP 403" in reason:
+        var = cfg.api_key_env
+        key = "set" if var and os.environ.get(var) else "not set"
+        raise EngineStartError(
+            f"{name}: {url} refused the API key ({reason}); the key is read from "
+            f"${var or '(none: --api-key-env is empty)'} ({key}): set it, or name another "
+            "variable with --api-key-env"
+        )
+    low = reason.lower()
+    if "certificate" in low or "ssl" in low:
+        raise EngineStartError(f"{name}: TLS to {url} failed: {reason}")
+    if "ConnectError" not in reason and "ConnectTimeout" not in reason:
+        return None
+    now = time.monotonic()
+    if refused_since is None:
+        return now
+    if now - refused_since >= EXTERNAL_REFUSED_S:
+        raise EngineStartError(
+            f"{name}: nothing answers at {url} ({reason}). An external engine is not "
+            "started by pytest-llmslo: start the server first, or fix --engine-url"
+        )
+    return refused_since
+
+
 def _exit_text(unit: Unit) -> str:
     rc = getattr(unit, "returncode", None)
     code = rc() if callable(rc) else None
-    return f"exit status {code}" if code is not None else "exited"
+    if code is None:
+        return "exited"
+    if code < 0:
+        try:
+            return f"exit status {code} (killed by {signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"exit status {code}"

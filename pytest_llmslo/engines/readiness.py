@@ -21,7 +21,23 @@ def _get(client: httpx.Client, url: str) -> httpx.Response | str:
     try:
         return client.get(url)
     except httpx.HTTPError as exc:
-        return f"GET {url}: {type(exc).__name__}"
+        return f"GET {url}: {type(exc).__name__}: {error_text(exc)}"
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception's message, or its cause's when its own is empty (httpx wraps a failed
+    TLS handshake in a ConnectError without text), with what to do for a certificate."""
+    from ..tls import certificate_hint
+
+    cur: BaseException | None = exc
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        text = str(cur).strip()
+        if text:
+            return certificate_hint(text)
+        cur = cur.__cause__ or cur.__context__
+    return type(exc).__name__
 
 
 def http_ok(path: str) -> ReadyCheck:

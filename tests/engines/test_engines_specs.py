@@ -307,6 +307,37 @@ def test_vllm_container_config() -> None:
     assert plan.static_version == "v0.32.0"
 
 
+@pytest.mark.parametrize("runtime", ["process", "docker"])
+@pytest.mark.parametrize("form", [("--api-key", "sk-123"), ("--api-key=sk-123",)])
+def test_vllm_api_key_goes_to_the_environment(runtime: str, form: tuple[str, ...]) -> None:
+    # On the command line `ps` shows the key to every user; vLLM reads VLLM_API_KEY when
+    # --api-key is absent.
+    cfg = EngineConfig(
+        kind="vllm", runtime=runtime, model="m", port=8000, extra_args=("--seed", "1", *form)
+    )
+    plan = plan_engine(cfg)
+    if runtime == "docker":
+        (spec,) = plan.containers
+        argv, env = spec.run_kwargs()["command"], spec.run_kwargs()["environment"]
+    else:
+        (proc,) = plan.processes
+        argv, env = list(proc.argv), dict(proc.env)
+    assert "sk-123" not in " ".join(argv) and "--api-key" not in " ".join(argv)
+    assert argv[-2:] == ["--seed", "1"]
+    assert env["VLLM_API_KEY"] == "sk-123"
+
+
+def test_local_model_dir_is_mounted_read_only(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    cfg = EngineConfig(kind="vllm", runtime="docker", model=str(model), port=8000)
+    (spec,) = plan_engine(cfg).containers
+    volumes = spec.run_kwargs()["volumes"]
+    assert volumes[str(model)] == {"bind": str(model), "mode": "ro"}
+    # The Hugging Face cache stays writable: the engine downloads into it.
+    assert volumes[dk.host_hf_cache()]["mode"] == "rw"
+
+
 def test_model_is_required() -> None:
     for kind in ("vllm", "sglang", "trtllm", "dynamo"):
         with pytest.raises(ConfigError, match="needs model="):
