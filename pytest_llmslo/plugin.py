@@ -40,6 +40,7 @@ from pytest_llmslo.errors import (
     EngineDiedError,
     EngineStartError,
     EngineUnavailable,
+    LlmSloWarning,
     LoadError,
     LoadInterrupted,
     RegressionError,
@@ -119,7 +120,10 @@ class EngineFactory:
     """Starts engines by name, once each, and keeps them until ``stop``/``stop_all``.
 
     A start failure is remembered, so every test of that engine reports the same error
-    without starting it again. ``on_start`` is told each new handle (for the report)."""
+    without starting it again. ``on_start`` is told each new handle (for the report).
+    An engine found dead when a test asks for it is started again, at most
+    ``max_restarts`` times per name (``--engine-restarts``); past that its tests error with
+    how it exited and its log tail."""
 
     def __init__(
         self,
@@ -127,13 +131,16 @@ class EngineFactory:
         starter: Callable[[EngineConfig], EngineHandle] | None = None,
         announce: Callable[[str], None] | None = None,
         on_start: Callable[[str, EngineHandle], None] | None = None,
+        max_restarts: int = 1,
     ) -> None:
         self.configs = dict(configs)
         self._starter = starter
         self._announce = announce or (lambda _msg: None)
         self._on_start = on_start
+        self.max_restarts = max_restarts
         self._handles: dict[str, EngineHandle] = {}
         self._failed: dict[str, BaseException] = {}
+        self.restarts: dict[str, int] = {}
 
     def config(self, name: str) -> EngineConfig:
         if name not in self.configs:
@@ -142,17 +149,24 @@ class EngineFactory:
         return self.configs[name]
 
     def get(self, name: str) -> EngineHandle:
-        if name in self._handles:
-            return self._handles[name]
+        """The running engine ``name``: started on first use, restarted when it died."""
+        handle = self._handles.get(name)
+        if handle is not None:
+            if handle.alive():
+                return handle
+            return self._restart(name, handle)
         if name in self._failed:
             raise self._failed[name]
+        return self._start(name)
+
+    def _start(self, name: str, what: str = "starting") -> EngineHandle:
         config = self.config(name)
         starter = self._starter
         if starter is None:
             from pytest_llmslo.engines import start_engine
 
             starter = start_engine
-        self._announce(f"llmslo: starting engine {name} ({config.kind}, {config.runtime}) ...")
+        self._announce(f"llmslo: {what} engine {name} ({config.kind}, {config.runtime}) ...")
         t0 = time.monotonic()
         try:
             handle = starter(config)
@@ -172,6 +186,31 @@ class EngineFactory:
             self._on_start(name, handle)
         return handle
 
+    def _restart(self, name: str, dead: EngineHandle) -> EngineHandle:
+        why = exit_reason(dead)
+        tail = dead.log_tail()
+        self._handles.pop(name, None)
+        try:
+            dead.stop()
+        except Exception as exc:  # what is left of it must not keep a restart from trying
+            self._announce(f"llmslo: cleaning up dead engine {name} failed: {exc!r}")
+        done = self.restarts.get(name, 0)
+        if done >= self.max_restarts:
+            after = f" after {done} restart(s)" if done else ""
+            err = EngineDiedError(
+                f"engine {name!r} is not running any more: {why}{after}; it is not started "
+                f"again (--engine-restarts={self.max_restarts})",
+                tail,
+            )
+            self._failed[name] = err
+            raise err
+        self.restarts[name] = done + 1
+        self._announce(
+            f"llmslo: engine {name} {why}; restarting it "
+            f"({done + 1} of {self.max_restarts}, --engine-restarts)"
+        )
+        return self._start(name, "restarting")
+
     def running(self) -> dict[str, EngineHandle]:
         return dict(self._handles)
 
@@ -186,6 +225,63 @@ class EngineFactory:
                 self.stop(name)
             except Exception as exc:  # keep stopping the others
                 self._announce(f"llmslo: stopping engine {name} failed: {exc!r}")
+
+
+def exit_reason(handle: EngineHandle) -> str:
+    """How an engine ended (``vllm exited with exit status -9 (killed by SIGKILL)``)."""
+    reason = getattr(handle, "exit_reason", None)
+    if callable(reason):
+        try:
+            return f"exited: {reason()}"
+        except Exception:  # a report detail must not hide the death itself
+            pass
+    return "exited"
+
+
+class EngineRef:
+    """The engine of one name as a test sees it (the ``slo_engine`` fixture): every
+    attribute is the factory's current handle's, so a test that runs after a restart sees
+    the new engine, not the dead one."""
+
+    def __init__(self, factory: EngineFactory, name: str) -> None:
+        self._factory = factory
+        self.name = name
+
+    @property
+    def handle(self) -> EngineHandle:
+        return self._factory.get(self.name)
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._factory.config(self.name)
+
+    @property
+    def base_url(self) -> str:
+        return self.handle.base_url
+
+    @property
+    def model(self) -> str:
+        return self.handle.model
+
+    def version(self) -> str | None:
+        return self.handle.version()
+
+    def metadata(self) -> dict[str, Any]:
+        return self.handle.metadata()
+
+    def alive(self) -> bool:
+        handle = self._factory.running().get(self.name)
+        return handle is not None and handle.alive()
+
+    def log_tail(self, lines: int = 40) -> str:
+        handle = self._factory.running().get(self.name)
+        return "" if handle is None else handle.log_tail(lines)
+
+    def stop(self) -> None:
+        self._factory.stop(self.name)
+
+    def __repr__(self) -> str:
+        return f"<EngineRef {self.name}>"
 
 
 class SloState:
@@ -215,6 +311,8 @@ class SloState:
         self.tolerances: Any = None
         self.suite_property: Callable[[str, object], None] | None = None
         self.disabled_reason: str | None = None
+        self.checked_inputs: set[str] = set()
+        self.write_errors: list[str] = []
         self.dirty = False
 
     # ---- points
@@ -385,6 +483,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _refuse_xdist(config, state)
     try:
         state.engine_configs = _engine_configs(config, state)
+        _check_inputs(state)
     except ConfigError as exc:
         raise _usage(exc) from None
     _load_baseline(state)
@@ -455,6 +554,14 @@ def _engine_configs(config: pytest.Config, state: SloState) -> dict[str, EngineC
             cfg = dataclasses.replace(cfg, model=model or cfg.model)
         if cfg.kind == "sim" and session.sim_profile:
             cfg = dataclasses.replace(cfg, options={**cfg.options, "profile": session.sim_profile})
+        # The readiness probes talk to the engine as the load generator will.
+        d = state.defaults
+        cfg = dataclasses.replace(
+            cfg,
+            api_key_env=d.api_key_env or None,
+            ca_bundle=d.ca_bundle,
+            verify_tls=not d.insecure,
+        )
         if cfg.kind == "external":
             url = session.engine_url or cfg.url
             if not url:
@@ -477,6 +584,62 @@ def _engine_configs(config: pytest.Config, state: SloState) -> dict[str, EngineC
     for ename, items in opts.items():
         out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
     return out
+
+
+def _check_output_path(path: Path, label: str) -> None:
+    """A results file must be writable where it is asked for, checked before anything runs:
+    found out at the end, an hour of measurements would have nowhere to go."""
+    if path.is_dir():
+        raise ConfigError(f"{label}: {path} is a directory; give a file path, e.g. {path}/run.json")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{label}: {path} cannot be created: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"{label}: {path} is not writable")
+
+
+def _check_inputs(state: SloState) -> None:
+    """Paths, names and files of the session, checked in ``pytest_configure``: a usage error
+    before any engine starts, naming the option and the fix."""
+    session = state.session
+    path = _json_path(state)
+    if path is not None:
+        _check_output_path(path, session.sources.get("slo_json", "--slo-json"))
+    if session.save:
+        from pytest_llmslo import compare
+
+        label = session.sources.get("slo_save", "--slo-save")
+        try:
+            compare.baseline_path(session.save, _baseline_root(state))
+        except ConfigError as exc:
+            raise ConfigError(f"{label}: {exc}") from None
+    _check_test_inputs(state, state.defaults, "")
+
+
+def _check_test_inputs(state: SloState, ts: S.TestSettings, where: str) -> None:
+    """A test's workload (its dataset read as a run would) and TLS files; each distinct
+    one is checked once per session."""
+    from pytest_llmslo import load
+    from pytest_llmslo.tls import make_ssl_context
+
+    fields = ts.workload_fields()
+    key = repr(sorted(fields.items())) + repr((ts.ca_bundle, ts.insecure))
+    if key in state.checked_inputs:
+        return
+    on = f" (test {where})" if where else ""
+    try:
+        load.check_workload(load.WorkloadSpec(**fields))
+    except (WorkloadError, ValueError, TypeError) as exc:
+        src = ts.sources.get("dataset") if fields.get("path") else ts.sources.get("workload")
+        raise ConfigError(f"{src or 'workload'}{on}: {exc}") from None
+    if ts.ca_bundle:
+        try:
+            make_ssl_context(ts.ca_bundle, not ts.insecure)
+        except ConfigError as exc:
+            raise ConfigError(f"{ts.sources.get('ca_bundle', '--ca-bundle')}{on}: {exc}") from None
+    state.checked_inputs.add(key)
 
 
 def _load_baseline(state: SloState) -> None:
@@ -555,6 +718,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     where = metafunc.definition.nodeid
     try:
         settings = _marker_settings(state, metafunc.definition, where)
+        _check_test_inputs(state, settings, where)
     except ConfigError as exc:
         state.marker_errors.append(str(exc))
         return
@@ -667,6 +831,7 @@ def slo_engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory
             state.engine_configs,
             announce=lambda msg: _say(request.config, msg),
             on_start=lambda name, h: _record_engine(state, name, h),
+            max_restarts=state.session.engine_restarts,
         )
     try:
         yield state.factory
@@ -693,7 +858,9 @@ def _record_engine(state: SloState, name: str, handle: EngineHandle) -> None:
 def slo_engine(
     request: pytest.FixtureRequest, slo_engine_factory: EngineFactory
 ) -> Iterator[EngineHandle]:
-    """The running engine of the current test (session-scoped per engine name).
+    """The running engine of the current test (session-scoped per engine name): an
+    ``EngineRef`` whose attributes are those of the engine running now, also after a
+    restart.
 
     A start failure is an error on each of the engine's tests, with the log tail; an engine
     that cannot run here (no docker, GPU, package) skips them with the reason."""
@@ -702,10 +869,10 @@ def slo_engine(
     unavailable: EngineUnavailable | None = None
     failed: Exception | None = None
     try:
-        handle = slo_engine_factory.get(name)
+        slo_engine_factory.get(name)
     except EngineUnavailable as exc:
         unavailable = exc
-    except (EngineStartError, ConfigError) as exc:
+    except (EngineStartError, EngineDiedError, ConfigError) as exc:
         failed = exc
     # Outside the except blocks, so the report shows one message, not a chained traceback.
     if unavailable is not None:
@@ -714,7 +881,7 @@ def slo_engine(
         # An error (not a failure) of each test of this engine, without a traceback.
         pytest.fail(f"engine {name!r} did not start:\n{failed}", pytrace=False)
     try:
-        yield handle
+        yield EngineRef(slo_engine_factory, name)  # type: ignore[misc]
     finally:
         # pytest tears this down when the next test uses another engine: one engine runs
         # at a time, which is what real engines on one set of GPUs need.
@@ -907,9 +1074,12 @@ def _run_level(
     ctx = state.contexts.get(item.nodeid)
     engine = ctx.engine if ctx is not None else handle.config.display_name
     test = ctx.test if ctx is not None else item.nodeid
-    if not handle.alive():
+    if state.factory is not None and engine in state.factory.configs:
+        # The engine running now (restarted when it died during an earlier test).
+        handle = state.factory.get(engine)
+    elif not handle.alive():
         raise EngineDiedError(
-            f"engine {engine!r} is not running any more (it exited during an earlier test)",
+            f"engine {engine!r} is not running any more: {exit_reason(handle)}",
             handle.log_tail(),
         )
     # A marker's model= names the model to request from an engine that serves several;
@@ -922,9 +1092,14 @@ def _run_level(
         model=model,
         endpoint=ts.endpoint,  # type: ignore[arg-type]
         timeout_s=ts.request_timeout_s,
+        connect_timeout_s=ts.connect_timeout_s,
+        first_byte_timeout_s=ts.first_byte_timeout_s,
+        idle_timeout_s=ts.idle_timeout_s,
         ignore_eos=ts.pin_output,
         transport=ts.transport,  # type: ignore[arg-type]
         api_key_env=ts.api_key_env or None,
+        verify_tls=not ts.insecure,
+        ca_bundle=ts.ca_bundle,
     )
     try:
         workload = load.WorkloadSpec(**ts.workload_fields()).for_level(level.mode, level.value)
@@ -949,6 +1124,7 @@ def _run_level(
     warmup = ts.warmup_for(level)
     progress = _Progress(state.config, f"{engine} {level.label}", ts.requests, warmup)
     partial: Run | None = None
+    signame: str | None = None
     try:
         try:
             run = load.run_load_sync(
@@ -958,26 +1134,39 @@ def _run_level(
                 requests=ts.requests,
                 warmup=warmup,
                 duration_s=ts.duration_s,
+                grace_s=ts.grace_s,
+                level_timeout_s=ts.level_bound_s(),
                 progress=progress,
                 meta=meta,
                 thresholds=thresholds,
             )
         except LoadInterrupted as exc:
             partial = exc.run if isinstance(exc.run, Run) else None
+            signame = exc.signal
             raise
     except (LoadInterrupted, KeyboardInterrupt):
+        kept = 0
         if partial is not None:
-            _record(state, ctx, engine, test, level, partial, ts, metrics, sweep, jsonio)
-        progress.close("interrupted")
-        # Ctrl-C stops the session (pytest's own handling); the partial run is kept.
+            _record(state, item, ctx, engine, test, level, partial, ts, metrics, sweep, jsonio)
+            kept = len(partial.records)
+        by = f" by {signame}" if signame else ""
+        progress.close(f"interrupted{by}; the {kept} measured requests are kept")
+        # Ctrl-C and SIGTERM stop the session (pytest's own handling); the partial run is
+        # kept, and the results document is written at session end.
         raise KeyboardInterrupt from None
     progress.close(_run_line(run))
-    _record(state, ctx, engine, test, level, run, ts, metrics, sweep, jsonio)
+    _record(state, item, ctx, engine, test, level, run, ts, metrics, sweep, jsonio)
     if not handle.alive():
+        restart = (
+            "it is restarted for the next test"
+            if state.factory is not None
+            and state.factory.restarts.get(engine, 0) < state.factory.max_restarts
+            else "it is not restarted (--engine-restarts)"
+        )
         raise EngineDiedError(
-            f"engine {engine!r} exited during the load at {level.label}; "
-            f"{len(run.ok_records)} of {len(run.records)} requests completed "
-            "(the results measured so far are kept in the report)",
+            f"engine {engine!r} {exit_reason(handle)} during the load at {level.label}; "
+            f"{len(run.ok_records)} of {len(run.records)} requests completed (the results "
+            f"measured so far are kept in the report); {restart}",
             handle.log_tail(),
         )
     return run
@@ -985,6 +1174,7 @@ def _run_level(
 
 def _record(
     state: SloState,
+    item: pytest.Item | None,
     ctx: TestContext | None,
     engine: str,
     test: str,
@@ -1000,6 +1190,30 @@ def _record(
         samples = jsonio.compact_samples(run)
     except Exception:  # samples only help later comparisons
         samples = None
+    notes: list[str] = []
+    comparable = True
+    if summary.short_outputs and summary.completed:
+        share = summary.short_outputs / summary.completed
+        text = (
+            f"{summary.short_outputs} of {summary.completed} completed requests "
+            f"({share:.0%}) returned fewer tokens than the pinned output length"
+        )
+        if share > ts.max_short_outputs:
+            comparable = False
+            text += (
+                f", more than the {ts.max_short_outputs:.0%} allowed (--max-short-outputs): "
+                "not comparable; the server ignores ignore_eos/min_tokens, so this level ran "
+                "another workload (use --pin-output=false if that is expected)"
+            )
+            if item is not None:
+                # Located at the test, in pytest's warning summary.
+                item.warn(LlmSloWarning(f"llmslo {engine} {level.label}: {text}"))
+        notes.append(text)
+    if summary.level_timeout:
+        notes.append(
+            f"cut by the level's time bound ({ts.level_bound_s():g} s, --level-timeout) "
+            f"during {summary.level_timeout}"
+        )
     point = sweep.SweepPoint(
         engine=engine,
         test=test,
@@ -1008,14 +1222,25 @@ def _record(
         verdict=None,
         samples=samples,
         interrupted=bool(run.meta.get("interrupted", False)),
+        comparable=comparable,
+        notes=tuple(notes),
     )
     return state.add_point(ctx, run, point)
 
 
 def _run_line(run: Run) -> str:
+    from pytest_llmslo import metrics
+
     ok = len(run.ok_records)
     n = len(run.records)
     line = f"{ok}/{n} requests ok in {run.duration_s:.1f} s"
+    timeout = run.meta.get("level_timeout")
+    if isinstance(timeout, Mapping):
+        line += f" [cut by the level's time bound during {timeout.get('phase')}]"
+    if ok < n:
+        top = metrics.failure_messages(run, 1)
+        if top:
+            line += f" [most failures: {top[0]}]"
     if not run.health.valid:
         line += " [client-limited: " + "; ".join(run.health.reasons) + "]"
     return line
@@ -1060,13 +1285,19 @@ class _Progress:
     def __call__(self, p: Any) -> None:
         now = time.monotonic()
         # On a terminal every half second; in a log (-v without a TTY) only the final line.
-        if not self.tty or now - self.last < 0.5:
+        if not self.tty or (now - self.last < 0.5 and p.phase != "calibrating"):
             return
         self.last = now
-        phase = "warm-up" if p.warmup else "measuring"
-        self._write(
-            f"{phase} {p.done}/{p.total} ({p.failed} failed) {p.elapsed_s:.0f} s", final=False
-        )
+        if p.phase == "calibrating":
+            text = "calibrating prompt lengths"
+        else:
+            text = f"{p.phase} {p.done}/{p.total}"
+            if not p.warmup:
+                text += f" ({p.failed} failed)"
+        text += f" {p.elapsed_s:.0f} s"
+        if p.left_s is not None:
+            text += f", level bound in {p.left_s:.0f} s"
+        self._write(text, final=False)
 
     def close(self, text: str) -> None:
         self._write(text, final=True)
@@ -1124,6 +1355,17 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
             item.add_report_section("call", "llmslo", "\n".join(_test_summary_lines(state, ctx)))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """An engine that died (or did not start) is reported by what happened to it (how it
+    exited, its log tail), not by a Python traceback through the plugin."""
+    report = yield
+    excinfo = call.excinfo
+    if report.failed and excinfo is not None and isinstance(excinfo.value, EngineDiedError):
+        report.longrepr = f"{excinfo.typename}: {excinfo.value}"
+    return report
+
+
 def _extend_safely(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
     """The extension never changes the test's outcome; a problem there becomes a note."""
     try:
@@ -1150,14 +1392,17 @@ def _gate_kwargs(ts: S.TestSettings) -> dict[str, Any]:
             slo.DEFAULT_MIN_ATTAINMENT if ts.min_attainment is None else ts.min_attainment
         ),
         "min_goodput_tok_s": ts.min_goodput_tok_s,
+        "max_error_rate": ts.max_error_rate,
     }
 
 
 def _configured_gate(state: SloState, ctx: TestContext) -> None:
     """After the body: the configured SLO (``--slo``, ini, marker ``objectives=``) when the
-    body asserted none itself; and the session's ``--slo-strict``/``--slo-confidence`` on
-    what the body asserted with the defaults, so a CI gate made strict on the command line
-    cannot pass on a point estimate."""
+    body asserted none itself, and without objectives the error gate (a level where every
+    request failed, or more than ``--slo-max-error-rate`` did, never passes); and the
+    session's ``--slo-strict``/``--slo-confidence`` on what the body asserted with the
+    defaults, so a CI gate made strict on the command line cannot pass on a point
+    estimate."""
     from pytest_llmslo import slo
 
     __tracebackhide__ = True
@@ -1169,6 +1414,17 @@ def _configured_gate(state: SloState, ctx: TestContext) -> None:
     if not ctx.verdicts:
         if ts.objectives:
             slo.assert_goodput(run, *ts.objectives, **_gate_kwargs(ts))
+            return
+        verdict = slo.evaluate(run, (), max_error_rate=ts.max_error_rate, allow_no_objectives=True)
+        # Only the error gates judge here: a test without objectives asked nothing else.
+        if verdict.problems:
+            state.set_verdict(idx, verdict, ts.confidence)
+            raise SloViolation(
+                verdict.summary_line()
+                + " (no objectives configured: the failure gates alone judged the level)\n"
+                + verdict.format(),
+                verdict,
+            )
         return
     if not (ts.strict or ts.confidence != 0.95):
         return
@@ -1266,6 +1522,11 @@ def _compare(state: SloState, ctx: TestContext) -> None:
     point = state.points[idx]
     baseline, source = state.baseline, state.baseline_source
     capacity = ctx.capacity_result
+    if not point.comparable:
+        key = f"{ctx.engine} {ctx.test} {point.level.label}"
+        reason = "the level is not comparable: " + "; ".join(point.notes)
+        _not_compared(state, ctx, key, reason, f"not compared, {reason}")
+        return
     old_capacity = None
     if capacity is not None:
         key = f"{ctx.engine} {ctx.test} capacity"
@@ -1352,6 +1613,9 @@ def _attach_properties(state: SloState, item: pytest.Item, ctx: TestContext) -> 
         )
     except Exception as exc:  # the report must not change a test's outcome
         props = [("llmslo.error", repr(exc))]
+    if not point.comparable:
+        props.append(("llmslo.comparable", "false"))
+    props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))
     if ctx.comparison is not None:
         props.append(("llmslo.baseline", str(state.baseline_source)))
         props.append(("llmslo.regressed", str(bool(ctx.comparison.regressed)).lower()))
@@ -1383,8 +1647,11 @@ def _test_summary_lines(state: SloState, ctx: TestContext) -> list[str]:
                 f"  {name}: p50 {_fmt(d.p(50))} ms, p99 {_fmt(d.p(99))} ms "
                 f"(upper bound {_fmt(d.ub(99))} ms at {d.confidence:.0%}), n={d.count}"
             )
+        for e in s.errors:
+            lines.append(f"  error {e}")
         if not s.valid:
             lines.append("  INVALID (client-limited): " + "; ".join(s.invalid_reasons))
+        lines.extend(f"  note: {n}" for n in p.notes)
         if p.verdict is not None:
             lines.extend("  " + ln for ln in terminal.render_verdict(p.verdict))
     lines.extend(ctx.notes)
@@ -1505,17 +1772,22 @@ def _resolve_path(state: SloState, text: str, name: str) -> Path:
     return config.invocation_params.dir / path
 
 
-def _write_json(state: SloState, *, complete: bool) -> None:
+def _write_json(state: SloState, *, complete: bool) -> bool:
+    """Write the results document; False (and an error note) when it could not be."""
     from pytest_llmslo.report import jsonio
 
     path = _json_path(state)
     if path is None:
-        return
+        return True
     try:
         jsonio.write_atomic(path, state.document(complete=complete))
         state.dirty = False
     except Exception as exc:
-        state.notes.append(f"could not write {path}: {exc!r}")
+        msg = f"ERROR: could not write the results to {path}: {exc!r}"
+        if msg not in state.write_errors:
+            state.write_errors.append(msg)
+        return False
+    return True
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -1556,12 +1828,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             else:
                 state.notes.append(f"baseline {name!r} saved to {saved}")
         except Exception as exc:
-            state.notes.append(f"could not save baseline {name!r}: {exc!r}")
+            state.write_errors.append(f"ERROR: could not save baseline {name!r}: {exc!r}")
+    if state.write_errors and session.exitstatus == pytest.ExitCode.OK:
+        # Green tests whose numbers were lost are not a success.
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
-    if state is None or not (state.points or state.notes or state.mismatches):
+    if state is None or not (state.points or state.notes or state.mismatches or state.write_errors):
         return
     from pytest_llmslo.report import terminal
 
@@ -1589,6 +1864,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(line)
     for note in state.notes:
         tr.write_line(f"llmslo: {note}")
+    for err in state.write_errors:
+        tr.write_line(f"llmslo: {err}", red=True, bold=True)
     path = _json_path(state)
-    if path is not None and path.exists():
+    if path is not None and path.exists() and not state.write_errors:
         tr.write_line(f"llmslo: results written to {path}")

@@ -123,6 +123,25 @@ def parse_float(text: str) -> float:
     return v
 
 
+def parse_positive_float(text: str) -> float:
+    """A number > 0 (seconds of a timeout: 0 would fail every request at once)."""
+    v = parse_float(str(text).strip().lower().removesuffix("s"))
+    if v == 0:
+        raise ValueError(f"Could not parse value: {text!r}. Must be > 0.")
+    return v
+
+
+def parse_level_timeout(text: str) -> float | None:
+    """Seconds > 0; ``auto`` (or empty) for the default, ``none``/``off`` for no bound
+    (returned as ``math.inf``)."""
+    s = str(text).strip().lower()
+    if s in ("", "auto"):
+        return None
+    if s in ("none", "off"):
+        return math.inf
+    return parse_positive_float(s)
+
+
 def parse_optional_duration(text: str) -> float | None:
     """Seconds; ``0``/``none``/empty mean no duration bound."""
     s = str(text).strip().lower()
@@ -339,6 +358,15 @@ SPECS: tuple[Spec, ...] = (
         repeatable=True,
     ),
     _spec(
+        "engine_restarts",
+        parse_int,
+        1,
+        "Restarts of an engine that died during the session: it is started again for the "
+        "next test, at most this many times (0: never; its later tests then error).",
+        cli="--engine-restarts",
+        metavar="N",
+    ),
+    _spec(
         "sim_profile",
         parse_optional_str,
         None,
@@ -529,7 +557,8 @@ SPECS: tuple[Spec, ...] = (
         "duration",
         parse_optional_duration,
         None,
-        "Time bound per level in seconds (0: none); the level ends at --requests or here.",
+        "Time bound of the measurement per level in seconds (0: none); the level ends at "
+        "--requests or here, and requests in flight get min(30 s, this) to finish.",
         cli="--duration",
         marker="duration",
         metavar="S",
@@ -644,12 +673,93 @@ SPECS: tuple[Spec, ...] = (
     ),
     _spec(
         "request_timeout",
-        parse_float,
+        parse_positive_float,
         600.0,
-        "Per-request timeout in seconds.",
+        "Total deadline of one request in seconds, from send to its last byte.",
         cli="--request-timeout",
         marker="request_timeout",
         metavar="S",
+    ),
+    _spec(
+        "connect_timeout",
+        parse_positive_float,
+        10.0,
+        "Deadline of a connection (TCP and TLS) in seconds.",
+        cli="--connect-timeout",
+        marker="connect_timeout",
+        metavar="S",
+    ),
+    _spec(
+        "first_byte_timeout",
+        parse_positive_float,
+        300.0,
+        "Deadline of a request's first response data in seconds (a loaded engine may queue "
+        "a request for minutes before its prefill).",
+        cli="--first-byte-timeout",
+        marker="first_byte_timeout",
+        metavar="S",
+    ),
+    _spec(
+        "idle_timeout",
+        parse_positive_float,
+        60.0,
+        "A stream that sends no data for this many seconds has stalled and fails as a "
+        "timeout; SSE comments and keep-alives do not count as data.",
+        cli="--idle-timeout",
+        marker="idle_timeout",
+        metavar="S",
+    ),
+    _spec(
+        "level_timeout",
+        parse_level_timeout,
+        None,
+        "Wall-clock bound of one load level in seconds: calibration, warm-up, measurement "
+        "and drain together ('none' for no bound). Default 'auto': 3 x --duration when "
+        "--duration is set, else no bound (each request has its deadlines).",
+        cli="--level-timeout",
+        marker="level_timeout",
+        metavar="S",
+    ),
+    _spec(
+        "max_error_rate",
+        parse_fraction,
+        0.01,
+        "Highest share of failed requests (0..1 or NN%) with which a level can pass; a "
+        "level where every request failed always fails, with or without objectives.",
+        cli="--slo-max-error-rate",
+        marker="max_error_rate",
+        metavar="F",
+    ),
+    _spec(
+        "max_short_outputs",
+        parse_fraction,
+        0.05,
+        "Share of completed requests (0..1 or NN%) allowed to return fewer tokens than the "
+        "pinned output length; above it the level is flagged as not comparable (the server "
+        "ignores ignore_eos/min_tokens, so it ran another workload).",
+        cli="--max-short-outputs",
+        marker="max_short_outputs",
+        metavar="F",
+    ),
+    _spec(
+        "ca_bundle",
+        parse_optional_str,
+        None,
+        "PEM file of the CAs to trust for https engines (load generator and readiness "
+        "probes). Default: the system store (SSL_CERT_FILE and SSL_CERT_DIR honoured).",
+        cli="--ca-bundle",
+        marker="ca_bundle",
+        metavar="PATH",
+    ),
+    _spec(
+        "insecure",
+        parse_bool,
+        False,
+        "Accept any TLS certificate (self-signed test servers).",
+        cli="--insecure",
+        marker="insecure",
+        coerce=_coerce_bool,
+        flag=True,
     ),
     _spec(
         "pin_output",
@@ -775,6 +885,7 @@ class SessionSettings:
     engine_url: str | None = None
     engine_config: str | None = None
     engine_opts: tuple[str, ...] = ()
+    engine_restarts: int = 1
     sim_profile: str | None = None
     json_path: str | None = None
     save: str | None = None
@@ -814,6 +925,14 @@ class TestSettings:
     min_attainment: float | None = None
     min_goodput_tok_s: float | None = None
     request_timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    first_byte_timeout_s: float = 300.0
+    idle_timeout_s: float = 60.0
+    level_timeout_s: float | None = None
+    max_error_rate: float = 0.01
+    max_short_outputs: float = 0.05
+    ca_bundle: str | None = None
+    insecure: bool = False
     client_max_lag_ms: float | None = None
     client_max_cpu: float | None = None
     pin_output: bool = True
@@ -830,6 +949,22 @@ class TestSettings:
         if self.warmup <= 0 or level.mode != "concurrency":
             return self.warmup
         return max(self.warmup, math.ceil(level.value))
+
+    @property
+    def grace_s(self) -> float:
+        """How long requests in flight may finish after the duration bound: 30 s, but no
+        longer than the duration itself (a 5 s level does not wait 30 s for stragglers)."""
+        return min(30.0, self.duration_s) if self.duration_s else 30.0
+
+    def level_bound_s(self) -> float | None:
+        """The wall-clock bound of one level: the setting, or by default (``auto``)
+        3 x duration when a duration is set (calibration and warm-up, measurement, drain:
+        each gets about the duration); None: no bound."""
+        if self.level_timeout_s is not None:
+            return None if math.isinf(self.level_timeout_s) else self.level_timeout_s
+        if self.duration_s:
+            return 3.0 * self.duration_s
+        return None
 
     def workload_fields(self) -> dict[str, Any]:
         """Keyword arguments of ``load.WorkloadSpec`` for this test."""
@@ -882,6 +1017,7 @@ def resolve_session(sources: Sources) -> SessionSettings:
         engine_url=vals["engine_url"],
         engine_config=vals["engine_config"],
         engine_opts=tuple(vals["engine_opt"]),
+        engine_restarts=vals["engine_restarts"],
         sim_profile=vals["sim_profile"],
         json_path=vals["slo_json"],
         save=vals["slo_save"],
@@ -910,6 +1046,20 @@ def split_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> 
     return out
 
 
+def check_marker(marker: Mapping[str, Any], where: str) -> None:
+    """Every marker value must be valid, also one a higher source (CLI, env, ini)
+    overrides: a bad marker is a bug in the test file that must not hide until someone
+    runs it without the override."""
+    for key, value in marker.items():
+        spec = MARKER_KWARGS.get(key)
+        if spec is None:
+            continue  # split_marker rejects unknown keywords, naming the valid ones
+        try:
+            spec.coerce_marker(value)
+        except ValueError as exc:
+            raise ConfigError(f"@pytest.mark.slo({key}=...) on {where}: {exc}") from None
+
+
 def resolve_test(
     sources: Sources,
     marker: Mapping[str, Any] | None = None,
@@ -918,6 +1068,7 @@ def resolve_test(
     """Resolve one test's settings; ``marker`` holds the merged ``slo`` marker keywords
     (from ``split_marker``). Raises ``ConfigError`` naming the source."""
     marker = marker or {}
+    check_marker(marker, where)
     vals: dict[str, Any] = {}
     where_from: dict[str, str] = {}
     found: dict[str, bool] = {}
@@ -955,6 +1106,14 @@ def resolve_test(
         min_attainment=vals["min_attainment"],
         min_goodput_tok_s=vals["min_goodput"],
         request_timeout_s=vals["request_timeout"],
+        connect_timeout_s=vals["connect_timeout"],
+        first_byte_timeout_s=vals["first_byte_timeout"],
+        idle_timeout_s=vals["idle_timeout"],
+        level_timeout_s=vals["level_timeout"],
+        max_error_rate=vals["max_error_rate"],
+        max_short_outputs=vals["max_short_outputs"],
+        ca_bundle=vals["ca_bundle"],
+        insecure=bool(vals["insecure"]),
         client_max_lag_ms=vals["client_max_lag"],
         client_max_cpu=vals["client_max_cpu"],
         pin_output=bool(vals["pin_output"]),

@@ -82,6 +82,9 @@ def testcase_properties(
     latency percentiles (``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``, ``tpot_p50_ms``,
     ``e2e_p99_ms``, ...), ``output_tok_s``, ``total_tok_s``, ``req_s``,
     ``goodput_tok_s``, ``goodput_req_s``, ``attainment``, ``valid``, ``invalid_reasons``,
+    the most frequent error messages (``errors.<n>.{kind,count,message}``), the client's
+    health (``client.{schedule_lag_p99_ms,schedule_lag_max_ms,loop_lag_p99_ms,
+    loop_lag_max_ms,cpu_util,processes}``), ``short_outputs``, ``level_timeout``,
     ``verdict`` (pass/fail/invalid/unchecked), ``strict``, and per objective
     ``slo.<metric_stat>.{objective,op,threshold_ms,observed_ms,bound_ms,count,samples_needed,passed}``.
     """
@@ -106,6 +109,10 @@ def testcase_properties(
     add(property_name("error_rate"), summary.error_rate)
     for kind, count in sorted((summary.failures or {}).items()):
         add(property_name("failures", kind), count)
+    for i, err in enumerate(summary.errors, 1):
+        add(property_name("errors", i, "kind"), err.kind)
+        add(property_name("errors", i, "count"), err.count)
+        add(property_name("errors", i, "message"), err.message)
     add(property_name("duration_s"), summary.duration_s)
     for name, metric, stat in _LATENCIES:
         add(property_name(name), summary_stat(summary, metric, stat))
@@ -120,6 +127,20 @@ def testcase_properties(
     add(property_name("valid"), summary.valid)
     if summary.invalid_reasons:
         add(property_name("invalid_reasons"), "; ".join(summary.invalid_reasons))
+    health = summary.health
+    if health is not None:
+        for name in (
+            "schedule_lag_p99_ms",
+            "schedule_lag_max_ms",
+            "loop_lag_p99_ms",
+            "loop_lag_max_ms",
+            "cpu_util",
+            "processes",
+        ):
+            add(property_name("client", name), getattr(health, name))
+    if summary.output_pinned:
+        add(property_name("short_outputs"), summary.short_outputs)
+    add(property_name("level_timeout"), summary.level_timeout)
 
     add(property_name("verdict"), run_status(summary, verdict))
     if verdict is None:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_WIDTH",
+    "failure_lines",
     "fmt_ms",
     "fmt_pct",
     "fmt_tok",
@@ -182,7 +183,31 @@ def _render_one(
         text = f"{INVALID_MARK} invalid client run (the load generator, not the engine, was the "
         text += f"bottleneck; excluded from knee and Pareto): {reasons}"
         lines.extend(_wrap(text, width))
+    for i in order:
+        for line in failure_lines(sweep[i]):
+            lines.extend(_wrap(line, width))
     return lines
+
+
+def failure_lines(p: SweepPoint) -> list[str]:
+    """Why a level's requests failed (its most frequent error message, with the count of
+    the others) and its notes, one line each; none for a clean level."""
+    s = p.summary
+    out: list[str] = []
+    if s.failed:
+        text = f"  {p.level.label}: {s.failed} of {s.requests} requests failed"
+        if s.errors:
+            text += f": {s.errors[0]}"
+            others = s.failed - s.errors[0].count
+            if others > 0:
+                text += (
+                    f" (and {others} more: "
+                    + ", ".join(f"{k} {v}" for k, v in sorted(s.failures.items()))
+                    + ")"
+                )
+        out.append(text)
+    out.extend(f"  {p.level.label}: {note}" for note in p.notes)
+    return out
 
 
 def _cell(text: str, width: int) -> str:
@@ -240,6 +265,11 @@ def _failed_names(verdict: Verdict) -> list[str]:
             names.append("goodput")
     if verdict.max_error_rate is not None and verdict.error_rate > verdict.max_error_rate:
         names.append("errors")
+    for problem in verdict.problems:
+        if problem.startswith("every request failed"):
+            names.append("all requests failed")
+        elif problem.startswith("no request was measured"):
+            names.append("nothing measured")
     if not names and not verdict.results:
         names.append("no objectives")
     return names

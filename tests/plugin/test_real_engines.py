@@ -24,6 +24,21 @@ def test_chat(slo_run):
     assert_goodput(ttft_p99 < 60000)
 """
 
+# Dynamo 1.6.1's mocker finishes about 1 completion in 300 without streaming any text
+# (docs/engines.md): a ``no_output`` failure, counted as such. That defect, and no other
+# failure, is tolerated: up to 5 % of requests, gated on P90 (one failure in 40 requests
+# makes P99 infinite, as it should).
+DYNAMO_SUITE = """
+import pytest
+from pytest_llmslo import assert_goodput, ttft_p90
+
+@pytest.mark.slo(concurrency=[1, 2])
+def test_chat(slo_run):
+    failed = [r for r in slo_run.records if not r.ok]
+    assert all(r.error_kind == "no_output" for r in failed), [r.error for r in failed]
+    assert_goodput(ttft_p90 < 60000, max_error_rate=0.05)
+"""
+
 
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
@@ -61,10 +76,15 @@ def _config_or_skip(make: Callable[[], EngineConfig]) -> EngineConfig:
 
 
 def _run_slo(
-    pytester: pytest.Pytester, name: str, cfg: EngineConfig, timeout: float, requests: int = 8
+    pytester: pytest.Pytester,
+    name: str,
+    cfg: EngineConfig,
+    timeout: float,
+    requests: int = 8,
+    suite: str = SUITE,
 ) -> None:
     pytester.makefile(".toml", engines=_engine_toml(name, cfg))
-    pytester.makepyfile(test_real=SUITE)
+    pytester.makepyfile(test_real=suite)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--engine-config=engines.toml", f"--engine={name}",
         "--warmup=2", f"--requests={requests}", "--isl=32", "--osl=16", "-rs",
@@ -103,9 +123,9 @@ def test_slo_through_the_plugin_on_vllm_cpu(
 def test_slo_through_the_plugin_on_dynamo_mocker(
     dynamo_cfg: EngineConfig, slo_pytester: pytest.Pytester
 ) -> None:
-    # The mocker streams no text for about 1 completion in 300 (docs/engines.md): 40
-    # requests per level keep one such completion from sinking the 90 % attainment gate.
-    _run_slo(slo_pytester, "dynamo-mocker", dynamo_cfg, timeout=600, requests=40)
+    _run_slo(
+        slo_pytester, "dynamo-mocker", dynamo_cfg, timeout=600, requests=40, suite=DYNAMO_SUITE
+    )
 
 
 @pytest.mark.docker

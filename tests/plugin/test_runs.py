@@ -256,26 +256,49 @@ def test_pareto_across_engines(
     )
 
 
+DIE_AT_C1 = """
+import pytest
+
+@pytest.mark.slo(concurrency=[1, 2])
+def test_chat(slo_run, slo_engine, slo_level):
+    if slo_level.value == 1:
+        slo_engine.handle.alive = lambda: False  # as if the engine process had exited
+"""
+
+
 def test_engine_gone_is_an_error_and_results_are_kept(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:
-    slo_pytester.makepyfile(
-        test_die="""
-        import pytest
-
-        @pytest.mark.slo(concurrency=[1, 2])
-        def test_chat(slo_run, slo_engine, slo_level):
-            if slo_level.value == 1:
-                slo_engine.alive = lambda: False  # as if the engine process had exited
-        """
+    # Restarts off: the engine's later tests error, with a message and no traceback.
+    slo_pytester.makepyfile(test_die=DIE_AT_C1)
+    result = slo_pytester.runpytest_subprocess(
+        *tiny_args("--slo-json=out.json", "--engine-restarts=0")
     )
-    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-json=out.json"))
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*EngineDiedError: engine 'external' is not running any more*"])
+    result.stdout.fnmatch_lines(
+        ["*EngineDiedError: engine 'external' is not running any more: exited*"]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+    result.stdout.no_fnmatch_line("*plugin.py:*")
     import json
 
     doc = json.loads((slo_pytester.path / "out.json").read_text())
     assert [p["level"]["value"] for p in doc["points"]] == [1.0]
+
+
+def test_engine_that_died_is_restarted_for_the_next_test(
+    slo_pytester: pytest.Pytester, tiny_args
+) -> None:
+    slo_pytester.makepyfile(test_die=DIE_AT_C1)
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-json=out.json", "-v"))
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        ["*llmslo: engine external exited*; restarting it (1 of 1, --engine-restarts)*"]
+    )
+    import json
+
+    doc = json.loads((slo_pytester.path / "out.json").read_text())
+    assert [p["level"]["value"] for p in doc["points"]] == [1.0, 2.0]
 
 
 def test_capacity_search_option(slo_pytester: pytest.Pytester, tiny_args) -> None:
