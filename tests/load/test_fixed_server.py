@@ -209,7 +209,7 @@ async def test_multi_token_chunks_with_continuous_usage() -> None:
         )
         stats = json.loads(urllib.request.urlopen(url + "/stats", timeout=5).read())
     for r in run.records:
-        assert r.ok and r.tokens_exact and r.chunk_tokens == (3, 3, 3, 1), r
+        assert r.ok and r.tokens_exact and tuple(r.chunk_tokens) == (3, 3, 3, 1), r
         assert r.completion_tokens == 10 and r.output_tokens == 10
     assert stats["requests"] == 4 and stats["lateness"]["count"] == 16
 
@@ -283,8 +283,10 @@ async def test_tight_thresholds_mark_the_run_invalid(fixed_url: str) -> None:
         warmup=0,
         thresholds=th,
     )
-    assert not run.valid and len(run.health.reasons) == 3
+    # Schedule lag, loop lag, stalls (every 10 ms tick is "late" at 0 ms) and CPU.
+    assert not run.valid and len(run.health.reasons) == 4
     assert "schedule lag" in run.health.reasons[0]
+    assert "event loop stalled" in run.health.reasons[2] and run.health.stalls > 0
 
 
 def test_poisson_open_loop_over_two_processes(fixed_url: str) -> None:
