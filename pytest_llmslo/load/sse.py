@@ -74,6 +74,13 @@ def split_events(
     scan = 0  # buf[:scan] holds no blank line: the search starts there (less one byte)
     carry = b""
     for ts, piece in zip(times, pieces, strict=True):
+        if not buf and not carry:
+            # The usual read: exactly one whole event and nothing pending.
+            n = len(piece)
+            if n > 2 and piece.find(b"\n\n") == n - 2 and b"\r" not in piece:
+                events.append(piece[:-2])
+                ev_times.append(ts)
+                continue
         if carry:
             piece = carry + piece
             carry = b""
@@ -277,6 +284,30 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
     completion_tokens: int | None = None
     finish: str | None = None
     for ts, obj in zip(data_ns, objs, strict=False):
+        # The usual chunk, checked without the general path's calls: one choice whose delta
+        # carries non-empty content, no token ids, usage, finish reason or error. Anything
+        # else (or any doubt) goes through the general path below.
+        if type(obj) is dict and obj.get("usage") is None and obj.get("error") is None:
+            ch = obj.get("choices")
+            if type(ch) is list and ch:
+                c0 = ch[0]
+                if type(c0) is dict and c0.get("finish_reason") is None:
+                    d = c0.get("delta")
+                    if type(d) is dict:
+                        content = d.get("content")
+                        if (
+                            type(content) is str
+                            and content
+                            and c0.get("token_ids") is None
+                            and d.get("token_ids") is None
+                            and obj.get("object") != "error"
+                        ):
+                            chunk_ns.append(ts)
+                            chunk_ids.append(None)
+                            chunk_cum.append(None)
+                            if first_content is None:
+                                first_content = ts
+                            continue
         if not isinstance(obj, dict):
             kind = kind or "malformed"
             error = error or f"chunk is not a JSON object: {_excerpt(json.dumps(obj), 120)}"
