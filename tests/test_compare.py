@@ -42,7 +42,8 @@ def run_with(
     duration_scale: float = 1.0,
 ) -> Run:
     """A run with one request per TTFT value, sent back to back; the first ``failed``
-    requests fail. ``duration_scale`` stretches the window (lower throughput)."""
+    requests fail. ``duration_scale`` stretches the timeline with idle time between the
+    requests (the same requests, lower throughput)."""
     records = []
     t = 0.0
     for i, ttft in enumerate(ttft_ms):
@@ -64,7 +65,8 @@ def run_with(
                 error="HTTP 500" if bad else None,
             )
         )
-        t = (chunks[-1] / MS) + 1.0
+        span = (chunks[-1] / MS) + 1.0 - t
+        t += span * duration_scale
     start = records[0].sent_ns
     end = start + int((records[-1].end_ns - start) * duration_scale)
     return Run(level or LoadLevel.concurrency(1), tuple(records), start, end)

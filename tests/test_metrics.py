@@ -523,3 +523,33 @@ def test_request_values_accepts_stat_names() -> None:
     assert request_values(run, "itl", "mean")[0] == pytest.approx(40.0)
     with pytest.raises(ValueError):
         request_values(run, "itl", "p0")
+
+
+def test_closed_loop_throughput_over_the_steady_window() -> None:
+    # c=4, every request 100 ms with 10 tokens 10 ms apart: the engine delivers 400 tok/s.
+    # 17 requests are four waves and one request alone: over the measured window the lone
+    # last wave reads as 340 tok/s; between the 4th and the last send every slot is busy.
+    from pytest_llmslo.records import LoadLevel, RequestRecord, Run
+
+    ms = 1_000_000
+    recs = []
+    for i in range(17):
+        sent = (i // 4) * 100 * ms
+        chunks = [sent + (k + 1) * 10 * ms for k in range(10)]
+        recs.append(
+            RequestRecord(i, sent, sent, chunks[-1], chunk_ns=chunks, first_content_ns=chunks[0],
+                          completion_tokens=10, status=200, finish_reason="length")
+        )  # fmt: skip
+    run = Run(LoadLevel.concurrency(4), tuple(recs), 0, recs[-1].end_ns)
+    s = summarize(run)
+    assert s.throughput_window == "steady" and s.throughput_window_s == pytest.approx(0.4)
+    assert s.output_tok_s == pytest.approx(400, rel=0.03)
+    measured = 170 / (run.end_ns / 1e9)
+    assert measured == pytest.approx(340, rel=0.01) and s.output_tok_s > measured * 1.1
+    # An open loop, or fewer than two waves, keeps the measured window.
+    assert (
+        summarize(Run(LoadLevel.rate(40), tuple(recs), 0, recs[-1].end_ns)).throughput_window
+        == "measured"
+    )
+    short = Run(LoadLevel.concurrency(16), tuple(recs), 0, recs[-1].end_ns)
+    assert summarize(short).throughput_window == "measured"

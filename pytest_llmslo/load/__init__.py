@@ -8,7 +8,8 @@ See docs/load.md for the semantics (warm-up, duration bound, health checks).
 from __future__ import annotations
 
 from .client import ClientSettings, HttpxTransport, RawExchange, build_record, request_body
-from .runner import HealthThresholds, Progress, auto_processes, run_load, run_load_sync
+from .health import HealthThresholds
+from .runner import EarlyStop, Progress, auto_processes, run_load, run_load_sync
 from .schedule import arrival_offsets_ns
 from .sse import StreamResult, decode_stream, parse_body, split_events
 from .workload import (
@@ -22,6 +23,7 @@ from .workload import (
 
 __all__ = [
     "ClientSettings",
+    "EarlyStop",
     "HealthThresholds",
     "HttpxTransport",
     "LengthModel",

@@ -1,12 +1,20 @@
 """Running a load: closed or open loop, in one or several processes, measured.
 
-``run_load`` builds the prompts and request bodies up front (so nothing but sending and
-timestamping happens during the run), then drives them:
+``run_load`` drives a workload at a level:
 
 - closed loop (``LoadLevel.concurrency(n)``): n slots, each sends its next request as soon
   as its previous one ended; that moment is the request's scheduled time;
 - open loop (``LoadLevel.rate(r, "constant"|"poisson", seed)``): request i is sent at the
   absolute time ``t0 + offsets[i]`` (``schedule.py``), whatever happened before it.
+
+Requests are built by each worker from the workload's seed, index by index
+(``jobs.JobSource``): all of them before the run when they fit a memory budget, else ahead
+of need during it, in slices. A level bounded by ``duration_s`` alone (``requests=None``)
+has no request count at all. Responses are decoded into records after the run, or, past a
+byte budget, during it (``backlog.Backlog``): with several processes the workers ship the
+raw bytes to the parent, which decodes them, so a worker's event loop never decodes at
+all; a lone in-process worker decodes in slices of about a millisecond. No bulk work ever
+holds the loop that takes timestamps, which is what keeps long runs as true as short ones.
 
 Several processes: above a modest load one Python event loop cannot read hundreds of
 streams without its own lag showing up as latency, so the load is split over worker
@@ -18,7 +26,7 @@ overrides the automatic choice (``auto_processes``).
 
 Phases: ``calibrating`` (a few probes that fit prompt lengths to the server), ``warm-up``
 (the first ``warmup`` requests of the sequence, sent and discarded), ``measuring`` and,
-after a duration bound, ``draining``; the progress callback names the phase.
+after a duration bound or an early stop, ``draining``; the progress callback names them.
 
 The level's wall-clock bound (``level_timeout_s``) covers every phase: calibration, warm-up
 and measurement count against it. When it passes, nothing more is sent and the measured
@@ -38,16 +46,21 @@ requests in flight are cut at once, recorded the same way, and ``LoadInterrupted
 carries the partial run. SIGTERM (how CI systems stop a job) is handled like Ctrl-C:
 the level in progress is cut and kept; a second signal interrupts at once.
 
-The client checks itself (``ClientHealth``): schedule lag (sent − scheduled), event-loop
-lag (a ticker every 10 ms, how late it wakes) and CPU (``time.process_time`` per process
-over the run's wall time). ``HealthThresholds`` says when the client, not the engine, was
-the bottleneck; the run is then ``valid=False`` with the reasons.
+Early stop: ``early_stop`` is a callback that sees the decoded records about twice a
+second and returns why the level's verdict is settled (or None); the level then drains like
+at its duration bound: nothing new is sent, the requests in flight finish and are
+measured. ``run.meta["early_stop"]`` keeps the reason.
+
+The client checks itself (``health.py``): schedule lag, event-loop lag and its stalls, CPU.
+``HealthThresholds`` says when the client, not the engine, was the bottleneck; the run is
+then ``valid=False`` with the reasons.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
 import os
 import queue
@@ -58,8 +71,7 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from time import perf_counter_ns
@@ -69,41 +81,47 @@ import numpy as np
 
 from .. import __version__
 from ..errors import LoadError, LoadInterrupted
-from ..records import ClientHealth, LoadLevel, RequestRecord, Run
-from .client import (
-    ClientSettings,
-    RawExchange,
-    build_record,
-    make_transport,
-    new_event_loop,
-    request_body,
-)
-from .schedule import arrival_offsets_ns, split_concurrency, split_round_robin
-from .workload import (
-    LengthModel,
-    WorkloadSpec,
-    build_prompts,
-    calibration_prompts,
-    fit_length_model,
-    overhead_prompts,
-)
+from ..records import LoadLevel, RequestRecord, Run
+from .backlog import DEFAULT_BUDGET, Backlog, Packed, pack
+from .calibrate import calibrate, measure_overhead
+from .client import ClientSettings, RawExchange, Transport, make_transport, new_event_loop
+from .health import HealthThresholds, assess
+from .jobs import Job, JobSource, JobSpec
+from .schedule import arrival_offsets_ns, split_concurrency
+from .workload import LengthModel, WorkloadSpec
 
-_DEFER_BYTES = 128 * 1024 * 1024  # raw response bytes a worker holds before decoding
+__all__ = [
+    "EarlyStop",
+    "HealthThresholds",
+    "Phase",
+    "Progress",
+    "auto_processes",
+    "run_load",
+    "run_load_sync",
+    "worker_main",
+]
+
 _TICK_NS = 10_000_000  # event-loop lag ticker period
+_YOUNG_GC_NS = 200_000_000  # how often the young generations are collected during a run
 _PROGRESS_S = 0.25
+_SHIP_S = 0.05  # how often a worker hands its finished exchanges to the parent
+_EARLY_STOP_EVERY_S = 0.5
 _START_MARGIN_NS = 50_000_000  # t0 this far after every worker said ready
-_READY_TIMEOUT_S = 120.0
+_READY_TIMEOUT_S = 300.0  # workers build their requests before saying ready
 _RESULT_TIMEOUT_S = 60.0  # after cancelling, how long to wait for workers' partial results
 
-
 Phase = Literal["calibrating", "warm-up", "measuring", "draining"]
+
+#: Sees the records decoded so far; returns why the level may stop now, or None.
+EarlyStop = Callable[[Sequence[RequestRecord]], "str | None"]
 
 
 @dataclass(frozen=True, slots=True)
 class Progress:
     """A progress report: ``done`` of ``total`` requests of the current ``phase``
-    (``calibrating``: probes; ``draining``: the duration bound passed, the requests in
-    flight may finish). ``left_s`` is the time to the level's bound, when it has one."""
+    (``total`` 0: bounded by time alone; ``calibrating``: probes; ``draining``: the
+    duration bound passed or the level stopped early, the requests in flight may finish).
+    ``left_s`` is the time to the level's bound, when it has one."""
 
     done: int
     total: int
@@ -114,40 +132,19 @@ class Progress:
     left_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HealthThresholds:
-    """When a run is invalid because the client was the bottleneck.
-
-    - schedule lag P99 above ``max_schedule_lag_p99_ms``: requests left later than planned,
-      so an open loop's rate and a closed loop's concurrency were not what was asked;
-    - event-loop lag P99 above ``max_loop_lag_p99_ms``: callbacks (and so chunk timestamps)
-      ran that late, which would show up as TTFT and ITL;
-    - CPU above ``max_cpu_util`` of a core in any client process: the loop had no slack.
-    """
-
-    max_schedule_lag_p99_ms: float = 10.0
-    max_loop_lag_p99_ms: float = 10.0
-    max_cpu_util: float = 0.9
-
-
-@dataclass(slots=True)
-class _Job:
-    index: int
-    body: bytes
-    isl: int
-    osl: int
-    warmup: bool
-    offset_ns: int = 0
-
-
 @dataclass(slots=True)
 class _Plan:
     worker: int
-    settings: ClientSettings
-    jobs: list[_Job]
+    jobs: JobSpec
     closed: bool
     slots: int
     max_connections: int | None
+    stall_ns: int
+    defer_bytes: int = DEFAULT_BUDGET
+
+    @property
+    def settings(self) -> ClientSettings:
+        return self.jobs.settings
 
 
 @dataclass(slots=True)
@@ -158,10 +155,15 @@ class _WorkerResult:
     cancelled: int = 0
     schedule_lag_ns: list[int] = field(default_factory=list)
     loop_lag_ns: list[int] = field(default_factory=list)
+    stalls: list[tuple[int, int]] = field(default_factory=list)
     cpu_s: float = 0.0
     sys_s: float = 0.0
-    decode_s: float = 0.0
+    decode_s: float = 0.0  # after the run
+    decode_run_s: float = 0.0  # in slices during the run
+    longest_slice_ms: float = 0.0
+    built_during_run: int = 0
     wall_s: float = 0.0
+    t0_ns: int = 0
     hit_level_bound: bool = False
 
 
@@ -198,19 +200,31 @@ async def _sleep_until(t_ns: int) -> None:
         await asyncio.sleep(delay / 1e9)
 
 
-async def _loop_ticker(samples: list[int]) -> None:
+async def _loop_ticker(samples: list[int], stalls: list[tuple[int, int]], stall_ns: int) -> None:
+    """Every 10 ms, how late the loop woke; a wake later than ``stall_ns`` is a stall window
+    from when it should have woken to when the reads held up by the stall were taken.
+    Those reads are processed after the stall, before this wake or, when the stall was a
+    callback that ran just before the ticker in one iteration, in the next iteration: the
+    window ends two iterations later (the first starts with this task, before that
+    iteration's reads), so that it holds them either way."""
     nxt = perf_counter_ns() + _TICK_NS
     while True:
         await _sleep_until(nxt)
         now = perf_counter_ns()
-        samples.append(max(now - nxt, 0))
+        lag = max(now - nxt, 0)
+        samples.append(lag)
+        if lag > stall_ns:
+            for _ in range(2):
+                await asyncio.sleep(0)
+            stalls.append((nxt, perf_counter_ns()))
         nxt = now + _TICK_NS
 
 
 @dataclass(slots=True)
 class _Bound:
     """The time bounds of one worker. The duration's clock starts at the first measured
-    send; ``level_end_ns`` is the level's absolute wall-clock bound (all phases)."""
+    send; ``level_end_ns`` is the level's absolute wall-clock bound (all phases);
+    ``drain_now`` (early stop) ends the sending at once, like the duration bound."""
 
     duration_ns: int | None
     grace_ns: int
@@ -220,6 +234,11 @@ class _Bound:
     def start(self, now_ns: int) -> None:
         if self.duration_ns is not None and self.send_until_ns is None:
             self.send_until_ns = now_ns + self.duration_ns
+
+    def drain_now(self, now_ns: int | None = None) -> None:
+        now_ns = perf_counter_ns() if now_ns is None else now_ns
+        if self.send_until_ns is None or self.send_until_ns > now_ns:
+            self.send_until_ns = now_ns
 
     def expired(self, at_ns: int) -> bool:
         """No request may be sent at ``at_ns``."""
@@ -234,72 +253,91 @@ class _Bound:
             end = self.level_end_ns if end is None else min(end, self.level_end_ns)
         return end
 
-    @property
-    def waiting_to_start(self) -> bool:
-        """The duration's clock has not started (warm-up): its end is still unknown."""
-        return self.duration_ns is not None and self.send_until_ns is None
-
 
 async def _wait_bounded(
     tasks: set[asyncio.Task[None]], waiter: asyncio.Future[Any], bound: _Bound
 ) -> None:
     """Wait for ``tasks`` until they are done, the stop event fires, or the bound's drain
-    ends. Before the duration's clock starts (warm-up) its end is unknown: look again
-    often."""
+    ends. The bound can change while waiting (the duration's clock starts, an early stop
+    drains): look again four times a second."""
     while any(not t.done() for t in tasks) and not waiter.done():
         end = bound.drain_end_ns()
-        if end is None:
-            if not bound.waiting_to_start:
-                await _wait_tasks(tasks, waiter, None)
-                return
-            await _wait_tasks(tasks, waiter, 0.25)
-            continue
-        left = (end - perf_counter_ns()) / 1e9
+        left = 0.25 if end is None else (end - perf_counter_ns()) / 1e9
         if left <= 0:
             return
-        await _wait_tasks(tasks, waiter, min(left, 0.25) if bound.waiting_to_start else left)
+        await _wait_tasks(tasks, waiter, min(left, 0.25))
+
+
+async def _wait_tasks(
+    tasks: set[asyncio.Task[None]], waiter: asyncio.Future[Any], timeout: float | None
+) -> None:
+    """Wait until every task is done, the stop event fires, or the timeout passes."""
+    if timeout is not None and timeout <= 0:
+        return
+    pending = set(tasks)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while pending:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        done, pending_now = await asyncio.wait(
+            [*pending, waiter], timeout=left, return_when=asyncio.FIRST_COMPLETED
+        )
+        if waiter in done:
+            return
+        pending = {t for t in pending_now if t is not waiter}  # type: ignore[misc]
+        # A slot that raised (a bug, not a request failure) must not be swallowed.
+        for t in done:
+            if t is not waiter and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
 
 
 async def _drive(
     plan: _Plan,
+    source: JobSource,
+    transport: Transport,
     t0_ns: int,
     bound: _Bound,
     stop: asyncio.Event,
     counter: _Counter,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    ship: Callable[[Job, int, RawExchange], None] | None = None,
 ) -> _WorkerResult:
-    """Send one worker's jobs; shared by the in-process path and the worker processes."""
-    res = _WorkerResult(plan.worker)
-    transport = make_transport(plan.settings, plan.max_connections)
-    ticker = asyncio.get_running_loop().create_task(_loop_ticker(res.loop_lag_ns))
+    """Send one worker's jobs; shared by the in-process path and the worker processes.
+    The transport is made before ``t0_ns`` is fixed: an httpx client takes tens of
+    milliseconds to set up, which would otherwise delay the first requests past their
+    scheduled time. ``ship`` takes each finished exchange instead of the local backlog
+    (a worker process hands them, undecoded, to the parent)."""
+    res = _WorkerResult(plan.worker, t0_ns=t0_ns)
+    loop = asyncio.get_running_loop()
+    ticker = loop.create_task(_loop_ticker(res.loop_lag_ns, res.stalls, plan.stall_ns))
     lags = res.schedule_lag_ns
-    records = res.records
+    backlog = Backlog(plan.worker, plan.defer_bytes, on_record=on_record)
+    deliver = ship or backlog.add
+    built_before = source.built
 
-    # Decoding (SSE split, JSON) waits until the run is over so that it never competes
-    # with reading other streams; past _DEFER_BYTES of raw bodies it runs at once.
-    backlog: list[tuple[_Job, int, RawExchange]] = []
-    backlog_bytes = 0
+    async def housekeeping() -> None:
+        # Decoding past the budget, building jobs ahead of need and collecting young
+        # garbage, a slice at a time.
+        young_at = perf_counter_ns() + _YOUNG_GC_NS
+        while True:
+            busy = False
+            if backlog.over_budget:
+                backlog.decode_slice()
+                busy = True
+            if source.needs_refill():
+                source.refill()
+                busy = True
+            if perf_counter_ns() >= young_at:
+                gc.collect(1)
+                young_at = perf_counter_ns() + _YOUNG_GC_NS
+            await asyncio.sleep(0 if busy else 0.005)
 
-    def decode_backlog() -> None:
-        nonlocal backlog_bytes
-        for job, scheduled, raw in backlog:
-            records.append(
-                build_record(
-                    job.index,
-                    scheduled,
-                    raw,
-                    requested_prompt_tokens=job.isl,
-                    requested_output_tokens=job.osl,
-                    worker=plan.worker,
-                )
-            )
-        backlog.clear()
-        backlog_bytes = 0
-
+    keeper = loop.create_task(housekeeping())
     cut_reason = "cut by the duration bound: still running after the grace period"
 
-    def cut(job: _Job, scheduled: int, raw: RawExchange) -> None:
+    def cut(job: Job, scheduled: int, raw: RawExchange) -> None:
         """Record a measured request cut while in flight, as a ``cancelled`` failure."""
-        nonlocal backlog_bytes
         if job.warmup or not raw.sent_ns:
             return
         raw.end_ns = perf_counter_ns()
@@ -308,11 +346,9 @@ async def _drive(
         counter.done += 1
         counter.failed += 1
         lags.append(raw.sent_ns - scheduled)
-        backlog.append((job, scheduled, raw))
-        backlog_bytes += sum(map(len, raw.pieces))
+        deliver(job, scheduled, raw)
 
-    async def one(job: _Job, scheduled: int) -> None:
-        nonlocal backlog_bytes
+    async def one(job: Job, scheduled: int) -> None:
         raw = RawExchange()
         try:
             await transport.send(job.body, raw)
@@ -327,25 +363,29 @@ async def _drive(
         if raw.kind is not None or not 200 <= raw.status < 300:
             counter.failed += 1
         lags.append(raw.sent_ns - scheduled)
-        backlog.append((job, scheduled, raw))
-        backlog_bytes += sum(map(len, raw.pieces))
-        if backlog_bytes > _DEFER_BYTES:
-            decode_backlog()
+        deliver(job, scheduled, raw)
 
-    jobs = plan.jobs
     tasks: set[asyncio.Task[None]] = set()
+    # A full collection walks every live object (tens of thousands of records and
+    # responses by the end of a run) and held the loop for 50 ms at c=512: no full
+    # collection runs during the run. What existed before it is frozen out of the
+    # collector's sight, and housekeeping collects the young generations, which is where
+    # nearly all garbage dies; the cycles that reach the old one wait for the run's end.
+    gc_was_enabled = gc.isenabled()
+    gc.freeze()
+    gc.disable()
     cpu0 = time.process_time()
     sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     wall0 = perf_counter_ns()
     try:
         await _sleep_until(t0_ns)
         if plan.closed:
-            it = iter(jobs)
 
             async def slot() -> None:
                 scheduled = t0_ns
-                for job in it:
-                    if stop.is_set() or bound.expired(scheduled):
+                while not stop.is_set() and not bound.expired(scheduled):
+                    job = source.next()
+                    if job is None:
                         return
                     if not job.warmup:
                         bound.start(scheduled)
@@ -359,14 +399,14 @@ async def _drive(
         else:
 
             async def scheduler() -> None:
-                for job in jobs:
+                while (job := source.next()) is not None:
                     at = t0_ns + job.offset_ns
                     if bound.expired(at):
                         return
                     if not job.warmup:
                         bound.start(at)
                     await _sleep_until(at)
-                    if stop.is_set():
+                    if stop.is_set() or bound.expired(at):
                         return
                     t = asyncio.ensure_future(one(job, at))
                     tasks.add(t)
@@ -395,41 +435,51 @@ async def _drive(
         res.cpu_s = time.process_time() - cpu0
         res.sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
         res.wall_s = (perf_counter_ns() - wall0) / 1e9
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
+        gc.unfreeze()
+        if gc_was_enabled:
+            gc.enable()
+        for task in (ticker, keeper):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await transport.aclose()
+        res.decode_run_s = backlog.decode_cpu_ns / 1e9
+        res.longest_slice_ms = backlog.longest_slice_ns / 1e6
+        res.built_during_run = source.built - built_before
         d0 = time.process_time()
-        decode_backlog()
+        backlog.drain()
         res.decode_s = time.process_time() - d0
+        res.records = backlog.records
     return res
 
 
-async def _wait_tasks(
-    tasks: set[asyncio.Task[None]], waiter: asyncio.Future[Any], timeout: float | None
-) -> None:
-    """Wait until every task is done, the stop event fires, or the timeout passes."""
-    if timeout is not None and timeout <= 0:
-        return
-    pending = set(tasks)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while pending:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return
-        done, pending_now = await asyncio.wait(
-            [*pending, waiter], timeout=left, return_when=asyncio.FIRST_COMPLETED
-        )
-        if waiter in done:
-            return
-        pending = {t for t in pending_now if t is not waiter}  # type: ignore[misc]
-        # A slot that raised (a bug, not a request failure) must not be swallowed.
-        for t in done:
-            if t is not waiter and not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
-
-
 # -- worker processes ------------------------------------------------------------------
+
+
+class _Outbox:
+    """A worker's messages to the parent, written by a thread of their own: a full socket
+    (the parent busy) blocks that thread, never the event loop that takes timestamps."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="llmslo-outbox", daemon=True)
+        self._thread.start()
+
+    def put(self, msg: tuple[Any, ...]) -> None:
+        self._queue.put(msg)
+
+    def _run(self) -> None:
+        while (msg := self._queue.get()) is not None:
+            try:
+                self._conn.send(msg)
+            except (OSError, ValueError):
+                return  # the parent went away
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Send what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
 
 
 def worker_main(fd: int) -> None:
@@ -439,33 +489,55 @@ def worker_main(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(fd)
+    outbox: _Outbox | None = None
     try:
         plan = conn.recv()
+        source = JobSource(plan.jobs)
+        source.prefill()
+        transport = make_transport(plan.settings, plan.max_connections)
         conn.send(("ready", plan.worker))
         msg = conn.recv()
         if msg[0] != "go":
             return
         _, t0_ns, duration_ns, grace_ns, level_end_ns = msg
+        outbox = _Outbox(conn)
         loop = new_event_loop(plan.settings.event_loop)
         try:
+            bound = _Bound(duration_ns, grace_ns, level_end_ns)
             res = loop.run_until_complete(
-                _worker_async(conn, plan, t0_ns, _Bound(duration_ns, grace_ns, level_end_ns))
+                _worker_async(conn, outbox, plan, source, transport, t0_ns, bound)
             )
         finally:
             loop.close()
-        conn.send(("result", res))
+        outbox.put(("result", res))
+        outbox.close()
     except Exception:
-        with contextlib.suppress(Exception):
-            conn.send(("error", traceback.format_exc()))
+        import traceback
+
+        if outbox is not None:
+            outbox.put(("error", traceback.format_exc()))
+            outbox.close()
+        else:
+            with contextlib.suppress(Exception):
+                conn.send(("error", traceback.format_exc()))
     finally:
         with contextlib.suppress(Exception):
             conn.close()
 
 
-async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, bound: _Bound) -> Any:
+async def _worker_async(
+    conn: Any,
+    outbox: _Outbox,
+    plan: _Plan,
+    source: JobSource,
+    transport: Transport,
+    t0_ns: int,
+    bound: _Bound,
+) -> Any:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     counter = _Counter()
+    finished: list[Packed] = []
 
     def control() -> None:
         # A blocking reader thread rather than loop.add_reader: uvloop makes a watched fd
@@ -475,148 +547,45 @@ async def _worker_async(conn: Any, plan: _Plan, t0_ns: int, bound: _Bound) -> An
                 msg = conn.recv()
             except (EOFError, OSError):
                 msg = ("stop",)  # the parent went away
-            if msg[0] == "stop":
-                with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(RuntimeError):
+                if msg[0] == "drain":
+                    loop.call_soon_threadsafe(bound.drain_now)
+                    continue
+                if msg[0] == "stop":
                     loop.call_soon_threadsafe(stop.set)
+            if msg[0] == "stop":
                 return
 
     threading.Thread(target=control, name="llmslo-control", daemon=True).start()
 
+    def ship(job: Job, scheduled: int, raw: RawExchange) -> None:
+        finished.append(pack(job.index, job.isl, job.osl, scheduled, raw))
+
+    def flush() -> None:
+        if finished:
+            outbox.put(("raw", plan.worker, finished[:]))
+            finished.clear()
+
     async def report() -> None:
+        ticks = 0
         while True:
-            await asyncio.sleep(_PROGRESS_S)
-            conn.send(("progress", plan.worker, counter.done, counter.failed, counter.warm_done))
+            await asyncio.sleep(_SHIP_S)
+            flush()
+            ticks += 1
+            if ticks % round(_PROGRESS_S / _SHIP_S) == 0:
+                outbox.put(
+                    ("progress", plan.worker, counter.done, counter.failed, counter.warm_done)
+                )
 
     reporter = loop.create_task(report())
     try:
-        return await _drive(plan, t0_ns, bound, stop, counter)
+        return await _drive(plan, source, transport, t0_ns, bound, stop, counter, ship=ship)
     finally:
         reporter.cancel()
+        flush()
 
 
 # -- the public entry points -------------------------------------------------------------
-
-
-async def _probe_prompt_tokens(
-    client: ClientSettings, sizes: list[int], texts: list[str]
-) -> tuple[list[int], list[int], list[str]]:
-    """Send each probe text (``max_tokens=1``) and read the server's ``prompt_tokens``.
-    Returns (sizes that got an answer, their prompt_tokens, errors of the others). The
-    first probe without an answer ends the probing: a server that failed or stalled on one
-    will not answer the next, and each try would cost a request deadline."""
-    transport = make_transport(client, 1)
-    sent: list[int] = []
-    tokens: list[int] = []
-    errors: list[str] = []
-    try:
-        for size, text in zip(sizes, texts, strict=True):
-            raw = RawExchange()
-            await transport.send(request_body(client, text, 1), raw)
-            rec = build_record(-1, raw.sent_ns, raw)
-            if rec.prompt_tokens:
-                sent.append(size)
-                tokens.append(rec.prompt_tokens)
-            else:
-                errors.append(rec.error or "no prompt_tokens in usage")
-                break
-    finally:
-        await transport.aclose()
-    return sent, tokens, errors
-
-
-async def _calibrate(
-    client: ClientSettings, workload: WorkloadSpec
-) -> tuple[LengthModel, dict[str, Any]]:
-    """Fit tokens-per-word to the server's reported prompt_tokens with a few probes."""
-    sizes = sorted({max(1, workload.isl // 2), workload.isl, max(2, workload.isl * 3 // 2)})
-    texts = calibration_prompts(workload, sizes)
-    words, tokens, errors = await _probe_prompt_tokens(client, sizes, texts)
-    if not words:
-        return LengthModel(), {"fitted": False, "error": errors[0] if errors else "no probes"}
-    lm = fit_length_model(words, tokens)
-    return lm, {"fitted": True, "probe_words": words, "probe_tokens": tokens, **lm.to_dict()}
-
-
-async def _measure_overhead(
-    client: ClientSettings, workload: WorkloadSpec
-) -> tuple[LengthModel, dict[str, Any]]:
-    """With a tokenizer: the tokens the server adds around a prompt (chat template, BOS).
-
-    Probes of exactly k tokens of the tokenizer are sent (``max_tokens=1``); the server's
-    ``prompt_tokens`` minus k is the overhead. It must be one constant: otherwise the
-    server does not count with this tokenizer, and no overhead is taken."""
-    sizes = sorted({max(1, workload.isl // 2), workload.isl})
-    texts = overhead_prompts(workload, sizes)
-    local, server, errors = await _probe_prompt_tokens(client, sizes, texts)
-    info: dict[str, Any] = {
-        "method": "tokenizer overhead",
-        "probe_tokens": local,
-        "server_prompt_tokens": server,
-    }
-    if not local:
-        info.update(fitted=False, error=errors[0] if errors else "no probes")
-        return LengthModel(), info
-    overheads = {t - k for k, t in zip(local, server, strict=True)}
-    if len(overheads) != 1:
-        info.update(
-            fitted=False,
-            error=(
-                f"the server counted {server} prompt tokens for prompts of {local} tokens "
-                "of the tokenizer: not a constant overhead, so the tokenizer is not the "
-                "server's; prompt lengths follow the tokenizer alone"
-            ),
-        )
-        return LengthModel(), info
-    overhead = overheads.pop()
-    info.update(fitted=True, overhead=overhead)
-    return LengthModel(1.0, float(overhead)), info
-
-
-def _health(results: list[_WorkerResult], th: HealthThresholds, nproc: int) -> ClientHealth:
-    lags = np.array([x for r in results for x in r.schedule_lag_ns], dtype=float) / 1e6
-    loop = np.array([x for r in results for x in r.loop_lag_ns], dtype=float) / 1e6
-    cpu_s = sum(r.cpu_s for r in results)
-    util = max((r.cpu_s / r.wall_s for r in results if r.wall_s > 0), default=0.0)
-    s50 = float(np.percentile(lags, 50)) if lags.size else 0.0
-    s99 = float(np.percentile(lags, 99)) if lags.size else 0.0
-    smax = float(lags.max()) if lags.size else 0.0
-    l99 = float(np.percentile(loop, 99)) if loop.size else 0.0
-    lmax = float(loop.max()) if loop.size else 0.0
-    reasons = []
-    # Lag with a busy process is the client's own load; lag with an idle one means the
-    # process did not get the CPU (other work on the machine), which is as fatal.
-    cause = (
-        "client overloaded"
-        if util > 0.5
-        else f"client process starved of CPU: busiest at {util:.0%} of a core"
-    )
-    if s99 > th.max_schedule_lag_p99_ms:
-        reasons.append(
-            f"schedule lag P99 {s99:.1f} ms > {th.max_schedule_lag_p99_ms:g} ms: requests "
-            f"left later than scheduled ({cause})"
-        )
-    if l99 > th.max_loop_lag_p99_ms:
-        reasons.append(
-            f"event-loop lag P99 {l99:.1f} ms > {th.max_loop_lag_p99_ms:g} ms: timestamps "
-            f"were taken late ({cause})"
-        )
-    if util > th.max_cpu_util:
-        reasons.append(
-            f"client CPU {util:.0%} of a core > {th.max_cpu_util:.0%} in one process: the "
-            "client was saturated (use more processes)"
-        )
-    return ClientHealth(
-        schedule_lag_p50_ms=s50,
-        schedule_lag_p99_ms=s99,
-        schedule_lag_max_ms=smax,
-        loop_lag_p99_ms=l99,
-        loop_lag_max_ms=lmax,
-        cpu_s=cpu_s,
-        cpu_util=util,
-        processes=nproc,
-        valid=not reasons,
-        reasons=tuple(reasons),
-    )
 
 
 def _assemble(
@@ -637,8 +606,12 @@ def _assemble(
     meta["client_cpu"] = {
         "cpu_s": sum(r.cpu_s for r in results),
         "sys_s": sum(r.sys_s for r in results),
-        # SSE split and JSON decoding after the run (not in cpu_s: off the hot path).
+        # SSE split and JSON decoding after the run (not in cpu_s: off the hot path), and
+        # what was decoded during it, in slices (in cpu_s).
         "decode_s": sum(r.decode_s for r in results),
+        "decode_during_run_s": sum(r.decode_run_s for r in results),
+        "longest_decode_slice_ms": max((r.longest_slice_ms for r in results), default=0.0),
+        "requests_built_during_run": sum(r.built_during_run for r in results),
         "per_process_util": [r.cpu_s / r.wall_s if r.wall_s else 0.0 for r in results],
     }
     return Run(
@@ -647,7 +620,7 @@ def _assemble(
         start_ns=start,
         end_ns=end,
         warmup_requests=warmup,
-        health=_health(results, th, nproc),
+        health=assess(results, th, nproc),
         meta=meta,
     )
 
@@ -657,7 +630,7 @@ async def run_load(
     workload: WorkloadSpec,
     level: LoadLevel,
     *,
-    requests: int,
+    requests: int | None,
     warmup: int = 200,
     duration_s: float | None = None,
     grace_s: float = 30.0,
@@ -665,11 +638,16 @@ async def run_load(
     progress: Callable[[Progress], None] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: HealthThresholds | None = None,
+    early_stop: EarlyStop | None = None,
+    defer_bytes: int = DEFAULT_BUDGET,
 ) -> Run:
     """Run ``warmup`` + ``requests`` requests of ``workload`` at ``level`` and return the
-    measured ``Run`` (warm-up discarded). See the module docstring for the semantics of
-    the duration bound, the level's time bound, cancellation and health."""
-    if requests < 1:
+    measured ``Run`` (warm-up discarded); ``requests=None`` runs until ``duration_s``.
+    See the module docstring for the duration bound, the level's time bound, early stop,
+    cancellation and health; ``defer_bytes`` is the decoding budget of ``backlog.py``."""
+    if requests is None and duration_s is None:
+        raise LoadError("a level needs a request count, a duration, or both")
+    if requests is not None and requests < 1:
         raise LoadError(f"requests must be >= 1, got {requests}")
     if warmup < 0:
         raise LoadError(f"warmup must be >= 0, got {warmup}")
@@ -680,7 +658,6 @@ async def run_load(
     if level_timeout_s is not None and not level_timeout_s > 0:
         raise LoadError(f"level_timeout_s must be > 0, got {level_timeout_s}")
     th = thresholds or HealthThresholds()
-    total = warmup + requests
     started = time.monotonic()
     level_end_ns = (
         None if level_timeout_s is None else perf_counter_ns() + int(level_timeout_s * 1e9)
@@ -700,11 +677,8 @@ async def run_load(
         "duration_s": duration_s,
         "grace_s": grace_s,
         "level_timeout_s": level_timeout_s,
-        "health_thresholds": {
-            "max_schedule_lag_p99_ms": th.max_schedule_lag_p99_ms,
-            "max_loop_lag_p99_ms": th.max_loop_lag_p99_ms,
-            "max_cpu_util": th.max_cpu_util,
-        },
+        "early_stop": None,
+        "health_thresholds": th.to_dict(),
     }
     run_meta.update(dict(meta or {}))
 
@@ -713,7 +687,7 @@ async def run_load(
     if workload.needs_calibration or workload.measures_overhead:
         if progress is not None:
             progress(Progress(0, 0, 0, 0.0, False, "calibrating", left_s()))
-        probe = _calibrate if workload.needs_calibration else _measure_overhead
+        probe = calibrate if workload.needs_calibration else measure_overhead
         try:
             lm, calibration = await asyncio.wait_for(probe(client, workload), left_s())
         except (asyncio.TimeoutError, TimeoutError):
@@ -723,35 +697,50 @@ async def run_load(
             run_meta["processes"] = 0
             return _assemble(level, [], warmup, run_meta, th, 1)
     run_meta["calibration"] = calibration
-    prompts = build_prompts(workload, total, lm)
-    jobs = [
-        _Job(i, request_body(client, p.text, p.osl), p.isl, p.osl, i < warmup)
-        for i, p in enumerate(prompts)
-    ]
+
     closed = level.mode == "concurrency"
+    total: int | None = None if requests is None else warmup + requests
+    offsets: np.ndarray | None = None
     if not closed:
-        for job, off in zip(jobs, arrival_offsets_ns(level, total), strict=True):
-            job.offset_ns = off
+        # An open loop's schedule is fixed up front; bounded by time alone, it holds the
+        # arrivals of the duration.
+        n = total if total is not None else warmup + math.ceil(level.value * duration_s) + 1  # type: ignore[operator]
+        offsets = np.asarray(arrival_offsets_ns(level, n), dtype=np.int64)
+        total = n
     nproc = client.processes or auto_processes(level, workload.osl, client.resolved_transport)
     if closed:
         nproc = min(nproc, int(level.value))
-    nproc = max(1, min(nproc, total))
+    if total is not None:
+        nproc = min(nproc, total)
+    nproc = max(1, nproc)
     run_meta["processes"] = nproc
     concurrency = int(level.value) if closed else 0
     slots = split_concurrency(concurrency, nproc) if closed else [0] * nproc
-    deal = split_round_robin(total, nproc)
+    per_worker_rate = 0.0 if closed else level.value / nproc
     plans = [
         _Plan(
             worker=w,
-            settings=client,
-            jobs=[jobs[i] for i in deal[w]],
+            jobs=JobSpec(
+                settings=client,
+                workload=workload,
+                length_model=lm,
+                start=w,
+                step=nproc,
+                stop=total,
+                warmup=warmup,
+                offsets=None if offsets is None else offsets[w::nproc],
+                low_water=max(32, 2 * slots[w], math.ceil(2 * per_worker_rate)),
+            ),
             closed=closed,
             slots=slots[w],
             max_connections=slots[w] if closed else None,
+            stall_ns=int(th.max_loop_lag_p99_ms * 1e6),
+            defer_bytes=0 if early_stop is not None else defer_bytes,
         )
         for w in range(nproc)
     ]
     measuring_since: list[float] = []
+    draining: list[bool] = []
 
     def report(done: int, failed: int, warm_done: int) -> None:
         if progress is None:
@@ -764,15 +753,30 @@ async def run_load(
         if not measuring_since:
             measuring_since.append(now)
         phase: Phase = "measuring"
-        if duration_s is not None and now - measuring_since[0] > duration_s:
+        if draining or (duration_s is not None and now - measuring_since[0] > duration_s):
             phase = "draining"
-        progress(Progress(done, requests, failed, elapsed, False, phase, left_s()))
+        progress(Progress(done, requests or 0, failed, elapsed, False, phase, left_s()))
+
+    stopped: list[str] = []
+
+    def watch(records: Sequence[RequestRecord]) -> bool:
+        """Ask the early-stop callback; True when the level should drain now."""
+        if early_stop is None or stopped:
+            return False
+        reason = early_stop(records)
+        if reason:
+            stopped.append(reason)
+            draining.append(True)
+            return True
+        return False
 
     limits = _Limits(*_duration_ns(duration_s, grace_s), level_end_ns)
     if nproc == 1:
-        results = await _run_inprocess(plans[0], limits, report)
+        results = await _run_inprocess(plans[0], limits, report, watch if early_stop else None)
     else:
-        results = await _run_processes(plans, limits, report)
+        results = await _run_processes(plans, limits, report, watch if early_stop else None)
+    if stopped:
+        run_meta["early_stop"] = {"reason": stopped[0]}
     if isinstance(results, _Interrupted):
         run = _assemble(
             level, results.results, warmup, {**run_meta, "interrupted": True}, th, nproc
@@ -816,19 +820,34 @@ async def _run_inprocess(
     plan: _Plan,
     limits: _Limits,
     report: Callable[[int, int, int], None],
+    watch: Callable[[Sequence[RequestRecord]], bool] | None,
 ) -> list[_WorkerResult] | _Interrupted:
     stop = asyncio.Event()
     counter = _Counter()
+    source = JobSource(plan.jobs)
+    source.prefill()
+    transport = make_transport(plan.settings, plan.max_connections)
     t0 = perf_counter_ns() + 1_000_000
     bound = limits.bound()
+    seen: list[RequestRecord] = []
 
     async def reporter() -> None:
+        checked = 0
+        last = time.monotonic()
         while True:
             await asyncio.sleep(_PROGRESS_S)
             report(counter.done, counter.failed, counter.warm_done)
+            now = time.monotonic()
+            if watch is not None and len(seen) > checked and now - last >= _EARLY_STOP_EVERY_S:
+                checked, last = len(seen), now
+                if watch(seen):
+                    bound.drain_now()
 
     rep = asyncio.ensure_future(reporter())
-    task = asyncio.ensure_future(_drive(plan, t0, bound, stop, counter))
+    on_record = seen.append if watch is not None else None
+    task = asyncio.ensure_future(
+        _drive(plan, source, transport, t0, bound, stop, counter, on_record)
+    )
     try:
         res = await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -873,6 +892,7 @@ async def _run_processes(
     plans: list[_Plan],
     limits: _Limits,
     report: Callable[[int, int, int], None],
+    watch: Callable[[Sequence[RequestRecord]], bool] | None,
 ) -> list[_WorkerResult] | _Interrupted:
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
@@ -894,6 +914,41 @@ async def _run_processes(
     results: dict[int, _WorkerResult] = {}
     stats = {p.worker: (0, 0, 0) for p in plans}
     interrupted = False
+    decoded: list[RequestRecord] = []
+    # The workers' finished exchanges, decoded here: past the budget during the run (or
+    # all of them at once with early stop, which needs the values), the rest at the end.
+    backlog = Backlog(
+        budget=sum(p.defer_bytes for p in plans),
+        on_record=decoded.append if watch is not None else None,
+    )
+    drained = False
+    checked = 0
+    last_check = time.monotonic()
+
+    def handle(msg: tuple[Any, ...]) -> None:
+        if msg[0] == "raw":
+            for item in msg[2]:
+                backlog.add_packed(item, msg[1])
+        elif msg[0] == "result":
+            results[msg[1].worker] = msg[1]
+
+    async def decoder() -> None:
+        nonlocal drained, checked, last_check
+        while True:
+            if backlog.over_budget:
+                backlog.decode_slice()
+                await asyncio.sleep(0)
+                continue
+            now = time.monotonic()
+            ready_to_check = now - last_check >= _EARLY_STOP_EVERY_S
+            if watch is not None and not drained and ready_to_check and len(decoded) > checked:
+                checked, last_check = len(decoded), now
+                if watch(decoded):
+                    drained = True
+                    for c in conns:
+                        with contextlib.suppress(Exception):
+                            c.send(("drain",))
+            await asyncio.sleep(0.01)
 
     async def next_msg(timeout: float | None) -> tuple[Any, ...]:
         msg = await asyncio.wait_for(inbox.get(), timeout)
@@ -908,8 +963,7 @@ async def _run_processes(
         return msg
 
     try:
-        # Start all workers at once; sending a plan (all its request bodies) blocks until
-        # the child has started and read it, so each is sent from its own thread.
+        # Start all workers at once; each builds its requests before it says ready.
         started = await asyncio.gather(
             *(loop.run_in_executor(None, _spawn_worker, plan) for plan in plans),
             return_exceptions=True,
@@ -933,35 +987,52 @@ async def _run_processes(
         for c in conns:
             c.send(("go", t0, limits.duration_ns, limits.grace_ns, limits.level_end_ns))
         last = 0.0
-        while len(results) < n:
-            try:
-                msg = await next_msg(None)
-            except asyncio.CancelledError:
-                interrupted = True
-                break
-            if msg[0] == "progress":
-                _, w, done, failed, warm = msg
-                stats[w] = (done, failed, warm)
-                now = time.monotonic()
-                if now - last >= _PROGRESS_S:
-                    last = now
-                    report(*(sum(s[i] for s in stats.values()) for i in range(3)))
-            elif msg[0] == "result":
-                results[msg[1].worker] = msg[1]
+        decoding = loop.create_task(decoder())
+        try:
+            while len(results) < n:
+                try:
+                    msg = await next_msg(None)
+                except asyncio.CancelledError:
+                    interrupted = True
+                    break
+                if msg[0] == "progress":
+                    _, w, done, failed, warm = msg
+                    stats[w] = (done, failed, warm)
+                    now = time.monotonic()
+                    if now - last >= _PROGRESS_S:
+                        last = now
+                        report(*(sum(s[i] for s in stats.values()) for i in range(3)))
+                else:
+                    handle(msg)
+            if interrupted:
+                for c in conns:
+                    with contextlib.suppress(Exception):
+                        c.send(("stop",))
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError, LoadError):
+                    t_end = time.monotonic() + _RESULT_TIMEOUT_S
+                    while len(results) < n:
+                        handle(await next_msg(max(t_end - time.monotonic(), 0.01)))
+        finally:
+            decoding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await decoding
+        d0 = time.process_time()
+        backlog.drain()
+        after_s = time.process_time() - d0
+        by_worker: dict[int, list[RequestRecord]] = {}
+        for rec in backlog.records:
+            by_worker.setdefault(rec.worker, []).append(rec)
+        for w, res in results.items():
+            res.records = by_worker.get(w, [])
+            # What the parent decoded is each worker's share of the decoding.
+            res.decode_s = after_s / max(len(results), 1)
+            res.decode_run_s = backlog.decode_cpu_ns / 1e9 / max(len(results), 1)
+            res.longest_slice_ms = backlog.longest_slice_ns / 1e6
         if interrupted:
-            for c in conns:
-                with contextlib.suppress(Exception):
-                    c.send(("stop",))
-            with contextlib.suppress(asyncio.TimeoutError, TimeoutError, LoadError):
-                t_end = time.monotonic() + _RESULT_TIMEOUT_S
-                while len(results) < n:
-                    msg = await next_msg(max(t_end - time.monotonic(), 0.01))
-                    if msg[0] == "result":
-                        results[msg[1].worker] = msg[1]
             return _Interrupted(list(results.values()))
         # Exact now that the records are decoded (during the run, in-stream errors were
         # not yet known).
-        recs = [r for res in results.values() for r in res.records]
+        recs = backlog.records
         report(len(recs), sum(not r.ok for r in recs), sum(r.warmup_done for r in results.values()))
         return [results[w] for w in sorted(results)]
     finally:
@@ -984,7 +1055,7 @@ def run_load_sync(
     workload: WorkloadSpec,
     level: LoadLevel,
     *,
-    requests: int,
+    requests: int | None,
     warmup: int = 200,
     duration_s: float | None = None,
     grace_s: float = 30.0,
@@ -992,6 +1063,7 @@ def run_load_sync(
     progress: Callable[[Progress], None] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: HealthThresholds | None = None,
+    early_stop: EarlyStop | None = None,
 ) -> Run:
     """``run_load`` on its own event loop, for synchronous callers (fixtures, scripts).
 
@@ -1008,6 +1080,7 @@ def run_load_sync(
         "progress": progress,
         "meta": meta,
         "thresholds": thresholds,
+        "early_stop": early_stop,
     }
     try:
         asyncio.get_running_loop()

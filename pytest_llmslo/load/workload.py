@@ -24,7 +24,8 @@ the server sees exactly ``isl`` prompt tokens. Without a tokenizer, a prompt of 
 assumed to be ``tokens_per_word * n + overhead`` tokens; ``calibrate`` fits those two
 numbers to the server's reported ``prompt_tokens`` for a few probe prompts before the run
 (``runner.py``), so lengths land close to the requested ones on any tokenizer.
-Everything is seeded: the same spec gives the same prompts.
+Everything is seeded: the same spec gives the same prompts. Prompts are built lazily, one
+index at a time (``PromptSource``): prompt i depends on the seed and i alone.
 """
 
 from __future__ import annotations
@@ -342,49 +343,67 @@ def _read_jsonl(path: str) -> list[tuple[str, int | None]]:
     return out
 
 
-def build_prompts(
-    spec: WorkloadSpec, n: int, length_model: LengthModel | None = None
-) -> list[Prompt]:
-    """The first n prompts of the workload (datasets are shuffled with the seed and
-    cycled when shorter than n)."""
-    if n < 0:
-        raise WorkloadError("n must be >= 0")
-    rng = np.random.default_rng(spec.seed)
-    tok = _Tokenizer(spec.tokenizer) if spec.tokenizer else None
-    lm = length_model or LengthModel()
-    osls = draw_lengths(rng, spec.osl, spec.osl_stddev, spec.distribution, n)
+# Streams of the seeded generators apart from the per-request ones (which use the index).
+_PREFIX_STREAM = 1 << 40
+_ORDER_STREAM = (1 << 40) + 1
 
-    if spec.kind in ("sharegpt", "jsonl"):
-        path = os.fspath(spec.path or "")
-        rows = _read_sharegpt(path, tok) if spec.kind == "sharegpt" else _read_jsonl(path)
-        order = rng.permutation(len(rows))
-        out = []
-        for i in range(n):
-            text, osl = rows[int(order[i % len(rows)])]
+
+class PromptSource:
+    """The workload's prompts by index, built on demand.
+
+    Prompt ``i`` comes from a generator seeded with ``(seed, i)`` alone, so it is the same
+    whichever process builds it, in whatever order, and however many come before it: a
+    worker builds the prompts of its own indices, a level bounded by time alone needs no
+    request count, and nothing is built that is not sent. Datasets are read once and taken
+    in a seeded order, cycled when shorter than the run; shared prefixes are built once.
+    """
+
+    def __init__(self, spec: WorkloadSpec, length_model: LengthModel | None = None) -> None:
+        self.spec = spec
+        self.lm = length_model or LengthModel()
+        self._tok = _Tokenizer(spec.tokenizer) if spec.tokenizer else None
+        self._rows: list[tuple[str, int | None]] = []
+        self._order: np.ndarray | None = None
+        self._prefixes: list[str] = []
+        if spec.kind in ("sharegpt", "jsonl"):
+            path = os.fspath(spec.path or "")
+            self._rows = (
+                _read_sharegpt(path, self._tok) if spec.kind == "sharegpt" else _read_jsonl(path)
+            )
+            self._order = np.random.default_rng([spec.seed, _ORDER_STREAM]).permutation(
+                len(self._rows)
+            )
+        elif spec.kind == "shared_prefix":
+            rng = np.random.default_rng([spec.seed, _PREFIX_STREAM])
+            overhead = round(self.lm.overhead) if self._tok else 0
+            prefix_tokens = max(1, spec.prefix_len - overhead)
+            for _ in range(spec.num_prefixes):
+                if self._tok:
+                    words = _words(rng, prefix_tokens * 2 + 8)
+                    self._prefixes.append(self._tok.exact(words, prefix_tokens))
+                else:
+                    self._prefixes.append(" ".join(_words(rng, self.lm.words_for(spec.prefix_len))))
+
+    def prompt(self, i: int) -> Prompt:
+        """Prompt ``i`` (``i >= 0``)."""
+        spec = self.spec
+        tok = self._tok
+        lm = self.lm
+        rng = np.random.default_rng([spec.seed, i])
+        osl = int(draw_lengths(rng, spec.osl, spec.osl_stddev, spec.distribution, 1)[0])
+        if self._order is not None:
+            text, row_osl = self._rows[int(self._order[i % len(self._rows)])]
             isl = tok.count(text) if tok else len(text.split())
-            out.append(Prompt(text, isl, osl if osl is not None else int(osls[i])))
-        return out
-
-    isls = draw_lengths(rng, spec.isl, spec.isl_stddev, spec.distribution, n)
-    # With a tokenizer: the tokens the server adds around the text (chat template, BOS),
-    # measured by the runner; the text itself is that much shorter. Like the fitted
-    # overhead of the word model, it comes off the prefix first.
-    overhead = round(lm.overhead) if tok else 0
-    prefix_tokens = max(1, spec.prefix_len - overhead)
-    prefixes: list[str] = []
-    if spec.kind == "shared_prefix":
-        for _ in range(spec.num_prefixes):
-            if tok:
-                prefixes.append(tok.exact(_words(rng, prefix_tokens * 2 + 8), prefix_tokens))
-            else:
-                prefixes.append(" ".join(_words(rng, lm.words_for(spec.prefix_len))))
-    out = []
-    for i in range(n):
-        isl = int(isls[i])
+            return Prompt(text, isl, row_osl if row_osl is not None else osl)
+        isl = int(draw_lengths(rng, spec.isl, spec.isl_stddev, spec.distribution, 1)[0])
+        # With a tokenizer: the tokens the server adds around the text (chat template, BOS),
+        # measured by the runner; the text itself is that much shorter. Like the fitted
+        # overhead of the word model, it comes off the prefix first.
+        overhead = round(lm.overhead) if tok else 0
         prefix = ""
         body_len = isl
-        if prefixes:
-            prefix = prefixes[i % len(prefixes)]
+        if self._prefixes:
+            prefix = self._prefixes[i % len(self._prefixes)]
             body_len = max(isl - spec.prefix_len, 1)
             isl = spec.prefix_len + body_len
         if tok:
@@ -392,6 +411,7 @@ def build_prompts(
             # text: the space joining prefix and suffix changes how the suffix's first
             # word is tokenized.
             if prefix:
+                prefix_tokens = max(1, spec.prefix_len - overhead)
                 total = max(prefix_tokens + 1, isl - overhead)
                 words = _words(rng, (total - prefix_tokens) * 2 + 8)
                 text = tok.exact(words, total, head=prefix + " ")
@@ -399,14 +419,23 @@ def build_prompts(
                 text = tok.exact(_words(rng, body_len * 2 + 8), max(1, isl - overhead))
         else:
             # The overhead (chat template, BOS) belongs to the whole prompt, not the suffix.
-            words = (
+            words_n = (
                 max(1, round(body_len / lm.tokens_per_word)) if prefix else lm.words_for(body_len)
             )
-            text = " ".join(_words(rng, words))
+            text = " ".join(_words(rng, words_n))
             if prefix:
                 text = f"{prefix} {text}"
-        out.append(Prompt(text, isl, int(osls[i])))
-    return out
+        return Prompt(text, isl, osl)
+
+
+def build_prompts(
+    spec: WorkloadSpec, n: int, length_model: LengthModel | None = None
+) -> list[Prompt]:
+    """The first n prompts of the workload (``PromptSource``)."""
+    if n < 0:
+        raise WorkloadError("n must be >= 0")
+    source = PromptSource(spec, length_model)
+    return [source.prompt(i) for i in range(n)]
 
 
 def calibration_prompts(spec: WorkloadSpec, sizes: Sequence[int]) -> list[str]:

@@ -1,0 +1,146 @@
+"""The requests one load worker sends, built ahead of need.
+
+A worker owns the indices ``start, start + step, ...`` of the workload's sequence (below
+``stop``, or without end for a level bounded by time alone). ``JobSource`` turns each into a
+``Job``: the prompt of that index (``workload.PromptSource``, seeded by the index), its
+encoded request body, its requested lengths, whether it is warm-up, and, in an open loop,
+its arrival offset.
+
+Bodies are built before the run up to a memory budget (``prefill``), so a run of a few
+thousand requests builds nothing while it measures; past that, ``refill`` keeps a buffer
+ahead of the senders in slices of about a millisecond, so building never holds the event
+loop longer than that. ``next`` builds one on the spot only when the buffer ran dry.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from time import perf_counter_ns
+
+import numpy as np
+
+from .client import ClientSettings, request_body
+from .workload import LengthModel, PromptSource, WorkloadSpec
+
+__all__ = ["Job", "JobSource", "JobSpec"]
+
+#: Bodies built before the run, per worker, at most (the rest are built during it).
+PREFILL_BYTES = 128 * 1024 * 1024
+#: Longest stretch ``refill`` builds without yielding to the event loop.
+SLICE_NS = 1_000_000
+
+
+@dataclass(slots=True)
+class Job:
+    index: int
+    body: bytes
+    isl: int
+    osl: int
+    warmup: bool
+    offset_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a worker needs to build its own jobs (sent to worker processes instead of the
+    bodies themselves). ``offsets`` holds the arrival offsets of this worker's indices in
+    order (open loop), else None."""
+
+    settings: ClientSettings
+    workload: WorkloadSpec
+    length_model: LengthModel
+    start: int
+    step: int
+    stop: int | None
+    warmup: int
+    offsets: np.ndarray | None = None
+    low_water: int = 64
+
+    @property
+    def count(self) -> int | None:
+        """How many jobs this worker has (None: no end)."""
+        if self.stop is None:
+            return None
+        return max(0, -(-(self.stop - self.start) // self.step))
+
+
+class JobSource:
+    """This worker's jobs in order (see the module docstring)."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self._prompts = PromptSource(spec.workload, spec.length_model)
+        indices: Iterator[int]
+        if spec.stop is None:
+            indices = itertools.count(spec.start, spec.step)
+        else:
+            indices = iter(range(spec.start, spec.stop, spec.step))
+        self._indices = indices
+        self._position = 0
+        self._buffer: deque[Job] = deque()
+        self._buffered_bytes = 0
+        self.exhausted = False
+        self.built = 0
+
+    def _make(self) -> Job | None:
+        i = next(self._indices, None)
+        if i is None:
+            self.exhausted = True
+            return None
+        spec = self.spec
+        p = self._prompts.prompt(i)
+        offset = 0
+        if spec.offsets is not None:
+            if self._position >= len(spec.offsets):
+                self.exhausted = True
+                return None
+            offset = int(spec.offsets[self._position])
+        self._position += 1
+        self.built += 1
+        body = request_body(spec.settings, p.text, p.osl)
+        return Job(i, body, p.isl, p.osl, i < spec.warmup, offset)
+
+    def _push(self, job: Job) -> None:
+        self._buffer.append(job)
+        self._buffered_bytes += len(job.body)
+
+    def prefill(self, max_bytes: int = PREFILL_BYTES) -> None:
+        """Build jobs before the run: all of them when they fit ``max_bytes``, else up to it
+        (and, without an end, a few buffers' worth)."""
+        limit = self.spec.low_water * 4 if self.spec.stop is None else None
+        while not self.exhausted and self._buffered_bytes < max_bytes:
+            if limit is not None and len(self._buffer) >= limit:
+                return
+            job = self._make()
+            if job is not None:
+                self._push(job)
+
+    def needs_refill(self) -> bool:
+        return not self.exhausted and len(self._buffer) < self.spec.low_water
+
+    def refill(self) -> None:
+        """Build jobs for about ``SLICE_NS`` or until the buffer holds twice the low
+        water mark (a slice of the background refill)."""
+        end = perf_counter_ns() + SLICE_NS
+        high = 2 * self.spec.low_water
+        while not self.exhausted and len(self._buffer) < high and perf_counter_ns() < end:
+            job = self._make()
+            if job is not None:
+                self._push(job)
+
+    def next(self) -> Job | None:
+        """The next job, or None when there are no more."""
+        if self._buffer:
+            job = self._buffer.popleft()
+            self._buffered_bytes -= len(job.body)
+            return job
+        if self.exhausted:
+            return None
+        return self._make()
+
+    def __iter__(self) -> Iterator[Job]:
+        while (job := self.next()) is not None:
+            yield job

@@ -1,0 +1,139 @@
+"""Verdicts that hold on long runs: a stall of the client's loop is caught even when a P99
+of loop lag misses it, prompts are built lazily and reproducibly, a level can be bounded by
+time alone, decoding past its budget runs in bounded slices, and a level can stop early
+once its verdict is settled."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytest_llmslo import metrics, slo
+from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load, run_load_sync
+from pytest_llmslo.load.backlog import Backlog
+from pytest_llmslo.load.client import RawExchange
+from pytest_llmslo.load.health import HealthThresholds, stalled_tokens
+from pytest_llmslo.load.jobs import Job, JobSource, JobSpec
+from pytest_llmslo.load.workload import PromptSource, build_prompts
+from pytest_llmslo.records import LoadLevel, RequestRecord
+
+
+async def test_a_one_second_block_of_the_loop_makes_the_run_invalid(fixed_url: str) -> None:
+    # One block of the event loop: the loop-lag P99 over 10 ms ticks does not move, but
+    # the tokens timestamped right after it carry the block.
+    blocked: list[bool] = []
+
+    def progress(p: object) -> None:
+        if getattr(p, "done", 0) >= 10 and not blocked:
+            blocked.append(True)
+            time.sleep(1.0)  # the progress callback runs on the load's event loop
+
+    client = ClientSettings(fixed_url, "fixed", processes=1)
+    th = HealthThresholds(max_loop_lag_p99_ms=50.0, max_schedule_lag_p99_ms=5000.0)
+    run = await run_load(client, WorkloadSpec(isl=8, osl=20, calibrate=False),
+                         LoadLevel.concurrency(8), requests=60, warmup=0, progress=progress,
+                         thresholds=th)  # fmt: skip
+    assert blocked
+    h = run.health
+    assert not h.valid and h.stalls >= 1 and h.stalled_tokens > 0
+    (reason,) = [r for r in h.reasons if "stalled" in r]
+    assert "longest" in reason and "ms at" in reason and "tokens" in reason
+    assert h.loop_lag_max_ms >= 900
+
+
+def test_stalled_tokens_counts_timestamps_inside_windows() -> None:
+    recs = [RequestRecord(0, 0, 0, 100, chunk_ns=[5, 15, 25, 35]),
+            RequestRecord(1, 0, 0, 100, chunk_ns=[16, 40])]  # fmt: skip
+    assert stalled_tokens(recs, [(10, 20)]) == 2  # 15 and 16
+    assert stalled_tokens(recs, [(10, 20), (30, 40)]) == 4  # 35, 40 too (ends included)
+    assert stalled_tokens(recs, []) == 0
+
+
+def test_prompts_are_built_lazily_and_the_same_for_the_same_seed() -> None:
+    spec = WorkloadSpec(isl=40, osl=7, isl_stddev=8, seed=3)
+    a, b = PromptSource(spec), PromptSource(spec)
+    forward = [a.prompt(i) for i in range(12)]
+    backward = [b.prompt(i) for i in reversed(range(12))][::-1]
+    assert forward == backward == build_prompts(spec, 12)
+    # Far indices cost no more than near ones (nothing is built before them).
+    assert a.prompt(10_000_000).osl == 7
+    assert PromptSource(WorkloadSpec(isl=40, osl=7, isl_stddev=8, seed=4)).prompt(0) != forward[0]
+
+
+def test_a_worker_builds_its_own_indices() -> None:
+    client = ClientSettings("http://127.0.0.1:1", "m")
+    spec = WorkloadSpec(isl=16, osl=4)
+    whole = build_prompts(spec, 10)
+    for w in (0, 1):
+        source = JobSource(JobSpec(client, spec, metrics_lm(), start=w, step=2, stop=10, warmup=3))
+        jobs = list(source)
+        assert [j.index for j in jobs] == list(range(w, 10, 2))
+        assert [j.isl for j in jobs] == [whole[i].isl for i in range(w, 10, 2)]
+        assert [j.warmup for j in jobs] == [j.index < 3 for j in jobs]
+    endless = JobSource(JobSpec(client, spec, metrics_lm(), start=0, step=1, stop=None, warmup=0,
+                                low_water=8))  # fmt: skip
+    endless.prefill()
+    assert not endless.exhausted and endless.needs_refill() is False
+    assert [endless.next().index for _ in range(100)] == list(range(100))  # type: ignore[union-attr]
+
+
+def metrics_lm():  # type: ignore[no-untyped-def]
+    from pytest_llmslo.load.workload import LengthModel
+
+    return LengthModel()
+
+
+def test_backlog_decodes_past_its_budget_in_slices() -> None:
+    body = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n' * 50
+    body += b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
+    backlog = Backlog(0, budget=len(body) * 10, slice_ns=10**12)
+    for i in range(20):
+        raw = RawExchange()
+        raw.sent_ns, raw.status, raw.end_ns = 1, 200, 2
+        raw.times, raw.pieces = [1], [body]
+        backlog.add(Job(i, b"", 8, 50, False), 0, raw)
+    assert backlog.over_budget
+    backlog.decode_slice()
+    # Down to three quarters of the budget, oldest first, and no further.
+    assert [r.index for r in backlog.records] == list(range(13))
+    assert not backlog.over_budget and len(backlog) == 7
+    backlog.drain()
+    assert len(backlog.records) == 20 and all(r.ok for r in backlog.records)
+
+
+def test_a_level_bounded_by_time_alone(fixed_url: str) -> None:
+    client = ClientSettings(fixed_url, "fixed", processes=1)
+    wl = WorkloadSpec(isl=8, osl=20, calibrate=False)
+    level = LoadLevel.concurrency(4)
+    run = run_load_sync(client, wl, level, requests=None, warmup=4, duration_s=1.0)
+    assert run.meta["requests"] is None and len(run.records) > 8
+    assert all(r.ok for r in run.records)
+    with pytest.raises(Exception, match="a request count, a duration, or both"):
+        run_load_sync(client, WorkloadSpec(isl=8, osl=4), LoadLevel.concurrency(1), requests=None)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_early_stop_ends_a_level_whose_violation_is_shown(fixed_url: str, processes: int) -> None:
+    # TTFT is about 50 ms: "ttft_p99 < 20" is violated, and a lower bound shows it after a
+    # few hundred requests of the 5,000 asked for.
+    objectives = (slo.ttft_p99 < 20,)
+    level = LoadLevel.concurrency(32)
+
+    def decide(records: object) -> str | None:
+        from pytest_llmslo.records import Run
+
+        recs = tuple(records)  # type: ignore[arg-type]
+        partial = Run(level, recs, min(r.sent_ns for r in recs), max(r.end_ns for r in recs))
+        return slo.settled(partial, objectives, min_completed=100)
+
+    client = ClientSettings(fixed_url, "fixed", processes=processes)
+    t0 = time.monotonic()
+    run = run_load_sync(client, WorkloadSpec(isl=8, osl=20, calibrate=False), level,
+                        requests=5000, warmup=0, early_stop=decide)  # fmt: skip
+    assert time.monotonic() - t0 < 60
+    assert 100 <= len(run.records) < 5000
+    assert "is violated at 95% confidence" in run.meta["early_stop"]["reason"]
+    # The requests in flight when it stopped finished and were measured: none was cut.
+    assert run.meta["cancelled"] == 0 and all(r.ok for r in run.records)
+    assert metrics.summarize(run).early_stop == run.meta["early_stop"]["reason"]
