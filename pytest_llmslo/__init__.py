@@ -64,6 +64,8 @@ _EXPORTS: dict[str, str] = {
     "LoadInterrupted": "pytest_llmslo.errors",
     "SloViolation": "pytest_llmslo.errors",
     "RegressionError": "pytest_llmslo.errors",
+    "Inconclusive": "pytest_llmslo.errors",
+    "LlmSloWarning": "pytest_llmslo.errors",
 }
 
 __all__ = [  # noqa: RUF022 - grouped by kind, not sorted
@@ -87,7 +89,7 @@ __all__ = [  # noqa: RUF022 - grouped by kind, not sorted
     "EngineConfig", "EngineHandle", "start_engine", "TestSettings",
     # errors
     "LlmSloError", "ConfigError", "EngineUnavailable", "EngineStartError", "EngineDiedError",
-    "LoadInterrupted", "SloViolation", "RegressionError",
+    "LoadInterrupted", "SloViolation", "RegressionError", "Inconclusive", "LlmSloWarning",
 ]  # fmt: skip
 
 

@@ -9,6 +9,8 @@
     │   └── EngineDiedError    it became ready and then exited while a load ran
     ├── LoadError              the load generator could not run a load at all
     │   └── LoadInterrupted    Ctrl-C or cancellation mid-run; ``.run`` keeps what was measured
+    ├── Inconclusive           the client, not the engine, was the bottleneck (after retries):
+    │                          neither a pass nor an SLO failure; the test errors with it
     └── SloViolation           (also an AssertionError) an SLO gate failed; message has the numbers
         └── RegressionError    a comparison against a baseline found a regression
 
@@ -72,6 +74,16 @@ class LoadInterrupted(LoadError):
     def __init__(self, message: str, run: object | None = None) -> None:
         self.run = run
         self.signal: str | None = None
+        super().__init__(message)
+
+
+class Inconclusive(LlmSloError):
+    """The measurement cannot be trusted: the load generator was starved, overloaded or
+    stalled (``verdict.invalid_reasons`` says how), also after the retries. Not an
+    ``AssertionError``: the engine did not fail its SLO, nothing was shown either way."""
+
+    def __init__(self, message: str, verdict: object | None = None) -> None:
+        self.verdict = verdict
         super().__init__(message)
 
 

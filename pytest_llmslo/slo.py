@@ -40,8 +40,15 @@ mean ± z_c·s/√n and says so.
 0.9 by default (the 90 % SLO attainment target of the DistServe evaluation; pass
 ``min_attainment=None`` to only report goodput). ``assert_slo`` checks the aggregate gates
 only, plus ``min_attainment``/``min_goodput_tok_s``/``max_error_rate`` when given. A run the
-load generator flagged invalid (it, not the engine, was the bottleneck) always fails with
-the reason: its numbers would be the client's latency, not the engine's.
+load generator flagged invalid (it, not the engine, was the bottleneck) is neither a pass
+nor a failure: the helpers raise ``Inconclusive`` with the reason, since its numbers
+would be the client's latency, not the engine's.
+
+``settled`` is the early-stop question: is the verdict of a run still in progress already
+known at the confidence? A violation is, when an objective's confidence bound on the far
+side of its threshold is past it (a P99 whose *lower* bound is above a ``<`` threshold), or
+when the failures alone already exceed the error rate of the planned requests; in strict
+mode a pass is, when every objective's gate bound holds.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import metrics
-from .errors import ConfigError, LoadError, SloViolation
+from .errors import ConfigError, Inconclusive, LoadError, SloViolation
 from .metrics import METRICS, ErrorMessage, Stat, parse_stat, stat_name
 from .records import Run
 
@@ -90,6 +97,7 @@ __all__ = [
     "itl_p999",
     "parse_objectives",
     "remove_verdict_listener",
+    "settled",
     "tpot",
     "tpot_mean",
     "tpot_p50",
@@ -829,6 +837,55 @@ def evaluate(
     )
 
 
+def settled(
+    run: Run,
+    objectives: Iterable[Objective | str] | str,
+    *,
+    strict: bool = False,
+    confidence: float = 0.95,
+    max_error_rate: float | None = None,
+    planned: int | None = None,
+    min_completed: int = 100,
+) -> str | None:
+    """Why the verdict of ``run`` (in progress) is already settled, or None (see the module
+    docstring). Percentile objectives only: a mean has no distribution-free bound, so with
+    one among them a pass is never settled early. ``planned`` is the level's request count
+    (None: bounded by time) for the error-rate rule; ``min_completed`` completed requests
+    are needed before anything is settled."""
+    objs = _objectives((objectives,) if isinstance(objectives, str) else objectives)
+    n = len(run.records)
+    completed = sum(1 for r in run.records if r.ok)
+    failed = n - completed
+    if planned and max_error_rate is not None and failed > max_error_rate * planned:
+        return (
+            f"{failed} failed requests already exceed {max_error_rate:.1%} of the {planned} "
+            "planned: the error gate cannot pass"
+        )
+    if completed < min_completed or not objs:
+        return None
+    c = f"{confidence:.0%}"
+    every_holds = True
+    for o in objs:
+        if o.stat == "mean":
+            every_holds = False
+            continue
+        values, _ = metrics.gate_values(run, o.metric, o.upper)
+        q = float(o.stat)
+        _, far = metrics.gate_statistic(values, q, confidence, upper=not o.upper)
+        if far is not None and not o.holds(far):
+            side = "lower" if o.upper else "upper"
+            return (
+                f"{o.label} is violated at {c} confidence: its {side} bound is "
+                f"{_fmt_ms(far)} after {n} requests"
+            )
+        _, near = metrics.gate_statistic(values, q, confidence, upper=o.upper)
+        if near is None or not o.holds(near):
+            every_holds = False
+    if strict and every_holds:
+        return f"every objective holds at {c} confidence (strict bounds) after {n} requests"
+    return None
+
+
 # --------------------------------------------------------------------------- current run
 
 _current: Run | None = None
@@ -891,6 +948,14 @@ def _check(run: Run, objs: tuple[Any, ...], **kwargs: Any) -> Verdict:
     verdict = evaluate(run, objs, **kwargs)
     for cb in list(_listeners):
         cb(run, verdict)
+    if not verdict.run_valid:
+        raise Inconclusive(
+            "inconclusive: the load generator, not the engine, was the bottleneck ("
+            + "; ".join(verdict.invalid_reasons)
+            + "): these numbers are the client's, so the SLO was neither met nor missed\n"
+            + verdict.format(),
+            verdict,
+        )
     if not verdict.passed:
         raise SloViolation(verdict.summary_line() + "\n" + verdict.format(), verdict)
     return verdict

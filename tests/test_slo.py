@@ -291,11 +291,15 @@ def test_message_names_completed_requests_without_output() -> None:
     assert "streamed no" not in ok
 
 
-def test_assert_invalid_run_message() -> None:
+def test_an_invalid_run_is_inconclusive_not_an_slo_failure() -> None:
+    from pytest_llmslo.errors import Inconclusive
+
     run = uniform_run(20, valid=False, reasons=("client CPU 100%",))
-    with pytest.raises(SloViolation, match="client CPU 100%") as info:
-        assert_slo(run, ttft_p99 < 500)
-    assert "run invalid" in str(info.value).splitlines()[0]
+    for helper in (assert_slo, slo.assert_goodput):
+        with pytest.raises(Inconclusive, match="client CPU 100%") as info:
+            helper(run, ttft_p99 < 500)
+        assert not isinstance(info.value, AssertionError)
+        assert str(info.value).startswith("inconclusive: the load generator, not the engine")
 
 
 def test_tracebackhide() -> None:
@@ -414,3 +418,33 @@ def test_bound_uses_requested_confidence() -> None:
     assert r95.samples_needed == 299 and r99.samples_needed == 459
     assert r95.bound is not None and r99.bound is None  # 400 < 459
     assert "bound(99%)" in evaluate(run, [ttft_p99 < 1000], confidence=0.99).format()
+
+
+def test_settled_shows_a_violation_by_its_lower_bound() -> None:
+    from pytest_llmslo.slo import settled
+
+    slow = make_run([steady(i, sent=0, ttft=900, gap=10, n=5) for i in range(400)], start=0, end=1)
+    reason = settled(slow, [ttft_p99 < 500])
+    assert reason and reason.startswith("ttft_p99 < 500 ms is violated at 95% confidence")
+    assert "lower bound is" in reason
+    # Too few completed requests: nothing is settled yet.
+    assert settled(slow, [ttft_p99 < 500], min_completed=500) is None
+    fast = make_run([steady(i, sent=0, ttft=100, gap=10, n=5) for i in range(400)], start=0, end=1)
+    assert settled(fast, [ttft_p99 < 500]) is None  # a pass is settled in strict mode only
+    assert "every objective holds" in (settled(fast, [ttft_p99 < 500], strict=True) or "")
+    # 299 samples make a P99 bound exist: below that even a clear pass is not settled.
+    few = make_run([steady(i, sent=0, ttft=100, gap=10, n=5) for i in range(150)], start=0, end=1)
+    assert settled(few, [ttft_p99 < 500], strict=True) is None
+    # A mean has no distribution-free bound: a pass with one is never settled early.
+    assert settled(fast, [ttft_p99 < 500, ttft.mean < 500], strict=True) is None
+
+
+def test_settled_by_the_error_gate() -> None:
+    from pytest_llmslo.slo import settled
+
+    recs = [steady(i, sent=0, ttft=100, gap=10, n=5) for i in range(20)]
+    recs += [rec(20 + i, sent=0, kind="timeout") for i in range(6)]
+    run = make_run(recs, start=0, end=1)
+    reason = settled(run, [ttft_p99 < 500], max_error_rate=0.01, planned=500)
+    assert reason and "6 failed requests already exceed 1.0% of the 500 planned" in reason
+    assert settled(run, [ttft_p99 < 500], max_error_rate=0.05, planned=500) is None
