@@ -40,6 +40,7 @@ from pytest_llmslo.errors import (
     EngineDiedError,
     EngineStartError,
     EngineUnavailable,
+    Inconclusive,
     LlmSloWarning,
     LoadError,
     LoadInterrupted,
@@ -71,7 +72,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             default = ",".join(str(v) for v in S.DEFAULT_CONCURRENCY)
         helptext = f"{spec.help} Ini: {spec.ini}, env: {spec.env}."
         if spec.cli:
-            kw: dict[str, Any] = {"dest": f"llmslo_{spec.name}", "default": None}
+            unset = None if spec.repeatable else S.UNSET
+            kw: dict[str, Any] = {"dest": f"llmslo_{spec.name}", "default": unset}
             if spec.flag:
                 kw.update(action="store_const", const=True)
             else:
@@ -87,7 +89,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _sources(config: pytest.Config) -> S.Sources:
-    cli = {s.name: config.getoption(f"llmslo_{s.name}", None) for s in S.SPECS if s.cli}
+    given = ((s, config.getoption(f"llmslo_{s.name}", S.UNSET)) for s in S.SPECS if s.cli)
+    cli = {s.name: v for s, v in given if S.cli_given(s, v)}
     ini = {s.ini: config.getini(s.ini) for s in S.SPECS}
     return S.Sources.from_environ(cli, ini)
 
@@ -509,7 +512,7 @@ def _refuse_xdist(config: pytest.Config, state: SloState) -> None:
     markexpr = config.getoption("markexpr", "") or ""
     explicit = SLO_MARKER in markexpr.replace("(", " ").replace(")", " ").split()
     explicit = explicit or any(
-        config.getoption(f"llmslo_{s.name}", None) not in (None, []) for s in S.SPECS if s.cli
+        S.cli_given(s, config.getoption(f"llmslo_{s.name}", S.UNSET)) for s in S.SPECS if s.cli
     )
     if explicit:
         raise pytest.UsageError(reason)
@@ -940,11 +943,35 @@ def slo_run(
         run = found
     else:
         run = _run_level(state, request.node, slo_engine, slo_level, slo_settings)
+    if not run.health.valid:
+        _inconclusive(state, request.node, ctx, run)
     slo.bind_run(run)
     try:
         yield run
     finally:
         slo.unbind_run()
+
+
+def _inconclusive(state: SloState, item: pytest.Item, ctx: TestContext | None, run: Run) -> None:
+    """The client stayed the bottleneck through the retries: the test errors with
+    ``Inconclusive`` (not an SLO failure), its report and properties say so."""
+    __tracebackhide__ = True
+    if ctx is not None:
+        _attach_properties(state, item, ctx)
+        item.add_report_section("setup", "llmslo", "\n".join(_test_summary_lines(state, ctx)))
+    tries = 1 + sum(1 for n in _point_notes(state, run) if n.startswith("try "))
+    raise Inconclusive(
+        f"inconclusive at {run.level.label} after {tries} tr{'y' if tries == 1 else 'ies'}: "
+        "the load generator, not the engine, was the bottleneck ("
+        + "; ".join(run.health.reasons)
+        + "). Nothing was shown about the engine's SLO: run on a quieter machine, with "
+        "more client processes, or at a lower load."
+    )
+
+
+def _point_notes(state: SloState, run: Run) -> tuple[str, ...]:
+    idx = state.run_index.get(id(run))
+    return () if idx is None else state.points[idx].notes
 
 
 @pytest.fixture
@@ -1029,7 +1056,7 @@ def _search_capacity(
     best: tuple[int, Run] | None = None
     last: tuple[int, Run] | None = None
     while (level := search.next_level()) is not None:
-        run = _run_level(state, item, handle, level, ts)
+        run = _run_level(state, item, handle, level, ts, stop_early_on=ts.objectives)
         idx = state.run_index[id(run)]
         verdict = slo.evaluate(run, ts.objectives, **_gate_kwargs(ts))
         state.set_verdict(idx, verdict, ts.confidence)
@@ -1067,7 +1094,12 @@ def _run_level(
     ts: S.TestSettings,
     *,
     extended: bool = False,
+    stop_early_on: tuple[Any, ...] | None = None,
 ) -> Run:
+    """Run one level, retried up to ``ts.retries`` times while the client run is invalid;
+    record it as a point of the test's sweep. ``stop_early_on``: the objectives an early
+    stop watches, for the levels where ``--slo-early-stop=auto`` turns it on (capacity
+    probes, sweep extensions)."""
     from pytest_llmslo import load, metrics, sweep
     from pytest_llmslo.report import jsonio
 
@@ -1121,41 +1153,59 @@ def _run_level(
             max_loop_lag_p99_ms=base.max_loop_lag_p99_ms if lag is None else lag,
             max_cpu_util=base.max_cpu_util if ts.client_max_cpu is None else ts.client_max_cpu,
         )
+    if ts.client_max_stalled != load.HealthThresholds().max_stalled_tokens:
+        base = thresholds or load.HealthThresholds()
+        thresholds = dataclasses.replace(base, max_stalled_tokens=ts.client_max_stalled)
+    early = _early_stop(ts, level, stop_early_on)
     warmup = ts.warmup_for(level)
-    progress = _Progress(state.config, f"{engine} {level.label}", ts.requests, warmup)
-    partial: Run | None = None
-    signame: str | None = None
-    try:
+    tries: list[str] = []
+    for attempt in range(ts.retries + 1):
+        label = f"{engine} {level.label}" + (f" (retry {attempt})" if attempt else "")
+        progress = _Progress(state.config, label, ts.requests or 0, warmup)
+        partial: Run | None = None
+        signame: str | None = None
         try:
-            run = load.run_load_sync(
-                client,
-                workload,
-                level,
-                requests=ts.requests,
-                warmup=warmup,
-                duration_s=ts.duration_s,
-                grace_s=ts.grace_s,
-                level_timeout_s=ts.level_bound_s(),
-                progress=progress,
-                meta=meta,
-                thresholds=thresholds,
-            )
-        except LoadInterrupted as exc:
-            partial = exc.run if isinstance(exc.run, Run) else None
-            signame = exc.signal
-            raise
-    except (LoadInterrupted, KeyboardInterrupt):
-        kept = 0
-        if partial is not None:
-            _record(state, item, ctx, engine, test, level, partial, ts, metrics, sweep, jsonio)
-            kept = len(partial.records)
-        by = f" by {signame}" if signame else ""
-        progress.close(f"interrupted{by}; the {kept} measured requests are kept")
-        # Ctrl-C and SIGTERM stop the session (pytest's own handling); the partial run is
-        # kept, and the results document is written at session end.
-        raise KeyboardInterrupt from None
+            try:
+                run = load.run_load_sync(
+                    client,
+                    workload,
+                    level,
+                    requests=ts.requests,
+                    warmup=warmup,
+                    duration_s=ts.duration_s,
+                    grace_s=ts.grace_s,
+                    level_timeout_s=ts.level_bound_s(),
+                    progress=progress,
+                    meta=meta,
+                    thresholds=thresholds,
+                    early_stop=early,
+                )
+            except LoadInterrupted as exc:
+                partial = exc.run if isinstance(exc.run, Run) else None
+                signame = exc.signal
+                raise
+        except (LoadInterrupted, KeyboardInterrupt):
+            kept = 0
+            if partial is not None:
+                _record(
+                    state, item, ctx, engine, test, level, partial, ts, metrics, sweep, jsonio,
+                    tries,
+                )  # fmt: skip
+                kept = len(partial.records)
+            by = f" by {signame}" if signame else ""
+            progress.close(f"interrupted{by}; the {kept} measured requests are kept")
+            # Ctrl-C and SIGTERM stop the session (pytest's own handling); the partial run
+            # is kept, and the results document is written at session end.
+            raise KeyboardInterrupt from None
+        if run.health.valid or attempt >= ts.retries or not handle.alive():
+            break
+        why = "; ".join(run.health.reasons)
+        tries.append(f"try {attempt + 1} was an invalid client run: {why}")
+        progress.close(
+            f"invalid client run, retrying ({attempt + 1} of {ts.retries}, --slo-retries): {why}"
+        )
     progress.close(_run_line(run))
-    _record(state, item, ctx, engine, test, level, run, ts, metrics, sweep, jsonio)
+    _record(state, item, ctx, engine, test, level, run, ts, metrics, sweep, jsonio, tries)
     if not handle.alive():
         restart = (
             "it is restarted for the next test"
@@ -1184,6 +1234,7 @@ def _record(
     metrics: Any,
     sweep: Any,
     jsonio: Any,
+    tries: list[str] | None = None,
 ) -> int:
     summary = metrics.summarize(run, ts.objectives, confidence=ts.confidence)
     try:
@@ -1214,6 +1265,15 @@ def _record(
             f"cut by the level's time bound ({ts.level_bound_s():g} s, --level-timeout) "
             f"during {summary.level_timeout}"
         )
+    early = run.meta.get("early_stop")
+    if isinstance(early, Mapping):
+        notes.append(
+            f"stopped early after {len(run.records)} requests (--slo-early-stop): "
+            f"{early.get('reason')}"
+        )
+    notes.extend(tries or ())
+    if not summary.valid and tries:
+        notes.append(f"inconclusive after {len(tries) + 1} tries: the client stayed the bottleneck")
     point = sweep.SweepPoint(
         engine=engine,
         test=test,
@@ -1228,6 +1288,40 @@ def _record(
     return state.add_point(ctx, run, point)
 
 
+def _early_stop(
+    ts: S.TestSettings, level: LoadLevel, objectives: tuple[Any, ...] | None
+) -> Callable[[Any], str | None] | None:
+    """The early-stop decision of a level (``slo.settled`` over the records so far), when
+    ``--slo-early-stop`` is ``on``, or ``auto`` and the caller gave the objectives to watch
+    (capacity probes, sweep extensions); None otherwise."""
+    from pytest_llmslo import slo
+
+    watch = objectives if objectives is not None else ts.objectives
+    if ts.early_stop == "off" or not watch:
+        return None
+    if ts.early_stop == "auto" and objectives is None:
+        return None
+
+    def decide(records: Any) -> str | None:
+        partial = Run(
+            level,
+            tuple(records),
+            min(r.sent_ns for r in records),
+            max(r.end_ns for r in records),
+        )
+        return slo.settled(
+            partial,
+            watch,
+            strict=ts.strict,
+            confidence=ts.confidence,
+            max_error_rate=ts.max_error_rate,
+            planned=ts.requests,
+            min_completed=ts.early_stop_min,
+        )
+
+    return decide
+
+
 def _run_line(run: Run) -> str:
     from pytest_llmslo import metrics
 
@@ -1237,6 +1331,8 @@ def _run_line(run: Run) -> str:
     timeout = run.meta.get("level_timeout")
     if isinstance(timeout, Mapping):
         line += f" [cut by the level's time bound during {timeout.get('phase')}]"
+    if isinstance(run.meta.get("early_stop"), Mapping):
+        line += " [stopped early: its verdict was settled]"
     if ok < n:
         top = metrics.failure_messages(run, 1)
         if top:
@@ -1291,7 +1387,7 @@ class _Progress:
         if p.phase == "calibrating":
             text = "calibrating prompt lengths"
         else:
-            text = f"{p.phase} {p.done}/{p.total}"
+            text = f"{p.phase} {p.done}/{p.total}" if p.total else f"{p.phase} {p.done}"
             if not p.warmup:
                 text += f" ({p.failed} failed)"
         text += f" {p.elapsed_s:.0f} s"
@@ -1361,8 +1457,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     exited, its log tail), not by a Python traceback through the plugin."""
     report = yield
     excinfo = call.excinfo
-    if report.failed and excinfo is not None and isinstance(excinfo.value, EngineDiedError):
-        report.longrepr = f"{excinfo.typename}: {excinfo.value}"
+    if report.failed and excinfo is not None:
+        if isinstance(excinfo.value, (EngineDiedError, Inconclusive)):
+            report.longrepr = f"{excinfo.typename}: {excinfo.value}"
     return report
 
 
@@ -1494,9 +1591,11 @@ def _extend(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
             break
         # A level is only that load when it holds at least two rounds of requests.
         level_ts = ts
-        if nxt.mode == "concurrency" and ts.requests < 2 * nxt.value:
+        if nxt.mode == "concurrency" and ts.requests is not None and ts.requests < 2 * nxt.value:
             level_ts = dataclasses.replace(ts, requests=int(2 * nxt.value))
-        run = _run_level(state, item, handle, nxt, level_ts, extended=True)
+        run = _run_level(
+            state, item, handle, nxt, level_ts, extended=True, stop_early_on=tuple(objectives)
+        )
         verdict = slo.evaluate(run, objectives, **gate)
         state.set_verdict(state.run_index[id(run)], verdict, gate["confidence"])
         added.append(nxt.label)

@@ -39,11 +39,30 @@ TRANSPORTS = ("auto", "fast", "httpx")
 WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix")
 DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
 CAPACITY_MODES = ("concurrency", "rate")
+EARLY_STOP_MODES = ("auto", "on", "off")
 # Past the last planned level, at most this many extra levels are run by --slo-extend, so a
 # curve that never drops (an engine far from saturation) cannot extend a session forever.
 MAX_EXTEND_LEVELS = 6
 
 Scope = Literal["session", "test"]
+
+
+class _Unset:
+    """The default of every command-line option: "not given", told apart from a value that
+    parses to None (``--duration=0``, ``--requests=none``), which overrides an ini value."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+UNSET: Any = _Unset()
+
+
+def cli_given(spec: Spec, value: Any) -> bool:
+    """Whether the command line gave ``spec`` (argparse's value for its option)."""
+    if spec.repeatable:
+        return value not in (None, [])
+    return value is not UNSET
 
 
 # --------------------------------------------------------------------------- parsers
@@ -129,6 +148,15 @@ def parse_positive_float(text: str) -> float:
     if v == 0:
         raise ValueError(f"Could not parse value: {text!r}. Must be > 0.")
     return v
+
+
+def parse_request_count(text: str) -> int | None:
+    """A request count > 0, or ``none``/``0`` for none (the level is bounded by
+    ``--duration`` alone)."""
+    t = str(text).strip().lower()
+    if t in ("none", "0", "off", ""):
+        return None
+    return parse_positive_int(t)
 
 
 def parse_level_timeout(text: str) -> float | None:
@@ -546,9 +574,10 @@ SPECS: tuple[Spec, ...] = (
     ),
     _spec(
         "requests",
-        parse_positive_int,
+        parse_request_count,
         500,
-        "Measured requests per level.",
+        "Measured requests per level; 'none' with --duration for a level bounded by time "
+        "alone (its prompts are built as they are needed).",
         cli="--requests",
         marker="requests",
         metavar="N",
@@ -635,6 +664,37 @@ SPECS: tuple[Spec, ...] = (
         metavar="N",
     ),
     _spec(
+        "slo_retries",
+        parse_int,
+        2,
+        "Retries of a level whose run was invalid (the client, not the engine, was the "
+        "bottleneck); still invalid after them, the test ends as inconclusive, an error of "
+        "its own kind, never an SLO failure.",
+        cli="--slo-retries",
+        marker="retries",
+        metavar="N",
+    ),
+    _spec(
+        "slo_early_stop",
+        _choice("early_stop", EARLY_STOP_MODES),
+        "auto",
+        "End a level as soon as its verdict is settled at the confidence: a violation shown "
+        "by a confidence bound, or (strict) a pass; 'auto' is on for capacity searches and "
+        "sweep extensions and off for the levels a comparison reads.",
+        cli="--slo-early-stop",
+        marker="early_stop",
+        choices=EARLY_STOP_MODES,
+    ),
+    _spec(
+        "early_stop_min",
+        parse_positive_int,
+        100,
+        "Completed requests a level needs before an early stop may end it.",
+        cli="--slo-early-stop-min",
+        marker="early_stop_min",
+        metavar="N",
+    ),
+    _spec(
         "min_attainment",
         parse_fraction,
         None,
@@ -661,6 +721,16 @@ SPECS: tuple[Spec, ...] = (
         cli="--client-max-lag",
         marker="client_max_lag",
         metavar="MS",
+    ),
+    _spec(
+        "client_max_stalled",
+        parse_fraction,
+        0.001,
+        "Client health: share of streamed tokens (0..1 or NN%) timestamped inside an "
+        "event-loop stall (a wake later than --client-max-lag) above which a run is invalid.",
+        cli="--client-max-stalled",
+        marker="client_max_stalled",
+        metavar="F",
     ),
     _spec(
         "client_max_cpu",
@@ -817,9 +887,10 @@ def cli_type(spec: Spec) -> Callable[[str], Any]:
 
 @dataclass(frozen=True, slots=True)
 class Sources:
-    """Raw values from each source. ``cli`` holds values argparse already parsed (``None``
-    when a flag was not given; repeatable flags a list of parsed values); ``ini`` holds the
-    raw text of each ini key (``""`` when unset); ``env`` is the process environment."""
+    """Raw values from each source. ``cli`` holds the values argparse parsed for the options
+    that were given (only those: a given value may be None, e.g. ``--duration=0``;
+    repeatable flags a list of parsed values); ``ini`` holds the raw text of each ini key
+    (``""`` when unset); ``env`` is the process environment."""
 
     cli: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -845,9 +916,9 @@ def _lookup(
     spec: Spec, sources: Sources, marker: Mapping[str, Any] | None, where: str
 ) -> tuple[Any, str, bool]:
     """(value, source label, found). Checks the sources in precedence order."""
-    if spec.cli:
-        v = sources.cli.get(spec.name)
-        if v is not None and v != []:
+    if spec.cli and spec.name in sources.cli:
+        v = sources.cli[spec.name]
+        if not (spec.repeatable and v in (None, [])):
             return _flatten_cli(spec, v), spec.cli, True
     raw = sources.env.get(spec.env)
     if raw is not None and raw.strip() != "":
@@ -913,7 +984,7 @@ class TestSettings:
     prefix_len: int = 0
     seed: int = 0
     warmup: int = 200
-    requests: int = 500
+    requests: int | None = 500
     duration_s: float | None = None
     endpoint: str = "chat"
     objectives: tuple[Any, ...] = ()
@@ -924,6 +995,9 @@ class TestSettings:
     capacity_max: float | None = None
     min_attainment: float | None = None
     min_goodput_tok_s: float | None = None
+    retries: int = 2
+    early_stop: str = "auto"
+    early_stop_min: int = 100
     request_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     first_byte_timeout_s: float = 300.0
@@ -935,6 +1009,7 @@ class TestSettings:
     insecure: bool = False
     client_max_lag_ms: float | None = None
     client_max_cpu: float | None = None
+    client_max_stalled: float = 0.001
     pin_output: bool = True
     transport: str = "auto"
     api_key_env: str = "OPENAI_API_KEY"
@@ -1080,6 +1155,11 @@ def resolve_test(
         where_from[spec.name] = label
         found[spec.name] = ok
     levels = _resolve_levels(sources, marker, where, vals, where_from)
+    if vals["requests"] is None and not vals["duration"]:
+        raise ConfigError(
+            f"{where_from['requests']}: a level without a request count needs a duration: "
+            "give --duration (or a request count)"
+        )
     return TestSettings(
         levels=levels,
         model=vals["model"],
@@ -1105,6 +1185,9 @@ def resolve_test(
         capacity_max=vals["capacity_max"],
         min_attainment=vals["min_attainment"],
         min_goodput_tok_s=vals["min_goodput"],
+        retries=vals["slo_retries"],
+        early_stop=vals["slo_early_stop"],
+        early_stop_min=vals["early_stop_min"],
         request_timeout_s=vals["request_timeout"],
         connect_timeout_s=vals["connect_timeout"],
         first_byte_timeout_s=vals["first_byte_timeout"],
@@ -1116,6 +1199,7 @@ def resolve_test(
         insecure=bool(vals["insecure"]),
         client_max_lag_ms=vals["client_max_lag"],
         client_max_cpu=vals["client_max_cpu"],
+        client_max_stalled=vals["client_max_stalled"],
         pin_output=bool(vals["pin_output"]),
         transport=vals["transport"],
         api_key_env=vals["api_key_env"],
@@ -1193,7 +1277,7 @@ def describe(session: SessionSettings, test: TestSettings) -> str:
         f"levels={levels}",
         f"workload={wl}",
         f"warmup={test.warmup}",
-        f"requests={test.requests}",
+        f"requests={test.requests or 'none'}",
     ]
     if test.duration_s:
         parts.append(f"duration={test.duration_s:g}s")

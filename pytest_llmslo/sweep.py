@@ -71,6 +71,14 @@ PointStatus = Literal["pass", "fail", "invalid", "unchecked"]
 
 KneeStatus = Literal["found", "all_passed", "none_passed", "unchecked", "empty"]
 
+#: The point statuses as the reports name them (an invalid run is an inconclusive level).
+OUTCOMES: dict[str, str] = {
+    "pass": "pass",
+    "fail": "fail",
+    "invalid": "inconclusive",
+    "unchecked": "unchecked",
+}
+
 
 # --------------------------------------------------------------------------- points
 
@@ -100,6 +108,13 @@ class SweepPoint:
     def status(self) -> PointStatus:
         return point_status(self)
 
+    @property
+    def outcome(self) -> str:
+        """What the level came to, in the reports' words: ``pass``, ``fail`` (the engine
+        missed its SLO), ``inconclusive`` (the client was the bottleneck: no verdict) or
+        ``unchecked`` (no SLO was asserted)."""
+        return OUTCOMES[point_status(self)]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
@@ -111,6 +126,7 @@ class SweepPoint:
             if self.samples is None
             else {k: list(v) for k, v in self.samples.items()},
             "interrupted": self.interrupted,
+            "outcome": self.outcome,
             "comparable": self.comparable,
             "notes": list(self.notes),
         }

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmslo.sweep import run_status, summary_stat
+from pytest_llmslo.sweep import OUTCOMES, run_status, summary_stat
 
 if TYPE_CHECKING:
     from pytest_llmslo.metrics import RunSummary
@@ -142,7 +142,12 @@ def testcase_properties(
         add(property_name("short_outputs"), summary.short_outputs)
     add(property_name("level_timeout"), summary.level_timeout)
 
-    add(property_name("verdict"), run_status(summary, verdict))
+    status = run_status(summary, verdict)
+    add(property_name("verdict"), status)
+    add(property_name("outcome"), OUTCOMES[status])
+    if summary.early_stop:
+        add(property_name("early_stop"), summary.early_stop)
+    add(property_name("throughput_window"), summary.throughput_window)
     if verdict is None:
         return out
     add(property_name("strict"), verdict.strict)

@@ -138,7 +138,7 @@ def render_constants(constants: Mapping[str, Any]) -> list[str]:
 def _verdict(p: SweepPoint) -> str:
     status = point_status(p)
     if status == "invalid":
-        return "invalid client"
+        return "inconclusive"
     if status == "unchecked":
         return "-"
     if status == "pass":
@@ -210,7 +210,7 @@ def render_sweeps(
             if any(point_status(p) == "invalid" for p in pts):
                 lines.append("")
                 lines.append(
-                    "! invalid client run: the load generator, not the engine, was the "
+                    "! inconclusive: the load generator, not the engine, was the "
                     "bottleneck (excluded from knee and Pareto)"
                 )
     return lines

@@ -11,7 +11,7 @@ For every test (and load mode, when a test was swept in both), one row of two pa
 
 With ``baseline`` points (``llmslo compare``) each engine's baseline sweep is drawn in
 the same colour, dashed and lighter, so old and new can be seen together. Points of an
-invalid client run are hollow; they are not on the frontier. Axes have "nice" ticks
+inconclusive (client-limited) run are hollow; they are not on the frontier. Axes have "nice" ticks
 (1, 2, 5 x 10^k) and labels; a legend heads each row. The output is one standalone SVG
 document (valid XML, all text escaped) with no scripts and no external references.
 """
@@ -249,7 +249,7 @@ def _point_title(engine: str, p: SweepPoint, tag: str) -> str:
     if good is not None:
         parts.append(f"goodput {good:.0f} tok/s")
     if not p.summary.valid:
-        parts.append("invalid client run")
+        parts.append("inconclusive (client-limited)")
     return ", ".join(parts)
 
 

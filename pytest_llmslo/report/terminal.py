@@ -72,7 +72,7 @@ _COLUMNS: tuple[tuple[str, int], ...] = (
 )
 _LEAD = 2  # the marker column and a space
 _GAP = 2  # before the verdict
-_VERDICT_MIN = len("invalid client")
+_VERDICT_MIN = 14  # room for "inconclusive" and a short FAIL list
 # On a narrower terminal the columns first lose a space each, then these go, in this order
 # (the SLO figures, TTFT P99 and goodput, always stay).
 _DROP_ORDER = ("TPOT p50", "TTFT p50", "ITL p50")
@@ -180,8 +180,8 @@ def _render_one(
     invalid = [sweep[i] for i in order if point_status(sweep[i]) == "invalid"]
     if invalid:
         reasons = "; ".join(f"{p.level.label}: {_invalid_reason(p)}" for p in invalid)
-        text = f"{INVALID_MARK} invalid client run (the load generator, not the engine, was the "
-        text += f"bottleneck; excluded from knee and Pareto): {reasons}"
+        text = f"{INVALID_MARK} inconclusive (the load generator, not the engine, was the "
+        text += f"bottleneck: no verdict; excluded from knee and Pareto): {reasons}"
         lines.extend(_wrap(text, width))
     for i in order:
         for line in failure_lines(sweep[i]):
@@ -246,7 +246,7 @@ def sweep_row_cells(p: SweepPoint) -> list[str]:
 def _verdict_cell(p: SweepPoint, width: int) -> str:
     status = point_status(p)
     if status == "invalid":
-        return "invalid client"
+        return "inconclusive"
     if status == "pass":
         return "pass"
     if status == "unchecked" or p.verdict is None:

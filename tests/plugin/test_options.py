@@ -241,3 +241,16 @@ def test_engine_config_file_and_overrides(slo_pytester: pytest.Pytester) -> None
         "-q",
     )
     result.stdout.fnmatch_lines(["*test_cfg[[]big-c1]*"])
+
+
+def test_duration_zero_on_the_command_line_lifts_the_ini_duration(
+    slo_pytester: pytest.Pytester,
+) -> None:
+    ini = "[pytest]\nasyncio_default_fixture_loop_scope = function\nllmslo_duration = 12\n"
+    slo_pytester.makefile(".ini", pytest=ini)
+    slo_pytester.makepyfile(test_a="def test_a(slo_run):\n    pass\n")
+    result = slo_pytester.runpytest_subprocess("--collect-only")
+    result.stdout.fnmatch_lines(["llmslo: *duration=12s*"])
+    result = slo_pytester.runpytest_subprocess("--collect-only", "--duration=0")
+    result.stdout.fnmatch_lines(["llmslo: engines=sim*"])
+    result.stdout.no_fnmatch_line("*duration=*")

@@ -149,3 +149,12 @@ def test_choices_match_the_load_generator() -> None:
 
     assert S.ENDPOINTS == typing.get_args(client.Endpoint)
     assert S.TRANSPORTS == typing.get_args(client.TransportName)
+
+
+def test_a_cli_value_that_parses_to_none_overrides_the_ini() -> None:
+    # --duration=0 and --requests=none lift what an ini file set (examples/pytest.ini
+    # documents --duration=0 for numbers worth trusting).
+    ts = resolve(cli={"duration": None}, ini={"llmslo_duration": "12", "llmslo_requests": "64"})
+    assert ts.duration_s is None and ts.sources["duration"] == "--duration"
+    ts = resolve(cli={"requests": None, "duration": 5.0}, ini={"llmslo_requests": "64"})
+    assert ts.requests is None and ts.duration_s == 5.0

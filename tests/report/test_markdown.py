@@ -71,8 +71,8 @@ def test_report_marks_partial_and_invalid_runs(point_factory):
     text = markdown.render_report(doc)
     assert "> **Partial results**" in text
     rows = table_rows(text, "### sim · `test_chat` · concurrency sweep")
-    assert rows[1][0] == "!" and rows[1][-1] == "invalid client"
-    assert "invalid client run" in text
+    assert rows[1][0] == "!" and rows[1][-1] == "inconclusive"
+    assert "inconclusive: the load generator" in text
 
 
 def test_report_without_points():

@@ -74,8 +74,8 @@ def test_invalid_rows_are_flagged(
     pts.append(point_factory(8, ttft_ms=60.0, valid=False))
     lines = render_sweep("sim", pts)
     row = table_rows(lines)["c8"]
-    assert row.startswith("!") and row.rstrip().endswith("invalid client")
-    note = " ".join(line for line in lines if "invalid client run" in line or "Pareto):" in line)
+    assert row.startswith("!") and row.rstrip().endswith("inconclusive")
+    note = " ".join(line for line in lines if "inconclusive (" in line or "Pareto):" in line)
     assert "c8: schedule lag p99 48.0 ms" in note
     # The invalid c8 passed its objectives but is not the knee.
     assert table_rows(lines)["c4"].startswith("*")
@@ -206,7 +206,7 @@ def test_narrow_terminals_drop_columns_not_the_knee(
     # Columns lose a space each below 96, then TPOT goes below 88.
     assert ("TPOT p50" in sim[1]) is (width >= 88)
     assert ("TTFT p50" in sim[1]) is (width >= 79)
-    assert "FAIL" in rows["c16"] and rows["c48"].endswith("invalid client")
+    assert "FAIL" in rows["c16"] and rows["c48"].endswith("inconclusive")
 
 
 def test_concurrency_and_rate_levels_of_one_test_are_two_sweeps(
@@ -282,10 +282,10 @@ def test_sweep_table_golden() -> None:
         "        c1      40.0      50.0     10.0      11.2        100         100  100.0%  pass",
         "*       c8     200.0     300.0     10.0      11.2        701         690   98.5%  pass",
         "       c16     450.0     700.0     10.0      11.2       1200         300   25.0%  FAIL ttft_p99",  # noqa: E501
-        "!      c32     900.0    1500.0     10.0      11.2       1250           0    0.0%  invalid client",  # noqa: E501
+        "!      c32     900.0    1500.0     10.0      11.2       1250           0    0.0%  inconclusive",  # noqa: E501
         "* knee: c8, goodput 690 tok/s, attainment 98.5% (c16 failed)",
-        "! invalid client run (the load generator, not the engine, was the bottleneck; excluded from knee and",  # noqa: E501
-        "    Pareto): c32: loop lag p99 80.0 ms",
+        "! inconclusive (the load generator, not the engine, was the bottleneck: no verdict; excluded from",  # noqa: E501
+        "    knee and Pareto): c32: loop lag p99 80.0 ms",
     ]
 
 

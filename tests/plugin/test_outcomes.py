@@ -1,0 +1,171 @@
+"""A level ends as a pass, an SLO failure, or inconclusive: an invalid client run is retried,
+and one that stays invalid is an error of its own kind in the terminal, JUnit and JSON,
+never the engine failing its SLO. A level may stop early once its verdict is settled, and
+may be bounded by time alone."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+# Makes the first BAD_TRIES client runs of the session invalid, deterministically: the
+# health assessment is the client's own, so this stands for a starved client.
+INJECT = """
+import dataclasses, os
+import pytest_llmslo.load.runner as runner
+
+_real = runner.assess
+_calls = [0]
+
+def _assess(results, th, nproc):
+    h = _real(results, th, nproc)
+    _calls[0] += 1
+    if _calls[0] <= int(os.environ["BAD_TRIES"]):
+        return dataclasses.replace(h, valid=False, reasons=("client starved (injected)",))
+    return h
+
+runner.assess = _assess
+"""
+
+CHAT = """
+import pytest
+from pytest_llmslo import assert_goodput, ttft_p99
+
+@pytest.mark.slo(concurrency=[2])
+def test_chat(slo_run):
+    assert_goodput(ttft_p99 < 5000)
+"""
+
+
+def test_a_retry_turns_an_invalid_level_valid(slo_pytester, tiny_args, monkeypatch) -> None:
+    monkeypatch.setenv("BAD_TRIES", "1")
+    slo_pytester.makeconftest(INJECT)
+    slo_pytester.makepyfile(test_chat=CHAT)
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-json=r.json", "-v"))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*invalid client run, retrying (1 of 2, --slo-retries): client starved (injected)*"]
+    )
+    (point,) = json.loads((slo_pytester.path / "r.json").read_text())["points"]
+    assert point["outcome"] == "pass"
+    assert point["notes"] == ["try 1 was an invalid client run: client starved (injected)"]
+
+
+def test_a_level_that_stays_invalid_is_inconclusive(slo_pytester, tiny_args, monkeypatch) -> None:
+    monkeypatch.setenv("BAD_TRIES", "99")
+    slo_pytester.makeconftest(INJECT)
+    slo_pytester.makepyfile(test_chat=CHAT)
+    result = slo_pytester.runpytest_subprocess(
+        *tiny_args("--slo-json=r.json", "--junitxml=j.xml", "-rE")
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Inconclusive: inconclusive at c2 after 3 tries: the load generator, not the "
+            "engine, was the bottleneck (client starved (injected))*",
+            "*c2 * inconclusive",
+            "*! inconclusive (the load generator, not the engine, was the bottleneck*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*SloViolation*")
+    result.stdout.no_fnmatch_line("*Traceback*")
+    (point,) = json.loads((slo_pytester.path / "r.json").read_text())["points"]
+    assert point["outcome"] == "inconclusive" and point["summary"]["valid"] is False
+    assert point["notes"][-1] == "inconclusive after 3 tries: the client stayed the bottleneck"
+    case = ET.parse(slo_pytester.path / "j.xml").getroot().find(".//testcase")
+    assert case is not None
+    error = case.find("error")
+    assert error is not None and case.find("failure") is None
+    assert "Inconclusive" in (error.get("message") or "") + (error.text or "")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["llmslo.outcome"] == "inconclusive"
+
+
+def test_retries_can_be_turned_off(slo_pytester, tiny_args, monkeypatch) -> None:
+    monkeypatch.setenv("BAD_TRIES", "1")
+    slo_pytester.makeconftest(INJECT)
+    slo_pytester.makepyfile(test_chat=CHAT)
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-retries=0"))
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*inconclusive at c2 after 1 try*"])
+
+
+def test_strict_gate_with_too_few_samples_stays_a_failure(slo_pytester, tiny_args) -> None:
+    # Inconclusive is for the client's failings only: a strict gate that cannot show its
+    # bound with 12 requests is an SLO failure, as before.
+    slo_pytester.makepyfile(
+        test_chat="""
+        import pytest
+        from pytest_llmslo import assert_slo, ttft_p99
+
+        @pytest.mark.slo(concurrency=[2], strict=True)
+        def test_chat(slo_run):
+            assert_slo(ttft_p99 < 5000, strict=True)
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args())
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*SloViolation*too few samples*"])
+
+
+@pytest.mark.parametrize(
+    ("marker", "outcome", "reason"),
+    [
+        ("ttft_p99 < 5", "failed", "ttft_p99 < 5 ms is violated at 95% confidence"),
+        ("ttft_p99 < 5000, strict=True", "passed", "every objective holds at 95% confidence"),
+    ],
+)
+def test_early_stop_in_both_directions(
+    slo_pytester, tiny_args, marker: str, outcome: str, reason: str
+) -> None:
+    slo_pytester.makepyfile(
+        test_chat=f"""
+        import pytest
+        from pytest_llmslo import ttft_p99
+
+        @pytest.mark.slo({marker}, concurrency=[8])
+        def test_chat(slo_run):
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(
+        *tiny_args("--requests=4000", "--slo-early-stop=on", "--slo-json=r.json", "-v"),
+        timeout=300,
+    )
+    result.assert_outcomes(**{outcome: 1})
+    result.stdout.fnmatch_lines([f"*stopped early after * requests (--slo-early-stop): {reason}*"])
+    (point,) = json.loads((slo_pytester.path / "r.json").read_text())["points"]
+    assert 100 <= point["summary"]["requests"] < 4000
+    assert point["summary"]["early_stop"].startswith(reason)
+
+
+def test_early_stop_is_off_for_plain_levels_by_default(slo_pytester, tiny_args) -> None:
+    slo_pytester.makepyfile(
+        test_chat="""
+        import pytest
+        from pytest_llmslo import ttft_p99
+
+        @pytest.mark.slo(ttft_p99 < 5, concurrency=[8])
+        def test_chat(slo_run):
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--requests=400", "--slo-json=r.json"))
+    result.assert_outcomes(failed=1)
+    (point,) = json.loads((slo_pytester.path / "r.json").read_text())["points"]
+    assert point["summary"]["requests"] == 400 and point["summary"]["early_stop"] is None
+
+
+def test_a_level_bounded_by_time_alone(slo_pytester, tiny_args) -> None:
+    slo_pytester.makepyfile(test_chat=CHAT)
+    result = slo_pytester.runpytest_subprocess(
+        *tiny_args("--requests=none", "--duration=1", "--slo-json=r.json")
+    )
+    result.assert_outcomes(passed=1)
+    (point,) = json.loads((slo_pytester.path / "r.json").read_text())["points"]
+    assert point["summary"]["requests"] > 12
+    result = slo_pytester.runpytest_subprocess(*tiny_args("--requests=none"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--requests: a level without a request count needs a duration*"])
