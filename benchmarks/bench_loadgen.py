@@ -14,6 +14,15 @@ Target (issue 2): at concurrency 512, >= 95 % of the ideal rate, TTFT P50 within
 mean ITL within 2 % of the truth, on a 2-core machine that also runs the server.
 Bounded in time: every level is cut at ``--seconds`` * 3 and the baseline at
 ``--seconds``. Numbers are noisy when other work shares the machine.
+
+Soak mode (issue "Verdicts that hold on long runs"): ``--soak 10,60,600`` runs the highest
+level bounded by time alone (no request count: prompts built as needed, responses decoded
+in slices past the decoding budget) for each duration and prints, per run, the same
+accuracy columns plus the workers' RSS after the warm-up, halfway and at the end (sampled
+from /proc every second), the records' retained memory per request (their pickled form
+loaded again under tracemalloc), the CPU of decoding during the run and its longest
+slice. ``--block`` runs c=128 in one process for 20 s and blocks its event loop for one
+second halfway: the run must come out invalid.
 """
 
 from __future__ import annotations
@@ -22,9 +31,13 @@ import argparse
 import asyncio
 import json
 import math
+import os
+import pickle
 import subprocess
 import sys
+import threading
 import time
+import tracemalloc
 import urllib.request
 from pathlib import Path
 from time import perf_counter_ns
@@ -151,6 +164,143 @@ def run_level(args: argparse.Namespace, url: str, c: int, transport: str = "fast
     }
 
 
+class RssSampler:
+    """The RSS of this process's children (the load workers), every second, from /proc."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, dict[int, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.t0 = time.monotonic()
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    @staticmethod
+    def _children() -> list[int]:
+        pids: list[int] = []
+        for task in Path(f"/proc/{os.getpid()}/task").glob("*"):
+            try:
+                pids += [int(x) for x in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        return pids
+
+    @staticmethod
+    def _rss_kb(pid: int) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            rss = {pid: self._rss_kb(pid) for pid in self._children()}
+            rss = {p: v for p, v in rss.items() if v}
+            if rss:
+                self.samples.append((time.monotonic() - self.t0, rss))
+
+    def at(self, fraction: float) -> float:
+        """Total worker RSS (MB) at a fraction of the sampled span (of the samples taken
+        while every worker was alive)."""
+        full = [x for x in self.samples if len(x[1]) == max(len(y[1]) for y in self.samples)]
+        if not full:
+            return float("nan")
+        i = min(int(fraction * (len(full) - 1)), len(full) - 1)
+        return sum(full[i][1].values()) / 1024
+
+
+def retained_bytes_per_record(run: Run) -> float:
+    """Memory the run's records keep once loaded, per record (tracemalloc)."""
+    blob = pickle.dumps(run.records)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    records = pickle.loads(blob)
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return used / max(len(records), 1)
+
+
+def soak(args: argparse.Namespace, url: str, c: int, seconds: float) -> dict:
+    e2e_s = (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1e3
+    ideal = c / e2e_s
+    client = ClientSettings(url, "fixed", processes=args.processes, event_loop=args.client_loop)
+    server_stats(url, reset=True)
+    with RssSampler() as rss:
+        run = run_load_sync(
+            client,
+            WorkloadSpec(isl=64, osl=args.tokens, calibrate=False),
+            LoadLevel.concurrency(c),
+            requests=None,
+            warmup=c,
+            duration_s=seconds,
+        )
+    st = server_stats(url)
+    s = summarize(run)
+    h = run.health
+    tokens = sum(len(r.chunk_ns) for r in run.records)
+    all_tokens = tokens + run.meta["warmup_completed"] * args.tokens
+    cc = run.meta["client_cpu"]
+    return {
+        "seconds": seconds,
+        "requests": len(run.records),
+        "failed": s.failed,
+        "ratio": s.req_s / ideal,
+        "window": s.throughput_window,
+        "ttft_err": s.metric("ttft", 50) / (args.ttft_ms + st["first_token_lateness"]["p50_ms"])
+        - 1,
+        "itl_err": s.metric("itl", "mean") / args.itl_ms - 1,
+        "rss": (rss.at(0.1), rss.at(0.5), rss.at(0.95)),
+        "per_record": retained_bytes_per_record(run),
+        "us_per_tok": h.cpu_s / max(all_tokens, 1) * 1e6,
+        "decode_run_us": cc["decode_during_run_s"] / max(tokens, 1) * 1e6,
+        "longest_slice_ms": cc["longest_decode_slice_ms"],
+        "built_during_run": cc["requests_built_during_run"],
+        "valid": h.valid,
+        "reasons": h.reasons,
+        "stalls": (h.stalls, h.stalled_tokens, h.stalled_share),
+        "server_late": (st["lateness"]["mean_ms"], st["lateness"]["p99_ms"]),
+    }
+
+
+def blocked_run(url: str) -> bool:
+    """c=128 in one process for 20 s with one 1 s block of its event loop halfway."""
+    blocked: list[float] = []
+    t0 = time.monotonic()
+
+    def progress(p: object) -> None:
+        if not blocked and time.monotonic() - t0 > 10 and not getattr(p, "warmup", True):
+            blocked.append(time.monotonic())
+            time.sleep(1.0)  # the progress callback runs on the load's event loop
+
+    run = run_load_sync(
+        ClientSettings(url, "fixed", processes=1),
+        WorkloadSpec(isl=64, osl=100, calibrate=False),
+        LoadLevel.concurrency(128),
+        requests=None,
+        warmup=128,
+        duration_s=20,
+        progress=progress,
+    )
+    h = run.health
+    print(
+        f"1 s block of the loop at c=128, 1 process, 20 s: valid={'yes' if h.valid else 'NO'}; "
+        f"loop lag P99 {h.loop_lag_p99_ms:.1f} ms, max {h.loop_lag_max_ms:.0f} ms; "
+        f"stalls {h.stalls}, {h.stalled_tokens} tokens ({h.stalled_share:.2%})"
+    )
+    for reason in h.reasons:
+        print(f"      invalid: {reason}")
+    return not h.valid
+
+
 async def httpx_baseline(url: str, c: int, seconds: float, tokens: int) -> dict:
     """The plain way: one process, httpx, ``aiter_lines``, json.loads per chunk."""
     import httpx
@@ -236,10 +386,52 @@ def main() -> int:
         default="64",
         help="levels to run with the generator's httpx transport too (default: %(default)s)",
     )
+    ap.add_argument(
+        "--soak",
+        default="",
+        help="durations (s) of soak runs at the highest level, e.g. 10,60,600 (skips the rest)",
+    )
+    ap.add_argument("--block", action="store_true", help="the 1 s loop-block check only")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",") if x]
 
     proc, url = start_server(args)
+    if args.soak or args.block:
+        try:
+            if args.block:
+                blocked_run(url)
+            if args.soak:
+                print(
+                    f"{'seconds':>7} {'requests':>8} {'ratio':>6} {'window':>7} {'TTFTerr':>8} "
+                    f"{'ITLerr':>7} {'RSS MB (10%/50%/95%)':>22} {'B/rec':>6} {'us/tok':>7} "
+                    f"{'dec/tok':>7} {'slice':>6} valid"
+                )
+            for secs in (float(x) for x in args.soak.split(",") if x):
+                r = soak(args, url, levels[-1], secs)
+                a, b, c_ = r["rss"]
+                print(
+                    f"{r['seconds']:>7.0f} {r['requests']:>8} {r['ratio']:>6.1%} "
+                    f"{r['window']:>7} {r['ttft_err']:>+8.1%} {r['itl_err']:>+7.2%} "
+                    f"{a:>8.0f}/{b:>5.0f}/{c_:>6.0f} {r['per_record']:>6.0f} "
+                    f"{r['us_per_tok']:>7.1f} {r['decode_run_us']:>7.2f} "
+                    f"{r['longest_slice_ms']:>5.1f}ms {'yes' if r['valid'] else 'NO'}"
+                    + (f"  failed {r['failed']}" if r["failed"] else "")
+                    + f"  stalls {r['stalls'][0]} ({r['stalls'][2]:.2%} of tokens), server late "
+                    f"{r['server_late'][0]:.1f}/{r['server_late'][1]:.1f} ms"
+                )
+                for reason in r["reasons"]:
+                    print(f"      invalid: {reason}")
+            print(
+                "(ratio: completed req/s over the steady window / ideal; TTFTerr against 50 ms + "
+                "the server's first-token lateness P50; ITLerr: mean ITL against 10 ms; RSS: "
+                "the load workers together; B/rec: a record's retained memory; us/tok: client "
+                "CPU per token during the run, decoding in slices included (dec/tok); slice: "
+                "the longest decoding slice)"
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        return 0
     try:
         print(
             f"fixed server {url}: TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, "
