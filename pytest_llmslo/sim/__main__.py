@@ -5,7 +5,9 @@
 
 ``--list-profiles`` prints the named profiles and exits. Custom numbers come from
 ``--profile-file FILE.json`` (see ``profiles.profile_from_mapping``) and the flags below,
-which override the profile. Once listening, one line goes to stdout:
+which override the profile: hardware and scheduling, and the deployment (data-parallel
+replicas, disaggregated prefill/decode pools, the router, the KV link). Once listening,
+one line goes to stdout:
 ``llmslo-sim ready on http://HOST:PORT (profile NAME, model MODEL)``; logs go to stderr.
 """
 
@@ -20,6 +22,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from .cluster import LINKS, topology_from_mapping
 from .profiles import DEFAULT_PROFILE, GPUS, PROFILES, Profile, get_profile, profile_from_mapping
 from .server import SimServer
 
@@ -108,6 +111,36 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--per-seq-overhead-ms", type=_nonneg_float, help="CPU time per sequence per step."
     )
+    d = p.add_argument_group(
+        "deployment (override the profile): replicas, disaggregated prefill/decode, router"
+    )
+    d.add_argument(
+        "--topology",
+        choices=("aggregated", "disaggregated"),
+        help="aggregated: every request on one instance; disaggregated: prefill and decode "
+        "pools with the KV cache moved between them.",
+    )
+    d.add_argument("--replicas", type=_positive_int, help="Data-parallel replicas (aggregated).")
+    d.add_argument("--prefill-workers", type=_positive_int, help="Prefill instances.")
+    d.add_argument("--prefill-tp", type=_positive_int, help="GPUs per prefill instance.")
+    d.add_argument("--decode-workers", type=_positive_int, help="Decode instances.")
+    d.add_argument("--decode-tp", type=_positive_int, help="GPUs per decode instance.")
+    d.add_argument(
+        "--router",
+        choices=("round_robin", "kv"),
+        help="How the frontend picks an instance: round_robin, or kv (the longest cached "
+        "prefix, then the least loaded).",
+    )
+    d.add_argument(
+        "--kv-link",
+        choices=sorted(LINKS),
+        help="Link the KV cache crosses: nvlink (one node) or ib (InfiniBand, across nodes).",
+    )
+    d.add_argument(
+        "--frontend-overhead-ms",
+        type=_nonneg_float,
+        help="Time in the frontend before a request reaches an instance.",
+    )
     p.add_argument(
         "--lag-warn-ms",
         type=_nonneg_float,
@@ -153,9 +186,42 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
         changes["max_model_len"] = args.max_model_len
     if args.num_gpu_blocks:
         changes["num_blocks"] = args.num_gpu_blocks
+    topology = _topology_changes(args, profile)
+    if topology:
+        changes["topology"] = topology_from_mapping(topology, profile.topology)
     if changes:
         profile = dataclasses.replace(profile, **changes)
     return profile
+
+
+def _topology_changes(args: argparse.Namespace, profile: Profile) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if args.topology:
+        out["mode"] = args.topology
+    for flag, key in (
+        ("replicas", "replicas"),
+        ("router", "router"),
+        ("kv_link", "link"),
+    ):
+        if getattr(args, flag) is not None:
+            out[key] = getattr(args, flag)
+    if args.frontend_overhead_ms is not None:
+        out["frontend_overhead_s"] = args.frontend_overhead_ms / 1e3
+    tp = args.tp or profile.tp
+    for role in ("prefill", "decode"):
+        workers, role_tp = getattr(args, f"{role}_workers"), getattr(args, f"{role}_tp")
+        base = getattr(profile.topology, role)
+        if (
+            workers is None
+            and role_tp is None
+            and not (args.topology == "disaggregated" and base is None)
+        ):
+            continue
+        out[role] = {
+            "instances": workers or (base.instances if base else 1),
+            "tp": role_tp or (base.tp if base else tp),
+        }
+    return out
 
 
 async def serve(
@@ -175,8 +241,10 @@ async def serve(
         flush=True,
     )
     log.info(
-        "KV cache: %d blocks of %d tokens; step budget %d tokens; max batch %d",
-        profile.kv_blocks(),
+        "%s on %d GPUs; KV cache: %d blocks of %d tokens; step budget %d tokens; max batch %d",
+        profile.topology.describe(),
+        profile.gpus,
+        server.engine.cluster.kv_blocks(),
         profile.engine.block_size,
         profile.engine.max_num_batched_tokens,
         profile.engine.max_num_seqs,
@@ -197,11 +265,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list_profiles:
         width = max(len(n) for n in PROFILES)
         for name, prof in sorted(PROFILES.items()):
-            print(f"{name:<{width}}  {prof.description}")
+            print(f"{name:<{width}}  {prof.gpus} GPUs  {prof.description}")
         return 0
     try:
         profile = resolve_profile(args)
-        profile.kv_blocks()
+        profile.cluster()  # sizes every instance: a model that does not fit fails here
     except (ValueError, OSError, KeyError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -17,27 +17,38 @@ published Llama 3.1 configs. The engine presets differ where the engines do:
 - TRT-LLM-like: 8192 max tokens, 32-token blocks, the C++ runtime's small overheads and
   slightly better kernel efficiency.
 
-The overheads and efficiencies are calibrated so that the 70B FP8 4xH100 vLLM-like profile
-at ISL 512 / OSL 256 gives an inter-token latency of about 12 ms at concurrency 1 and a
-TTFT P99 < 500 ms / ITL P50 < 30 ms knee between concurrency 32 and 48, as published
-measurements of that setup show. ``docs/sim.md`` has the sweep.
+The overheads and efficiencies are calibrated against the reference comparison of these
+engines (Llama-3.1-70B FP8 on 4x H100, ISL ~512 / OSL ~256): the vLLM-like profile gives an
+inter-token latency of about 12 ms at concurrency 1 and a TTFT P99 < 500 ms / ITL P50 <
+30 ms knee between concurrency 32 and 48; the SGLang- and TRT-LLM-like per-sequence costs
+put their knee throughput at 1.30x and 1.18x the vLLM-like one. ``docs/sim.md`` has the
+sweep and the fidelity table (``benchmarks/sim_fidelity.py``).
+
+Dynamo-like profiles (``...-dynamo-<engine>``) run the same engine behind a disaggregated
+frontend (``cluster.Topology``): one prefill instance and one decode instance of TP2 each
+(P/D 2+2 of the 4 GPUs), the KV cache moved over NVLink, a KV-aware router and 1 ms of
+frontend time. Their workers keep ``DYNAMO_WORKER_SHARE`` of the engine's per-sequence
+costs: Dynamo's Rust frontend does tokenisation, detokenisation and streaming, so the
+worker's per-sequence CPU work is smaller. That share is calibrated on the vLLM + Dynamo
+row of the reference comparison alone; the SGLang and TRT-LLM rows are predictions.
 
 Without chunked prefill a prompt is prefilled in one step, so, as vLLM does, a profile with
 ``chunked_prefill=False`` must have ``max_num_batched_tokens >= max_model_len``
 (``Profile`` raises ``ValueError`` otherwise): a longer prompt could never be scheduled.
 
 Custom numbers: ``profile_from_mapping`` (a JSON file given to ``--profile-file``) starts
-from a named profile (``"base"``) and overrides any field of ``gpu``, ``model`` and
-``engine``, or ``tp``, ``max_model_len``, ``num_blocks``.
+from a named profile (``"base"``) and overrides any field of ``gpu``, ``model``, ``engine``
+and ``topology``, or ``tp``, ``max_model_len``, ``num_blocks``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from .cluster import Cluster, Pool, Topology, topology_from_mapping
 from .costmodel import CostModel, Gpu, ModelSpec
 from .scheduler import SchedulerConfig
 
@@ -141,8 +152,8 @@ ENGINES: dict[str, EnginePreset] = {
         max_num_seqs=1024,
         block_size=1,
         step_overhead_s=1.8e-3,
-        per_seq_overhead_s=20e-6,
-        per_seq_layer_s=2.5e-6,
+        per_seq_overhead_s=27e-6,
+        per_seq_layer_s=3.4e-6,
         mem_efficiency=0.82,
         attn_mem_efficiency=0.6,
         compute_efficiency=0.58,
@@ -153,13 +164,39 @@ ENGINES: dict[str, EnginePreset] = {
         max_num_seqs=2048,
         block_size=32,
         step_overhead_s=1.2e-3,
-        per_seq_overhead_s=10e-6,
-        per_seq_layer_s=2.1e-6,
+        per_seq_overhead_s=20e-6,
+        per_seq_layer_s=4.2e-6,
         mem_efficiency=0.85,
         attn_mem_efficiency=0.65,
         compute_efficiency=0.62,
     ),
 }
+
+
+#: The share of an engine's per-sequence costs left in a worker behind Dynamo's frontend
+#: (see the module docstring); calibrated on the vLLM + Dynamo row of the reference table.
+DYNAMO_WORKER_SHARE = 0.4
+
+#: Dynamo-like deployment of 4 GPUs: P/D 2+2 (one TP2 prefill and one TP2 decode
+#: instance), KV over NVLink, KV-aware routing, 1 ms in the frontend.
+DYNAMO_TOPOLOGY = Topology(
+    mode="disaggregated",
+    prefill=Pool(instances=1, tp=2),
+    decode=Pool(instances=1, tp=2),
+    router="kv",
+    link="nvlink",
+    frontend_overhead_s=1e-3,
+)
+
+
+def dynamo_worker(preset: EnginePreset, share: float = DYNAMO_WORKER_SHARE) -> EnginePreset:
+    """``preset`` as a worker behind Dynamo's frontend: its per-sequence costs x ``share``."""
+    return dataclasses.replace(
+        preset,
+        name=f"dynamo-{preset.name}",
+        per_seq_overhead_s=preset.per_seq_overhead_s * share,
+        per_seq_layer_s=preset.per_seq_layer_s * share,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +211,7 @@ class Profile:
     engine: EnginePreset
     max_model_len: int = 8192
     num_blocks: int | None = None
+    topology: Topology = field(default_factory=Topology)
 
     def __post_init__(self) -> None:
         e = self.engine
@@ -188,12 +226,13 @@ class Profile:
                 "--max-model-len, or leave chunked prefill on."
             )
 
-    def cost_model(self) -> CostModel:
+    def cost_model(self, tp: int | None = None) -> CostModel:
+        """The step costs of one instance of ``tp`` GPUs (default: the profile's)."""
         e = self.engine
         return CostModel(
             gpu=self.gpu,
             model=self.model,
-            tp=self.tp,
+            tp=self.tp if tp is None else tp,
             mem_efficiency=e.mem_efficiency,
             attn_mem_efficiency=e.attn_mem_efficiency,
             compute_efficiency=e.compute_efficiency,
@@ -202,22 +241,40 @@ class Profile:
             per_seq_layer_s=e.per_seq_layer_s,
         )
 
-    def kv_blocks(self) -> int:
+    def kv_blocks(self, tp: int | None = None) -> int:
+        """KV-cache blocks of one instance of ``tp`` GPUs (``num_blocks`` when set)."""
         if self.num_blocks is not None:
             return self.num_blocks
-        tokens = self.cost_model().kv_cache_tokens(self.engine.gpu_memory_utilization)
+        cost = self.cost_model(tp)
+        tokens = cost.kv_cache_tokens(self.engine.gpu_memory_utilization)
         return max(tokens // self.engine.block_size, 1)
 
-    def scheduler_config(self) -> SchedulerConfig:
+    def scheduler_config(self, tp: int | None = None) -> SchedulerConfig:
         e = self.engine
         return SchedulerConfig(
             max_num_batched_tokens=e.max_num_batched_tokens,
             max_num_seqs=e.max_num_seqs,
             block_size=e.block_size,
-            num_blocks=self.kv_blocks(),
+            num_blocks=self.kv_blocks(tp),
             enable_prefix_caching=e.enable_prefix_caching,
             chunked_prefill=e.chunked_prefill,
         )
+
+    @property
+    def gpus(self) -> int:
+        return self.topology.gpus(self.tp)
+
+    def cluster(self) -> Cluster:
+        """The deployment of this profile: its instances behind a frontend."""
+        t = self.topology
+        if t.disaggregated and t.prefill is not None and t.decode is not None:
+            configs = {
+                role: (self.scheduler_config(pool.tp), self.cost_model(pool.tp))
+                for role, pool in (("prefill", t.prefill), ("decode", t.decode))
+            }
+        else:
+            configs = {"aggregated": (self.scheduler_config(), self.cost_model())}
+        return Cluster(t, configs)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -229,6 +286,8 @@ class Profile:
             "engine": asdict(self.engine),
             "max_model_len": self.max_model_len,
             "num_blocks": self.kv_blocks(),
+            "topology": self.topology.to_dict(),
+            "gpus": self.gpus,
         }
 
 
@@ -280,6 +339,21 @@ def _build() -> dict[str, Profile]:
                 tp=tp,
                 engine=preset,
             )
+    # The article's disaggregated rows: each engine behind a Dynamo-like frontend.
+    for ename, preset in ENGINES.items():
+        name = f"llama3-70b-fp8-4xh100-dynamo-{ename}"
+        out[name] = Profile(
+            name=name,
+            description=(
+                f"Llama-3.1-70B FP8 on 4x H100 SXM, {ename}-like workers behind a Dynamo-like "
+                "frontend: disaggregated P/D 2+2 (TP2 prefill + TP2 decode), KV-aware router"
+            ),
+            gpu=GPUS["h100-sxm"],
+            model=_fp8(MODELS["llama-3.1-70b"]),
+            tp=2,
+            engine=dynamo_worker(preset),
+            topology=DYNAMO_TOPOLOGY,
+        )
     return out
 
 
@@ -321,7 +395,7 @@ def profile_from_mapping(d: Mapping[str, Any]) -> Profile:
     model = _part(d, "model", MODELS, base.model)
     engine = _part(d, "engine", ENGINES, base.engine)
     known = {"base", "gpu", "model", "engine", "name", "description", "tp", "max_model_len"}
-    known |= {"num_blocks"}
+    known |= {"num_blocks", "topology"}
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValueError(f"unknown profile key(s) {unknown}; valid: {sorted(known)}")
@@ -334,4 +408,7 @@ def profile_from_mapping(d: Mapping[str, Any]) -> Profile:
         engine=engine,
         max_model_len=int(d.get("max_model_len", base.max_model_len)),
         num_blocks=d.get("num_blocks", base.num_blocks),
+        topology=topology_from_mapping(d["topology"], base.topology)
+        if "topology" in d
+        else base.topology,
     )

@@ -23,6 +23,10 @@ The model follows vLLM's V1 scheduler, which SGLang's and TensorRT-LLM's behave 
   prefix). Blocks of computed prompts stay in the cache after their request ends, as
   evictable blocks (LRU); a new request whose leading block hashes are cached starts with
   those tokens computed and skips their prefill (at least one token is always computed).
+- A request that arrives with ``num_computed > 0`` (the decode side of a disaggregated
+  deployment, its prompt's KV transferred from a prefill instance) is admitted with blocks
+  for what it has and computes only what follows; preempted, it is recomputed from the
+  start like any other.
 
 ``Scheduler.step(now)`` plans one step, prices it with the ``CostModel``, applies it and
 returns a ``StepResult`` whose tokens exist at ``now + duration``. A step that would
@@ -345,11 +349,15 @@ class Scheduler:
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 req = waiting[0]
                 hits = idle_hits = 0
-                if req.num_computed == 0 and req.block_hashes:
+                arrived_with_kv = req.num_computed > 0
+                if not arrived_with_kv and req.block_hashes:
                     # Leave at least one token to compute: its logits give the next token.
                     limit = (req.num_tokens - 1) // cfg.block_size
                     hits, idle_hits = bm.match(req.block_hashes, limit)
-                start = hits * cfg.block_size
+                # A request of a disaggregated decode instance arrives with the KV of its
+                # prompt (transferred from the prefill instance): it needs blocks for it,
+                # and only its next token to compute.
+                start = max(hits * cfg.block_size, req.num_computed)
                 remaining = req.num_tokens - start
                 n = min(remaining, budget)
                 if n < remaining and not cfg.chunked_prefill:
@@ -364,9 +372,10 @@ class Scheduler:
                 bm.alloc(need)
                 req.blocks += need
                 req.num_computed = start
-                req.cached_tokens = start
-                self.stats.prefix_queries += req.num_tokens
-                self.stats.prefix_hits += start
+                if not arrived_with_kv:
+                    req.cached_tokens = start
+                    self.stats.prefix_queries += req.num_tokens
+                    self.stats.prefix_hits += start
                 req.status = "running"
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = now

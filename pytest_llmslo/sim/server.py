@@ -38,9 +38,10 @@ from http import HTTPStatus
 from time import perf_counter_ns
 from typing import IO, Any
 
+from .cluster import Advance
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .profiles import Profile
-from .scheduler import Scheduler, SchedulerStalled, SimRequest, StepResult
+from .scheduler import SimRequest
 from .tokens import (
     block_hashes,
     chat_tokens,
@@ -274,7 +275,7 @@ class EngineLoop:
         resync_s: float = 1.0,
     ) -> None:
         self.profile = profile
-        self.scheduler = Scheduler(profile.scheduler_config(), profile.cost_model())
+        self.cluster = profile.cluster()
         self.trace = trace
         self.lag_warn_s = lag_warn_s
         self.resync_s = resync_s
@@ -292,47 +293,43 @@ class EngineLoop:
 
     def submit(self, stream: Stream) -> None:
         req = stream.req
-        req.arrival_s = self.wall_sim()
-        self.scheduler.add(req)
+        # Arrivals between events join at the current simulated time (the cluster starts
+        # an idle instance's step there).
+        self.cluster.submit(req, max(self.sim_now, self.wall_sim()))
         self.streams[req] = stream
         self._wake.set()
 
     def abort(self, req: SimRequest) -> None:
         stream = self.streams.pop(req, None)
-        self.scheduler.abort(req)
+        self.cluster.abort(req)
         if stream is not None:
             stream.cancel()
 
-    def _stalled(self, exc: SchedulerStalled) -> None:
+    def _failed(self, req: SimRequest, why: str) -> None:
         """A request that can never be scheduled: fail it, so the loop moves on rather
         than spinning on empty steps with the whole queue blocked behind it."""
-        log.error("sim engine invariant broken: %s; failing it", exc)
-        req = exc.request
-        self.scheduler.fail(req)
+        log.error("sim engine invariant broken: %s; failing it", why)
         stream = self.streams.pop(req, None)
         if stream is not None:
-            stream.fail(f"the sim engine cannot schedule this request: {exc}")
+            stream.fail(f"the sim engine cannot schedule this request: {why}")
 
     async def run(self) -> None:
-        sched = self.scheduler
+        cluster = self.cluster
         while True:
-            if not sched.has_work:
+            t = cluster.next_event_s()
+            if t is None:
                 self._wake.clear()
                 await self._wake.wait()
                 # Idle time passes on the simulated clock too.
                 self.sim_now = max(self.sim_now, self.wall_sim())
                 continue
-            try:
-                result = sched.step(self.sim_now)
-            except SchedulerStalled as exc:
-                self._stalled(exc)
-                # Let the event loop run (arrivals, writes) before the next step.
-                await asyncio.sleep(0)
-                continue
-            target_ns = self.t0_ns + round(result.end_s * 1e9)
+            t = max(t, self.sim_now)
+            target_ns = self.t0_ns + round(t * 1e9)
+            self._wake.clear()
             await self._sleep_until(target_ns)
+            result = cluster.advance(t)
+            self.sim_now = t
             self._emit(result, target_ns)
-            self.sim_now = result.end_s
             behind = (perf_counter_ns() - target_ns) / 1e9
             self.lateness.behind = behind > self.lag_warn_s
             if behind > self.lag_warn_s:
@@ -361,27 +358,28 @@ class EngineLoop:
         if 0 < rest <= 2 * _FINE_SLEEP_S:
             time.sleep(rest)
 
-    def _emit(self, result: StepResult, target_ns: int) -> None:
-        finished = set(result.finished)
+    def _emit(self, result: Advance, target_ns: int) -> None:
+        for req, why in result.failed:
+            self._failed(req, why)
         trace = self.trace
         stats = self.lateness
         warn = self.lag_warn_s
-        for req, idx in result.emitted:
-            stream = self.streams.get(req)
+        for e in result.emitted:
+            stream = self.streams.get(e.req)
             if stream is None:
                 continue
-            last = req in finished
             # Taken just before the write: a reader on another core can see the bytes
             # before a timestamp taken after the write returns.
             t = perf_counter_ns()
-            ok = stream.emit(idx, last)
-            stats.add((t - target_ns) / 1e9, warn)
+            due = self.t0_ns + round(e.at_s * 1e9)
+            ok = stream.emit(e.index, e.last)
+            stats.add((t - due) / 1e9, warn)
             if trace is not None and ok:
-                trace.token(req.rid, idx, t, target_ns)
-            if last:
-                self.streams.pop(req, None)
+                trace.token(e.req.rid, e.index, t, due)
+            if e.last:
+                self.streams.pop(e.req, None)
             elif not ok:
-                self.abort(req)
+                self.abort(e.req)
         if trace is not None and result.emitted:
             trace.flush()
 
@@ -604,8 +602,8 @@ class SimServer:
         prefix = "chatcmpl-" if chat else "cmpl-"
         rid = prefix + (req.headers.get("x-request-id") or uuid.uuid4().hex)
         rid = rid.replace('"', "").replace("\\", "")
-        cfg = self.engine.scheduler.config
-        hashes = block_hashes(tokens, cfg.block_size) if cfg.enable_prefix_caching else ()
+        cluster = self.engine.cluster
+        hashes = block_hashes(tokens, cluster.block_size) if cluster.enable_prefix_caching else ()
         sim_req = SimRequest(rid, n_prompt, max_tokens, block_hashes=hashes)
         self.requests_total += 1
         st = Stream(
@@ -639,8 +637,8 @@ class SimServer:
     # -- metrics -------------------------------------------------------------------------
 
     def metrics_text(self) -> str:
-        s = self.engine.scheduler
-        st = s.stats
+        c = self.engine.cluster
+        st = c.stats()
         lat = self.engine.lateness
         label = f'{{model_name="{self.model}"}}'
         out: list[str] = []
@@ -650,16 +648,14 @@ class SimServer:
             out.append(f"# TYPE {name} {kind}")
             out.append(f"{name}{labels} {value}")
 
-        metric(
-            "vllm:num_requests_running", "gauge", "Requests in the running batch.", len(s.running)
-        )
+        metric("vllm:num_requests_running", "gauge", "Requests in the running batch.", c.running())
         metric(
             "vllm:num_requests_waiting",
             "gauge",
             "Requests waiting to be scheduled.",
-            len(s.waiting),
+            c.waiting(),
         )
-        usage = s.blocks.usage
+        usage = c.kv_usage()
         metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage (1 = full).", usage)
         metric(
             "vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage (1 = full), older name.", usage
@@ -682,9 +678,11 @@ class SimServer:
             st.prefix_hits,
         )
         metric("vllm:request_success_total", "counter", "Requests finished.", st.finished)
-        metric(
-            "llmslo_sim_kv_cache_blocks", "gauge", "KV-cache blocks in total.", s.config.num_blocks
-        )
+        metric("llmslo_sim_kv_cache_blocks", "gauge", "KV-cache blocks in total.", c.kv_blocks())
+        metric("llmslo_sim_kv_transfers_total", "counter", "KV transfers, prefill to decode.",
+               c.transfers)  # fmt: skip
+        metric("llmslo_sim_kv_transfer_seconds_total", "counter", "Simulated KV transfer time.",
+               c.transfer_s)  # fmt: skip
         metric("llmslo_sim_steps_total", "counter", "Engine steps simulated.", st.steps)
         metric(
             "llmslo_sim_busy_seconds_total", "counter", "Simulated time spent in steps.", st.busy_s

@@ -61,6 +61,12 @@ def make_stream(
     )
 
 
+def scheduler_of(loop: EngineLoop):  # type: ignore[no-untyped-def]
+    """The scheduler of a plain (one-instance) profile's engine."""
+    (instance,) = loop.cluster.instances
+    return instance.scheduler
+
+
 async def run_until_done(loop: EngineLoop, streams: list[Stream], block_s: float = 0.0) -> None:
     task = asyncio.get_running_loop().create_task(loop.run())
     try:
@@ -92,7 +98,7 @@ async def test_tokens_leave_at_their_scheduled_times(tmp_path) -> None:  # type:
     # Lateness is measured for every write and small when nothing stalls the process.
     assert loop.lateness.count == 10
     assert loop.lateness.total / loop.lateness.count < 0.05
-    assert loop.scheduler.stats.finished == 1 and not loop.streams
+    assert scheduler_of(loop).stats.finished == 1 and not loop.streams
 
 
 async def test_non_streamed_request_gets_one_response() -> None:
@@ -137,8 +143,9 @@ async def test_client_gone_aborts_and_frees_blocks() -> None:
         await asyncio.sleep(0.1)
         conn.closed = True  # the next write fails: the request is dropped
         await asyncio.wait_for(st.done, 5)
-        assert loop.scheduler.stats.aborted == 1
-        assert loop.scheduler.blocks.used == 0 and not loop.scheduler.has_work
+        sched = scheduler_of(loop)
+        assert sched.stats.aborted == 1
+        assert sched.blocks.used == 0 and not sched.has_work
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -179,7 +186,7 @@ async def test_a_request_that_can_never_run_fails_instead_of_spinning(
     try:
         with caplog.at_level(logging.ERROR, logger="pytest_llmslo.sim"):
             # Past the checks of submit(), as a broken invariant would leave it.
-            loop.scheduler.waiting.append(stuck.req)
+            scheduler_of(loop).waiting.append(stuck.req)
             loop.streams[stuck.req] = stuck
             loop.submit(behind)
             # FCFS: "behind" only runs once the stuck head of the queue is gone.
@@ -196,13 +203,13 @@ async def test_a_request_that_can_never_run_fails_instead_of_spinning(
     err = json.loads(event[len(b"data: ") :])["error"]
     assert err["code"] == 500 and "max_num_batched_tokens=256" in err["message"]
     assert stuck_conn.ended and conn.ended and len(conn.chunks) == 5
-    st = loop.scheduler.stats
-    assert st.failed == 1 and st.finished == 1 and not loop.scheduler.has_work
+    st = scheduler_of(loop).stats
+    assert st.failed == 1 and st.finished == 1 and not scheduler_of(loop).has_work
 
 
 async def test_a_prompt_over_the_budget_is_refused_with_400_like_vllm() -> None:
     server = SimServer(no_chunked_prefill(8192), "m")
-    sched = server.engine.scheduler
+    sched = scheduler_of(server.engine)
     # Defence in depth: a budget the profile check would refuse, as a bug could leave it.
     sched.config = dataclasses.replace(sched.config, max_num_batched_tokens=64)
     body = {
