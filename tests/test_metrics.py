@@ -262,7 +262,8 @@ def _goodput_run():
         rec(4, sent=0, chunks=[10, 20], kind="reset", completion=2),  # failed, never good
         rec(5, sent=0, chunks=[300], end=300, completion=1),  # no gap: itl met vacuously
     ]
-    return make_run(recs, start=0, end=2000)
+    # Six requests at once: a wave of c8 that did not fill (the measured window counts).
+    return make_run(recs, start=0, end=2000, level=LoadLevel.concurrency(8))
 
 
 def test_goodput_and_attainment_with_several_objectives() -> None:
@@ -450,7 +451,7 @@ def test_summary_round_trip() -> None:
     text = json.dumps(d, allow_nan=False)
     back = RunSummary.from_dict(json.loads(text))
     assert back.to_dict() == d
-    assert back.level == LoadLevel.concurrency(4)
+    assert back.level == LoadLevel.concurrency(8)
     assert back.distributions["ttft"].p(99) == s.distributions["ttft"].p(99)
     assert back.distributions["ttft"].ub(99) is None  # 5 samples
 
@@ -546,10 +547,37 @@ def test_closed_loop_throughput_over_the_steady_window() -> None:
     assert s.output_tok_s == pytest.approx(400, rel=0.03)
     measured = 170 / (run.end_ns / 1e9)
     assert measured == pytest.approx(340, rel=0.01) and s.output_tok_s > measured * 1.1
-    # An open loop, or fewer than two waves, keeps the measured window.
+    # An open loop, or less than one wave, keeps the measured window.
     assert (
         summarize(Run(LoadLevel.rate(40), tuple(recs), 0, recs[-1].end_ns)).throughput_window
         == "measured"
     )
-    short = Run(LoadLevel.concurrency(16), tuple(recs), 0, recs[-1].end_ns)
+    short = Run(LoadLevel.concurrency(32), tuple(recs), 0, recs[-1].end_ns)
     assert summarize(short).throughput_window == "measured"
+
+
+def test_closed_loop_throughput_of_a_short_run_counts_per_slot() -> None:
+    # c=4, 6 requests (1.5 waves): the last two run alone, so the measured window reads
+    # 300 tok/s; each slot still streams 10 tokens per 100 ms request: 400 tok/s.
+    from pytest_llmslo.records import LoadLevel, RequestRecord, Run
+
+    ms = 1_000_000
+    recs = []
+    for i in range(6):
+        sent = (i // 4) * 100 * ms
+        chunks = [sent + (k + 1) * 10 * ms for k in range(10)]
+        recs.append(
+            RequestRecord(i, sent, sent, chunks[-1], chunk_ns=chunks, first_content_ns=chunks[0],
+                          completion_tokens=10, status=200, finish_reason="length")
+        )  # fmt: skip
+    run = Run(LoadLevel.concurrency(4), tuple(recs), 0, recs[-1].end_ns)
+    s = summarize(run)
+    assert 60 / (run.end_ns / 1e9) == pytest.approx(300)
+    assert s.throughput_window == "cycles"
+    assert s.throughput_window_s == pytest.approx(0.15)
+    assert s.output_tok_s == pytest.approx(400) and s.req_s == pytest.approx(40)
+    # Goodput is counted the same way.
+    from pytest_llmslo import ttft_p99
+
+    g = summarize(run, [ttft_p99 < 1000])
+    assert g.goodput_tok_s == pytest.approx(400)

@@ -31,6 +31,8 @@ __all__ = ["Job", "JobSource", "JobSpec"]
 PREFILL_BYTES = 128 * 1024 * 1024
 #: Longest stretch ``refill`` builds without yielding to the event loop.
 SLICE_NS = 1_000_000
+#: Where the indices of spare (cool-down) requests start: past any real sequence.
+SPARE_BASE = 1 << 40
 
 
 @dataclass(slots=True)
@@ -84,6 +86,7 @@ class JobSource:
         self._buffered_bytes = 0
         self.exhausted = False
         self.built = 0
+        self._spares = 0
 
     def _make(self) -> Job | None:
         i = next(self._indices, None)
@@ -140,6 +143,15 @@ class JobSource:
         if self.exhausted:
             return None
         return self._make()
+
+    def spare(self) -> Job:
+        """A request beyond the sequence, never measured (a closed loop's cool-down): the
+        workload's prompt of a fresh index, built on the spot."""
+        spec = self.spec
+        i = SPARE_BASE + spec.start + self._spares * spec.step
+        self._spares += 1
+        p = self._prompts.prompt(i)
+        return Job(i, request_body(spec.settings, p.text, p.osl), p.isl, p.osl, True)
 
     def __iter__(self) -> Iterator[Job]:
         while (job := self.next()) is not None:

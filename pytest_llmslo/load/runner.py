@@ -27,6 +27,10 @@ overrides the automatic choice (``auto_processes``).
 Phases: ``calibrating`` (a few probes that fit prompt lengths to the server), ``warm-up``
 (the first ``warmup`` requests of the sequence, sent and discarded), ``measuring`` and,
 after a duration bound or an early stop, ``draining``; the progress callback names them.
+A closed loop cools down: a slot whose measured requests are over keeps the engine at the
+level's concurrency with requests that are not measured (``JobSource.spare``) until the
+worker's last measured request ends, then those are cancelled; ``run.meta["cooldown_sent"]``
+counts them. The last wave is then measured at the level's load, not in a shrinking batch.
 
 The level's wall-clock bound (``level_timeout_s``) covers every phase: calibration, warm-up
 and measurement count against it. When it passes, nothing more is sent and the measured
@@ -165,6 +169,7 @@ class _WorkerResult:
     wall_s: float = 0.0
     t0_ns: int = 0
     hit_level_bound: bool = False
+    cooldown_sent: int = 0
 
 
 class _Counter:
@@ -380,18 +385,63 @@ async def _drive(
     try:
         await _sleep_until(t0_ns)
         if plan.closed:
+            # Cool-down: a slot whose measured requests are over keeps sending requests that
+            # are not measured until the worker's last measured one ends, so every measured
+            # request runs at the level's concurrency to its last token. Without it the
+            # last wave streams in a shrinking batch, faster than the engine serves c
+            # streams (a 1.3-wave level at c48 read 17 % above the engine's throughput).
+            slots_measuring = max(plan.slots, 1)
+            cooled = asyncio.Event()
+            cooling: set[asyncio.Future[None]] = set()
+
+            def measured_over() -> None:
+                if slots_measuring == 0 and measuring[0] == 0 and not cooled.is_set():
+                    cooled.set()
+                    for f in cooling:
+                        f.cancel()
+
+            async def measured(job: Job, scheduled: int) -> None:
+                measuring[0] += 1
+                try:
+                    await one(job, scheduled)
+                finally:
+                    measuring[0] -= 1
+                    measured_over()
 
             async def slot() -> None:
+                nonlocal slots_measuring
                 scheduled = t0_ns
-                while not stop.is_set() and not bound.expired(scheduled):
-                    job = source.next()
-                    if job is None:
+                try:
+                    while not stop.is_set() and not bound.expired(scheduled):
+                        job = source.next()
+                        if job is None:
+                            break
+                        if job.warmup:
+                            await one(job, scheduled)
+                        else:
+                            bound.start(scheduled)
+                            await measured(job, scheduled)
+                        scheduled = perf_counter_ns()
+                finally:
+                    slots_measuring -= 1
+                    measured_over()
+                while not cooled.is_set() and not stop.is_set():
+                    end = bound.drain_end_ns()
+                    if end is not None and perf_counter_ns() >= end:
                         return
-                    if not job.warmup:
-                        bound.start(scheduled)
-                    await one(job, scheduled)
-                    scheduled = perf_counter_ns()
+                    f = asyncio.ensure_future(transport.send(source.spare().body, RawExchange()))
+                    cooling.add(f)
+                    res.cooldown_sent += 1
+                    try:
+                        await f
+                    except asyncio.CancelledError:
+                        if cooled.is_set():
+                            return  # the last measured request ended: cool-down is over
+                        raise  # this slot itself was cancelled
+                    finally:
+                        cooling.discard(f)
 
+            measuring = [0]
             tasks = {asyncio.ensure_future(slot()) for _ in range(max(plan.slots, 1))}
             waiter: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
             await _wait_bounded(tasks, waiter, bound)
@@ -602,6 +652,7 @@ def _assemble(
     meta = dict(meta)
     meta["cancelled"] = sum(r.cancelled for r in results)
     meta["warmup_completed"] = sum(r.warmup_done for r in results)
+    meta["cooldown_sent"] = sum(r.cooldown_sent for r in results)
     # Kernel time is most of a socket read's cost; the split says how much is left to win.
     meta["client_cpu"] = {
         "cpu_s": sum(r.cpu_s for r in results),

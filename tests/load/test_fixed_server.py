@@ -352,8 +352,12 @@ def test_fixed_server_with_two_workers_shares_stats() -> None:
         time.sleep(0.3)  # the other worker publishes its share every 100 ms
         stats = json.loads(urllib.request.urlopen(url + "/stats", timeout=5).read())
     assert all(r.ok for r in run.records)
-    assert stats["workers"] == 2 and stats["requests"] == 16
-    assert stats["lateness"]["count"] == 160 and stats["first_token_lateness"]["count"] == 16
+    # The cool-down requests (sent while the last measured ones ran, then cancelled) may
+    # reach the server too, and have some of their tokens written.
+    spare = run.meta["cooldown_sent"]
+    assert stats["workers"] == 2 and 16 <= stats["requests"] <= 16 + spare
+    assert 160 <= stats["lateness"]["count"] <= 160 + 10 * spare
+    assert 16 <= stats["first_token_lateness"]["count"] <= 16 + spare
 
 
 SIGINT_SCRIPT = """

@@ -98,3 +98,31 @@ def test_load_generator_matches_the_sim_trace(tmp_path: Path) -> None:
     assert abs(itl_p50 - float(np.percentile(srv_gaps, 50))) < 2.0
     # 70B FP8 on 4x H100: decode steps of the low tens of ms.
     assert 8.0 < itl_p50 < 30.0
+
+
+def test_closed_loop_cools_down_so_the_last_wave_runs_at_the_level(tmp_path: Path) -> None:
+    """One measured wave of spread lengths at c8: without a cool-down the longest requests
+    end alone, in a batch that shrinks to one, and their last tokens come at the engine's
+    c1 pace. With it, the sim runs 8 requests until the last measured token."""
+    with start_sim(tmp_path, "--max-model-len", "4096") as sim:
+        run = run_load_sync(
+            ClientSettings(sim.url, MODEL, processes=1),
+            WorkloadSpec(
+                isl=64, osl=48, osl_stddev=24, distribution="uniform", calibrate=False, seed=5
+            ),
+            LoadLevel.concurrency(8),
+            requests=8,
+            warmup=8,
+        )
+        # The cool-down requests were cancelled and the engine freed them.
+        assert wait_for(lambda: sim.metrics()["vllm:num_requests_running"] == 0)
+    records = sorted(run.records, key=lambda r: r.end_ns)
+    assert len(records) == 8 and all(r.ok for r in records)
+    all_gaps = [(b - a) / 1e6 for r in records for a, b in pairwise(r.chunk_ns)]
+    level = float(np.median(all_gaps))
+    # The last request's final tokens stream at the level's pace, not the c1 pace (the
+    # sim's 70B vLLM-like ITL is about 15 ms at c8 and 12 ms at c1).
+    last = records[-1]
+    tail = [(b - a) / 1e6 for a, b in pairwise(last.chunk_ns[-10:])]
+    assert float(np.median(tail)) > 0.93 * level, (tail, level)
+    assert run.meta["cooldown_sent"] >= 1
