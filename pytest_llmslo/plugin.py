@@ -296,6 +296,10 @@ class SloState:
         self.sources = _sources(config)
         self.defaults = S.resolve_test(self.sources, {}, "")
         self.engine_configs: dict[str, EngineConfig] = {}
+        #: Every engine of the engine config file, by name (before the session's settings).
+        self.configured_engines: dict[str, EngineConfig] = {}
+        #: --engine-opt items by engine name.
+        self.engine_opts: dict[str, list[str]] = {}
         self.factory: EngineFactory | None = None
         self.points: list[Any] = []  # SweepPoint, replaced in place when a verdict arrives
         self.point_runs: dict[int, Run] = {}
@@ -519,11 +523,12 @@ def _refuse_xdist(config: pytest.Config, state: SloState) -> None:
 
 
 def _engine_configs(config: pytest.Config, state: SloState) -> dict[str, EngineConfig]:
+    """The configs of the session's engines (``--engine``); engines that only a test's
+    ``engines=`` names are resolved at collection (``_test_engine_configs``)."""
     from pytest_llmslo.engines import apply_overrides, load_engine_configs
 
     session = state.session
     configured: dict[str, EngineConfig] = {}
-    where = "--engine"
     if session.engine_config:
         path = _resolve_path(state, session.engine_config, "engine_config")
         label = session.sources.get("engine_config", "--engine-config")
@@ -544,49 +549,90 @@ def _engine_configs(config: pytest.Config, state: SloState) -> dict[str, EngineC
                 doc = {}
             if doc.get("tool", {}).get("llmslo", {}).get("engines"):
                 configured = load_engine_configs(pyproject)
+    state.configured_engines = configured
     where = session.sources.get("engine", "--engine")
     S.check_engine_names(session.engines, configured, where)
-    model = state.defaults.model
-    model_set = state.defaults.sources.get("model", "default") != "default"
-    out: dict[str, EngineConfig] = {}
-    for name in session.engines:
-        cfg = configured.get(name) or EngineConfig(kind=name, name=name)
-        if not cfg.name:
-            cfg = dataclasses.replace(cfg, name=name)
-        if model_set or not cfg.model:
-            cfg = dataclasses.replace(cfg, model=model or cfg.model)
-        if cfg.kind == "sim" and session.sim_profile:
-            cfg = dataclasses.replace(cfg, options={**cfg.options, "profile": session.sim_profile})
-        # The readiness probes talk to the engine as the load generator will.
-        d = state.defaults
-        cfg = dataclasses.replace(
-            cfg,
-            api_key_env=d.api_key_env or None,
-            ca_bundle=d.ca_bundle,
-            verify_tls=not d.insecure,
-        )
-        if cfg.kind == "external":
-            url = session.engine_url or cfg.url
-            if not url:
-                raise ConfigError(
-                    f"{where}: engine {name!r} is external and needs a URL: give --engine-url "
-                    "(or url = ... in its engine config)."
-                )
-            cfg = dataclasses.replace(cfg, url=url)
-        out[name] = cfg
+    out = {name: _engine_config(state, name, where) for name in session.engines}
     opts: dict[str, list[str]] = {}
     for item in session.engine_opts:
         head, _, value = item.partition("=")
         ename, _, key = head.partition(".")
-        if ename not in out:
+        if ename not in out and ename not in configured:
             raise ConfigError(
                 f"--engine-opt {item!r}: {ename!r} is not an engine of this session. "
-                f"Engines: {', '.join(out)}."
+                f"Engines: {', '.join(dict.fromkeys([*out, *configured]))}."
             )
         opts.setdefault(ename, []).append(f"{key}={value}")
+    state.engine_opts = opts
     for ename, items in opts.items():
-        out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
+        if ename in out:
+            out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
     return out
+
+
+def _engine_config(state: SloState, name: str, where: str) -> EngineConfig:
+    """The config of engine ``name`` (configured, or the defaults of a bare kind) with the
+    session's settings applied: model, sim profile (for sim engines whose config names
+    none), API key, TLS, the external URL."""
+    session = state.session
+    cfg = state.configured_engines.get(name) or EngineConfig(kind=name, name=name)
+    if not cfg.name:
+        cfg = dataclasses.replace(cfg, name=name)
+    model = state.defaults.model
+    model_set = state.defaults.sources.get("model", "default") != "default"
+    if model_set or not cfg.model:
+        cfg = dataclasses.replace(cfg, model=model or cfg.model)
+    if cfg.kind == "sim" and session.sim_profile and not cfg.options.get("profile"):
+        cfg = dataclasses.replace(cfg, options={**cfg.options, "profile": session.sim_profile})
+    # The readiness probes talk to the engine as the load generator will.
+    d = state.defaults
+    cfg = dataclasses.replace(
+        cfg,
+        api_key_env=d.api_key_env or None,
+        ca_bundle=d.ca_bundle,
+        verify_tls=not d.insecure,
+    )
+    if cfg.kind == "external":
+        url = session.engine_url or cfg.url
+        if not url:
+            raise ConfigError(
+                f"{where}: engine {name!r} is external and needs a URL: give --engine-url "
+                "(or url = ... in its engine config)."
+            )
+        cfg = dataclasses.replace(cfg, url=url)
+    return cfg
+
+
+def _test_engines(state: SloState, ts: S.TestSettings, where: str) -> tuple[list[str], str | None]:
+    """The engines a test runs on, and why it runs on none (a skip reason).
+
+    A test's ``engines=`` replaces the session's engines, unless ``--engine`` (or its
+    environment variable) chose engines: then the test runs on those of its own that were
+    chosen, and is skipped when none was."""
+    from pytest_llmslo.engines import apply_overrides
+
+    session = state.session
+    if not ts.engines:
+        return list(session.engines), None
+    label = f"@pytest.mark.slo(engines=...) on {where}"
+    S.check_engine_names(ts.engines, state.configured_engines, label)
+    for name in ts.engines:
+        if name not in state.engine_configs:
+            cfg = _engine_config(state, name, label)
+            items = state.engine_opts.get(name)
+            if items:
+                cfg = apply_overrides(cfg, items, where=f"--engine-opt {name}")
+            state.engine_configs[name] = cfg
+    src = session.sources.get("engine", "default")
+    if not (src.startswith("--") or src.startswith(S.ENV_PREFIX)):
+        return list(ts.engines), None
+    picked = [e for e in ts.engines if e in session.engines]
+    if picked:
+        return picked, None
+    return [], (
+        f"this test runs on {', '.join(ts.engines)} (its engines=); {src} chose "
+        f"{', '.join(session.engines)}"
+    )
 
 
 def _check_output_path(path: Path, label: str) -> None:
@@ -607,9 +653,11 @@ def _check_inputs(state: SloState) -> None:
     """Paths, names and files of the session, checked in ``pytest_configure``: a usage error
     before any engine starts, naming the option and the fix."""
     session = state.session
-    path = _json_path(state)
-    if path is not None:
-        _check_output_path(path, session.sources.get("slo_json", "--slo-json"))
+    for name, flag in (("slo_json", "--slo-json"), ("slo_markdown", "--slo-markdown"),
+                       ("slo_svg", "--slo-svg")):  # fmt: skip
+        path = _output_path(state, name)
+        if path is not None:
+            _check_output_path(path, session.sources.get(name, flag))
     if session.save:
         from pytest_llmslo import compare
 
@@ -725,7 +773,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except ConfigError as exc:
         state.marker_errors.append(str(exc))
         return
-    engines = list(state.session.engines)
+    try:
+        engines, skip_reason = _test_engines(state, settings, where)
+    except ConfigError as exc:
+        state.marker_errors.append(str(exc))
+        return
     levels = list(settings.levels)
     if settings.capacity and not settings.objectives:
         src = settings.sources.get("slo_capacity", "--slo-capacity")
@@ -737,7 +789,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name in (ENGINE_ARG, LEVEL_ARG):
         if name not in metafunc.fixturenames:
             metafunc.fixturenames.append(name)
-    metafunc.parametrize(ENGINE_ARG, engines, indirect=True, ids=engines, scope="session")
+    if skip_reason is not None:
+        engine_params = [pytest.param(None, marks=pytest.mark.skip(reason=skip_reason), id="none")]
+        metafunc.parametrize(ENGINE_ARG, engine_params, indirect=True, scope="session")
+    else:
+        metafunc.parametrize(ENGINE_ARG, engines, indirect=True, ids=engines, scope="session")
     ids = S.level_ids(levels)
     # The last level is marked so the extension runs in that test.
     values = [
@@ -1853,10 +1909,48 @@ def _bind_suite_property(state: SloState, item: pytest.Item) -> None:
 
 
 def _json_path(state: SloState) -> Path | None:
-    p = state.session.json_path
+    return _output_path(state, "slo_json")
+
+
+def _output_path(state: SloState, name: str) -> Path | None:
+    """The resolved path of output setting ``name`` (slo_json, slo_markdown, slo_svg)."""
+    s = state.session
+    p = {"slo_json": s.json_path, "slo_markdown": s.markdown_path, "slo_svg": s.svg_path}[name]
     if not p:
         return None
-    return _resolve_path(state, p, "slo_json")
+    return _resolve_path(state, p, name)
+
+
+def _write_reports(state: SloState, *, complete: bool) -> None:
+    """The Markdown summary and the SVG chart, when asked for (errors are noted, and fail
+    the session as a lost results file does)."""
+    md_path, svg_path = _output_path(state, "slo_markdown"), _output_path(state, "slo_svg")
+    if (md_path is None and svg_path is None) or not state.points:
+        return
+    from pytest_llmslo.report import jsonio
+
+    doc = state.document(complete=complete)
+    for path, kind in ((md_path, "Markdown"), (svg_path, "SVG")):
+        if path is None:
+            continue
+        try:
+            if kind == "Markdown":
+                from pytest_llmslo.report.markdown import render_report
+
+                text = render_report(doc)
+            else:
+                from pytest_llmslo.report.markdown import document_knees
+                from pytest_llmslo.report.svg import render_svg
+
+                text = render_svg(
+                    jsonio.load_points(doc), document_knees(doc), title="pytest-llmslo"
+                )
+            jsonio.write_atomic_text(path, text)
+            state.notes.append(f"{kind} report written to {path}")
+        except Exception as exc:
+            state.write_errors.append(
+                f"ERROR: could not write the {kind} report to {path}: {exc!r}"
+            )
 
 
 def _resolve_path(state: SloState, text: str, name: str) -> Path:
@@ -1909,6 +2003,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             state.suite_property(name, value)
     if state.session.json_path:
         _write_json(state, complete=not interrupted)
+    _write_reports(state, complete=not interrupted)
     if state.session.save and state.points:
         from pytest_llmslo import compare
 

@@ -411,6 +411,23 @@ SPECS: tuple[Spec, ...] = (
         metavar="PATH",
     ),
     _spec(
+        "slo_markdown",
+        parse_optional_str,
+        None,
+        "Write the session's sweeps, knees and Pareto summary as Markdown to PATH.",
+        cli="--slo-markdown",
+        metavar="PATH",
+    ),
+    _spec(
+        "slo_svg",
+        parse_optional_str,
+        None,
+        "Write the chart of the session's sweeps (throughput vs TTFT P99 with the Pareto "
+        "frontier, goodput per level) as SVG to PATH.",
+        cli="--slo-svg",
+        metavar="PATH",
+    ),
+    _spec(
         "slo_save",
         parse_optional_str,
         None,
@@ -867,6 +884,9 @@ SPEC_BY_NAME: dict[str, Spec] = {s.name: s for s in SPECS}
 MARKER_KWARGS: dict[str, Spec] = {s.marker: s for s in SPECS if s.marker}
 # ``slo=`` is accepted as an alias of ``objectives=`` on the marker.
 MARKER_ALIASES = {"slo": "objectives", "min_goodput": "min_goodput_tok_s"}
+#: Marker keywords that only a test can set (no CLI, ini or environment form): the engines
+#: a test runs on, replacing the session's (``--engine`` still narrows them).
+MARKER_ONLY: dict[str, Callable[[Any], Any]] = {"engines": _coerce_with(parse_name_list)}
 
 
 def cli_type(spec: Spec) -> Callable[[str], Any]:
@@ -959,6 +979,8 @@ class SessionSettings:
     engine_restarts: int = 1
     sim_profile: str | None = None
     json_path: str | None = None
+    markdown_path: str | None = None
+    svg_path: str | None = None
     save: str | None = None
     compare: str | None = None
     compare_fail: str | None = None
@@ -1013,6 +1035,8 @@ class TestSettings:
     pin_output: bool = True
     transport: str = "auto"
     api_key_env: str = "OPENAI_API_KEY"
+    #: The test's own engines (``engines=`` on its marker); empty: the session's.
+    engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def warmup_for(self, level: LoadLevel) -> int:
@@ -1095,6 +1119,8 @@ def resolve_session(sources: Sources) -> SessionSettings:
         engine_restarts=vals["engine_restarts"],
         sim_profile=vals["sim_profile"],
         json_path=vals["slo_json"],
+        markdown_path=vals["slo_markdown"],
+        svg_path=vals["slo_svg"],
         save=vals["slo_save"],
         compare=vals["slo_compare"],
         compare_fail=vals["slo_compare_fail"],
@@ -1107,8 +1133,8 @@ def split_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> 
     out: dict[str, Any] = {}
     for k, v in kwargs.items():
         key = MARKER_ALIASES.get(k, k)
-        if key not in MARKER_KWARGS:
-            valid = ", ".join(sorted(MARKER_KWARGS))
+        if key not in MARKER_KWARGS and key not in MARKER_ONLY:
+            valid = ", ".join(sorted([*MARKER_KWARGS, *MARKER_ONLY]))
             raise ConfigError(
                 f"@pytest.mark.slo on {where}: {k!r} is not a known argument. Valid: {valid}."
             )
@@ -1127,10 +1153,11 @@ def check_marker(marker: Mapping[str, Any], where: str) -> None:
     runs it without the override."""
     for key, value in marker.items():
         spec = MARKER_KWARGS.get(key)
-        if spec is None:
+        coerce = MARKER_ONLY.get(key) or (spec.coerce_marker if spec is not None else None)
+        if coerce is None:
             continue  # split_marker rejects unknown keywords, naming the valid ones
         try:
-            spec.coerce_marker(value)
+            coerce(value)
         except ValueError as exc:
             raise ConfigError(f"@pytest.mark.slo({key}=...) on {where}: {exc}") from None
 
@@ -1203,6 +1230,9 @@ def resolve_test(
         pin_output=bool(vals["pin_output"]),
         transport=vals["transport"],
         api_key_env=vals["api_key_env"],
+        engines=tuple(dict.fromkeys(MARKER_ONLY["engines"](marker["engines"])))
+        if "engines" in marker
+        else (),
         sources=where_from,
     )
 

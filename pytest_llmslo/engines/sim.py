@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from .. import __version__
 from .base import EngineConfig
@@ -40,6 +41,28 @@ def sim_args(config: EngineConfig, host: str, port: int) -> list[str]:
     return [*args, *config.extra_args]
 
 
+def simulated_setup(profile: str) -> dict[str, Any]:
+    """What the sim engine stands for under ``profile``: the simulated model, precision,
+    hardware and deployment, for the report (the sim runs on the CPU; these are the
+    numbers its timing model uses). A name that is not a built-in profile (a custom one
+    from ``--profile-file``) gives just the name."""
+    from pytest_llmslo.sim.profiles import PROFILES
+
+    prof = PROFILES.get(profile)
+    if prof is None:
+        return {"profile": profile}
+    weights = "FP8" if prof.model.weight_bytes == 1.0 else "BF16"
+    return {
+        "profile": profile,
+        "model": prof.model.name.removesuffix("-FP8"),
+        "precision": weights,
+        "hardware": f"{prof.gpus}x {prof.gpu.name}",
+        "engine": prof.engine.name,
+        "deployment": prof.topology.describe(),
+        "topology": prof.topology.to_dict(),
+    }
+
+
 def plan(config: EngineConfig) -> LaunchPlan:
     host = config.host
     port = config.port or pick_free_port(probe_host(host))
@@ -52,6 +75,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         "ready": http_ok("/health"),
         "version_probe": version_from_json("/version"),
         "ports": (port,),
+        "meta": {"simulated": simulated_setup(str(config.options.get("profile", DEFAULT_PROFILE)))},
     }
     if config.runtime == "docker":
         from .docker import container_spec

@@ -245,9 +245,21 @@ def test_sigterm_keeps_the_level_in_progress(slo_pytester, fixed_server) -> None
         text=True,
     )  # fmt: skip
     try:
-        time.sleep(6)  # collection, engine readiness, then a few seconds of load
+        # Once the engine is ready, a few seconds of load, then the signal: a fixed sleep
+        # from the start would race a slow collection on a busy machine.
+        assert proc.stdout is not None
+        head: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            head.append(line)
+            if not line or "ready at" in line:
+                break
+        # The level prepares its prompts (up to 128 MiB for 100,000 requests) before sending.
+        time.sleep(6)
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
+        rest, _ = proc.communicate(timeout=120)
+        out = "".join(head) + rest
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -257,7 +269,7 @@ def test_sigterm_keeps_the_level_in_progress(slo_pytester, fixed_server) -> None
     doc = json.loads((slo_pytester.path / "r.json").read_text())
     assert doc["complete"] is False
     (point,) = doc["points"]
-    assert point["interrupted"] is True and point["summary"]["requests"] > 10
+    assert point["interrupted"] is True and point["summary"]["requests"] > 10, out
 
 
 @pytest.mark.parametrize(
