@@ -15,8 +15,20 @@ Layout (``SCHEMA_VERSION`` 2)::
                   "points": [0, 1, ...], "knee": {...},
                   "capacity": {...} or null}, ...],   # CapacityResult.to_dict()
       "results_at_knee": [{"engine", "test", "level", "label", "point", "goodput_tok_s",
-                           "output_tok_s", "attainment", "ttft_p99_ms", ...}, ...]
+                           "output_tok_s", "attainment", "ttft_p99_ms", ...}, ...],
+      "reports": [{"harness", "engine": {"name", "kind", "version"}, "model", "precision",
+                   "hardware", "simulated", "dataset", "slo", "test", "mode",
+                   "sweep": [{"concurrency", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms",
+                              "output_tok_s", "goodput_tok_s", "goodput_pct", ...}, ...],
+                   "results_at_knee": {...} or null}, ...]
     }
+
+``reports`` restates each sweep as one self-contained record, in the shape of the
+published engine comparisons: harness and version, engine and version, model, precision,
+hardware (for the sim engine also the setup it simulates), dataset, SLO, the sweep, and
+the results at the knee (concurrency, TTFT P50/P99, ITL P50, throughput, goodput and the
+share of good requests). It is derived from the rest of the document: a reader that
+needs one engine's figure needs nothing else.
 
 A sweep is one test on one engine at one load mode; its ``points`` are indices into
 ``points``, and its knee's ``index`` is a position in that list. ``capacity`` is the
@@ -84,6 +96,7 @@ __all__ = [
     "upgrade_document",
     "validate_document",
     "write_atomic",
+    "write_atomic_text",
 ]
 
 SCHEMA = "pytest-llmslo/run"
@@ -207,6 +220,69 @@ def _knee_result(point: SweepPoint, index: int, knee: Knee) -> dict[str, Any]:
     }
 
 
+def _level_result(p: SweepPoint) -> dict[str, Any]:
+    s = p.summary
+    attainment = point_attainment(p)
+    return {
+        p.level.mode: p.level.value,
+        "ttft_p50_ms": summary_stat(s, "ttft", 50),
+        "ttft_p99_ms": summary_stat(s, "ttft", 99),
+        "itl_p50_ms": summary_stat(s, "itl", 50),
+        "output_tok_s": s.output_tok_s,
+        "goodput_tok_s": point_goodput(p),
+        "goodput_pct": None if attainment is None else 100.0 * attainment,
+        "error_rate": s.error_rate,
+        "outcome": p.outcome,
+    }
+
+
+def _asserted_slo(sweep: Sequence[SweepPoint]) -> list[str]:
+    """The objectives a test asserted in its body (no marker objectives), from a verdict."""
+    for p in sweep:
+        if p.verdict is not None and p.verdict.results:
+            return [r.objective.label for r in p.verdict.results]
+    return []
+
+
+def _engine_report(
+    constants: Mapping[str, Any],
+    engines: Mapping[str, Mapping[str, Any]],
+    engine: str,
+    test: str,
+    sweep: Sequence[SweepPoint],
+    at_knee: SweepPoint | None,
+) -> dict[str, Any]:
+    """One engine's sweep of one test as a self-contained record: the harness, what was
+    served on what (for the sim engine, the setup it simulates), the dataset and SLO, every
+    level and the results at the knee (see the module docstring)."""
+    entry = engines.get(engine) or {}
+    meta = entry.get("metadata") or {}
+    own = (constants.get("per_engine") or {}).get(engine) or {}
+    test_consts = (constants.get("tests") or {}).get(test) or {}
+    simulated = meta.get("simulated") if isinstance(meta.get("simulated"), Mapping) else None
+    hardware: Any = own.get("hardware", constants.get("hardware"))
+    if simulated and simulated.get("hardware"):
+        hardware = {"simulated": simulated["hardware"], **(hardware or {})}
+    workload = test_consts.get("workload", constants.get("workload"))
+    return {
+        "harness": {"name": HARNESS, "version": __version__},
+        "engine": {"name": engine, "kind": meta.get("kind"), "version": entry.get("version")},
+        "model": own.get("model", constants.get("model")),
+        "precision": own.get("precision") or (simulated or {}).get("precision"),
+        "hardware": hardware,
+        "simulated": simulated,
+        "dataset": {
+            "path": test_consts.get("dataset", constants.get("dataset")),
+            "workload": workload,
+        },
+        "slo": test_consts.get("slo") or _asserted_slo(sweep) or constants.get("slo"),
+        "test": test,
+        "mode": sweep[0].level.mode if sweep else None,
+        "sweep": [_level_result(p) for p in sweep],
+        "results_at_knee": None if at_knee is None else _level_result(at_knee),
+    }
+
+
 def build_document(
     constants: Mapping[str, Any],
     engines: Mapping[str, Any],
@@ -263,6 +339,7 @@ def _assemble(
     position = {id(p): i for i, p in enumerate(points)}
     sweeps: list[dict[str, Any]] = []
     at_knee: list[dict[str, Any]] = []
+    reports: list[dict[str, Any]] = []
     for (engine, test), sweep, knee in sweep_knees(points, knees):
         levels = sorted({p.level.value: p.level for p in sweep}.values(), key=lambda lv: lv.value)
         sweeps.append(
@@ -279,6 +356,7 @@ def _assemble(
         at = point_at(sweep, knee.level)
         if at is not None:
             at_knee.append(jsonable(_knee_result(at, position[id(at)], knee)))
+        reports.append(jsonable(_engine_report(constants, engine_map, engine, test, sweep, at)))
     if created_utc is None:
         now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
         created_utc = now.isoformat().replace("+00:00", "Z")
@@ -293,6 +371,7 @@ def _assemble(
         "points": list(point_dicts),
         "sweeps": sweeps,
         "results_at_knee": at_knee,
+        "reports": reports,
     }
 
 
@@ -401,16 +480,26 @@ def write_atomic(
     If anything fails on the way the temporary file is removed and ``path`` keeps its
     previous content. The header is indented for reading; each point is one compact line.
     """
-    target = Path(path)
     if validate:
         validate_document(doc)
+    return _write_durably(path, lambda f: _dump(doc, f))
+
+
+def write_atomic_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` as ``write_atomic`` writes a document (Markdown and SVG
+    reports: a reader never sees half a file)."""
+    return _write_durably(path, lambda f: f.write(text))
+
+
+def _write_durably(path: str | os.PathLike[str], write: Any) -> Path:
+    target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
     mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            _dump(doc, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
@@ -617,6 +706,18 @@ def validate_document(doc: Any) -> None:
         _expect(0 <= idx < len(points), f"{where}.point", f"no point {idx} in points")
         for key in ("goodput_tok_s", "output_tok_s", "ttft_p99_ms"):
             _opt(r, key, (int, float), where)
+    # Documents written before ``reports`` existed have none: it is derived, not required.
+    for i, rep in enumerate(_opt(doc, "reports", list, "") or []):
+        where = f"reports[{i}]"
+        _expect(isinstance(rep, Mapping), where, "expected an object")
+        _get(_get(rep, "harness", Mapping, where), "version", str, f"{where}.harness")
+        _get(_get(rep, "engine", Mapping, where), "name", str, f"{where}.engine")
+        _get(rep, "test", str, where)
+        for j, level in enumerate(_get(rep, "sweep", list, where)):
+            _expect(isinstance(level, Mapping), f"{where}.sweep[{j}]", "expected an object")
+            for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "output_tok_s"):
+                _opt(level, key, (int, float), f"{where}.sweep[{j}]")
+        _opt(rep, "results_at_knee", Mapping, where)
 
 
 def _check_capacity(c: Mapping[str, Any], where: str) -> None:

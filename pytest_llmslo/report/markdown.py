@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmslo.report.terminal import fmt_ms, fmt_tok, sweep_row_cells
+from pytest_llmslo.report.terminal import fmt_ms, fmt_pct, fmt_tok, sweep_row_cells
 from pytest_llmslo.sweep import (
     CapacityResult,
     Knee,
@@ -29,6 +29,7 @@ from pytest_llmslo.sweep import (
     knee_points,
     level_order,
     pareto_front,
+    point_attainment,
     point_goodput,
     point_status,
     summary_stat,
@@ -130,9 +131,50 @@ def _constants_items(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(k, show(constants[k])) for k in keys if constants.get(k) not in (None, "", [], {})]
 
 
+#: Constants a test sets for itself: shown per sweep, not in the session's list.
+_TEST_KEYS = ("workload", "isl", "osl", "slo", "warmup", "requests", "endpoint")
+
+
 def render_constants(constants: Mapping[str, Any]) -> list[str]:
-    """The pinned constants as a bullet list."""
-    return [f"- **{k}**: {escape_cell(v)}" for k, v in _constants_items(constants)]
+    """The pinned constants as a bullet list (without the per-test ones when the document
+    has per-test constants: each sweep shows its own)."""
+    items = _constants_items(constants)
+    if constants.get("tests"):
+        items = [(k, v) for k, v in items if k not in _TEST_KEYS]
+    return [f"- **{k}**: {escape_cell(v)}" for k, v in items]
+
+
+def _test_line(test: Mapping[str, Any] | None, points: Sequence[SweepPoint]) -> str | None:
+    """One line of what a test ran: its workload, SLO, warm-up and requests per level."""
+    if not test:
+        return None
+    wl = test.get("workload") or {}
+    if wl.get("path"):
+        text = f"{wl.get('kind')}: {wl.get('path')}"
+    else:
+        text = f"ISL {wl.get('isl', test.get('isl'))} / OSL {wl.get('osl', test.get('osl'))}"
+        dist = wl.get("distribution")
+        if dist and dist != "fixed":
+            text += f" ({dist}, ±{wl.get('isl_stddev', 0):g} / ±{wl.get('osl_stddev', 0):g})"
+        if wl.get("num_prefixes"):
+            text += f", {wl['num_prefixes']} shared prefixes of {wl.get('prefix_len')} tokens"
+    parts = [f"workload {text}"]
+    slo = [str(o.get("label", o)) if isinstance(o, Mapping) else str(o)
+           for o in test.get("slo") or ()]  # fmt: skip
+    if not slo:
+        for p in points:
+            if p.verdict is not None and p.verdict.results:
+                slo = [r.objective.label for r in p.verdict.results]
+                break
+    if slo:
+        parts.append("SLO " + ", ".join(slo))
+    if test.get("warmup") is not None:
+        parts.append(f"warm-up {test['warmup']}")
+    if test.get("requests") is not None:
+        parts.append(f"{test['requests']} requests per level")
+    if test.get("duration_s"):
+        parts.append(f"{test['duration_s']:g} s per level")
+    return "_" + escape_cell("; ".join(parts)) + "_"
 
 
 def _verdict(p: SweepPoint) -> str:
@@ -176,9 +218,11 @@ def render_sweeps(
     points: Sequence[SweepPoint],
     knees: Mapping[Any, Knee] | None = None,
     capacities: Mapping[tuple[str, str], CapacityResult] | None = None,
+    tests: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """Per engine and test (and load mode), the sweep table with the knee row marked, and
-    the capacity of a test that searched it (``capacities`` keyed by ``(engine, test)``)."""
+    the capacity of a test that searched it (``capacities`` keyed by ``(engine, test)``).
+    ``tests`` (the document's per-test constants) adds what each test ran."""
     lines: list[str] = []
     for (engine, test), sweep in group_sweeps(points).items():
         by_mode: dict[str, list[SweepPoint]] = {}
@@ -200,6 +244,9 @@ def render_sweeps(
                 lines.append("")
             lines.append(f"### {escape_cell(engine)} · `{escape_cell(test)}` · {mode} sweep")
             lines.append("")
+            ran = _test_line((tests or {}).get(test), pts)
+            if ran:
+                lines.extend([ran, ""])
             lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
             lines.append("")
             lines.append(_knee_sentence(knee))
@@ -217,10 +264,14 @@ def render_sweeps(
 
 
 def render_pareto(
-    points: Sequence[SweepPoint], knees: Mapping[Any, Knee] | None = None
+    points: Sequence[SweepPoint],
+    knees: Mapping[Any, Knee] | None = None,
+    setups: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Per test, the engines at their knees with the Pareto frontier (output tok/s up,
-    TTFT P99 down) marked, and how many of all points are on it."""
+    TTFT P99 down) marked, and how many of all points are on it: the columns of the
+    published engine comparisons (throughput, TTFT P50/P99, ITL P50, goodput). ``setups``
+    describes each engine in a column of its own (for the sim: what it simulates)."""
     by_test: dict[str, list[SweepPoint]] = {}
     for p in points:
         by_test.setdefault(p.test, []).append(p)
@@ -232,28 +283,30 @@ def render_pareto(
         order = sorted(range(len(at_knee)), key=lambda i: -(at_knee[i].summary.output_tok_s or 0))
         for i in order:
             p = at_knee[i]
-            rows.append(
-                [
-                    p.engine,
-                    p.level.label,
-                    fmt_tok(p.summary.output_tok_s),
-                    fmt_ms(summary_stat(p.summary, "ttft", 99)),
-                    fmt_tok(point_goodput(p)),
-                    "yes" if front[i] else "",
-                ]
-            )
+            row = [p.engine]
+            if setups:
+                row.append(setups.get(p.engine, ""))
+            row += [
+                p.level.label,
+                fmt_tok(p.summary.output_tok_s),
+                fmt_ms(summary_stat(p.summary, "ttft", 50)),
+                fmt_ms(summary_stat(p.summary, "ttft", 99)),
+                fmt_ms(summary_stat(p.summary, "itl", 50)),
+                fmt_tok(point_goodput(p)),
+                fmt_pct(point_attainment(p)),
+                "yes" if front[i] else "",
+            ]
+            rows.append(row)
         if lines:
             lines.append("")
         lines.append(f"### Pareto · `{escape_cell(test)}`")
         lines.append("")
         if rows:
-            lines.extend(
-                table(
-                    ("engine", "knee", "out tok/s", "TTFT p99 (ms)", "good tok/s", "frontier"),
-                    rows,
-                    {2, 3, 4},
-                )
-            )
+            head = ["engine", *(["setup"] if setups else []), "knee", "out tok/s",
+                    "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "good tok/s",
+                    "good requests", "frontier"]  # fmt: skip
+            first = 3 if setups else 2
+            lines.extend(table(head, rows, set(range(first, first + 6))))
         else:
             lines.append("No engine has a knee for this test.")
         all_front = pareto_front(pts)
@@ -265,6 +318,21 @@ def render_pareto(
             f"Over all points: {len(frontier)} of {eligible} valid on the frontier: {names}"
         )
     return lines
+
+
+def _setups(engines: Mapping[str, Any]) -> dict[str, str]:
+    """A short description of each engine that has one: a sim engine's simulated setup
+    (hardware, engine, deployment); empty when none has."""
+    out: dict[str, str] = {}
+    for name, entry in engines.items():
+        meta = (entry or {}).get("metadata") or {}
+        sim = meta.get("simulated")
+        if isinstance(sim, Mapping) and sim.get("hardware"):
+            out[name] = (
+                f"{sim.get('hardware')} {sim.get('precision', '')}, {sim.get('engine', '')}-like, "
+                f"{sim.get('deployment', '')}"
+            ).replace(" ,", ",")
+    return out
 
 
 def render_report(doc: Mapping[str, Any], *, title: str | None = None) -> str:
@@ -296,10 +364,10 @@ def render_report(doc: Mapping[str, Any], *, title: str | None = None) -> str:
         lines.extend(consts)
     lines.append("")
     if points:
-        lines.extend(render_sweeps(points, knees, capacities))
+        lines.extend(render_sweeps(points, knees, capacities, constants.get("tests")))
         if len({p.engine for p in points}) > 1:
             lines.append("")
-            lines.extend(render_pareto(points, knees))
+            lines.extend(render_pareto(points, knees, _setups(engines)))
     else:
         lines.append("No load level was measured.")
     return "\n".join(lines).rstrip() + "\n"

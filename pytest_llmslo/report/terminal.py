@@ -358,7 +358,8 @@ def render_pareto(
 
 
 _PARETO_HEAD = (
-    f"  {'':2} {'engine':<24} {'load':>8} {'out tok/s':>10} {'TTFT p99':>10} {'good tok/s':>11}"
+    f"  {'':2} {'engine':<24} {'load':>6} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9}"
+    f" {'ITL p50':>8} {'good tok/s':>11} {'attain':>7}"
 )
 
 
@@ -373,10 +374,13 @@ def _pareto_rows(
         p = pts[i]
         mark = KNEE_MARK if front[i] else " "
         row = (
-            f"  {mark:2} {_clip(p.engine, 24):<24} {_clip(p.level.label, 8):>8}"
+            f"  {mark:2} {_clip(p.engine, 24):<24} {_clip(p.level.label, 6):>6}"
             f" {fmt_tok(p.summary.output_tok_s):>10}"
-            f" {fmt_ms(summary_stat(p.summary, 'ttft', 99)):>10}"
+            f" {fmt_ms(summary_stat(p.summary, 'ttft', 50)):>9}"
+            f" {fmt_ms(summary_stat(p.summary, 'ttft', 99)):>9}"
+            f" {fmt_ms(summary_stat(p.summary, 'itl', 50)):>8}"
             f" {fmt_tok(point_goodput(p)):>11}"
+            f" {fmt_pct(point_attainment(p)):>7}"
         )
         if not p.summary.valid:
             row += "  invalid client"
