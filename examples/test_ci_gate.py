@@ -14,7 +14,9 @@ from pytest_llmslo import itl_p50, ttft_p90
     strict=True,
     isl=512,
     osl=64,
-    requests=96,
+    requests=48,
+    warmup=4,
+    duration=12,
     min_attainment=0.9,
 )
 def test_ci_gate(slo_run):

@@ -7,13 +7,15 @@ from pytest_llmslo import assert_goodput, e2e_p99, ttft_p99
 
 
 @pytest.mark.slo(
-    concurrency=[1, 4, 16, 32],
+    concurrency=[8, 32],
     workload="shared_prefix",
     num_prefixes=4,
     prefix_len=2048,
     isl=3072,
     osl=64,
     requests=64,
+    warmup=4,  # raised to one wave (the concurrency) per level
+    duration=12,
     # Every level passes: extend the sweep past c32 (x1.5 per level) until goodput falls
     # below half its best, to find where this workload's capacity ends.
     extend=True,
