@@ -18,11 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
-_METRICS = ("ttft", "ttfot", "itl", "tpot", "e2e")
-_STATS = ("p50", "p90", "p95", "p99", "p999", "mean")
-_SYMBOLS = (*_METRICS, *(f"{m}_{s}" for m in _METRICS for s in _STATS))
+from ._version import __version__
+from .catalog import SYMBOLS as _SYMBOLS
 
 # name -> module that defines it
 _EXPORTS: dict[str, str] = {

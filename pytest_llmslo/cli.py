@@ -33,7 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_llmslo import __version__
+from pytest_llmslo import baselines
+from pytest_llmslo._version import __version__
 from pytest_llmslo.errors import ConfigError
 
 __all__ = ["EXIT_OK", "EXIT_REGRESSED", "EXIT_USAGE", "build_parser", "main"]
@@ -50,7 +51,7 @@ class _UsageError(Exception):
 
 
 def _tolerances(text: str) -> Any:
-    from pytest_llmslo.compare import parse_tolerances
+    from pytest_llmslo.tolerances import parse_tolerances
 
     try:
         tols = parse_tolerances(text)
@@ -161,10 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _read(source: str, root: str | None = None) -> dict[str, Any]:
-    from pytest_llmslo import compare
 
     try:
-        return compare.load_baseline(source, root=root or compare.DEFAULT_BASELINE_ROOT)
+        return baselines.load_baseline(source, root=root or baselines.DEFAULT_BASELINE_ROOT)
     except ConfigError as exc:
         raise _UsageError(str(exc)) from None
 

@@ -1,15 +1,16 @@
 """Regression checks: a later run against a saved baseline, per test, engine and load level.
 
-Baselines are run documents (``report/jsonio.py``) saved under a project folder,
-``.llmslo/baselines/NAME.json`` by default (``save_baseline``, ``load_baseline``).
+The judgement only: baselines are stored by ``baselines.py``, the constants that must
+match are ``constants.py``'s, the tolerances ``tolerances.py``'s, the metric names the
+catalogue's (``catalog.py``).
 
 A comparison pairs two points (one test, one engine, one load level) only when their
-runs are comparable: the documents' pinned constants (``PINNED_CONSTANTS``: model,
+runs are comparable: the documents' pinned constants (``constants.PINNED_CONSTANTS``: model,
 precision, hardware, dataset/workload with ISL/OSL, SLO) match (``constants_mismatch``),
 both points evaluated the same objectives, and both client runs are valid. Otherwise the
 comparison says which constant differs and compares nothing. Model, precision and
-hardware are an engine's (``ENGINE_CONSTANTS``, kept per engine in
-``constants["per_engine"]``, see ``engine_constants``): a run of one engine pairs with
+hardware are an engine's (``constants.ENGINE_CONSTANTS``, kept per engine in
+``constants["per_engine"]``, see ``constants.engine_constants``): a run of one engine pairs with
 that engine's points in a baseline of several.
 
 A test that searched its capacity (``sweep.CapacitySearch``) is compared by that capacity
@@ -17,9 +18,9 @@ A test that searched its capacity (``sweep.CapacitySearch``) is compared by that
 ``DEFAULT_CAPACITY_TOLERANCE`` unless one is given; and, when both searches ended at the
 same level, the metrics of the two points there.
 
-Tolerances (``parse_tolerances("goodput:5%,ttft_p99:10%,itl_p50:2ms")``) give, per metric,
-how much worse a value may get: relative (``%`` of the baseline value) or absolute (``ms``
-for latencies, ``tok/s`` / ``req/s`` for throughputs, ``pp`` percentage points for
+Tolerances (``tolerances.parse_tolerances("goodput:5%,ttft_p99:10%,itl_p50:2ms")``) give,
+per metric, how much worse a value may get: relative (``%`` of the baseline value) or
+absolute (``ms`` for latencies, ``tok/s`` / ``req/s`` for throughputs, ``pp`` percentage points for
 attainment and error rate). Each metric knows its direction: goodput, throughput and
 attainment are better higher; latencies and the error rate are better lower.
 
@@ -51,93 +52,44 @@ old-vs-new table for an assertion message and JUnit; ``assert_no_regression`` ra
 from __future__ import annotations
 
 import json
-import math
-import os
-import re
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from pytest_llmslo.errors import ConfigError, RegressionError
+from pytest_llmslo.catalog import METRIC_SPECS, MetricSpec, qkey
+from pytest_llmslo.constants import ENGINE_CONSTANTS, constants_for_test, constants_mismatch
+from pytest_llmslo.errors import RegressionError
 from pytest_llmslo.records import LoadLevel
+from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 from pytest_llmslo.sweep import finite_or_none
+from pytest_llmslo.tolerances import (
+    DEFAULT_CAPACITY_TOLERANCE,
+    Tolerance,
+    _tolerances,
+    parse_tolerances,
+)
 
 __all__ = [
-    "DEFAULT_BASELINE_ROOT",
-    "DEFAULT_CAPACITY_TOLERANCE",
-    "DEFAULT_TOLERANCES",
-    "ENGINE_CONSTANTS",
-    "METRIC_SPECS",
     "MIN_NOISE_SAMPLES",
-    "PARTIAL_SUFFIX",
-    "PINNED_CONSTANTS",
     "ROW_HEADERS",
     "RULE",
     "Comparison",
     "ComparisonRow",
     "DocumentComparison",
-    "MetricSpec",
     "NoiseJudgement",
     "RowStatus",
-    "Tolerance",
     "assert_no_regression",
-    "baseline_path",
     "compare_capacity",
     "compare_documents",
     "compare_points",
-    "constants_for_test",
-    "constants_mismatch",
-    "engine_constants",
     "find_capacity",
     "find_point",
-    "list_baselines",
-    "load_baseline",
     "metric_value",
-    "parse_tolerances",
     "row_cells",
-    "save_baseline",
     "status_text",
 ]
 
-DEFAULT_BASELINE_ROOT = os.path.join(".llmslo", "baselines")
-
-#: Used when a comparison is asked for without tolerances.
-DEFAULT_TOLERANCES = (
-    "goodput:5%,throughput:5%,attainment:2pp,ttft_p50:10%,ttft_p99:10%,itl_p50:10%,"
-    "tpot_p50:10%,e2e_p99:10%"
-)
-
-#: The tolerance of a capacity comparison when none is given (``capacity:15%``): more than
-#: one step of a concurrency search at capacity 8 (c8 -> c7 is 12.5 %), so the search's
-#: own resolution does not fail a test, while c8 -> c6 (25 %) does.
-DEFAULT_CAPACITY_TOLERANCE = "capacity:15%"
-
-#: A baseline saved from an interrupted session gets this suffix: ``NAME.partial``.
-PARTIAL_SUFFIX = ".partial"
-
-#: Constants of a run document that must match for two runs to be compared.
-PINNED_CONSTANTS: tuple[str, ...] = (
-    "model",
-    "precision",
-    "hardware",
-    "dataset",
-    "workload",
-    "isl",
-    "osl",
-    "slo",
-)
-
-#: Pinned constants that belong to one engine: with ``constants["per_engine"]`` they are
-#: taken from the engine's entry there.
-ENGINE_CONSTANTS: tuple[str, ...] = ("model", "precision", "hardware")
-
-# Leaves of the pinned constants that name a place on one machine, not what was measured.
-# The Python version is the harness's interpreter, not the serving hardware.
-_IGNORED_LEAVES = frozenset({"tokenizer", "python"})
-# Leaves compared by file name only: a dataset read from another directory is the same one.
-_BASENAME_LEAVES = frozenset({"path", "dataset", "dataset_path"})
 
 #: Fewer samples than this on a side: the noise of a mean is judged by the rank test, not by
 #: a bootstrap (which is too narrow on a handful of values).
@@ -152,515 +104,18 @@ RULE = (
 )
 
 RowStatus = Literal["regressed", "improved", "within tolerance", "noise", "n/a"]
-MetricKind = Literal["latency", "rate", "fraction", "level"]
 
 
 # --------------------------------------------------------------------------- metrics
 
 
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    """A metric a comparison can gate on. ``field`` is the summary field (rates and
-    fractions) or the distribution name (latencies, with ``stat``); ``units`` are the
-    absolute tolerance units accepted besides ``%``."""
-
-    name: str
-    kind: MetricKind
-    higher_is_better: bool
-    unit: str
-    field: str
-    stat: float | str | None = None
-    units: tuple[str, ...] = ()
-
-
-def _build_specs() -> dict[str, MetricSpec]:
-    specs: dict[str, MetricSpec] = {}
-    rates = (
-        ("goodput", "goodput_tok_s", "tok/s"),
-        ("goodput_req", "goodput_req_s", "req/s"),
-        ("throughput", "output_tok_s", "tok/s"),
-        ("total_throughput", "total_tok_s", "tok/s"),
-        ("req_s", "req_s", "req/s"),
-    )
-    for name, fld, unit in rates:
-        specs[name] = MetricSpec(name, "rate", True, unit, fld, units=(unit,))
-    specs["attainment"] = MetricSpec(
-        "attainment", "fraction", True, "", "attainment", units=("pp",)
-    )
-    specs["error_rate"] = MetricSpec(
-        "error_rate", "fraction", False, "", "error_rate", units=("pp",)
-    )
-    # The load a capacity search found (concurrency or req/s): only "%" tolerances.
-    specs["capacity"] = MetricSpec("capacity", "level", True, "", "capacity")
-    stats: tuple[tuple[str, float | str], ...] = (
-        ("p50", 50.0),
-        ("p90", 90.0),
-        ("p95", 95.0),
-        ("p99", 99.0),
-        ("p999", 99.9),
-        ("mean", "mean"),
-    )
-    for metric in ("ttft", "ttfot", "itl", "tpot", "e2e"):
-        for sname, stat in stats:
-            name = f"{metric}_{sname}"
-            specs[name] = MetricSpec(
-                name, "latency", False, "ms", metric, stat, units=("ms", "s", "us")
-            )
-    return specs
-
-
-#: Every metric name ``parse_tolerances`` accepts.
-METRIC_SPECS: Mapping[str, MetricSpec] = _build_specs()
-
-_ALIASES = {
-    "goodput_tok_s": "goodput",
-    "goodput_req_s": "goodput_req",
-    "output_tok_s": "throughput",
-    "total_tok_s": "total_throughput",
-    "req/s": "req_s",
-}
-
-
-def _valid_names() -> str:
-    rates = [n for n, s in METRIC_SPECS.items() if s.kind != "latency"]
-    return ", ".join(rates) + ", and <ttft|ttfot|itl|tpot|e2e>_<p50|p90|p95|p99|p999|mean>"
-
-
-def _canonical_metric(text: str) -> str | None:
-    name = text.strip().lower()
-    name = _ALIASES.get(name, name)
-    if name in METRIC_SPECS:
-        return name
-    # ttft.p99 / ttft_p99.9 / ttft_99 / ttft_median spellings of the stored percentiles
-    metric, sep, stat = name.partition("_")
-    if not sep:
-        metric, sep, stat = name.partition(".")
-    if not stat:
-        return None
-    try:
-        from pytest_llmslo.metrics import parse_stat, stat_name
-
-        canon = f"{metric}_{stat_name(parse_stat(stat))}"
-    except (ValueError, ImportError):
-        return None
-    return canon if canon in METRIC_SPECS else None
-
-
 # --------------------------------------------------------------------------- tolerances
-
-
-@dataclass(frozen=True, slots=True)
-class Tolerance:
-    """How much worse ``metric`` may get: ``amount`` percent of the baseline value
-    (``relative``) or ``amount`` in the metric's unit (ms, tok/s, req/s; fractions in
-    percentage points, stored as a fraction: 2 pp -> 0.02)."""
-
-    metric: str
-    amount: float
-    relative: bool
-
-    @property
-    def spec(self) -> MetricSpec:
-        return METRIC_SPECS[self.metric]
-
-    @property
-    def higher_is_better(self) -> bool:
-        return self.spec.higher_is_better
-
-    @property
-    def label(self) -> str:
-        if self.relative:
-            return f"{self.amount:g}%"
-        if self.spec.kind == "fraction":
-            return f"{self.amount * 100:g} pp"
-        return f"{self.amount:g} {self.spec.unit}"
-
-    def allowed(self, old: float) -> float:
-        """The absolute change allowed from a baseline value ``old``."""
-        return abs(old) * self.amount / 100.0 if self.relative else self.amount
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "amount": self.amount, "relative": self.relative}
-
-
-_TOL_RE = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z%/]*)\s*$", re.I)
-
-
-def _parse_one(part: str) -> Tolerance:
-    name, sep, value = part.partition(":")
-    if not sep:
-        name, sep, value = part.partition("=")
-    if not sep or not name.strip() or not value.strip():
-        raise ConfigError(
-            f"Could not parse tolerance {part!r}: expected METRIC:VALUE such as goodput:5% "
-            f"or itl_p50:2ms. Valid metrics: {_valid_names()}."
-        )
-    metric = _canonical_metric(name)
-    if metric is None:
-        raise ConfigError(
-            f"Unknown metric {name.strip()!r} in tolerance {part!r}. Valid metrics: "
-            f"{_valid_names()}."
-        )
-    spec = METRIC_SPECS[metric]
-    m = _TOL_RE.match(value)
-    units = ("%", *spec.units)
-    if m is None:
-        raise ConfigError(
-            f"Could not parse the value {value.strip()!r} of tolerance {part!r}: expected a "
-            f"number with a unit, one of {', '.join(units)}."
-        )
-    amount, unit = float(m.group(1)), m.group(2).lower()
-    if not math.isfinite(amount) or amount < 0:
-        raise ConfigError(f"Tolerance {part!r} must be a number >= 0, got {m.group(1)!r}.")
-    if unit == "%":
-        return Tolerance(metric, amount, True)
-    if unit not in spec.units:
-        hint = "a unit" if not unit else f"unit {unit!r}"
-        raise ConfigError(
-            f"Tolerance {part!r} has {hint} that does not fit {metric}: use one of "
-            f"{', '.join(units)} (e.g. {metric}:5%)."
-        )
-    if unit == "s":
-        amount *= 1000.0
-    elif unit == "us":
-        amount /= 1000.0
-    elif unit == "pp":
-        amount /= 100.0
-    return Tolerance(metric, amount, False)
-
-
-def parse_tolerances(text: str | Iterable[str] | None) -> dict[str, Tolerance]:
-    """``"goodput:5%,ttft_p99:10%,itl_p50:2ms"`` -> ``{metric: Tolerance}``.
-
-    Parts are separated by commas (or semicolons); ``METRIC=VALUE`` works too. Units: ``%``
-    (relative to the baseline) for every metric; ``ms``, ``s``, ``us`` for latencies;
-    ``tok/s`` or ``req/s`` for throughputs; ``pp`` (percentage points) for attainment and
-    error_rate. An empty text (or None) gives ``{}``, which ``compare_points`` reads as
-    ``DEFAULT_TOLERANCES``. Raises ``ConfigError`` naming the bad part and listing the
-    valid metrics.
-    """
-    if text is None:
-        return {}
-    parts = (
-        [p.strip() for p in text.replace(";", ",").split(",")]
-        if isinstance(text, str)
-        else [str(p).strip() for p in text]
-    )
-    out: dict[str, Tolerance] = {}
-    for part in parts:
-        if not part:
-            continue
-        tol = _parse_one(part)
-        if tol.metric in out:
-            raise ConfigError(f"Tolerance for {tol.metric} given twice (in {text!r}).")
-        out[tol.metric] = tol
-    return out
-
-
-def _tolerances(tolerances: Mapping[str, Tolerance] | str | None) -> dict[str, Tolerance]:
-    tols = (
-        parse_tolerances(tolerances)
-        if tolerances is None or isinstance(tolerances, str)
-        else dict(tolerances)
-    )
-    return tols or _default_tolerances()
-
-
-def _default_tolerances() -> dict[str, Tolerance]:
-    return parse_tolerances(DEFAULT_TOLERANCES)
 
 
 # --------------------------------------------------------------------------- baselines
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name.endswith(".json"):
-        raise ConfigError(
-            f"{name!r} is not a valid baseline name: use letters, digits, '.', '_' and '-' "
-            "(no path separators, no .json suffix), e.g. vllm-0.9"
-        )
-    return name
-
-
-def baseline_path(name: str, root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT) -> Path:
-    """Where the baseline ``name`` lives: ``ROOT/NAME.json``."""
-    return Path(root) / f"{_check_name(name)}.json"
-
-
-def list_baselines(root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT) -> list[str]:
-    """Names of the baselines saved under ``root``, sorted."""
-    try:
-        return sorted(p.stem for p in Path(root).glob("*.json") if p.is_file())
-    except OSError:
-        return []
-
-
-def partial_name(name: str) -> str:
-    """The name a partial (interrupted) run is saved under instead of ``name``."""
-    _check_name(name)
-    return name if name.endswith(PARTIAL_SUFFIX) else name + PARTIAL_SUFFIX
-
-
-def save_baseline(
-    doc: Mapping[str, Any], name: str, root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT
-) -> Path:
-    """Save the run document ``doc`` as the baseline ``name`` (validated, written
-    atomically, replacing an older one of that name); return its path.
-
-    A partial document (``"complete": false``, an interrupted session) never replaces a
-    baseline: it is saved as ``NAME.partial`` (``partial_name``) and ``NAME`` is left as
-    it was. The returned path says which file was written."""
-    from pytest_llmslo.report.jsonio import write_atomic
-
-    if doc.get("complete") is False:
-        name = partial_name(name)
-    return write_atomic(baseline_path(name, root), doc)
-
-
-def _looks_like_path(text: str) -> bool:
-    return text.endswith(".json") or "/" in text or os.sep in text or text.startswith(".")
-
-
-def load_baseline(
-    name_or_path: str | os.PathLike[str], root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT
-) -> dict[str, Any]:
-    """Read a baseline by name (``ROOT/NAME.json``) or by path (anything with a ``/`` or
-    ending in ``.json``, or an existing file). Raises ``jsonio.DocumentError`` (a
-    ``ConfigError``) for a missing or malformed document; a missing name lists the saved
-    ones."""
-    from pytest_llmslo.report.jsonio import DocumentError, read_document
-
-    text = os.fspath(name_or_path)
-    if isinstance(name_or_path, os.PathLike) or _looks_like_path(text) or Path(text).is_file():
-        return read_document(text)
-    path = baseline_path(text, root)
-    if not path.is_file():
-        saved = list_baselines(root)
-        have = f"saved baselines: {', '.join(saved)}" if saved else "no baseline is saved there"
-        raise DocumentError(
-            f"no baseline named {text!r} under {os.fspath(root)} ({have}); save one with "
-            f"--slo-save={text}, or pass the path of a run document",
-            source=os.fspath(path),
-        )
-    return read_document(path)
-
 
 # --------------------------------------------------------------------------- constants
-
-
-def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(value, Mapping):
-        if not value:
-            out[prefix] = {}
-        for k, v in value.items():
-            if str(k) in _IGNORED_LEAVES:
-                continue
-            _flatten(v, f"{prefix}.{k}", out)
-    else:
-        out[prefix] = value
-
-
-def _normalise_slo(value: Any) -> Any:
-    """An SLO as a sorted tuple of objective labels, whatever its spelling: a text such as
-    ``"ttft_p99<500,itl_p50<30"``, a list of labels, or of objective dicts."""
-    items: list[Any]
-    if isinstance(value, str):
-        items = [p for p in value.replace(";", ",").split(",") if p.strip()]
-    elif isinstance(value, Sequence):
-        items = list(value)
-    else:
-        return value
-    labels = []
-    for item in items:
-        if isinstance(item, Mapping):
-            label = item.get("label")
-            if label is None:
-                label = json.dumps(item, sort_keys=True)
-            labels.append(_objective_label(str(label)))
-        else:
-            labels.append(_objective_label(str(item)))
-    return tuple(sorted(labels))
-
-
-def _objective_label(text: str) -> str:
-    try:
-        from pytest_llmslo.slo import parse_objectives
-
-        objs = parse_objectives(text)
-        if len(objs) == 1:
-            return objs[0].label
-    except Exception:
-        # Not an objective this version can parse: compare the text as written.
-        pass
-    return " ".join(text.split())
-
-
-def _leaf_equal(path: str, a: Any, b: Any) -> bool:
-    leaf = path.rsplit(".", 1)[-1]
-    if leaf in _BASENAME_LEAVES and isinstance(a, str) and isinstance(b, str):
-        return Path(a).name == Path(b).name
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
-    return a == b
-
-
-_MISSING = object()
-
-
-def _show(value: Any) -> str:
-    if value is _MISSING:
-        return "(not recorded)"
-    if isinstance(value, tuple):
-        return ", ".join(map(str, value)) or "(none)"
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def constants_mismatch(
-    old_constants: Mapping[str, Any] | None,
-    new_constants: Mapping[str, Any] | None,
-    *,
-    labels: tuple[str, str] = ("baseline", "new"),
-) -> list[str]:
-    """The pinned constants that differ between two documents, one line each
-    (``"workload.isl: 512 (baseline) != 1024 (this run)"``); empty when the runs are
-    comparable. Nested values are compared leaf by leaf; ``tokenizer`` paths are ignored
-    and dataset paths compared by file name; the SLO by its objectives in any order or
-    spelling. A constant recorded on one side only differs."""
-    old = dict(old_constants or {})
-    new = dict(new_constants or {})
-    out: list[str] = []
-    for key in PINNED_CONSTANTS:
-        if key not in old and key not in new:
-            continue
-        a: dict[str, Any] = {}
-        b: dict[str, Any] = {}
-        if key in old:
-            value = _normalise_slo(old[key]) if key == "slo" else old[key]
-            _flatten(value, key, a)
-        if key in new:
-            value = _normalise_slo(new[key]) if key == "slo" else new[key]
-            _flatten(value, key, b)
-        for path in sorted(set(a) | set(b)):
-            va, vb = a.get(path, _MISSING), b.get(path, _MISSING)
-            if va is _MISSING or vb is _MISSING or not _leaf_equal(path, va, vb):
-                out.append(f"{path}: {_show(va)} ({labels[0]}) != {_show(vb)} ({labels[1]})")
-    return out
-
-
-def constants_for_test(
-    constants: Mapping[str, Any] | None, test: str, engine: str | None = None
-) -> dict[str, Any]:
-    """The constants that apply to ``test`` (on ``engine``): the document's, with the
-    test's own settings (``constants["tests"][test]``, from its marker) over them; the
-    lists of tests, engines and levels left out (they say what ran, not how), and so is the
-    client machine (``client``: information, not a constant of the measurement).
-
-    A document that records constants per engine (``constants["per_engine"]``) has its
-    ``ENGINE_CONSTANTS`` (model, precision, hardware) taken from ``engine``'s entry; without
-    ``engine`` they are left out (they are no constant of the whole document). A document
-    without ``per_engine`` (written by another tool) keeps its own."""
-    constants = constants or {}
-    skip = ("tests", "engines", "levels", "per_engine", "client")
-    out = {k: v for k, v in constants.items() if k not in skip}
-    per_engine = constants.get("per_engine")
-    if isinstance(per_engine, Mapping):
-        for key in ENGINE_CONSTANTS:
-            out.pop(key, None)
-        mine = per_engine.get(engine) if engine is not None else None
-        if isinstance(mine, Mapping):
-            out.update({k: v for k, v in mine.items() if k in ENGINE_CONSTANTS})
-    per_test = (constants.get("tests") or {}).get(test)
-    if isinstance(per_test, Mapping):
-        out.update({k: v for k, v in per_test.items() if k != "levels"})
-    return out
-
-
-def _loopback(url: Any) -> bool:
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    try:
-        host = urlsplit(str(url)).hostname or ""
-    except ValueError:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _argv_option(metadata: Mapping[str, Any], flag: str) -> str | None:
-    """The value after ``flag`` in the command line of one of the engine's units."""
-    for unit in metadata.get("units") or ():
-        if not isinstance(unit, Mapping):
-            continue
-        argv = unit.get("argv") or unit.get("command") or ()
-        argv = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else []
-        for i, arg in enumerate(argv[:-1]):
-            if arg == flag:
-                return argv[i + 1]
-    return None
-
-
-def engine_gpus(metadata: Mapping[str, Any]) -> list[str] | None:
-    """The GPUs an engine ran on, from its metadata (``EngineHandle.metadata()``), as
-    sorted ``"NAME, MEMORY"`` strings (the driver version left out: it is software, like
-    the engine's version, and a comparison across a driver update is a fair question).
-
-    The machine's GPUs (``metadata["hardware"]["gpus"]``, from ``nvidia-smi``) narrowed to
-    the engine's ``gpus`` setting: ``none`` -> none, a count -> the first that many, device
-    indices -> those. None when they are not known: no hardware recorded, or an external
-    engine on another host (the GPUs this machine sees are not its)."""
-    hardware = metadata.get("hardware")
-    if not isinstance(hardware, Mapping) or not isinstance(hardware.get("gpus"), list):
-        return None
-    if metadata.get("kind") == "external":
-        url = metadata.get("url") or metadata.get("base_url")
-        if not _loopback(url):
-            return None
-    names = [", ".join(p.strip() for p in str(g).split(",")[:2]) for g in hardware["gpus"]]
-    setting = str(metadata.get("gpus") or "all").strip().lower()
-    if setting == "none":
-        names = []
-    elif setting.isdigit():
-        names = names[: int(setting)]
-    elif setting != "all":
-        ids = [i.strip() for i in setting.removeprefix("device=").split(",") if i.strip()]
-        if ids and all(i.isdigit() for i in ids):
-            names = [names[int(i)] for i in ids if int(i) < len(names)]
-    return sorted(names)
-
-
-def engine_constants(
-    metadata: Mapping[str, Any],
-    *,
-    model: str | None = None,
-    precision: str | None = None,
-    sim_profile: str | None = None,
-) -> dict[str, Any]:
-    """One engine's ``ENGINE_CONSTANTS`` from its metadata: ``model`` (the given one, else
-    the served model), ``precision`` (the given one, else the engine's quantization or
-    dtype), and ``hardware``: for the sim engine its profile (``sim_profile``, else the
-    ``--profile`` of its command line), for any other engine ``{"gpus": engine_gpus()}``.
-    The client machine is not part of it: a load generator on a laptop and on a CI runner
-    measure the same engine."""
-    if metadata.get("kind") == "sim":
-        hardware: dict[str, Any] = {
-            "sim_profile": sim_profile or _argv_option(metadata, "--profile")
-        }
-    else:
-        hardware = {"gpus": engine_gpus(metadata)}
-    found = metadata.get("quantization") or metadata.get("dtype")
-    served = metadata.get("model")
-    return {
-        "model": model or (None if served is None else str(served)),
-        "precision": precision or (None if found is None else str(found)),
-        "hardware": hardware,
-    }
 
 
 # --------------------------------------------------------------------------- points
@@ -710,10 +165,6 @@ def find_point(
     return None if found is None else dict(found)
 
 
-def _qkey(q: float) -> str:
-    return f"{q:g}"
-
-
 def metric_value(point: Mapping[str, Any], metric: str) -> float | None:
     """The value of a comparison metric in a point dict: latencies in ms from the summary's
     distributions, rates and fractions from the summary (goodput and attainment from the
@@ -728,7 +179,7 @@ def metric_value(point: Mapping[str, Any], metric: str) -> float | None:
             return finite_or_none(dist.get("mean"))
         pct = dist.get("percentiles") or {}
         q = float(spec.stat)  # type: ignore[arg-type]
-        value = pct.get(_qkey(q))
+        value = pct.get(qkey(q))
         if value is None:
             # Keys written by another formatter ("99.0"): match numerically.
             for k, v in pct.items():
@@ -787,7 +238,7 @@ class NoiseJudgement:
     p_value: float | None = None
     low: float | None = None
     high: float | None = None
-    confidence: float = 0.95
+    confidence: float = DEFAULT_CONFIDENCE
     n_old: int = 0
     n_new: int = 0
     note: str = ""
@@ -1226,7 +677,7 @@ def compare_points(
     new_point: Mapping[str, Any],
     tolerances: Mapping[str, Tolerance] | str | None = None,
     *,
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = 2000,
     seed: int = 0,
     labels: tuple[str, str] = ("baseline", "new"),
@@ -1321,7 +772,7 @@ def compare_capacity(
     *,
     engine: str = "?",
     test: str = "?",
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = 2000,
     seed: int = 0,
     labels: tuple[str, str] = ("baseline", "new"),
@@ -1498,7 +949,7 @@ def compare_documents(
     *,
     engines: Mapping[str, str] | None = None,
     labels: tuple[str, str] = ("baseline", "new"),
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = 2000,
     seed: int = 0,
 ) -> DocumentComparison:

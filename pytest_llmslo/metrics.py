@@ -77,7 +77,20 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from .catalog import GAP_METRICS, METRICS, PERCENTILES, Stat, parse_stat, qkey, stat_name
 from .records import ClientHealth, LoadLevel, Run
+from .stats import (
+    DEFAULT_CONFIDENCE,
+    _check_confidence,
+    _finite,
+    _linear_positions,
+    lower_confidence_bound,
+    lower_rank,
+    percentile,
+    samples_needed,
+    upper_confidence_bound,
+    upper_rank,
+)
 
 __all__ = [
     "METRICS",
@@ -98,13 +111,11 @@ __all__ = [
     "lower_confidence_bound",
     "lower_rank",
     "meets_threshold",
-    "parse_stat",
     "per_request",
     "percentile",
     "request_values",
     "samples_needed",
     "short_outputs",
-    "stat_name",
     "summarize",
     "throughput_window",
     "token_gaps",
@@ -112,23 +123,11 @@ __all__ = [
     "upper_rank",
 ]
 
-METRICS: tuple[str, ...] = ("ttft", "ttfot", "itl", "tpot", "e2e")
-PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 
-# Metrics measured from a gap between two tokens: a completed request with fewer than two
-# tokens (or one chunk) has no gap, so it cannot violate their threshold (vLLM counts a
-# one-token request's TPOT as 0 for --goodput). Metrics measured from an event (first
-# token, last byte) that never happened cannot be shown to meet a threshold.
-GAP_METRICS: frozenset[str] = frozenset({"itl", "tpot"})
-
-Stat = float | Literal["mean"]
 _NS_PER_MS = 1e6
 # Columns of a 100k-request run take a few hundred MB; summarize and evaluate of the same
 # run come back to back, so a couple of entries are enough.
 _CACHE_SIZE = 2
-# Slack for comparing a computed binomial CDF with the confidence: a boundary case such as
-# P(B >= 1) = 0.95 exactly must not be lost to rounding in the logs.
-_EPS = 1e-12
 
 
 class Threshold(Protocol):
@@ -147,194 +146,7 @@ class Threshold(Protocol):
 # --------------------------------------------------------------------------- stats names
 
 
-def parse_stat(stat: object) -> Stat:
-    """Normalise a statistic: ``99``, ``99.9``, ``"p99"``, ``"p999"``, ``"99.9"``,
-    ``"mean"`` -> a float percentile in (0, 100) or ``"mean"``. ValueError otherwise.
-
-    ``"p999"`` is P99.9 and ``"p9999"`` P99.99 (digits after the first two are decimals),
-    matching the flat names ``ttft_p999``."""
-    if isinstance(stat, str):
-        s = stat.strip().lower()
-        if s in ("mean", "avg", "average"):
-            return "mean"
-        if s == "median":
-            return 50.0
-        if s.startswith("p"):
-            s = s[1:]
-            if s.isdigit() and len(s) > 2:
-                if s[2:].strip("0") == "":
-                    # "p100" is not P10.0 by intent, and P100 is no percentile.
-                    raise ValueError(f"ambiguous statistic {stat!r}; write e.g. p10 or p99.9")
-                s = s[:2] + "." + s[2:]
-        try:
-            q = float(s)
-        except ValueError:
-            raise ValueError(f"unknown statistic {stat!r}") from None
-    elif isinstance(stat, bool):
-        raise ValueError(f"unknown statistic {stat!r}")
-    elif isinstance(stat, int | float):
-        q = float(stat)
-    else:
-        raise ValueError(f"unknown statistic {stat!r}")
-    if not 0.0 < q < 100.0 or math.isnan(q):
-        raise ValueError(f"a percentile must be in (0, 100), got {stat!r}")
-    return q
-
-
-def stat_name(stat: Stat) -> str:
-    """``50.0`` -> ``"p50"``, ``99.9`` -> ``"p999"``, ``99.5`` -> ``"p995"``, ``"mean"``.
-
-    The inverse of :func:`parse_stat` for percentiles with two integer digits; others are
-    written ``p7.5``."""
-    if stat == "mean":
-        return "mean"
-    q = float(stat)
-    text = f"{q:g}"
-    if q >= 10 and "e" not in text:
-        return "p" + text.replace(".", "")
-    return "p" + text
-
-
-def _qkey(q: float) -> str:
-    """Mapping key used in JSON for a percentile: ``"50"``, ``"99.9"``."""
-    return f"{q:g}"
-
-
 # --------------------------------------------------------------------------- statistics
-
-
-def _finite(values: Iterable[float] | np.ndarray) -> np.ndarray:
-    a = np.asarray(values, dtype=np.float64).ravel()
-    return a[np.isfinite(a)]
-
-
-def _linear_positions(n: int, q: float) -> tuple[int, int, float]:
-    h = (n - 1) * q / 100.0
-    lo = math.floor(h)
-    hi = min(lo + 1, n - 1)
-    return lo, hi, h - lo
-
-
-def percentile(values: Iterable[float] | np.ndarray, q: float) -> float:
-    """P_q of the finite values with numpy's ``'linear'`` method; NaN when none."""
-    a = _finite(values)
-    if a.size == 0:
-        return math.nan
-    return float(np.percentile(a, q, method="linear"))
-
-
-def _binom_cdf(n: int, p: float) -> tuple[int, np.ndarray]:
-    """P(Binomial(n, p) ≤ j) for j = lo .. hi, returned as (lo, cdf).
-
-    Only a window of ±40 standard deviations (+10) around n·p is evaluated: the mass
-    outside it is far below float64 resolution, and the window keeps this O(√n) for the
-    millions of token gaps a run has. The pmf comes from log-gamma at ``lo`` and the
-    ratio pmf(j+1)/pmf(j) = (n−j)/(j+1)·p/(1−p) after it."""
-    mu = n * p
-    sd = math.sqrt(n * p * (1.0 - p))
-    lo = max(0, math.floor(mu - 40.0 * sd - 10.0))
-    hi = min(n, math.ceil(mu + 40.0 * sd + 10.0))
-    log_p, log_q = math.log(p), math.log1p(-p)
-    base = (
-        math.lgamma(n + 1)
-        - math.lgamma(lo + 1)
-        - math.lgamma(n - lo + 1)
-        + lo * log_p
-        + (n - lo) * log_q
-    )
-    j = np.arange(lo, hi, dtype=np.float64)
-    steps = np.log(n - j) - np.log(j + 1.0) + (log_p - log_q)
-    logpmf = np.empty(hi - lo + 1, dtype=np.float64)
-    logpmf[0] = base
-    np.cumsum(steps, out=logpmf[1:])
-    logpmf[1:] += base
-    cdf = np.cumsum(np.exp(logpmf))
-    return lo, np.minimum(cdf, 1.0)
-
-
-def _check_confidence(confidence: float) -> None:
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-
-
-def upper_rank(n: int, q: float, confidence: float = 0.95) -> int | None:
-    """The 1-based k of the order statistic X_(k) that is a one-sided upper confidence
-    bound of the q-th percentile: the smallest k with P(Binomial(n, q/100) < k) ≥ c.
-    None when no k ≤ n qualifies (n < :func:`samples_needed`)."""
-    _check_confidence(confidence)
-    p = float(q) / 100.0
-    if n <= 0:
-        return None
-    lo, cdf = _binom_cdf(n, p)
-    # cdf[i] = P(B <= lo + i) = P(B < k) for k = lo + i + 1; k must stay <= n.
-    i = int(np.searchsorted(cdf, confidence - _EPS, side="left"))
-    if i >= cdf.size:
-        return None
-    k = lo + i + 1
-    return k if k <= n else None
-
-
-def lower_rank(n: int, q: float, confidence: float = 0.95) -> int | None:
-    """The 1-based k of the order statistic X_(k) that is a one-sided lower confidence
-    bound of the q-th percentile: the largest k with P(Binomial(n, q/100) ≥ k) ≥ c, i.e.
-    P(B ≤ k − 1) ≤ 1 − c. None when even X_(1) does not qualify: (1 − p)^n > 1 − c."""
-    _check_confidence(confidence)
-    p = float(q) / 100.0
-    if n <= 0:
-        return None
-    lo, cdf = _binom_cdf(n, p)
-    # Largest j = k - 1 with cdf(j) <= 1 - c; cdf(j) for j < lo is ~0 <= 1 - c.
-    i = int(np.searchsorted(cdf, 1.0 - confidence + _EPS, side="right")) - 1
-    j = lo + i  # i = -1 means j = lo - 1 (mass below the window, ~0)
-    if j < 0:
-        return None
-    return min(j + 1, n)
-
-
-def samples_needed(
-    q: float, confidence: float = 0.95, side: Literal["upper", "lower"] = "upper"
-) -> int:
-    """Smallest n for which the one-sided bound of P_q exists at ``confidence``.
-
-    Upper bound: the maximum X_(n) is the bound when 1 − p^n ≥ c, so
-    n = ⌈log(1 − c) / log(p)⌉ (p = q/100): 299 for P99 at 95 %, 2995 for P99.9, 59 for P95,
-    5 for P50. Lower bound: the same with 1 − p in place of p."""
-    _check_confidence(confidence)
-    p = float(q) / 100.0
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"a percentile must be in (0, 100), got {q!r}")
-    base = p if side == "upper" else 1.0 - p
-    n = max(1, math.ceil(math.log1p(-confidence) / math.log(base)))
-    # Guard the ceiling against rounding in the logs: 1 - base**n >= c is the definition.
-    while n > 1 and 1.0 - base ** (n - 1) >= confidence:
-        n -= 1
-    while 1.0 - base**n < confidence:
-        n += 1
-    return n
-
-
-def _order_stat(values: np.ndarray, k: int) -> float:
-    return float(np.partition(values, k - 1)[k - 1])
-
-
-def upper_confidence_bound(
-    values: Iterable[float] | np.ndarray, q: float, confidence: float = 0.95
-) -> float | None:
-    """Distribution-free one-sided upper confidence bound of P_q of the finite values:
-    X_(k) with k from :func:`upper_rank`; None when there are too few samples."""
-    a = _finite(values)
-    k = upper_rank(a.size, q, confidence)
-    return None if k is None else _order_stat(a, k)
-
-
-def lower_confidence_bound(
-    values: Iterable[float] | np.ndarray, q: float, confidence: float = 0.95
-) -> float | None:
-    """Distribution-free one-sided lower confidence bound of P_q (for ``>`` objectives):
-    X_(k) with k from :func:`lower_rank`; None when there are too few samples."""
-    a = _finite(values)
-    k = lower_rank(a.size, q, confidence)
-    return None if k is None else _order_stat(a, k)
 
 
 # --------------------------------------------------------------------------- Distribution
@@ -368,7 +180,7 @@ class Distribution:
     percentiles: Mapping[float, float] = field(default_factory=dict)
     upper_bounds: Mapping[float, float | None] = field(default_factory=dict)
     samples_needed: Mapping[float, int] = field(default_factory=dict)
-    confidence: float = 0.95
+    confidence: float = DEFAULT_CONFIDENCE
 
     def p(self, q: float) -> float:
         """The point estimate of P_q; KeyError when q was not summarised."""
@@ -385,7 +197,7 @@ class Distribution:
         values: Iterable[float] | np.ndarray,
         *,
         percentiles: Sequence[float] = PERCENTILES,
-        confidence: float = 0.95,
+        confidence: float = DEFAULT_CONFIDENCE,
         unit: str = "ms",
     ) -> Distribution:
         """Summarise the finite values. One ``np.partition`` serves every percentile and
@@ -442,9 +254,9 @@ class Distribution:
             "std": _num(self.std),
             "min": _num(self.min),
             "max": _num(self.max),
-            "percentiles": {_qkey(q): _num(v) for q, v in self.percentiles.items()},
-            "upper_bounds": {_qkey(q): _num(v) for q, v in self.upper_bounds.items()},
-            "samples_needed": {_qkey(q): n for q, n in self.samples_needed.items()},
+            "percentiles": {qkey(q): _num(v) for q, v in self.percentiles.items()},
+            "upper_bounds": {qkey(q): _num(v) for q, v in self.upper_bounds.items()},
+            "samples_needed": {qkey(q): n for q, n in self.samples_needed.items()},
             "confidence": self.confidence,
         }
 
@@ -461,7 +273,7 @@ class Distribution:
             percentiles={float(q): _unnum(v) for q, v in d.get("percentiles", {}).items()},
             upper_bounds={float(q): _num(v) for q, v in d.get("upper_bounds", {}).items()},
             samples_needed={float(q): int(v) for q, v in d.get("samples_needed", {}).items()},
-            confidence=float(d.get("confidence", 0.95)),
+            confidence=float(d.get("confidence", DEFAULT_CONFIDENCE)),
         )
 
 
@@ -804,7 +616,7 @@ def gate_values(run: Run, metric: str, upper: bool = True) -> tuple[np.ndarray, 
 
 
 def gate_statistic(
-    values: np.ndarray, q: float, confidence: float = 0.95, upper: bool = True
+    values: np.ndarray, q: float, confidence: float = DEFAULT_CONFIDENCE, upper: bool = True
 ) -> tuple[float, float | None]:
     """(P_q, its one-sided confidence bound) of gate samples that may hold ±∞
     (:func:`gate_values`). The estimate is the linear-method percentile, except that an
@@ -1095,7 +907,7 @@ class RunSummary:
     objectives: tuple[str, ...] = ()
     output_tokens: int = 0
     prompt_tokens: int = 0
-    confidence: float = 0.95
+    confidence: float = DEFAULT_CONFIDENCE
     errors: tuple[ErrorMessage, ...] = ()
     short_outputs: int = 0
     output_pinned: bool = False
@@ -1202,7 +1014,7 @@ class RunSummary:
             objectives=tuple(d.get("objectives", ())),
             output_tokens=int(d.get("output_tokens", 0)),
             prompt_tokens=int(d.get("prompt_tokens", 0)),
-            confidence=float(d.get("confidence", 0.95)),
+            confidence=float(d.get("confidence", DEFAULT_CONFIDENCE)),
             errors=tuple(ErrorMessage.from_dict(e) for e in d.get("errors") or ()),
             short_outputs=int(d.get("short_outputs", 0)),
             output_pinned=bool(d.get("output_pinned", False)),
@@ -1224,7 +1036,7 @@ def _label(o: Threshold) -> str:
 
 
 def summarize(
-    run: Run, objectives: Iterable[Threshold] = (), confidence: float = 0.95
+    run: Run, objectives: Iterable[Threshold] = (), confidence: float = DEFAULT_CONFIDENCE
 ) -> RunSummary:
     """Summarise a run: distributions of every metric with percentiles and bounds,
     throughput, failures, and, when ``objectives`` are given, goodput and attainment."""

@@ -25,15 +25,16 @@ import dataclasses
 import os
 import platform
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_llmslo import __version__
+from pytest_llmslo import baselines, constants, tolerances
 from pytest_llmslo import settings as S
+from pytest_llmslo._version import __version__
+from pytest_llmslo.catalog import METRICS
 from pytest_llmslo.engines.base import EngineConfig, EngineHandle
 from pytest_llmslo.errors import (
     ConfigError,
@@ -49,6 +50,7 @@ from pytest_llmslo.errors import (
     WorkloadError,
 )
 from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 SLO_MARKER = "slo"
 ENGINE_ARG = "slo_engine"
@@ -359,9 +361,8 @@ class SloState:
     # ---- the document
 
     def per_engine_constants(self) -> dict[str, dict[str, Any]]:
-        """Each started engine's own pinned constants (``compare.engine_constants``): its
+        """Each started engine's own pinned constants (``constants.engine_constants``): its
         model, precision, and hardware (its GPUs, or the sim engine's profile)."""
-        from pytest_llmslo import compare
         from pytest_llmslo.engines.sim import DEFAULT_PROFILE
 
         out: dict[str, dict[str, Any]] = {}
@@ -375,7 +376,7 @@ class SloState:
                 precision = cfg.quantization or cfg.dtype
                 if cfg.kind == "sim":
                     profile = str(cfg.options.get("profile") or DEFAULT_PROFILE)
-            out[name] = compare.engine_constants(
+            out[name] = constants.engine_constants(
                 metadata,
                 model=self.defaults.model or None,
                 precision=precision,
@@ -494,10 +495,6 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise _usage(exc) from None
     _load_baseline(state)
-    config.pluginmanager.register(_JunitSystemOut(config), "llmslo-junit-system-out")
-    from pytest_llmslo import slo
-
-    slo.add_verdict_listener(state.on_verdict)
 
 
 def _refuse_xdist(config: pytest.Config, state: SloState) -> None:
@@ -659,11 +656,9 @@ def _check_inputs(state: SloState) -> None:
         if path is not None:
             _check_output_path(path, session.sources.get(name, flag))
     if session.save:
-        from pytest_llmslo import compare
-
         label = session.sources.get("slo_save", "--slo-save")
         try:
-            compare.baseline_path(session.save, _baseline_root(state))
+            baselines.baseline_path(session.save, _baseline_root(state))
         except ConfigError as exc:
             raise ConfigError(f"{label}: {exc}") from None
     _check_test_inputs(state, state.defaults, "")
@@ -697,17 +692,16 @@ def _load_baseline(state: SloState) -> None:
     session = state.session
     if not session.compare and not session.compare_fail:
         return
-    from pytest_llmslo import compare
 
     try:
-        state.tolerances = compare.parse_tolerances(session.compare_fail)
+        state.tolerances = tolerances.parse_tolerances(session.compare_fail)
     except (ConfigError, ValueError) as exc:
         label = session.sources.get("slo_compare_fail", "--slo-compare-fail")
         raise pytest.UsageError(f"{label}: {exc}") from None
     if session.compare:
         label = session.sources.get("slo_compare", "--slo-compare")
         try:
-            state.baseline = compare.load_baseline(session.compare, root=_baseline_root(state))
+            state.baseline = baselines.load_baseline(session.compare, root=_baseline_root(state))
         except (ConfigError, OSError, ValueError) as exc:
             raise pytest.UsageError(f"{label}: {exc}") from None
         state.baseline_source = session.compare
@@ -726,14 +720,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is None:
         return
-    from pytest_llmslo import slo
-
-    try:
-        slo.remove_verdict_listener(state.on_verdict)
-    except (ValueError, KeyError):
-        pass
     if state.factory is not None:
         state.factory.stop_all()
+    _add_junit_system_out(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -885,6 +874,10 @@ def _test_constants(ts: S.TestSettings) -> dict[str, Any]:
 def slo_engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory]:
     """Starts engines by configured name, once each, lazily; stops them at session end."""
     state = _state(request.config)
+    if state.suite_property is None:
+        # pytest's own fixture for JUnit suite properties: the run constants are written
+        # with it at session end.
+        state.suite_property = request.getfixturevalue("record_testsuite_property")
     if state.factory is None:
         state.factory = EngineFactory(
             state.engine_configs,
@@ -1001,7 +994,7 @@ def slo_run(
         run = _run_level(state, request.node, slo_engine, slo_level, slo_settings)
     if not run.health.valid:
         _inconclusive(state, request.node, ctx, run)
-    slo.bind_run(run)
+    slo.bind_run(run, on_verdict=state.on_verdict)
     try:
         yield run
     finally:
@@ -1054,7 +1047,7 @@ def slo_load(
             fields = ", ".join(f.name for f in dataclasses.fields(S.TestSettings))
             raise ConfigError(f"slo_load: {exc}. Valid settings: {fields}.") from None
         run = _run_level(state, request.node, slo_engine, level, ts)
-        slo.bind_run(run)
+        slo.bind_run(run, on_verdict=state.on_verdict)
         return run
 
     yield load  # type: ignore[misc]
@@ -1080,7 +1073,7 @@ def slo_capacity(
             state, request.node, slo_engine, slo_settings, objs, mode, **kw
         )
         if run is not None:
-            slo.bind_run(run)
+            slo.bind_run(run, on_verdict=state.on_verdict)
         return result
 
     yield search  # type: ignore[misc]
@@ -1579,7 +1572,7 @@ def _configured_gate(state: SloState, ctx: TestContext) -> None:
                 verdict,
             )
         return
-    if not (ts.strict or ts.confidence != 0.95):
+    if not (ts.strict or ts.confidence != DEFAULT_CONFIDENCE):
         return
     for verdict in list(ctx.verdicts):
         if verdict.strict == ts.strict and verdict.confidence == ts.confidence:
@@ -1633,7 +1626,7 @@ def _extend(state: SloState, item: pytest.Item, ctx: TestContext) -> None:
             "min_goodput_tok_s": last_verdict.min_goodput_tok_s,
             "max_error_rate": last_verdict.max_error_rate,
         }
-    if ts.strict or ts.confidence != 0.95:
+    if ts.strict or ts.confidence != DEFAULT_CONFIDENCE:
         # As in _configured_gate: a session made strict holds for every level it judges.
         gate.update(strict=ts.strict, confidence=ts.confidence)
     if not objectives:
@@ -1700,9 +1693,9 @@ def _compare(state: SloState, ctx: TestContext) -> None:
             reason = f"not in the baseline {source}"
             _not_compared(state, ctx, key, reason, reason)
             return
-    old_consts = compare.constants_for_test(baseline.get("constants", {}), ctx.test, ctx.engine)
-    new_consts = compare.constants_for_test(state.constants(), ctx.test, ctx.engine)
-    diff = compare.constants_mismatch(old_consts, new_consts)
+    old_consts = constants.constants_for_test(baseline.get("constants", {}), ctx.test, ctx.engine)
+    new_consts = constants.constants_for_test(state.constants(), ctx.test, ctx.engine)
+    diff = constants.constants_mismatch(old_consts, new_consts)
     if diff:
         reason = f"constants differ: {'; '.join(diff)}"
         _not_compared(state, ctx, key, reason, f"not compared, {reason}")
@@ -1794,7 +1787,7 @@ def _test_summary_lines(state: SloState, ctx: TestContext) -> list[str]:
             f"{s.failed} failed, {s.output_tok_s:.1f} out tok/s, "
             f"goodput {_fmt(s.goodput_tok_s)} tok/s, attainment {_fmt_pct(s.attainment)}"
         )
-        for name in ("ttft", "itl", "tpot", "e2e"):
+        for name in METRICS:
             d = s.distributions.get(name)
             if d is None or not d.count:
                 continue
@@ -1823,86 +1816,50 @@ def _fmt_pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-class _JunitSystemOut:
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep each test's "llmslo" report section for its JUnit system-out (written into the
+    XML file once pytest has written it, ``pytest_unconfigure``)."""
+    if report.when != "call":
+        return
+    text = "\n".join(c for name, c in report.sections if "llmslo" in name)
+    if text:
+        _junit_texts[report.nodeid] = text
+
+
+#: Node id -> the test's "llmslo" report section, for the JUnit file's system-out.
+_junit_texts: dict[str, str] = {}
+
+
+def _add_junit_system_out(config: pytest.Config) -> None:
     """The SLO numbers of each test reach its JUnit ``system-out`` whatever
-    ``junit_logging`` says. pytest writes there only the "Captured stdout" sections (and
-    the log), and only with ``junit_logging`` ``system-out``, ``out-err``, ``log`` or
-    ``all``, never the plugin's own "llmslo" section. So: with ``no`` (pytest's default)
-    the section becomes the test case's system-out; otherwise it is added to the
-    system-out pytest writes (under its own header, once), or becomes the system-out when
-    pytest writes none (``system-err``, or a passing test without
-    ``junit_log_passing_tests``)."""
+    ``junit_logging`` says (pytest writes there only captured output): added to the file
+    pytest wrote, at ``pytest_unconfigure``."""
+    xmlpath = config.getoption("xmlpath", None)
+    if not xmlpath or not _junit_texts or hasattr(config, "workerinput"):
+        return
+    from pytest_llmslo.report import junit
 
-    HEADER = " llmslo "
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "call":
-            return
-        text = "\n".join(c for name, c in report.sections if "llmslo" in name)
-        if not text:
-            return
-        from _pytest.junitxml import xml_key  # the LogXML object, as record_* fixtures use
-
-        xml = self.config.stash.get(xml_key, None)
-        if xml is None:
-            return
-        try:
-            reporter = xml.node_reporter(report)
-            if getattr(xml, "logging", "no") == "no":
-                self._merge(reporter, text)
-                return
-            # pytest writes the captured output when the test's last report arrives (or
-            # now, for a failure without junit_log_passing_tests): merge ours into it then.
-            original = reporter.write_captured_output
-
-            def write_captured_output(rep: pytest.TestReport) -> None:
-                original(rep)
-                reporter.write_captured_output = original
-                self._merge(reporter, text)
-
-            reporter.write_captured_output = write_captured_output
-        except Exception:  # reporting must never break the run
-            pass
-
-    def _merge(self, reporter: Any, text: str) -> None:
-        from _pytest.junitxml import bin_xml_escape
-
-        try:
-            escaped = bin_xml_escape(text)
-            for node in reporter.nodes:
-                if node.tag == "system-out":
-                    if escaped not in (node.text or ""):
-                        head = self.HEADER.center(80, "-")
-                        node.text = f"{node.text or ''}{head}\n{escaped}\n"
-                    return
-            node = ET.Element("system-out")
-            node.text = escaped
-            reporter.append(node)
-        except Exception:  # reporting must never break the run
-            pass
+    path = Path(os.path.expanduser(os.path.expandvars(xmlpath)))
+    if not path.is_absolute():
+        path = config.invocation_params.dir / path
+    try:
+        if path.exists():
+            junit.add_system_out(path, _junit_texts, prefix=config.getoption("junitprefix", None))
+    except Exception as exc:  # reporting must never break the run
+        _say(config, f"llmslo: could not add the SLO numbers to {path}: {exc!r}")
+    finally:
+        _junit_texts.clear()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     state = item.config.stash.get(STATE_KEY, None)
-    if state is not None and state.suite_property is None:
-        _bind_suite_property(state, item)
     try:
         return (yield)
     finally:
         if state is not None and state.dirty and state.session.json_path:
             _write_json(state, complete=False)
-
-
-def _bind_suite_property(state: SloState, item: pytest.Item) -> None:
-    from _pytest.junitxml import xml_key
-
-    xml = item.config.stash.get(xml_key, None)
-    state.suite_property = xml.add_global_property if xml is not None else (lambda n, v: None)
 
 
 # ------------------------------------------------------------------------- session end
@@ -2005,16 +1962,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _write_json(state, complete=not interrupted)
     _write_reports(state, complete=not interrupted)
     if state.session.save and state.points:
-        from pytest_llmslo import compare
-
         name = state.session.save
         try:
             # A partial document is saved as NAME.partial: it never replaces the baseline.
-            saved = compare.save_baseline(
+            saved = baselines.save_baseline(
                 state.document(complete=not interrupted), name, root=_baseline_root(state)
             )
             if interrupted:
-                partial = compare.partial_name(name)
+                partial = baselines.partial_name(name)
                 state.notes.append(
                     f"the session was interrupted: baseline {name!r} was left as it was; the "
                     f"partial results are saved as {partial!r} in {saved}"

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pytest_llmslo.engines.base import ENGINE_KINDS
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.records import LoadLevel
+from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 ENV_PREFIX = "LLMSLO_"
 INI_PREFIX = "llmslo_"
@@ -641,7 +642,7 @@ SPECS: tuple[Spec, ...] = (
     _spec(
         "slo_confidence",
         parse_confidence,
-        0.95,
+        DEFAULT_CONFIDENCE,
         "Confidence of the percentile upper bounds.",
         cli="--slo-confidence",
         marker="confidence",
@@ -1011,7 +1012,7 @@ class TestSettings:
     endpoint: str = "chat"
     objectives: tuple[Any, ...] = ()
     strict: bool = False
-    confidence: float = 0.95
+    confidence: float = DEFAULT_CONFIDENCE
     extend: bool = False
     capacity: bool = False
     capacity_max: float | None = None

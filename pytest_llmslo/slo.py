@@ -61,9 +61,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pytest_llmslo.stats import DEFAULT_CONFIDENCE
+
 from . import metrics
+from .catalog import DSL_STATS, METRICS, Stat, parse_stat, stat_name
 from .errors import ConfigError, Inconclusive, LoadError, SloViolation
-from .metrics import METRICS, ErrorMessage, Stat, parse_stat, stat_name
+from .metrics import ErrorMessage
 from .records import Run
 
 __all__ = [
@@ -75,7 +78,6 @@ __all__ = [
     "ObjectiveResult",
     "StatSymbol",
     "Verdict",
-    "add_verdict_listener",
     "assert_goodput",
     "assert_slo",
     "bind_run",
@@ -96,7 +98,6 @@ __all__ = [
     "itl_p99",
     "itl_p999",
     "parse_objectives",
-    "remove_verdict_listener",
     "settled",
     "tpot",
     "tpot_mean",
@@ -130,7 +131,7 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
-STATS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p999", "mean")
+STATS: tuple[str, ...] = DSL_STATS
 DEFAULT_MIN_ATTAINMENT = 0.9
 #: The error rate above which a run fails even when every gate holds.
 DEFAULT_MAX_ERROR_RATE = 0.01
@@ -475,7 +476,7 @@ class Verdict:
     min_goodput_tok_s: float | None
     strict: bool
     run_valid: bool
-    confidence: float = 0.95
+    confidence: float = DEFAULT_CONFIDENCE
     invalid_reasons: tuple[str, ...] = ()
     requests: int = 0
     completed: int = 0
@@ -653,7 +654,7 @@ class Verdict:
             min_goodput_tok_s=_opt(d, "min_goodput_tok_s"),
             strict=bool(d.get("strict", False)),
             run_valid=bool(d.get("run_valid", True)),
-            confidence=float(d.get("confidence", 0.95)),
+            confidence=float(d.get("confidence", DEFAULT_CONFIDENCE)),
             invalid_reasons=tuple(d.get("invalid_reasons", ())),
             requests=int(d.get("requests", 0)),
             completed=int(d.get("completed", 0)),
@@ -747,7 +748,7 @@ def evaluate(
     objectives: Iterable[Objective | str] | str,
     *,
     strict: bool = False,
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
     min_attainment: float | None = None,
     min_goodput_tok_s: float | None = None,
     max_error_rate: float | None = None,
@@ -842,7 +843,7 @@ def settled(
     objectives: Iterable[Objective | str] | str,
     *,
     strict: bool = False,
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
     max_error_rate: float | None = None,
     planned: int | None = None,
     min_completed: int = 100,
@@ -888,20 +889,28 @@ def settled(
 
 # --------------------------------------------------------------------------- current run
 
-_current: Run | None = None
 VerdictListener = Callable[[Run, Verdict], None]
-_listeners: list[VerdictListener] = []
+#: The current run and the callback told each verdict of it (one pytest process runs one
+#: test at a time).
+_current: Run | None = None
+_on_verdict: VerdictListener | None = None
 
 
-def bind_run(run: Run | None) -> Run | None:
+def bind_run(run: Run | None, *, on_verdict: VerdictListener | None = None) -> Run | None:
     """Make ``run`` the current run for ``assert_goodput(...)`` without an explicit run
-    (the plugin's load fixture does this); returns the previously bound run. A plain
-    module-level slot, not a ContextVar: fixtures and tests may run in different asyncio
-    contexts, and one pytest process runs one test at a time."""
-    global _current
+    (the plugin's load fixture does this); returns the previously bound run.
+
+    ``on_verdict(run, verdict)`` is called after every evaluation that ``assert_goodput``
+    or ``assert_slo`` makes while this binding holds, passed or failed, before a failure
+    is raised: the verdict travels with the run it judges (the plugin records it on the
+    run's sweep point). A plain module-level slot, not a ContextVar: fixtures and tests
+    may run in different asyncio contexts, and one pytest process runs one test at a
+    time."""
+    global _current, _on_verdict
     if run is not None and not isinstance(run, Run):
         raise TypeError(f"bind_run() needs a Run, got {type(run).__name__}")
     previous, _current = _current, run
+    _on_verdict = on_verdict if run is not None else None
     return previous
 
 
@@ -911,22 +920,10 @@ def current_run() -> Run | None:
 
 
 def unbind_run() -> None:
-    """Forget the current run (the load fixture does this at teardown)."""
-    global _current
+    """Forget the current run and its callback (the load fixture does this at teardown)."""
+    global _current, _on_verdict
     _current = None
-
-
-def add_verdict_listener(cb: VerdictListener) -> None:
-    """Call ``cb(run, verdict)`` after every evaluation made by ``assert_goodput`` /
-    ``assert_slo``, passed or failed, before a failure is raised."""
-    if cb not in _listeners:
-        _listeners.append(cb)
-
-
-def remove_verdict_listener(cb: VerdictListener) -> None:
-    """Stop calling ``cb``; no error when it was not registered."""
-    if cb in _listeners:
-        _listeners.remove(cb)
+    _on_verdict = None
 
 
 def _split_run(args: tuple[Any, ...], helper: str) -> tuple[Run, tuple[Any, ...]]:
@@ -946,8 +943,8 @@ def _split_run(args: tuple[Any, ...], helper: str) -> tuple[Run, tuple[Any, ...]
 def _check(run: Run, objs: tuple[Any, ...], **kwargs: Any) -> Verdict:
     __tracebackhide__ = True
     verdict = evaluate(run, objs, **kwargs)
-    for cb in list(_listeners):
-        cb(run, verdict)
+    if _on_verdict is not None:
+        _on_verdict(run, verdict)
     if not verdict.run_valid:
         raise Inconclusive(
             "inconclusive: the load generator, not the engine, was the bottleneck ("
@@ -964,7 +961,7 @@ def _check(run: Run, objs: tuple[Any, ...], **kwargs: Any) -> Verdict:
 def assert_goodput(
     *args: Any,
     strict: bool = False,
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
     min_attainment: float | None = DEFAULT_MIN_ATTAINMENT,
     min_goodput_tok_s: float | None = None,
     max_error_rate: float | None = DEFAULT_MAX_ERROR_RATE,
@@ -995,7 +992,7 @@ def assert_goodput(
 def assert_slo(
     *args: Any,
     strict: bool = False,
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
     min_attainment: float | None = None,
     min_goodput_tok_s: float | None = None,
     max_error_rate: float | None = DEFAULT_MAX_ERROR_RATE,

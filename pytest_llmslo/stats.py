@@ -43,12 +43,18 @@ __all__ = [
     "RankTest",
     "bootstrap_diff",
     "finite_samples",
+    "lower_confidence_bound",
+    "lower_rank",
     "mann_whitney_u",
     "normal_sf",
+    "percentile",
     "quantile_interval",
     "quantile_shift",
     "rankdata",
+    "samples_needed",
     "two_proportion_test",
+    "upper_confidence_bound",
+    "upper_rank",
 ]
 
 DEFAULT_CONFIDENCE = 0.95
@@ -315,8 +321,6 @@ def quantile_interval(
     """Two-sided ``confidence`` interval of the ``q``-th percentile from binomial order
     statistics: each bound is the one-sided bound at ``(1 + confidence) / 2``. Raises
     ValueError on an empty sample or a bad argument."""
-    from pytest_llmslo import metrics
-
     a = finite_samples(values)
     if a.size == 0:
         raise ValueError("quantile_interval needs at least one finite value")
@@ -325,9 +329,9 @@ def quantile_interval(
     one_sided = (1.0 + confidence) / 2.0
     return QuantileInterval(
         q=float(q),
-        estimate=metrics.percentile(a, q),
-        low=metrics.lower_confidence_bound(a, q, one_sided),
-        high=metrics.upper_confidence_bound(a, q, one_sided),
+        estimate=percentile(a, q),
+        low=lower_confidence_bound(a, q, one_sided),
+        high=upper_confidence_bound(a, q, one_sided),
         confidence=confidence,
         n=int(a.size),
     )
@@ -422,3 +426,142 @@ def two_proportion_test(k_x: int, n_x: int, k_y: int, n_y: int) -> ProportionTes
         return ProportionTest(px, py, 0.0, 1.0, n_x, n_y)
     z = (py - px) / math.sqrt(var)
     return ProportionTest(px, py, z, min(1.0, 2.0 * normal_sf(abs(z))), n_x, n_y)
+
+
+# Slack for comparing a computed binomial CDF with the confidence: a boundary case such as
+# P(B >= 1) = 0.95 exactly must not be lost to rounding in the logs.
+_EPS = 1e-12
+
+
+def _finite(values: Iterable[float] | np.ndarray) -> np.ndarray:
+    a = np.asarray(values, dtype=np.float64).ravel()
+    return a[np.isfinite(a)]
+
+
+def _linear_positions(n: int, q: float) -> tuple[int, int, float]:
+    h = (n - 1) * q / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, n - 1)
+    return lo, hi, h - lo
+
+
+def percentile(values: Iterable[float] | np.ndarray, q: float) -> float:
+    """P_q of the finite values with numpy's ``'linear'`` method; NaN when none."""
+    a = _finite(values)
+    if a.size == 0:
+        return math.nan
+    return float(np.percentile(a, q, method="linear"))
+
+
+def _binom_cdf(n: int, p: float) -> tuple[int, np.ndarray]:
+    """P(Binomial(n, p) ≤ j) for j = lo .. hi, returned as (lo, cdf).
+
+    Only a window of ±40 standard deviations (+10) around n·p is evaluated: the mass
+    outside it is far below float64 resolution, and the window keeps this O(√n) for the
+    millions of token gaps a run has. The pmf comes from log-gamma at ``lo`` and the
+    ratio pmf(j+1)/pmf(j) = (n−j)/(j+1)·p/(1−p) after it."""
+    mu = n * p
+    sd = math.sqrt(n * p * (1.0 - p))
+    lo = max(0, math.floor(mu - 40.0 * sd - 10.0))
+    hi = min(n, math.ceil(mu + 40.0 * sd + 10.0))
+    log_p, log_q = math.log(p), math.log1p(-p)
+    base = (
+        math.lgamma(n + 1)
+        - math.lgamma(lo + 1)
+        - math.lgamma(n - lo + 1)
+        + lo * log_p
+        + (n - lo) * log_q
+    )
+    j = np.arange(lo, hi, dtype=np.float64)
+    steps = np.log(n - j) - np.log(j + 1.0) + (log_p - log_q)
+    logpmf = np.empty(hi - lo + 1, dtype=np.float64)
+    logpmf[0] = base
+    np.cumsum(steps, out=logpmf[1:])
+    logpmf[1:] += base
+    cdf = np.cumsum(np.exp(logpmf))
+    return lo, np.minimum(cdf, 1.0)
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def upper_rank(n: int, q: float, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
+    """The 1-based k of the order statistic X_(k) that is a one-sided upper confidence
+    bound of the q-th percentile: the smallest k with P(Binomial(n, q/100) < k) ≥ c.
+    None when no k ≤ n qualifies (n < :func:`samples_needed`)."""
+    _check_confidence(confidence)
+    p = float(q) / 100.0
+    if n <= 0:
+        return None
+    lo, cdf = _binom_cdf(n, p)
+    # cdf[i] = P(B <= lo + i) = P(B < k) for k = lo + i + 1; k must stay <= n.
+    i = int(np.searchsorted(cdf, confidence - _EPS, side="left"))
+    if i >= cdf.size:
+        return None
+    k = lo + i + 1
+    return k if k <= n else None
+
+
+def lower_rank(n: int, q: float, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
+    """The 1-based k of the order statistic X_(k) that is a one-sided lower confidence
+    bound of the q-th percentile: the largest k with P(Binomial(n, q/100) ≥ k) ≥ c, i.e.
+    P(B ≤ k − 1) ≤ 1 − c. None when even X_(1) does not qualify: (1 − p)^n > 1 − c."""
+    _check_confidence(confidence)
+    p = float(q) / 100.0
+    if n <= 0:
+        return None
+    lo, cdf = _binom_cdf(n, p)
+    # Largest j = k - 1 with cdf(j) <= 1 - c; cdf(j) for j < lo is ~0 <= 1 - c.
+    i = int(np.searchsorted(cdf, 1.0 - confidence + _EPS, side="right")) - 1
+    j = lo + i  # i = -1 means j = lo - 1 (mass below the window, ~0)
+    if j < 0:
+        return None
+    return min(j + 1, n)
+
+
+def samples_needed(
+    q: float, confidence: float = DEFAULT_CONFIDENCE, side: Literal["upper", "lower"] = "upper"
+) -> int:
+    """Smallest n for which the one-sided bound of P_q exists at ``confidence``.
+
+    Upper bound: the maximum X_(n) is the bound when 1 − p^n ≥ c, so
+    n = ⌈log(1 − c) / log(p)⌉ (p = q/100): 299 for P99 at 95 %, 2995 for P99.9, 59 for P95,
+    5 for P50. Lower bound: the same with 1 − p in place of p."""
+    _check_confidence(confidence)
+    p = float(q) / 100.0
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"a percentile must be in (0, 100), got {q!r}")
+    base = p if side == "upper" else 1.0 - p
+    n = max(1, math.ceil(math.log1p(-confidence) / math.log(base)))
+    # Guard the ceiling against rounding in the logs: 1 - base**n >= c is the definition.
+    while n > 1 and 1.0 - base ** (n - 1) >= confidence:
+        n -= 1
+    while 1.0 - base**n < confidence:
+        n += 1
+    return n
+
+
+def _order_stat(values: np.ndarray, k: int) -> float:
+    return float(np.partition(values, k - 1)[k - 1])
+
+
+def upper_confidence_bound(
+    values: Iterable[float] | np.ndarray, q: float, confidence: float = DEFAULT_CONFIDENCE
+) -> float | None:
+    """Distribution-free one-sided upper confidence bound of P_q of the finite values:
+    X_(k) with k from :func:`upper_rank`; None when there are too few samples."""
+    a = _finite(values)
+    k = upper_rank(a.size, q, confidence)
+    return None if k is None else _order_stat(a, k)
+
+
+def lower_confidence_bound(
+    values: Iterable[float] | np.ndarray, q: float, confidence: float = DEFAULT_CONFIDENCE
+) -> float | None:
+    """Distribution-free one-sided lower confidence bound of P_q (for ``>`` objectives):
+    X_(k) with k from :func:`lower_rank`; None when there are too few samples."""
+    a = _finite(values)
+    k = lower_rank(a.size, q, confidence)
+    return None if k is None else _order_stat(a, k)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_llmslo import cli, compare, metrics, slo
+from pytest_llmslo import baselines, cli, compare, metrics, slo
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
 from pytest_llmslo.report import jsonio, terminal
 from pytest_llmslo.report.markdown import document_knees
@@ -205,7 +205,7 @@ def test_compare_mismatched_constants_exits_2(docs, capsys):
 
 def test_compare_by_baseline_name(docs, tmp_path, capsys):
     root = tmp_path / "baselines"
-    compare.save_baseline(jsonio.read_document(docs["base"]), "vllm-0.9", root=root)
+    baselines.save_baseline(jsonio.read_document(docs["base"]), "vllm-0.9", root=root)
     code, out, _ = run(["compare", "vllm-0.9", docs["slow"], "--root", root], capsys)
     assert code == 1
     assert out.startswith("llmslo compare: vllm-0.9 -> slow")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_llmslo import compare, metrics, slo
+from pytest_llmslo import baselines, compare, constants, metrics, slo, tolerances
 from pytest_llmslo.errors import ConfigError, RegressionError
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
 from pytest_llmslo.report import jsonio
@@ -116,23 +116,23 @@ def row(c: compare.Comparison, metric: str) -> compare.ComparisonRow:
 
 
 def test_parse_tolerances_relative_and_absolute():
-    tols = compare.parse_tolerances("goodput:5%,ttft_p99:10%,itl_p50:2ms")
+    tols = tolerances.parse_tolerances("goodput:5%,ttft_p99:10%,itl_p50:2ms")
     assert list(tols) == ["goodput", "ttft_p99", "itl_p50"]
-    assert tols["goodput"] == compare.Tolerance("goodput", 5.0, True)
+    assert tols["goodput"] == tolerances.Tolerance("goodput", 5.0, True)
     assert tols["ttft_p99"].relative and tols["ttft_p99"].amount == 10.0
-    assert tols["itl_p50"] == compare.Tolerance("itl_p50", 2.0, False)
+    assert tols["itl_p50"] == tolerances.Tolerance("itl_p50", 2.0, False)
     assert tols["goodput"].higher_is_better
     assert not tols["ttft_p99"].higher_is_better
 
 
 def test_parse_tolerances_units_aliases_and_separators():
-    tols = compare.parse_tolerances(
+    tols = tolerances.parse_tolerances(
         "ttft.p99: 0.05s; tpot_p50=500us, throughput:100tok/s, attainment:2pp, "
         "goodput_tok_s:3%, e2e_p99.9:1%, req_s:0.5req/s, error_rate:1pp"
     )
     assert tols["ttft_p99"].amount == pytest.approx(50.0)
     assert tols["tpot_p50"].amount == pytest.approx(0.5)
-    assert tols["throughput"] == compare.Tolerance("throughput", 100.0, False)
+    assert tols["throughput"] == tolerances.Tolerance("throughput", 100.0, False)
     assert tols["attainment"].amount == pytest.approx(0.02)
     assert tols["attainment"].label == "2 pp"
     assert "goodput" in tols and "e2e_p999" in tols
@@ -141,10 +141,10 @@ def test_parse_tolerances_units_aliases_and_separators():
 
 
 def test_parse_tolerances_empty_means_defaults():
-    assert compare.parse_tolerances("") == {}
-    assert compare.parse_tolerances(None) == {}
-    assert compare.parse_tolerances(" , ") == {}
-    defaults = compare.parse_tolerances(compare.DEFAULT_TOLERANCES)
+    assert tolerances.parse_tolerances("") == {}
+    assert tolerances.parse_tolerances(None) == {}
+    assert tolerances.parse_tolerances(" , ") == {}
+    defaults = tolerances.parse_tolerances(tolerances.DEFAULT_TOLERANCES)
     assert {"goodput", "ttft_p99", "itl_p50"} <= set(defaults)
 
 
@@ -164,14 +164,14 @@ def test_parse_tolerances_empty_means_defaults():
 )
 def test_parse_tolerances_errors_name_the_part(text, match):
     with pytest.raises(ConfigError, match=match):
-        compare.parse_tolerances(text)
+        tolerances.parse_tolerances(text)
 
 
 def test_tolerance_allowed():
-    assert compare.Tolerance("ttft_p99", 10.0, True).allowed(200.0) == pytest.approx(20.0)
-    assert compare.Tolerance("ttft_p99", 3.0, False).allowed(200.0) == 3.0
-    assert compare.Tolerance("goodput", 5.0, True).label == "5%"
-    assert compare.Tolerance("itl_p50", 2.0, False).label == "2 ms"
+    assert tolerances.Tolerance("ttft_p99", 10.0, True).allowed(200.0) == pytest.approx(20.0)
+    assert tolerances.Tolerance("ttft_p99", 3.0, False).allowed(200.0) == 3.0
+    assert tolerances.Tolerance("goodput", 5.0, True).label == "5%"
+    assert tolerances.Tolerance("itl_p50", 2.0, False).label == "2 ms"
 
 
 # --------------------------------------------------------------------------- classification
@@ -309,7 +309,9 @@ def test_missing_value_is_na_and_never_fails():
 def test_default_tolerances_when_none_given():
     old, new = point([100.0] * 50), point([100.0] * 50)
     c = compare.compare_points(as_dict(old), as_dict(new))
-    assert [r.metric for r in c.rows] == list(compare.parse_tolerances(compare.DEFAULT_TOLERANCES))
+    assert [r.metric for r in c.rows] == list(
+        tolerances.parse_tolerances(tolerances.DEFAULT_TOLERANCES)
+    )
     c2 = compare.compare_points(as_dict(old), as_dict(new), {})
     assert len(c2.rows) == len(c.rows)
 
@@ -401,7 +403,7 @@ def test_properties_and_to_dict():
 
 
 def test_identical_constants_match():
-    assert compare.constants_mismatch(CONSTANTS, dict(CONSTANTS)) == []
+    assert constants.constants_mismatch(CONSTANTS, dict(CONSTANTS)) == []
 
 
 @pytest.mark.parametrize(
@@ -415,13 +417,13 @@ def test_identical_constants_match():
     ],
 )
 def test_each_pinned_constant_is_named(key, value, expected):
-    assert compare.constants_mismatch(CONSTANTS, {**CONSTANTS, key: value}) == [expected]
+    assert constants.constants_mismatch(CONSTANTS, {**CONSTANTS, key: value}) == [expected]
 
 
 def test_nested_constants_name_the_leaf():
     new = {**CONSTANTS, "workload": {**CONSTANTS["workload"], "isl": 1024}}
     new["hardware"] = {**CONSTANTS["hardware"], "sim_profile": "a100"}
-    assert compare.constants_mismatch(CONSTANTS, new) == [
+    assert constants.constants_mismatch(CONSTANTS, new) == [
         'hardware.sim_profile: "h100" (baseline) != "a100" (new)',
         "workload.isl: 512 (baseline) != 1024 (new)",
     ]
@@ -431,7 +433,7 @@ def test_constants_ignore_machine_local_details():
     new = {**CONSTANTS, "workload": {**CONSTANTS["workload"], "tokenizer": "/elsewhere"}}
     new["hardware"] = {**CONSTANTS["hardware"], "python": "3.12.1"}
     new["warmup"] = 200  # not a pinned constant
-    assert compare.constants_mismatch(CONSTANTS, new) == []
+    assert constants.constants_mismatch(CONSTANTS, new) == []
 
 
 def test_dataset_paths_compare_by_file_name():
@@ -439,33 +441,33 @@ def test_dataset_paths_compare_by_file_name():
     a["workload"] = {**CONSTANTS["workload"], "path": "/home/a/sharegpt.json"}
     b = {**CONSTANTS, "dataset": "/ci/data/sharegpt.json"}
     b["workload"] = {**CONSTANTS["workload"], "path": "/ci/data/sharegpt.json"}
-    assert compare.constants_mismatch(a, b) == []
+    assert constants.constants_mismatch(a, b) == []
     c = {**b, "dataset": "/ci/data/other.json"}
-    assert compare.constants_mismatch(a, c)[0].startswith("dataset: ")
+    assert constants.constants_mismatch(a, c)[0].startswith("dataset: ")
 
 
 def test_slo_compared_by_objectives_in_any_spelling():
     texts = {**CONSTANTS, "slo": "itl_p50<30, ttft_p99 < 1000"}
     labels = {**CONSTANTS, "slo": [o.label for o in reversed(OBJECTIVES)]}
-    assert compare.constants_mismatch(CONSTANTS, texts) == []
-    assert compare.constants_mismatch(texts, labels) == []
+    assert constants.constants_mismatch(CONSTANTS, texts) == []
+    assert constants.constants_mismatch(texts, labels) == []
     other = {**CONSTANTS, "slo": "ttft_p99<500,itl_p50<30"}
-    (diff,) = compare.constants_mismatch(CONSTANTS, other)
+    (diff,) = constants.constants_mismatch(CONSTANTS, other)
     assert diff.startswith("slo: ") and "500" in diff
 
 
 def test_constant_recorded_on_one_side_differs():
     new = {k: v for k, v in CONSTANTS.items() if k != "precision"}
-    assert compare.constants_mismatch(CONSTANTS, new) == [
+    assert constants.constants_mismatch(CONSTANTS, new) == [
         'precision: "fp8" (baseline) != (not recorded) (new)'
     ]
 
 
 def test_constants_for_test_applies_per_test_settings():
     consts = {**CONSTANTS, "tests": {"test_long": {"isl": 4096, "levels": ["c1"]}}}
-    merged = compare.constants_for_test(consts, "test_long")
+    merged = constants.constants_for_test(consts, "test_long")
     assert merged["isl"] == 4096 and "tests" not in merged and "levels" not in merged
-    assert compare.constants_for_test(consts, "test_other")["isl"] == 512
+    assert constants.constants_for_test(consts, "test_other")["isl"] == 512
 
 
 # --------------------------------------------------------------------------- find_point
@@ -503,35 +505,35 @@ def test_find_point_rate_levels_and_repeats():
 def test_save_and_load_baseline(tmp_path):
     doc = document([point([100.0] * 30)])
     root = tmp_path / ".llmslo" / "baselines"
-    path = compare.save_baseline(doc, "vllm-0.9", root=root)
+    path = baselines.save_baseline(doc, "vllm-0.9", root=root)
     assert path == root / "vllm-0.9.json"
-    assert compare.list_baselines(root) == ["vllm-0.9"]
-    assert compare.load_baseline("vllm-0.9", root=root) == jsonio.read_document(path)
-    assert compare.load_baseline(str(path), root=tmp_path / "elsewhere")["points"]
-    assert compare.load_baseline(path)["schema"] == jsonio.SCHEMA
+    assert baselines.list_baselines(root) == ["vllm-0.9"]
+    assert baselines.load_baseline("vllm-0.9", root=root) == jsonio.read_document(path)
+    assert baselines.load_baseline(str(path), root=tmp_path / "elsewhere")["points"]
+    assert baselines.load_baseline(path)["schema"] == jsonio.SCHEMA
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "x.json", "", ".hidden", "a b"])
 def test_baseline_names_are_checked(tmp_path, name):
     with pytest.raises(ConfigError, match="not a valid baseline name"):
-        compare.save_baseline(document([point([100.0] * 30)]), name, root=tmp_path)
+        baselines.save_baseline(document([point([100.0] * 30)]), name, root=tmp_path)
 
 
 def test_missing_baseline_lists_the_saved_ones(tmp_path):
-    compare.save_baseline(document([point([100.0] * 30)]), "main", root=tmp_path)
+    baselines.save_baseline(document([point([100.0] * 30)]), "main", root=tmp_path)
     with pytest.raises(ConfigError, match=r"no baseline named 'nightly'.*saved baselines: main"):
-        compare.load_baseline("nightly", root=tmp_path)
+        baselines.load_baseline("nightly", root=tmp_path)
     with pytest.raises(ConfigError, match="no baseline is saved there"):
-        compare.load_baseline("nightly", root=tmp_path / "empty")
+        baselines.load_baseline("nightly", root=tmp_path / "empty")
 
 
 def test_malformed_baseline_file(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(jsonio.DocumentError, match="not valid JSON"):
-        compare.load_baseline(bad)
+        baselines.load_baseline(bad)
     with pytest.raises(jsonio.DocumentError, match="no such file"):
-        compare.load_baseline(tmp_path / "missing.json")
+        baselines.load_baseline(tmp_path / "missing.json")
 
 
 # --------------------------------------------------------------------------- documents
@@ -725,10 +727,10 @@ def test_capacity_searches_of_other_modes_are_not_compared():
 
 
 def test_capacity_tolerance_parses_and_is_not_a_point_metric():
-    tols = compare.parse_tolerances("capacity:10%,ttft_p50:10%")
+    tols = tolerances.parse_tolerances("capacity:10%,ttft_p50:10%")
     assert tols["capacity"].higher_is_better and tols["capacity"].label == "10%"
     with pytest.raises(ConfigError, match="does not fit capacity"):
-        compare.parse_tolerances("capacity:2ms")
+        tolerances.parse_tolerances("capacity:2ms")
     p = as_dict(point([100.0] * 30))
     c = compare.compare_points(p, p, tols)
     assert [r.metric for r in c.rows] == ["ttft_p50"]
@@ -775,14 +777,14 @@ def test_interrupted_points_are_not_compared():
 
 def test_partial_document_never_replaces_a_baseline(tmp_path):
     full = document([point([100.0] * 30)])
-    path = compare.save_baseline(full, "main", root=tmp_path)
+    path = baselines.save_baseline(full, "main", root=tmp_path)
     before = path.read_bytes()
     partial = {**document([point([300.0] * 5)]), "complete": False}
-    saved = compare.save_baseline(partial, "main", root=tmp_path)
+    saved = baselines.save_baseline(partial, "main", root=tmp_path)
     assert saved == tmp_path / "main.partial.json"
     assert path.read_bytes() == before
-    assert compare.load_baseline("main.partial", root=tmp_path)["complete"] is False
-    assert compare.partial_name("main.partial") == "main.partial"
+    assert baselines.load_baseline("main.partial", root=tmp_path)["complete"] is False
+    assert baselines.partial_name("main.partial") == "main.partial"
 
 
 def test_compare_documents_warns_about_an_incomplete_baseline():
@@ -809,31 +811,31 @@ def test_engine_gpus_from_metadata():
     h100 = "NVIDIA H100 80GB HBM3, 81559 MiB"
     a100 = "NVIDIA A100-SXM4-40GB, 40960 MiB"
     # The driver version is left out; the list is sorted.
-    assert compare.engine_gpus(gpu_meta()) == [a100, h100, h100]
-    assert compare.engine_gpus(gpu_meta(gpus="all")) == [a100, h100, h100]
-    assert compare.engine_gpus(gpu_meta(gpus="2")) == [h100, h100]
-    assert compare.engine_gpus(gpu_meta(gpus="device=2")) == [a100]
-    assert compare.engine_gpus(gpu_meta(gpus="0,2")) == [a100, h100]
-    assert compare.engine_gpus(gpu_meta(gpus="none")) == []
-    assert compare.engine_gpus({"kind": "vllm"}) is None
+    assert constants.engine_gpus(gpu_meta()) == [a100, h100, h100]
+    assert constants.engine_gpus(gpu_meta(gpus="all")) == [a100, h100, h100]
+    assert constants.engine_gpus(gpu_meta(gpus="2")) == [h100, h100]
+    assert constants.engine_gpus(gpu_meta(gpus="device=2")) == [a100]
+    assert constants.engine_gpus(gpu_meta(gpus="0,2")) == [a100, h100]
+    assert constants.engine_gpus(gpu_meta(gpus="none")) == []
+    assert constants.engine_gpus({"kind": "vllm"}) is None
     # An external engine on another host: this machine's GPUs are not its.
     remote = gpu_meta("external", url="http://10.0.0.5:8000")
-    assert compare.engine_gpus(remote) is None
+    assert constants.engine_gpus(remote) is None
     local = gpu_meta("external", url="http://127.0.0.1:8000")
-    assert compare.engine_gpus(local) == [a100, h100, h100]
+    assert constants.engine_gpus(local) == [a100, h100, h100]
 
 
 def test_engine_constants():
-    c = compare.engine_constants(gpu_meta(gpus="2", quantization="fp8"))
+    c = constants.engine_constants(gpu_meta(gpus="2", quantization="fp8"))
     assert c == {
         "model": "m",
         "precision": "fp8",
         "hardware": {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB"] * 2},
     }
     sim = {"kind": "sim", "model": "llmslo-sim", "units": [{"argv": ["py", "--profile", "p1"]}]}
-    assert compare.engine_constants(sim)["hardware"] == {"sim_profile": "p1"}
-    assert compare.engine_constants(sim, sim_profile="p2")["hardware"] == {"sim_profile": "p2"}
-    assert compare.engine_constants(sim, model="M", precision="bf16")["model"] == "M"
+    assert constants.engine_constants(sim)["hardware"] == {"sim_profile": "p1"}
+    assert constants.engine_constants(sim, sim_profile="p2")["hardware"] == {"sim_profile": "p2"}
+    assert constants.engine_constants(sim, model="M", precision="bf16")["model"] == "M"
     # The client machine is no part of it.
     assert "cpus" not in json_text(c)
 
@@ -845,7 +847,7 @@ def json_text(value: Any) -> str:
 
 
 def per_engine_constants(**engines: dict[str, Any]) -> dict[str, Any]:
-    base = {k: v for k, v in CONSTANTS.items() if k not in compare.ENGINE_CONSTANTS}
+    base = {k: v for k, v in CONSTANTS.items() if k not in constants.ENGINE_CONSTANTS}
     return {
         **base,
         "model": ",".join(sorted({e["model"] for e in engines.values()})),
@@ -861,10 +863,10 @@ A100 = {"model": "llama", "precision": "bf16", "hardware": {"gpus": ["NVIDIA A10
 
 def test_constants_for_test_takes_the_engines_own():
     consts = per_engine_constants(vllm=H100, sglang=A100)
-    assert compare.constants_for_test(consts, "t", "sglang")["precision"] == "bf16"
-    assert compare.constants_for_test(consts, "t", "vllm")["hardware"] == H100["hardware"]
-    shared = compare.constants_for_test(consts, "t")
-    assert not set(compare.ENGINE_CONSTANTS) & set(shared)
+    assert constants.constants_for_test(consts, "t", "sglang")["precision"] == "bf16"
+    assert constants.constants_for_test(consts, "t", "vllm")["hardware"] == H100["hardware"]
+    shared = constants.constants_for_test(consts, "t")
+    assert not set(constants.ENGINE_CONSTANTS) & set(shared)
     assert "client" not in shared and "per_engine" not in shared
 
 

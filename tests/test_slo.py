@@ -15,7 +15,6 @@ from pytest_llmslo.slo import (
     Objective,
     ObjectiveResult,
     Verdict,
-    add_verdict_listener,
     assert_goodput,
     assert_slo,
     bind_run,
@@ -26,7 +25,6 @@ from pytest_llmslo.slo import (
     itl_mean,
     itl_p50,
     parse_objectives,
-    remove_verdict_listener,
     tpot_p90,
     ttft,
     ttft_p50,
@@ -307,24 +305,29 @@ def test_tracebackhide() -> None:
         assert "__tracebackhide__" in fn.__code__.co_varnames
 
 
-def test_listeners_get_every_evaluation() -> None:
+def test_the_bound_callback_gets_every_evaluation() -> None:
     seen: list[tuple[object, bool]] = []
 
     def cb(run, verdict) -> None:
         seen.append((run, verdict.passed))
 
     run = uniform_run(20)
-    add_verdict_listener(cb)
-    add_verdict_listener(cb)  # idempotent
+    bind_run(run, on_verdict=cb)
     try:
-        assert_slo(run, ttft_p99 < 500)
+        assert_slo(ttft_p99 < 500)
         with pytest.raises(SloViolation):
             assert_goodput(run, ttft_p99 < 1)
         evaluate(run, [ttft_p99 < 500])  # plain evaluate does not notify
     finally:
-        remove_verdict_listener(cb)
-    remove_verdict_listener(cb)  # no error
+        unbind_run()
+    assert_slo(run, ttft_p99 < 500)  # unbound: nobody is told
     assert seen == [(run, True), (run, False)]
+    # A new binding without a callback does not keep the old one.
+    bind_run(run, on_verdict=cb)
+    bind_run(run)
+    assert_slo(run, ttft_p99 < 500)
+    unbind_run()
+    assert len(seen) == 2
 
 
 def test_objectives_may_be_grouped_or_text() -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_llmslo.metrics import PERCENTILES, Distribution, RunSummary
+from pytest_llmslo.catalog import PERCENTILES
+from pytest_llmslo.metrics import Distribution, RunSummary
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.sweep import (
     CapacitySearch,

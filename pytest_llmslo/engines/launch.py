@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from .. import __version__ as harness_version
+from .._version import __version__ as harness_version
 from ..errors import ConfigError, EngineStartError
 from ..tls import make_ssl_context
 from .base import EngineConfig

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from .base import EngineConfig
 from .launch import LaunchPlan
 from .process import ProcessSpec, pick_free_port, probe_host

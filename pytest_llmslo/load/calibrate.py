@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .client import ClientSettings, RawExchange, build_record, make_transport, request_body
+from .client import ClientSettings, RawExchange, build_record, request_body
+from .transports import make_transport
 from .workload import (
     LengthModel,
     WorkloadSpec,

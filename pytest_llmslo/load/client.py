@@ -442,12 +442,3 @@ def _exc_text(exc: BaseException) -> str:
             return text if cur is exc else f"{type(cur).__name__}: {text}"
         cur = cur.__cause__ or cur.__context__
     return type(exc).__name__
-
-
-def make_transport(settings: ClientSettings, max_connections: int | None) -> Transport:
-    """The transport ``settings.transport`` names (``auto``: the fast client)."""
-    if settings.resolved_transport == "fast":
-        from .http1 import FastTransport
-
-        return FastTransport(settings)
-    return HttpxTransport(settings, max_connections)

@@ -83,15 +83,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..errors import LoadError, LoadInterrupted
 from ..records import LoadLevel, RequestRecord, Run
 from .backlog import DEFAULT_BUDGET, Backlog, Packed, pack
 from .calibrate import calibrate, measure_overhead
-from .client import ClientSettings, RawExchange, Transport, make_transport, new_event_loop
+from .client import ClientSettings, RawExchange, Transport, new_event_loop
 from .health import HealthThresholds, assess
 from .jobs import Job, JobSource, JobSpec
 from .schedule import arrival_offsets_ns, split_concurrency
+from .transports import make_transport
 from .workload import LengthModel, WorkloadSpec
 
 __all__ = [

@@ -67,7 +67,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmslo import __version__
+from pytest_llmslo._version import __version__
+from pytest_llmslo.catalog import METRICS
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.sweep import (
     Knee,
@@ -106,7 +107,7 @@ OLDEST_READABLE = 1
 HARNESS = "pytest-llmslo"
 
 #: Per-request metrics carried as samples (ms), in this order.
-SAMPLE_METRICS: tuple[str, ...] = ("ttft", "ttfot", "itl", "tpot", "e2e")
+SAMPLE_METRICS: tuple[str, ...] = METRICS
 
 _LOAD_MODES = ("concurrency", "rate")
 _NUMBER_TYPES = (int, float)  # exact types: JSON true/false (bool) is not a sample
@@ -585,7 +586,7 @@ def upgrade_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     Version 1 recorded ``model``, ``precision`` and ``hardware`` once for the whole
     session (the last being the client's machine). The upgrade adds ``constants.per_engine``
     with each engine's own constants, derived from what the document recorded
-    (``compare.engine_constants``): the session's model or precision where there was one,
+    (``constants.engine_constants``): the session's model or precision where there was one,
     else the engine's metadata; the engine's GPUs from its metadata, or the sim engine's
     profile. Points and sweeps need no change: their new fields are optional."""
     out = dict(doc)
@@ -593,7 +594,7 @@ def upgrade_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     if version == SCHEMA_VERSION:
         return out
     if version == 1:
-        from pytest_llmslo.compare import engine_constants
+        from pytest_llmslo.constants import engine_constants
 
         constants = dict(out.get("constants") or {})
         if "per_engine" not in constants:

@@ -10,7 +10,8 @@ import socket
 import pytest
 
 from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load
-from pytest_llmslo.load.client import RawExchange, build_record, make_transport, request_body
+from pytest_llmslo.load.client import RawExchange, build_record, request_body
+from pytest_llmslo.load.transports import make_transport
 from pytest_llmslo.records import LoadLevel, RequestRecord
 
 from .conftest import chunk, read_request, reset, scripted_server

@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from pytest_llmslo import slo
-from pytest_llmslo.metrics import PERCENTILES, Distribution, RunSummary
+from pytest_llmslo.catalog import PERCENTILES
+from pytest_llmslo.metrics import Distribution, RunSummary
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.report.terminal import (
     fmt_ms,
