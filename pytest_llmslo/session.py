@@ -1,0 +1,1462 @@
+"""The SLO session without pytest: engines, levels, sweeps, extension, capacity search,
+retries, the baseline comparison and the documents of a session.
+
+``Session`` holds what a session knows (settings, engine configs, the running engines'
+factory, every measured point with its verdict, the baseline) and the functions below
+act on it, each in the order a test needs them:
+
+- ``resolve_engines`` (the session's engine configs), ``test_engines`` (a test's own,
+  from ``engines=``), ``check_inputs`` / ``check_test_inputs`` (paths, datasets, TLS
+  files: a ``ConfigError`` before anything starts), ``load_baseline``;
+- ``run_level``: one level of one test on one engine, retried while the client run is
+  invalid, recorded as a point (``record``); ``search_capacity``: the capacity search,
+  every probe a point; ``after_test``: the configured gate (when the body asserted none),
+  the sweep extension and the baseline comparison;
+- ``finish``: the results document, the Markdown, SVG and CSV reports and the saved
+  baseline.
+
+The pytest plugin (``plugin.py``) and ``llmslo run`` (``cli.py``) both drive a Session:
+the plugin from its hooks and fixtures, with a node id per test; the command line with a
+``TestContext`` it makes for each engine and level. The session talks through the
+callbacks it is given (``say``, ``progress``, ``warn``), never to a terminal itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from pytest_llmslo import baselines, constants, tolerances
+from pytest_llmslo import settings as S
+from pytest_llmslo._version import __version__
+from pytest_llmslo.catalog import METRICS
+from pytest_llmslo.engines.base import EngineConfig, EngineHandle
+from pytest_llmslo.errors import (
+    ConfigError,
+    EngineDiedError,
+    EngineStartError,
+    EngineUnavailable,
+    LoadInterrupted,
+    RegressionError,
+    SloViolation,
+    WorkloadError,
+)
+from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.stats import DEFAULT_CONFIDENCE
+
+__all__ = [
+    "EngineFactory",
+    "EngineRef",
+    "NullProgress",
+    "Progress",
+    "Session",
+    "TestContext",
+    "after_test",
+    "baseline_root",
+    "check_inputs",
+    "check_output_path",
+    "check_test_inputs",
+    "compare_with_baseline",
+    "configured_gate",
+    "constants_of_test",
+    "engine_config",
+    "engines_of_test",
+    "exit_reason",
+    "extend",
+    "extend_safely",
+    "finish",
+    "gate_kwargs",
+    "inconclusive_message",
+    "json_path",
+    "load_baseline",
+    "objective_dict",
+    "output_path",
+    "point_notes",
+    "primary",
+    "record",
+    "record_engine",
+    "resolve_engines",
+    "resolve_path",
+    "run_level",
+    "search_capacity",
+    "summary_lines_of_test",
+    "workload_text",
+    "write_json",
+    "write_reports",
+]
+
+
+class Progress(Protocol):
+    """The live progress of one level: called with the load generator's progress
+    snapshots, closed with the level's final line."""
+
+    def __call__(self, p: Any) -> None: ...
+    def close(self, text: str) -> None: ...
+
+
+class NullProgress:
+    """Progress that shows nothing."""
+
+    def __call__(self, p: Any) -> None:
+        return None
+
+    def close(self, text: str) -> None:
+        return None
+
+
+@dataclasses.dataclass
+class TestContext:
+    """What the plugin knows about one collected SLO test item."""
+
+    __test__ = False
+
+    test: str  # the sweep's test id: the node id without the engine/level parameters
+    engine: str
+    level: LoadLevel
+    settings: S.TestSettings
+    last_level: bool
+    point_keys: list[int] = dataclasses.field(default_factory=list)
+    verdicts: list[Any] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    comparison: Any = None
+    compare_skip: str | None = None  # why the baseline comparison did not run
+    capacity: bool = False  # --slo-capacity: the test runs a capacity search
+    capacity_result: Any = None  # the CapacityResult of the search the test ran
+    primary: int | None = None  # the point the test is judged and reported by
+
+
+class EngineFactory:
+    """Starts engines by name, once each, and keeps them until ``stop``/``stop_all``.
+
+    A start failure is remembered, so every test of that engine reports the same error
+    without starting it again. ``on_start`` is told each new handle (for the report).
+    An engine found dead when a test asks for it is started again, at most
+    ``max_restarts`` times per name (``--engine-restarts``); past that its tests error with
+    how it exited and its log tail."""
+
+    def __init__(
+        self,
+        configs: Mapping[str, EngineConfig],
+        starter: Callable[[EngineConfig], EngineHandle] | None = None,
+        announce: Callable[[str], None] | None = None,
+        on_start: Callable[[str, EngineHandle], None] | None = None,
+        max_restarts: int = 1,
+    ) -> None:
+        self.configs = dict(configs)
+        self._starter = starter
+        self._announce = announce or (lambda _msg: None)
+        self._on_start = on_start
+        self.max_restarts = max_restarts
+        self._handles: dict[str, EngineHandle] = {}
+        self._failed: dict[str, BaseException] = {}
+        self.restarts: dict[str, int] = {}
+
+    def config(self, name: str) -> EngineConfig:
+        if name not in self.configs:
+            known = ", ".join(self.configs)
+            raise ConfigError(f"engine {name!r} is not configured. Configured: {known}.")
+        return self.configs[name]
+
+    def get(self, name: str) -> EngineHandle:
+        """The running engine ``name``: started on first use, restarted when it died."""
+        handle = self._handles.get(name)
+        if handle is not None:
+            if handle.alive():
+                return handle
+            return self._restart(name, handle)
+        if name in self._failed:
+            raise self._failed[name]
+        return self._start(name)
+
+    def _start(self, name: str, what: str = "starting") -> EngineHandle:
+        config = self.config(name)
+        starter = self._starter
+        if starter is None:
+            from pytest_llmslo.engines import start_engine
+
+            starter = start_engine
+        self._announce(f"llmslo: {what} engine {name} ({config.kind}, {config.runtime}) ...")
+        t0 = time.monotonic()
+        try:
+            handle = starter(config)
+        except (EngineUnavailable, EngineStartError, ConfigError) as exc:
+            self._failed[name] = exc
+            raise
+        except Exception as exc:  # a launcher bug still must not stop other engines' tests
+            err = EngineStartError(f"engine {name!r} failed to start: {exc!r}")
+            self._failed[name] = err
+            raise err from exc
+        self._handles[name] = handle
+        self._announce(
+            f"llmslo: engine {name} ready at {handle.base_url} "
+            f"(model {handle.model}) in {time.monotonic() - t0:.1f} s"
+        )
+        if self._on_start is not None:
+            self._on_start(name, handle)
+        return handle
+
+    def _restart(self, name: str, dead: EngineHandle) -> EngineHandle:
+        why = exit_reason(dead)
+        tail = dead.log_tail()
+        self._handles.pop(name, None)
+        try:
+            dead.stop()
+        except Exception as exc:  # what is left of it must not keep a restart from trying
+            self._announce(f"llmslo: cleaning up dead engine {name} failed: {exc!r}")
+        done = self.restarts.get(name, 0)
+        if done >= self.max_restarts:
+            after = f" after {done} restart(s)" if done else ""
+            err = EngineDiedError(
+                f"engine {name!r} is not running any more: {why}{after}; it is not started "
+                f"again (--engine-restarts={self.max_restarts})",
+                tail,
+            )
+            self._failed[name] = err
+            raise err
+        self.restarts[name] = done + 1
+        self._announce(
+            f"llmslo: engine {name} {why}; restarting it "
+            f"({done + 1} of {self.max_restarts}, --engine-restarts)"
+        )
+        return self._start(name, "restarting")
+
+    def running(self) -> dict[str, EngineHandle]:
+        return dict(self._handles)
+
+    def stop(self, name: str) -> None:
+        handle = self._handles.pop(name, None)
+        if handle is not None:
+            handle.stop()
+
+    def stop_all(self) -> None:
+        for name in list(self._handles):
+            try:
+                self.stop(name)
+            except Exception as exc:  # keep stopping the others
+                self._announce(f"llmslo: stopping engine {name} failed: {exc!r}")
+
+
+def exit_reason(handle: EngineHandle) -> str:
+    """How an engine ended (``vllm exited with exit status -9 (killed by SIGKILL)``)."""
+    reason = getattr(handle, "exit_reason", None)
+    if callable(reason):
+        try:
+            return f"exited: {reason()}"
+        except Exception:  # a report detail must not hide the death itself
+            pass
+    return "exited"
+
+
+class EngineRef:
+    """The engine of one name as a test sees it (the ``slo_engine`` fixture): every
+    attribute is the factory's current handle's, so a test that runs after a restart sees
+    the new engine, not the dead one."""
+
+    def __init__(self, factory: EngineFactory, name: str) -> None:
+        self._factory = factory
+        self.name = name
+
+    @property
+    def handle(self) -> EngineHandle:
+        return self._factory.get(self.name)
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._factory.config(self.name)
+
+    @property
+    def base_url(self) -> str:
+        return self.handle.base_url
+
+    @property
+    def model(self) -> str:
+        return self.handle.model
+
+    def version(self) -> str | None:
+        return self.handle.version()
+
+    def metadata(self) -> dict[str, Any]:
+        return self.handle.metadata()
+
+    def alive(self) -> bool:
+        handle = self._factory.running().get(self.name)
+        return handle is not None and handle.alive()
+
+    def log_tail(self, lines: int = 40) -> str:
+        handle = self._factory.running().get(self.name)
+        return "" if handle is None else handle.log_tail(lines)
+
+    def stop(self) -> None:
+        self._factory.stop(self.name)
+
+    def __repr__(self) -> str:
+        return f"<EngineRef {self.name}>"
+
+
+class Session:
+    """One SLO session without pytest: its settings, engines, points, verdicts, the
+    baseline it compares with, and the documents it writes (the plugin keeps one in
+    ``config.stash``; ``llmslo run`` makes one of its own).
+
+    ``rootpath`` holds ``.llmslo/baselines`` and the ``pyproject.toml`` whose engines are
+    used when no engine config file is named; relative paths from an ini file resolve
+    against ``inipath``'s folder, others against ``invocation_dir``. The callbacks are
+    how the session talks: ``say(msg)`` (a line for the user), ``progress(label,
+    requests, warmup)`` (a live progress object of one level, ``NullProgress`` by
+    default) and ``warn(node, msg)`` (a warning located at a test)."""
+
+    def __init__(
+        self,
+        session: S.SessionSettings,
+        sources: S.Sources,
+        *,
+        rootpath: Path,
+        inipath: Path | None = None,
+        invocation_dir: Path | None = None,
+        say: Callable[[str], None] | None = None,
+        progress: Callable[[str, int, int], Progress] | None = None,
+        warn: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.sources = sources
+        self.rootpath = Path(rootpath)
+        self.inipath = inipath
+        self.invocation_dir = Path(invocation_dir) if invocation_dir else Path.cwd()
+        self.say = say or (lambda _msg: None)
+        self.progress = progress or (lambda _label, _requests, _warmup: NullProgress())
+        self.warn = warn or (lambda _node, _msg: None)
+        self.defaults = S.resolve_test(self.sources, {}, "")
+        self.engine_configs: dict[str, EngineConfig] = {}
+        #: Every engine of the engine config file, by name (before the session's settings).
+        self.configured_engines: dict[str, EngineConfig] = {}
+        #: --engine-opt items by engine name.
+        self.engine_opts: dict[str, list[str]] = {}
+        self.factory: EngineFactory | None = None
+        self.points: list[Any] = []  # SweepPoint, replaced in place when a verdict arrives
+        self.point_runs: dict[int, Run] = {}
+        self.run_index: dict[int, int] = {}  # id(run) -> index into points
+        self.contexts: dict[str, TestContext] = {}
+        self.current: TestContext | None = None
+        self.engine_meta: dict[str, Any] = {}
+        self.capacities: dict[tuple[str, str], Any] = {}  # (engine, test) -> CapacityResult
+        self.test_constants: dict[str, dict[str, Any]] = {}
+        self.marker_errors: list[str] = []
+        self.notes: list[str] = []
+        self.comparisons: list[tuple[str, Any]] = []
+        self.mismatches: list[str] = []
+        self.baseline: dict[str, Any] | None = None
+        self.baseline_source: str | None = None
+        self.tolerances: Any = None
+        self.suite_property: Callable[[str, object], None] | None = None
+        self.disabled_reason: str | None = None
+        self.checked_inputs: set[str] = set()
+        self.write_errors: list[str] = []
+        self.dirty = False
+
+    # ---- points
+
+    def add_point(self, ctx: TestContext | None, run: Run, point: Any) -> int:
+        idx = len(self.points)
+        self.points.append(point)
+        self.point_runs[idx] = run
+        self.run_index[id(run)] = idx
+        if ctx is not None:
+            ctx.point_keys.append(idx)
+        self.dirty = True
+        return idx
+
+    def set_verdict(self, idx: int, verdict: Any, confidence: float) -> None:
+        from pytest_llmslo import metrics
+
+        point = self.points[idx]
+        old = point.verdict
+        # A failed verdict is what the point is remembered by; among passing ones the latest.
+        if old is not None and not old.passed and verdict.passed:
+            return
+        objectives = [r.objective for r in verdict.results]
+        summary = metrics.summarize(self.point_runs[idx], objectives, confidence=confidence)
+        self.points[idx] = dataclasses.replace(point, summary=summary, verdict=verdict)
+        self.dirty = True
+
+    def on_verdict(self, run: Any, verdict: Any) -> None:
+        idx = self.run_index.get(id(run))
+        ctx = self.current
+        if ctx is not None:
+            ctx.verdicts.append(verdict)
+        if idx is not None:
+            conf = ctx.settings.confidence if ctx is not None else self.defaults.confidence
+            self.set_verdict(idx, verdict, conf)
+
+    # ---- the document
+
+    def per_engine_constants(self) -> dict[str, dict[str, Any]]:
+        """Each started engine's own pinned constants (``constants.engine_constants``): its
+        model, precision, and hardware (its GPUs, or the sim engine's profile)."""
+        from pytest_llmslo.engines.sim import DEFAULT_PROFILE
+
+        out: dict[str, dict[str, Any]] = {}
+        for name, meta in self.engine_meta.items():
+            cfg = self.engine_configs.get(name)
+            metadata = dict(meta)
+            precision = profile = None
+            if cfg is not None:
+                metadata.setdefault("kind", cfg.kind)
+                metadata.setdefault("gpus", cfg.gpus)
+                precision = cfg.quantization or cfg.dtype
+                if cfg.kind == "sim":
+                    profile = str(cfg.options.get("profile") or DEFAULT_PROFILE)
+            out[name] = constants.engine_constants(
+                metadata,
+                model=self.defaults.model or None,
+                precision=precision,
+                sim_profile=profile,
+            )
+        return out
+
+    def constants(self) -> dict[str, Any]:
+        d = self.defaults
+        kind, path = d.dataset_kind()
+        models = sorted({str(m.get("model")) for m in self.engine_meta.values() if m.get("model")})
+        precision = sorted(
+            {
+                str(c.quantization or c.dtype)
+                for c in self.engine_configs.values()
+                if c.quantization or c.dtype
+            }
+        )
+        per_engine = self.per_engine_constants()
+        # The machine of the load generator: information, not a constant of the measurement
+        # (a baseline from a laptop pairs with a CI runner's run of the same engine).
+        client = {
+            "machine": platform.machine(),
+            "system": platform.system(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        }
+        return {
+            "harness": "pytest-llmslo",
+            "harness_version": __version__,
+            "model": d.model or (models[0] if len(models) == 1 else ",".join(models)),
+            "precision": ",".join(precision) or None,
+            # Per engine (the pinned values are in per_engine; these say the same at a glance).
+            "hardware": {name: c["hardware"] for name, c in per_engine.items()},
+            "per_engine": per_engine,
+            "client": client,
+            "workload": {"kind": kind, "path": path, **workload_text(d)},
+            "dataset": path,
+            "isl": d.isl,
+            "osl": d.osl,
+            "slo": [objective_dict(o) for o in d.objectives],
+            "strict": d.strict,
+            "confidence": d.confidence,
+            "warmup": d.warmup,
+            "requests": d.requests,
+            "duration_s": d.duration_s,
+            "endpoint": d.endpoint,
+            "levels": [lv.label for lv in d.levels],
+            "engines": list(self.session.engines),
+            "engine_versions": {n: m.get("version") for n, m in self.engine_meta.items()},
+            "tests": self.test_constants,
+        }
+
+    def document(self, *, complete: bool) -> dict[str, Any]:
+        from pytest_llmslo.report import jsonio
+
+        return jsonio.build_document(
+            self.constants(),
+            self.engine_meta,
+            self.points,
+            None,
+            complete=complete,
+            capacities={k: r.to_dict() for k, r in self.capacities.items()},
+        )
+
+
+def workload_text(d: S.TestSettings) -> dict[str, Any]:
+    f = d.workload_fields()
+    return {k: v for k, v in f.items() if k not in ("kind", "path")}
+
+
+def objective_dict(o: Any) -> Any:
+    to_dict = getattr(o, "to_dict", None)
+    return to_dict() if callable(to_dict) else str(o)
+
+
+def resolve_engines(state: Session) -> dict[str, EngineConfig]:
+    """The configs of the session's engines (``--engine``); engines that only a test's
+    ``engines=`` names are resolved at collection (``_test_engine_configs``)."""
+    from pytest_llmslo.engines import apply_overrides, load_engine_configs
+
+    session = state.session
+    configured: dict[str, EngineConfig] = {}
+    if session.engine_config:
+        path = resolve_path(state, session.engine_config, "engine_config")
+        label = session.sources.get("engine_config", "--engine-config")
+        try:
+            configured = load_engine_configs(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{label}: {exc}") from None
+    else:
+        pyproject = state.rootpath / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                import tomllib  # type: ignore[import-not-found]
+            except ImportError:  # pragma: no cover - 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            try:
+                doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                doc = {}
+            if doc.get("tool", {}).get("llmslo", {}).get("engines"):
+                configured = load_engine_configs(pyproject)
+    state.configured_engines = configured
+    where = session.sources.get("engine", "--engine")
+    S.check_engine_names(session.engines, configured, where)
+    out = {name: engine_config(state, name, where) for name in session.engines}
+    opts: dict[str, list[str]] = {}
+    for item in session.engine_opts:
+        head, _, value = item.partition("=")
+        ename, _, key = head.partition(".")
+        if ename not in out and ename not in configured:
+            raise ConfigError(
+                f"--engine-opt {item!r}: {ename!r} is not an engine of this session. "
+                f"Engines: {', '.join(dict.fromkeys([*out, *configured]))}."
+            )
+        opts.setdefault(ename, []).append(f"{key}={value}")
+    state.engine_opts = opts
+    for ename, items in opts.items():
+        if ename in out:
+            out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
+    return out
+
+
+def engine_config(state: Session, name: str, where: str) -> EngineConfig:
+    """The config of engine ``name`` (configured, or the defaults of a bare kind) with the
+    session's settings applied: model, sim profile (for sim engines whose config names
+    none), API key, TLS, the external URL."""
+    session = state.session
+    cfg = state.configured_engines.get(name) or EngineConfig(kind=name, name=name)
+    if not cfg.name:
+        cfg = dataclasses.replace(cfg, name=name)
+    model = state.defaults.model
+    model_set = state.defaults.sources.get("model", "default") != "default"
+    if model_set or not cfg.model:
+        cfg = dataclasses.replace(cfg, model=model or cfg.model)
+    if cfg.kind == "sim" and session.sim_profile and not cfg.options.get("profile"):
+        cfg = dataclasses.replace(cfg, options={**cfg.options, "profile": session.sim_profile})
+    # The readiness probes talk to the engine as the load generator will.
+    d = state.defaults
+    cfg = dataclasses.replace(
+        cfg,
+        api_key_env=d.api_key_env or None,
+        ca_bundle=d.ca_bundle,
+        verify_tls=not d.insecure,
+    )
+    if cfg.kind == "external":
+        url = session.engine_url or cfg.url
+        if not url:
+            raise ConfigError(
+                f"{where}: engine {name!r} is external and needs a URL: give --engine-url "
+                "(or url = ... in its engine config)."
+            )
+        cfg = dataclasses.replace(cfg, url=url)
+    return cfg
+
+
+def engines_of_test(state: Session, ts: S.TestSettings, where: str) -> tuple[list[str], str | None]:
+    """The engines a test runs on, and why it runs on none (a skip reason).
+
+    A test's ``engines=`` replaces the session's engines, unless ``--engine`` (or its
+    environment variable) chose engines: then the test runs on those of its own that were
+    chosen, and is skipped when none was."""
+    from pytest_llmslo.engines import apply_overrides
+
+    session = state.session
+    if not ts.engines:
+        return list(session.engines), None
+    label = f"@pytest.mark.slo(engines=...) on {where}"
+    S.check_engine_names(ts.engines, state.configured_engines, label)
+    for name in ts.engines:
+        if name not in state.engine_configs:
+            cfg = engine_config(state, name, label)
+            items = state.engine_opts.get(name)
+            if items:
+                cfg = apply_overrides(cfg, items, where=f"--engine-opt {name}")
+            state.engine_configs[name] = cfg
+    src = session.sources.get("engine", "default")
+    if not (src.startswith("--") or src.startswith(S.ENV_PREFIX)):
+        return list(ts.engines), None
+    picked = [e for e in ts.engines if e in session.engines]
+    if picked:
+        return picked, None
+    return [], (
+        f"this test runs on {', '.join(ts.engines)} (its engines=); {src} chose "
+        f"{', '.join(session.engines)}"
+    )
+
+
+def check_output_path(path: Path, label: str) -> None:
+    """A results file must be writable where it is asked for, checked before anything runs:
+    found out at the end, an hour of measurements would have nowhere to go."""
+    if path.is_dir():
+        raise ConfigError(f"{label}: {path} is a directory; give a file path, e.g. {path}/run.json")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{label}: {path} cannot be created: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"{label}: {path} is not writable")
+
+
+def check_inputs(state: Session) -> None:
+    """Paths, names and files of the session, checked in ``pytest_configure``: a usage error
+    before any engine starts, naming the option and the fix."""
+    session = state.session
+    for name, flag in OUTPUT_FLAGS.items():
+        path = output_path(state, name)
+        if path is not None:
+            check_output_path(path, session.sources.get(name, flag))
+    if session.save:
+        label = session.sources.get("slo_save", "--slo-save")
+        try:
+            baselines.baseline_path(session.save, baseline_root(state))
+        except ConfigError as exc:
+            raise ConfigError(f"{label}: {exc}") from None
+    check_test_inputs(state, state.defaults, "")
+
+
+def check_test_inputs(state: Session, ts: S.TestSettings, where: str) -> None:
+    """A test's workload (its dataset read as a run would) and TLS files; each distinct
+    one is checked once per session."""
+    from pytest_llmslo import load
+    from pytest_llmslo.tls import make_ssl_context
+
+    fields = ts.workload_fields()
+    key = repr(sorted(fields.items())) + repr((ts.ca_bundle, ts.insecure))
+    if key in state.checked_inputs:
+        return
+    on = f" (test {where})" if where else ""
+    try:
+        load.check_workload(load.WorkloadSpec(**fields))
+    except (WorkloadError, ValueError, TypeError) as exc:
+        src = ts.sources.get("dataset") if fields.get("path") else ts.sources.get("workload")
+        raise ConfigError(f"{src or 'workload'}{on}: {exc}") from None
+    if ts.ca_bundle:
+        try:
+            make_ssl_context(ts.ca_bundle, not ts.insecure)
+        except ConfigError as exc:
+            raise ConfigError(f"{ts.sources.get('ca_bundle', '--ca-bundle')}{on}: {exc}") from None
+    state.checked_inputs.add(key)
+
+
+def load_baseline(state: Session) -> None:
+    session = state.session
+    if not session.compare and not session.compare_fail:
+        return
+
+    try:
+        state.tolerances = tolerances.parse_tolerances(session.compare_fail)
+    except (ConfigError, ValueError) as exc:
+        label = session.sources.get("slo_compare_fail", "--slo-compare-fail")
+        raise ConfigError(f"{label}: {exc}") from None
+    if session.compare:
+        label = session.sources.get("slo_compare", "--slo-compare")
+        try:
+            state.baseline = baselines.load_baseline(session.compare, root=baseline_root(state))
+        except (ConfigError, OSError, ValueError) as exc:
+            raise ConfigError(f"{label}: {exc}") from None
+        state.baseline_source = session.compare
+        if state.baseline.get("complete") is False:
+            state.notes.append(
+                f"warning: baseline {session.compare!r} is incomplete (its session was "
+                "interrupted): tests it lacks are not compared"
+            )
+
+
+def baseline_root(state: Session) -> str:
+    return str(state.rootpath / ".llmslo" / "baselines")
+
+
+def constants_of_test(ts: S.TestSettings) -> dict[str, Any]:
+    kind, path = ts.dataset_kind()
+    return {
+        "workload": {"kind": kind, "path": path, **workload_text(ts)},
+        "dataset": path,
+        "isl": ts.isl,
+        "osl": ts.osl,
+        "slo": [objective_dict(o) for o in ts.objectives],
+        "levels": [lv.label for lv in ts.levels],
+        "warmup": ts.warmup,
+        "requests": ts.requests,
+        "duration_s": ts.duration_s,
+        "endpoint": ts.endpoint,
+        "strict": ts.strict,
+        "confidence": ts.confidence,
+    }
+
+
+def record_engine(state: Session, name: str, handle: EngineHandle) -> None:
+    try:
+        meta = dict(handle.metadata())
+    except Exception as exc:  # metadata is for the report: never fail a test over it
+        meta = {"error": repr(exc)}
+    try:
+        version = handle.version()
+    except Exception:
+        version = None
+    meta.setdefault("model", handle.model)
+    meta.setdefault("kind", handle.config.kind)
+    meta["version"] = meta.get("version") or version
+    state.engine_meta[name] = meta
+
+
+def point_notes(state: Session, run: Run) -> tuple[str, ...]:
+    idx = state.run_index.get(id(run))
+    return () if idx is None else state.points[idx].notes
+
+
+def search_capacity(
+    state: Session,
+    node: str,
+    handle: EngineHandle,
+    ts: S.TestSettings,
+    objectives: tuple[Any, ...],
+    mode: str,
+    **kw: Any,
+) -> tuple[Any, Run | None]:
+    """Run ``sweep.CapacitySearch`` with this test's settings: every probe is a point of the
+    test's sweep with its verdict. Returns the result and the run at the capacity (the last
+    probe when no level passed), which becomes the test's primary point."""
+    from pytest_llmslo import slo, sweep
+
+    if not objectives:
+        raise ConfigError(
+            "a capacity search needs objectives: pass them (slo_capacity(ttft_p99 < 500)) or "
+            "configure --slo / the marker's objectives="
+        )
+    kw.setdefault("max_probes", 12)
+    search = sweep.CapacitySearch(mode, **kw)  # type: ignore[arg-type]
+    ts = dataclasses.replace(ts, objectives=tuple(objectives))
+    best: tuple[int, Run] | None = None
+    last: tuple[int, Run] | None = None
+    while (level := search.next_level()) is not None:
+        run = run_level(state, node, handle, level, ts, stop_early_on=ts.objectives)
+        idx = state.run_index[id(run)]
+        verdict = slo.evaluate(run, ts.objectives, **gate_kwargs(ts))
+        state.set_verdict(idx, verdict, ts.confidence)
+        passed: bool | None = verdict.passed if run.health.valid else None
+        search.record(level, passed)
+        last = (idx, run)
+        if passed:
+            best = (idx, run)
+    result = search.result
+    chosen = best or last
+    ctx = state.contexts.get(node)
+    cap = result.capacity.label if result.capacity is not None else "none"
+    note = f"capacity {cap} after {result.probes} levels ({result.reason})"
+    if ctx is not None:
+        ctx.notes.append(note)
+        ctx.capacity_result = result
+        if chosen is not None:
+            ctx.primary = chosen[0]
+    engine = ctx.engine if ctx is not None else handle.config.display_name
+    test = ctx.test if ctx is not None else node
+    state.capacities[(engine, test)] = result
+    state.dirty = True
+    state.notes.append(f"{node}: {note}")
+    return result, (chosen[1] if chosen is not None else None)
+
+
+def run_level(
+    state: Session,
+    node: str,
+    handle: EngineHandle,
+    level: LoadLevel,
+    ts: S.TestSettings,
+    *,
+    extended: bool = False,
+    stop_early_on: tuple[Any, ...] | None = None,
+) -> Run:
+    """Run one level, retried up to ``ts.retries`` times while the client run is invalid;
+    record it as a point of the test's sweep. ``stop_early_on``: the objectives an early
+    stop watches, for the levels where ``--slo-early-stop=auto`` turns it on (capacity
+    probes, sweep extensions)."""
+    from pytest_llmslo import load, metrics, sweep
+    from pytest_llmslo.report import jsonio
+
+    ctx = state.contexts.get(node)
+    engine = ctx.engine if ctx is not None else handle.config.display_name
+    test = ctx.test if ctx is not None else node
+    if state.factory is not None and engine in state.factory.configs:
+        # The engine running now (restarted when it died during an earlier test).
+        handle = state.factory.get(engine)
+    elif not handle.alive():
+        raise EngineDiedError(
+            f"engine {engine!r} is not running any more: {exit_reason(handle)}",
+            handle.log_tail(),
+        )
+    # A marker's model= names the model to request from an engine that serves several;
+    # a session's --model is what the engines serve (handle.model is its served name).
+    model = handle.model
+    if ts.model and ts.sources.get("model", "").startswith("@pytest"):
+        model = ts.model
+    client = load.ClientSettings(
+        base_url=handle.base_url,
+        model=model,
+        endpoint=ts.endpoint,  # type: ignore[arg-type]
+        timeout_s=ts.request_timeout_s,
+        connect_timeout_s=ts.connect_timeout_s,
+        first_byte_timeout_s=ts.first_byte_timeout_s,
+        idle_timeout_s=ts.idle_timeout_s,
+        ignore_eos=ts.pin_output,
+        transport=ts.transport,  # type: ignore[arg-type]
+        api_key_env=ts.api_key_env or None,
+        verify_tls=not ts.insecure,
+        ca_bundle=ts.ca_bundle,
+    )
+    try:
+        workload = load.WorkloadSpec(**ts.workload_fields()).for_level(level.mode, level.value)
+    except (TypeError, ValueError, WorkloadError) as exc:
+        raise ConfigError(f"{test}: bad workload: {exc}") from None
+    meta = {
+        "engine": engine,
+        "test": test,
+        "engine_version": state.engine_meta.get(engine, {}).get("version"),
+        "extended": extended,
+    }
+    thresholds = None
+    if ts.client_max_lag_ms is not None or ts.client_max_cpu is not None:
+        base = load.HealthThresholds()
+        lag = ts.client_max_lag_ms
+        thresholds = dataclasses.replace(
+            base,
+            max_schedule_lag_p99_ms=base.max_schedule_lag_p99_ms if lag is None else lag,
+            max_loop_lag_p99_ms=base.max_loop_lag_p99_ms if lag is None else lag,
+            max_cpu_util=base.max_cpu_util if ts.client_max_cpu is None else ts.client_max_cpu,
+        )
+    if ts.client_max_stalled != load.HealthThresholds().max_stalled_tokens:
+        base = thresholds or load.HealthThresholds()
+        thresholds = dataclasses.replace(base, max_stalled_tokens=ts.client_max_stalled)
+    early = _early_stop(ts, level, stop_early_on)
+    warmup = ts.warmup_for(level)
+    tries: list[str] = []
+    for attempt in range(ts.retries + 1):
+        label = f"{engine} {level.label}" + (f" (retry {attempt})" if attempt else "")
+        progress = state.progress(label, ts.requests or 0, warmup)
+        partial: Run | None = None
+        signame: str | None = None
+        try:
+            try:
+                run = load.run_load_sync(
+                    client,
+                    workload,
+                    level,
+                    requests=ts.requests,
+                    warmup=warmup,
+                    duration_s=ts.duration_s,
+                    grace_s=ts.grace_s,
+                    level_timeout_s=ts.level_bound_s(),
+                    progress=progress,
+                    meta=meta,
+                    thresholds=thresholds,
+                    early_stop=early,
+                )
+            except LoadInterrupted as exc:
+                partial = exc.run if isinstance(exc.run, Run) else None
+                signame = exc.signal
+                raise
+        except (LoadInterrupted, KeyboardInterrupt):
+            kept = 0
+            if partial is not None:
+                record(
+                    state, node, ctx, engine, test, level, partial, ts, metrics, sweep, jsonio,
+                    tries,
+                )  # fmt: skip
+                kept = len(partial.records)
+            by = f" by {signame}" if signame else ""
+            progress.close(f"interrupted{by}; the {kept} measured requests are kept")
+            # Ctrl-C and SIGTERM stop the session (pytest's own handling); the partial run
+            # is kept, and the results document is written at session end.
+            raise KeyboardInterrupt from None
+        if run.health.valid or attempt >= ts.retries or not handle.alive():
+            break
+        why = "; ".join(run.health.reasons)
+        tries.append(f"try {attempt + 1} was an invalid client run: {why}")
+        progress.close(
+            f"invalid client run, retrying ({attempt + 1} of {ts.retries}, --slo-retries): {why}"
+        )
+    progress.close(_run_line(run))
+    record(state, node, ctx, engine, test, level, run, ts, metrics, sweep, jsonio, tries)
+    if not handle.alive():
+        restart = (
+            "it is restarted for the next test"
+            if state.factory is not None
+            and state.factory.restarts.get(engine, 0) < state.factory.max_restarts
+            else "it is not restarted (--engine-restarts)"
+        )
+        raise EngineDiedError(
+            f"engine {engine!r} {exit_reason(handle)} during the load at {level.label}; "
+            f"{len(run.ok_records)} of {len(run.records)} requests completed (the results "
+            f"measured so far are kept in the report); {restart}",
+            handle.log_tail(),
+        )
+    return run
+
+
+def record(
+    state: Session,
+    node: str | None,
+    ctx: TestContext | None,
+    engine: str,
+    test: str,
+    level: LoadLevel,
+    run: Run,
+    ts: S.TestSettings,
+    metrics: Any,
+    sweep: Any,
+    jsonio: Any,
+    tries: list[str] | None = None,
+) -> int:
+    summary = metrics.summarize(run, ts.objectives, confidence=ts.confidence)
+    try:
+        samples = jsonio.compact_samples(run)
+    except Exception:  # samples only help later comparisons
+        samples = None
+    notes: list[str] = []
+    comparable = True
+    if summary.short_outputs and summary.completed:
+        share = summary.short_outputs / summary.completed
+        text = (
+            f"{summary.short_outputs} of {summary.completed} completed requests "
+            f"({share:.0%}) returned fewer tokens than the pinned output length"
+        )
+        if share > ts.max_short_outputs:
+            comparable = False
+            text += (
+                f", more than the {ts.max_short_outputs:.0%} allowed (--max-short-outputs): "
+                "not comparable; the server ignores ignore_eos/min_tokens, so this level ran "
+                "another workload (use --pin-output=false if that is expected)"
+            )
+            if node is not None:
+                # Located at the test (pytest's warning summary).
+                state.warn(node, f"llmslo {engine} {level.label}: {text}")
+        notes.append(text)
+    if summary.level_timeout:
+        notes.append(
+            f"cut by the level's time bound ({ts.level_bound_s():g} s, --level-timeout) "
+            f"during {summary.level_timeout}"
+        )
+    early = run.meta.get("early_stop")
+    if isinstance(early, Mapping):
+        notes.append(
+            f"stopped early after {len(run.records)} requests (--slo-early-stop): "
+            f"{early.get('reason')}"
+        )
+    notes.extend(tries or ())
+    if not summary.valid and tries:
+        notes.append(f"inconclusive after {len(tries) + 1} tries: the client stayed the bottleneck")
+    point = sweep.SweepPoint(
+        engine=engine,
+        test=test,
+        level=level,
+        summary=summary,
+        verdict=None,
+        samples=samples,
+        interrupted=bool(run.meta.get("interrupted", False)),
+        comparable=comparable,
+        notes=tuple(notes),
+    )
+    return state.add_point(ctx, run, point)
+
+
+def _early_stop(
+    ts: S.TestSettings, level: LoadLevel, objectives: tuple[Any, ...] | None
+) -> Callable[[Any], str | None] | None:
+    """The early-stop decision of a level (``slo.settled`` over the records so far), when
+    ``--slo-early-stop`` is ``on``, or ``auto`` and the caller gave the objectives to watch
+    (capacity probes, sweep extensions); None otherwise."""
+    from pytest_llmslo import slo
+
+    watch = objectives if objectives is not None else ts.objectives
+    if ts.early_stop == "off" or not watch:
+        return None
+    if ts.early_stop == "auto" and objectives is None:
+        return None
+
+    def decide(records: Any) -> str | None:
+        partial = Run(
+            level,
+            tuple(records),
+            min(r.sent_ns for r in records),
+            max(r.end_ns for r in records),
+        )
+        return slo.settled(
+            partial,
+            watch,
+            strict=ts.strict,
+            confidence=ts.confidence,
+            max_error_rate=ts.max_error_rate,
+            planned=ts.requests,
+            min_completed=ts.early_stop_min,
+        )
+
+    return decide
+
+
+def _run_line(run: Run) -> str:
+    from pytest_llmslo import metrics
+
+    ok = len(run.ok_records)
+    n = len(run.records)
+    line = f"{ok}/{n} requests ok in {run.duration_s:.1f} s"
+    timeout = run.meta.get("level_timeout")
+    if isinstance(timeout, Mapping):
+        line += f" [cut by the level's time bound during {timeout.get('phase')}]"
+    if isinstance(run.meta.get("early_stop"), Mapping):
+        line += " [stopped early: its verdict was settled]"
+    if ok < n:
+        top = metrics.failure_messages(run, 1)
+        if top:
+            line += f" [most failures: {top[0]}]"
+    if not run.health.valid:
+        line += " [client-limited: " + "; ".join(run.health.reasons) + "]"
+    return line
+
+
+def extend_safely(state: Session, node: str, ctx: TestContext) -> None:
+    """The extension never changes the test's outcome; a problem there becomes a note."""
+    try:
+        extend(state, node, ctx)
+    except Exception as exc:
+        note = f"extension stopped: {exc}"
+        ctx.notes.append(note)
+        state.notes.append(f"{ctx.engine} {ctx.test}: {note}")
+
+
+def primary(state: Session, ctx: TestContext) -> int | None:
+    if ctx.primary is not None:
+        return ctx.primary
+    return ctx.point_keys[0] if ctx.point_keys else None
+
+
+def gate_kwargs(ts: S.TestSettings) -> dict[str, Any]:
+    from pytest_llmslo import slo
+
+    return {
+        "strict": ts.strict,
+        "confidence": ts.confidence,
+        "min_attainment": (
+            slo.DEFAULT_MIN_ATTAINMENT if ts.min_attainment is None else ts.min_attainment
+        ),
+        "min_goodput_tok_s": ts.min_goodput_tok_s,
+        "max_error_rate": ts.max_error_rate,
+    }
+
+
+def configured_gate(state: Session, ctx: TestContext) -> None:
+    """After the body: the configured SLO (``--slo``, ini, marker ``objectives=``) when the
+    body asserted none itself, and without objectives the error gate (a level where every
+    request failed, or more than ``--slo-max-error-rate`` did, never passes); and the
+    session's ``--slo-strict``/``--slo-confidence`` on what the body asserted with the
+    defaults, so a CI gate made strict on the command line cannot pass on a point
+    estimate."""
+    from pytest_llmslo import slo
+
+    __tracebackhide__ = True
+    ts = ctx.settings
+    idx = primary(state, ctx)
+    if idx is None:
+        return
+    run = state.point_runs[idx]
+    if not ctx.verdicts:
+        if ts.objectives:
+            slo.assert_goodput(run, *ts.objectives, **gate_kwargs(ts))
+            return
+        verdict = slo.evaluate(run, (), max_error_rate=ts.max_error_rate, allow_no_objectives=True)
+        # Only the error gates judge here: a test without objectives asked nothing else.
+        if verdict.problems:
+            state.set_verdict(idx, verdict, ts.confidence)
+            raise SloViolation(
+                verdict.summary_line()
+                + " (no objectives configured: the failure gates alone judged the level)\n"
+                + verdict.format(),
+                verdict,
+            )
+        return
+    if not (ts.strict or ts.confidence != DEFAULT_CONFIDENCE):
+        return
+    for verdict in list(ctx.verdicts):
+        if verdict.strict == ts.strict and verdict.confidence == ts.confidence:
+            continue
+        objectives = tuple(r.objective for r in verdict.results)
+        again = slo.evaluate(
+            run,
+            objectives,
+            strict=ts.strict,
+            confidence=ts.confidence,
+            min_attainment=verdict.min_attainment,
+            min_goodput_tok_s=verdict.min_goodput_tok_s,
+        )
+        state.set_verdict(idx, again, ts.confidence)
+        if not again.passed:
+            mode = "strict (upper confidence bounds)" if ts.strict else "the point estimates"
+            raise SloViolation(
+                f"SLO failed under {mode} at {ts.confidence:.0%} confidence "
+                f"({ts.sources.get('slo_strict', '')}):\n"
+                + again.summary_line()
+                + "\n"
+                + again.format(),
+                again,
+            )
+
+
+def extend(state: Session, node: str, ctx: TestContext) -> None:
+    """``--slo-extend``: in the last level's test, run further levels (x1.5 each) until
+    goodput falls below half its best; the extra points join the sweep, not the verdict."""
+    if not (ctx.settings.extend and ctx.last_level and ctx.point_keys):
+        return
+    from pytest_llmslo import slo, sweep
+
+    factory = state.factory
+    if factory is None:
+        return
+    handle = factory.running().get(ctx.engine)
+    if handle is None:
+        return
+    ts = ctx.settings
+    objectives = ts.objectives
+    last_verdict = state.points[ctx.point_keys[0]].verdict
+    gate = gate_kwargs(ts)
+    if last_verdict is not None:
+        objectives = tuple(r.objective for r in last_verdict.results)
+        # The extra levels are judged as the test's own level was.
+        gate = {
+            "strict": last_verdict.strict,
+            "confidence": last_verdict.confidence,
+            "min_attainment": last_verdict.min_attainment,
+            "min_goodput_tok_s": last_verdict.min_goodput_tok_s,
+            "max_error_rate": last_verdict.max_error_rate,
+        }
+    if ts.strict or ts.confidence != DEFAULT_CONFIDENCE:
+        # As in configured_gate: a session made strict holds for every level it judges.
+        gate.update(strict=ts.strict, confidence=ts.confidence)
+    if not objectives:
+        ctx.notes.append("not extended: the extension needs objectives (goodput)")
+        return
+    added: list[str] = []
+    for _ in range(S.MAX_EXTEND_LEVELS):
+        pts = [p for p in state.points if p.engine == ctx.engine and p.test == ctx.test]
+        nxt = sweep.extend_sweep(pts)
+        if nxt is None:
+            break
+        # A level is only that load when it holds at least two rounds of requests.
+        level_ts = ts
+        if nxt.mode == "concurrency" and ts.requests is not None and ts.requests < 2 * nxt.value:
+            level_ts = dataclasses.replace(ts, requests=int(2 * nxt.value))
+        run = run_level(
+            state, node, handle, nxt, level_ts, extended=True, stop_early_on=tuple(objectives)
+        )
+        verdict = slo.evaluate(run, objectives, **gate)
+        state.set_verdict(state.run_index[id(run)], verdict, gate["confidence"])
+        added.append(nxt.label)
+    if added:
+        note = f"extended past {ctx.level.label}: {', '.join(added)} (--slo-extend)"
+        ctx.notes.append(note)
+        state.notes.append(f"{ctx.engine} {ctx.test}: {note}")
+
+
+def compare_with_baseline(state: Session, ctx: TestContext) -> None:
+    """``--slo-compare``: the same test, engine and level in the baseline; a regression
+    beyond the tolerance fails this test. A test that searched its capacity is compared
+    with the baseline's search of the same test and engine: by the capacity itself, and by
+    the points at the capacity when both searches ended at the same level."""
+    if state.baseline is None:
+        return
+    from pytest_llmslo import compare
+    from pytest_llmslo.report import jsonio
+
+    idx = primary(state, ctx)
+    if idx is None:
+        return
+    point = state.points[idx]
+    baseline, source = state.baseline, state.baseline_source
+    capacity = ctx.capacity_result
+    if not point.comparable:
+        key = f"{ctx.engine} {ctx.test} {point.level.label}"
+        reason = "the level is not comparable: " + "; ".join(point.notes)
+        _not_compared(state, ctx, key, reason, f"not compared, {reason}")
+        return
+    old_capacity = None
+    if capacity is not None:
+        key = f"{ctx.engine} {ctx.test} capacity"
+        old_capacity = compare.find_capacity(baseline, ctx.test, ctx.engine, capacity.mode)
+        if old_capacity is None:
+            reason = f"the baseline {source} has no capacity search of this test"
+            _not_compared(state, ctx, key, reason, reason)
+            return
+        at = compare.capacity_point(baseline, old_capacity)
+        old = None if at is None else compare.find_point(baseline, ctx.test, ctx.engine, at)
+    else:
+        # The level the test is judged by (a slo_load level may differ from its parameter).
+        key = f"{ctx.engine} {ctx.test} {point.level.label}"
+        old = compare.find_point(baseline, ctx.test, ctx.engine, point.level)
+        if old is None:
+            reason = f"not in the baseline {source}"
+            _not_compared(state, ctx, key, reason, reason)
+            return
+    old_consts = constants.constants_for_test(baseline.get("constants", {}), ctx.test, ctx.engine)
+    new_consts = constants.constants_for_test(state.constants(), ctx.test, ctx.engine)
+    diff = constants.constants_mismatch(old_consts, new_consts)
+    if diff:
+        reason = f"constants differ: {'; '.join(diff)}"
+        _not_compared(state, ctx, key, reason, f"not compared, {reason}")
+        return
+    old_version = (baseline.get("engines", {}).get(ctx.engine) or {}).get("version")
+    new_version = state.engine_meta.get(ctx.engine, {}).get("version")
+    new_point = jsonio.jsonable(point.to_dict())
+    if capacity is not None and old_capacity is not None:
+        comparison = compare.compare_capacity(
+            old_capacity,
+            jsonio.jsonable(capacity.to_dict()),
+            old,
+            new_point,
+            state.tolerances or None,
+            engine=ctx.engine,
+            test=ctx.test,
+            confidence=ctx.settings.confidence,
+            labels=("baseline", "new"),
+            versions=(old_version, new_version),
+        )
+    else:
+        comparison = compare.compare_points(
+            old or {},
+            new_point,
+            state.tolerances or None,
+            confidence=ctx.settings.confidence,
+            labels=("baseline", "new"),
+            versions=(old_version, new_version),
+        )
+    if not comparison.comparable:
+        reason = "; ".join(comparison.problems)
+        _not_compared(state, ctx, key, reason, f"not compared: {reason}")
+        return
+    ctx.comparison = comparison
+    state.comparisons.append((key, comparison))
+    if comparison.regressed:
+        __tracebackhide__ = True
+        where = "capacity" if capacity is not None else point.level.label
+        raise RegressionError(
+            f"regression against baseline {source} ({ctx.engine}, {where}):\n{comparison.format()}",
+            point.verdict,
+        )
+
+
+def _not_compared(state: Session, ctx: TestContext, key: str, reason: str, line: str) -> None:
+    """A comparison that did not run: said in the summary (``line``), in the test's own
+    report section and in its JUnit properties (``reason``)."""
+    state.mismatches.append(f"{key}: {line}")
+    ctx.compare_skip = reason
+    ctx.notes.append(f"not compared with baseline {state.baseline_source}: {reason}")
+
+
+def summary_lines_of_test(state: Session, ctx: TestContext) -> list[str]:
+    from pytest_llmslo.report import terminal
+
+    lines: list[str] = []
+    for idx in ctx.point_keys:
+        p = state.points[idx]
+        s = p.summary
+        lines.append(
+            f"{ctx.engine} {ctx.test} {p.level.label}: {s.completed}/{s.requests} completed, "
+            f"{s.failed} failed, {s.output_tok_s:.1f} out tok/s, "
+            f"goodput {_fmt(s.goodput_tok_s)} tok/s, attainment {_fmt_pct(s.attainment)}"
+        )
+        for name in METRICS:
+            d = s.distributions.get(name)
+            if d is None or not d.count:
+                continue
+            lines.append(
+                f"  {name}: p50 {_fmt(d.p(50))} ms, p99 {_fmt(d.p(99))} ms "
+                f"(upper bound {_fmt(d.ub(99))} ms at {d.confidence:.0%}), n={d.count}"
+            )
+        for e in s.errors:
+            lines.append(f"  error {e}")
+        if not s.valid:
+            lines.append("  INVALID (client-limited): " + "; ".join(s.invalid_reasons))
+        lines.extend(f"  note: {n}" for n in p.notes)
+        if p.verdict is not None:
+            lines.extend("  " + ln for ln in terminal.render_verdict(p.verdict))
+    lines.extend(ctx.notes)
+    if ctx.comparison is not None:
+        lines.extend(str(ctx.comparison.format()).splitlines())
+    return lines
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}"
+
+
+def _fmt_pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+#: The output settings of a session and their command-line flags.
+OUTPUT_FLAGS: dict[str, str] = {
+    "slo_json": "--slo-json",
+    "slo_markdown": "--slo-markdown",
+    "slo_svg": "--slo-svg",
+    "slo_csv": "--slo-csv",
+}
+
+
+def json_path(state: Session) -> Path | None:
+    return output_path(state, "slo_json")
+
+
+def output_path(state: Session, name: str) -> Path | None:
+    """The resolved path of output setting ``name`` (``OUTPUT_FLAGS``)."""
+    s = state.session
+    p = {
+        "slo_json": s.json_path,
+        "slo_markdown": s.markdown_path,
+        "slo_svg": s.svg_path,
+        "slo_csv": s.csv_path,
+    }[name]
+    if not p:
+        return None
+    return resolve_path(state, p, name)
+
+
+def write_reports(state: Session, *, complete: bool) -> None:
+    """The Markdown summary, the SVG chart and the CSV table, when asked for (errors are
+    noted, and fail the session as a lost results file does)."""
+    paths = {
+        "Markdown": output_path(state, "slo_markdown"),
+        "SVG": output_path(state, "slo_svg"),
+        "CSV": output_path(state, "slo_csv"),
+    }
+    if all(p is None for p in paths.values()) or not state.points:
+        return
+    from pytest_llmslo.report import jsonio
+
+    doc = state.document(complete=complete)
+    for kind, path in paths.items():
+        if path is None:
+            continue
+        try:
+            if kind == "CSV":
+                from pytest_llmslo.report.csvexport import render_csv
+
+                text = render_csv(doc)
+            elif kind == "Markdown":
+                from pytest_llmslo.report.markdown import render_report
+
+                text = render_report(doc)
+            else:
+                from pytest_llmslo.report.markdown import document_knees
+                from pytest_llmslo.report.svg import render_svg
+
+                text = render_svg(
+                    jsonio.load_points(doc), document_knees(doc), title="pytest-llmslo"
+                )
+            jsonio.write_atomic_text(path, text)
+            state.notes.append(f"{kind} report written to {path}")
+        except Exception as exc:
+            state.write_errors.append(
+                f"ERROR: could not write the {kind} report to {path}: {exc!r}"
+            )
+
+
+def resolve_path(state: Session, text: str, name: str) -> Path:
+    """A relative path from an ini file is relative to that file (as pytest's own ini
+    paths are); from the command line or the environment, to the invocation directory."""
+    path = Path(text)
+    if path.is_absolute():
+        return path
+    if state.session.sources.get(name, "").startswith("ini") and state.inipath is not None:
+        return state.inipath.parent / path
+    return state.invocation_dir / path
+
+
+def write_json(state: Session, *, complete: bool) -> bool:
+    """Write the results document; False (and an error note) when it could not be."""
+    from pytest_llmslo.report import jsonio
+
+    path = json_path(state)
+    if path is None:
+        return True
+    try:
+        jsonio.write_atomic(path, state.document(complete=complete))
+        state.dirty = False
+    except Exception as exc:
+        msg = f"ERROR: could not write the results to {path}: {exc!r}"
+        if msg not in state.write_errors:
+            state.write_errors.append(msg)
+        return False
+    return True
+
+
+def inconclusive_message(state: Session, run: Run) -> str:
+    """Why a level whose client run stayed invalid through the retries shows nothing
+    about the engine (the ``Inconclusive`` error of its test)."""
+    tries = 1 + sum(1 for n in point_notes(state, run) if n.startswith("try "))
+    return (
+        f"inconclusive at {run.level.label} after {tries} tr{'y' if tries == 1 else 'ies'}: "
+        "the load generator, not the engine, was the bottleneck ("
+        + "; ".join(run.health.reasons)
+        + "). Nothing was shown about the engine's SLO: run on a quieter machine, with "
+        "more client processes, or at a lower load."
+    )
+
+
+def after_test(state: Session, node: str, ctx: TestContext, *, body_error: bool = False) -> None:
+    """What follows a test's body: the configured SLO (when the body asserted none) and
+    the error gate, the sweep extension (also after a failed body: a failed last level is
+    the usual case for extending) and the baseline comparison. Raises ``SloViolation`` or
+    ``RegressionError`` for the test."""
+    __tracebackhide__ = True
+    if body_error:
+        extend_safely(state, node, ctx)
+        return
+    try:
+        configured_gate(state, ctx)
+    finally:
+        extend_safely(state, node, ctx)
+    compare_with_baseline(state, ctx)
+
+
+def save_session_baseline(state: Session, *, interrupted: bool) -> None:
+    """``--slo-save NAME``: the session's document as a baseline (a partial one as
+    ``NAME.partial``, which never replaces the baseline)."""
+    name = state.session.save
+    if not name or not state.points:
+        return
+    try:
+        saved = baselines.save_baseline(
+            state.document(complete=not interrupted), name, root=baseline_root(state)
+        )
+        if interrupted:
+            partial = baselines.partial_name(name)
+            state.notes.append(
+                f"the session was interrupted: baseline {name!r} was left as it was; the "
+                f"partial results are saved as {partial!r} in {saved}"
+            )
+        else:
+            state.notes.append(f"baseline {name!r} saved to {saved}")
+    except Exception as exc:
+        state.write_errors.append(f"ERROR: could not save baseline {name!r}: {exc!r}")
+
+
+def finish(state: Session, *, interrupted: bool = False) -> None:
+    """The session's outputs: the results document, the Markdown, SVG and CSV reports and
+    the saved baseline. What could not be written is in ``state.write_errors``."""
+    if state.session.json_path:
+        write_json(state, complete=not interrupted)
+    write_reports(state, complete=not interrupted)
+    save_session_baseline(state, interrupted=interrupted)
