@@ -1,9 +1,18 @@
-"""The ``llmslo`` command: reports and regression comparisons of run documents, outside
-pytest.
+"""The ``llmslo`` command: SLO sweeps, reports and regression comparisons outside pytest.
 
-    llmslo report RUN.json [--markdown OUT.md] [--svg OUT.svg] [--width N]
+    llmslo run --engine sim --concurrency 1,8,32 --slo 'ttft_p99<500,itl_p50<30'
+               [--slo-json RUN.json] [--slo-csv RUN.csv] [--slo-markdown RUN.md] [...]
+    llmslo report RUN.json [--markdown OUT.md] [--svg OUT.svg] [--csv OUT.csv] [--width N]
     llmslo compare A B [--fail goodput:5%,ttft_p99:10%] [--engine OLD=NEW]
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
+
+``run`` starts the engines and runs the sweep (or the capacity search) of one test
+without a test file, through the same session core as the plugin (``session.py``): every
+option is the plugin's (one table of settings, ``settings.SPECS``, with the same names,
+environment variables and meaning), the levels are judged as a test's, and it prints the
+same sweep tables, knees and Pareto summary and writes the same documents. Its exit
+status: 0 every level met the SLO (or, without objectives, no level failed the error
+gate), 1 a level did not, errored or was inconclusive, 2 a usage error.
 
 ``report`` prints the tables of the terminal summary (``report/terminal.py``) for a run
 document written with ``--slo-json``, with the capacity of each test that searched it.
@@ -18,9 +27,9 @@ place of the text; it is appended, not replaced, with ``--append`` or when PATH 
 ``$GITHUB_STEP_SUMMARY`` (that file collects every step's summary). ``--svg PATH``
 writes the chart (``report/svg.py``).
 
-Exit status: 0 done (no regression); 1 a regression; 2 a usage error, a missing or
-malformed document, or runs whose pinned constants differ (the message names them).
-User errors print one line to standard error, never a traceback.
+Exit status of ``report``/``compare``: 0 done (no regression); 1 a regression; 2 a usage
+error, a missing or malformed document, or runs whose pinned constants differ (the message
+names them). User errors print one line to standard error, never a traceback.
 """
 
 from __future__ import annotations
@@ -37,10 +46,12 @@ from pytest_llmslo import baselines
 from pytest_llmslo._version import __version__
 from pytest_llmslo.errors import ConfigError
 
-__all__ = ["EXIT_OK", "EXIT_REGRESSED", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REGRESSED", "EXIT_USAGE", "build_parser", "main"]
 
 EXIT_OK = 0
 EXIT_REGRESSED = 1
+#: ``llmslo run``: a level did not meet the SLO, errored or was inconclusive.
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 PROG = "llmslo"
@@ -117,11 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run", metavar="RUN.json", help="a run document")
     _add_outputs(rep)
     rep.add_argument(
+        "--csv", metavar="PATH", help="also write one CSV row per engine, test and level"
+    )
+    rep.add_argument(
         "--width",
         type=_width,
         default=None,
         help="width of the text tables in columns (default: the terminal's, 80 to 160)",
     )
+
+    _add_run(sub)
 
     cmp_ = sub.add_parser(
         "compare",
@@ -244,6 +260,10 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
 
         svg = render_svg(points, knees, title=Path(args.run).name)
     _emit(args, "\n".join(lines), markdown, svg, out)
+    if args.csv:
+        from pytest_llmslo.report.csvexport import render_csv
+
+        _write_text(args.csv, render_csv(doc), append=False)
     return EXIT_OK
 
 
@@ -290,6 +310,205 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- run
+
+
+def _add_run(sub: Any) -> None:
+    from pytest_llmslo import settings as S
+
+    run = sub.add_parser(
+        "run",
+        help="run an SLO sweep without a test file",
+        description="Start the engines, run the sweep (or the capacity search), judge each "
+        "level against the SLO and print the sweep tables, the knee and the Pareto summary, "
+        "as `pytest -m slo` does for a test. Every option has the name and meaning of the "
+        "plugin's (README 'Options'); LLMSLO_* environment variables apply as they do there. "
+        "Exit status: 0 every level met the SLO, 1 a level did not (or errored, or was "
+        "inconclusive), 2 a usage error.",
+    )
+    run.add_argument(
+        "--name",
+        default="llmslo-run",
+        help="the test name the sweep is recorded under (default: llmslo-run)",
+    )
+    for spec in S.SPECS:
+        if not spec.cli:
+            continue
+        flag, kw = S.argparse_option(spec)
+        run.add_argument(flag, **kw)
+    run.add_argument(
+        "--width", type=_width, default=None, help="table width (default: the terminal's)"
+    )
+
+
+class _StderrProgress:
+    """The live progress line of one level on standard error (a terminal only; the final
+    line always)."""
+
+    def __init__(self, label: str, requests: int, warmup: int, stream: TextIO) -> None:
+        self.label = label
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.last = 0.0
+        self.width = 0
+
+    def __call__(self, p: Any) -> None:
+        import time
+
+        now = time.monotonic()
+        if not self.tty or now - self.last < 0.5:
+            return
+        self.last = now
+        text = f"{p.phase} {p.done}/{p.total}" if p.total else f"{p.phase} {p.done}"
+        line = f"  llmslo {self.label}: {text} {p.elapsed_s:.0f} s"
+        self.stream.write("\r" + line + " " * max(self.width - len(line), 0))
+        self.stream.flush()
+        self.width = len(line)
+
+    def close(self, text: str) -> None:
+        line = f"  llmslo {self.label}: {text}"
+        prefix = "\r" if self.tty and self.width else ""
+        self.stream.write(prefix + line + " " * max(self.width - len(line), 0) + "\n")
+        self.stream.flush()
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``llmslo run``: one sweep (or capacity search) per engine, judged per level."""
+    from pytest_llmslo import session as core
+    from pytest_llmslo import settings as S
+    from pytest_llmslo import slo
+    from pytest_llmslo.errors import (
+        EngineDiedError,
+        EngineStartError,
+        EngineUnavailable,
+        Inconclusive,
+        LoadError,
+        RegressionError,
+        SloViolation,
+    )
+    from pytest_llmslo.report import terminal
+
+    given = ((s, getattr(args, f"llmslo_{s.name}", S.UNSET)) for s in S.SPECS if s.cli)
+    cli = {s.name: v for s, v in given if S.cli_given(s, v)}
+    sources = S.Sources.from_environ(cli, {})
+    cwd = Path.cwd()
+    try:
+        settings = S.resolve_session(sources)
+        state = core.Session(
+            settings,
+            sources,
+            rootpath=cwd,
+            invocation_dir=cwd,
+            say=lambda msg: print(msg, file=err, flush=True),
+            progress=lambda label, n, w: _StderrProgress(label, n, w, err),
+        )
+        state.engine_configs = core.resolve_engines(state)
+        core.check_inputs(state)
+        core.load_baseline(state)
+        ts = state.defaults
+        core.check_test_inputs(state, ts, args.name)
+        if ts.capacity and not ts.objectives:
+            raise ConfigError(
+                f"{ts.sources.get('slo_capacity', '--slo-capacity')}: a capacity search "
+                "needs objectives: give them with --slo"
+            )
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    test = args.name
+    state.test_constants[test] = core.constants_of_test(ts)
+    factory = core.EngineFactory(
+        state.engine_configs,
+        announce=state.say,
+        on_start=lambda name, h: core.record_engine(state, name, h),
+        max_restarts=settings.engine_restarts,
+    )
+    state.factory = factory
+    failed: list[str] = []
+    interrupted = False
+    try:
+        for engine in settings.engines:
+            try:
+                handle = factory.get(engine)
+            except (EngineUnavailable, EngineStartError, EngineDiedError, ConfigError) as exc:
+                failed.append(f"{engine}: did not start: {exc}")
+                print(f"llmslo: engine {engine!r} did not start: {exc}", file=err)
+                continue
+            levels = [ts.levels[0]] if ts.capacity else list(ts.levels)
+            for i, level in enumerate(levels):
+                node = f"{test}[{engine}-{'capacity' if ts.capacity else level.label}]"
+                ctx = core.TestContext(
+                    test=test,
+                    engine=engine,
+                    level=level,
+                    settings=ts,
+                    last_level=i == len(levels) - 1 and not ts.capacity,
+                    capacity=ts.capacity,
+                )
+                state.contexts[node] = ctx
+                state.current = ctx
+                try:
+                    if ts.capacity:
+                        kw: dict[str, Any] = {"start": level.value, "max_value": ts.capacity_max}
+                        if level.mode == "rate":
+                            kw.update(arrival=level.arrival, seed=level.seed)
+                        _result, found = core.search_capacity(
+                            state, node, handle, ts, ts.objectives, level.mode, **kw
+                        )
+                        if found is None:
+                            raise LoadError(f"{test}: the capacity search ran no level")
+                        run = found
+                    else:
+                        run = core.run_level(state, node, handle, level, ts)
+                    if not run.health.valid:
+                        raise Inconclusive(core.inconclusive_message(state, run))
+                    slo.bind_run(run, on_verdict=state.on_verdict)
+                    try:
+                        core.after_test(state, node, ctx)
+                    finally:
+                        slo.unbind_run()
+                except (SloViolation, RegressionError, Inconclusive) as exc:
+                    first = str(exc).splitlines()[0]
+                    failed.append(f"{engine} {level.label}: {first}")
+                except (EngineDiedError, LoadError) as exc:
+                    failed.append(f"{engine} {level.label}: {str(exc).splitlines()[0]}")
+                    print(f"llmslo: {engine} {level.label}: {exc}", file=err)
+                    if not ctx.point_keys:
+                        continue
+                finally:
+                    state.current = None
+    except KeyboardInterrupt:
+        interrupted = True
+        print("llmslo: interrupted; the levels measured so far are kept", file=err)
+    finally:
+        factory.stop_all()
+    core.finish(state, interrupted=interrupted)
+    width = _terminal_width(args.width)
+    if state.points:
+        for line in terminal.render_summary(
+            state.points, None, width=width, capacities=state.capacities
+        ):
+            print(line, file=out)
+    for key, comp in state.comparisons:
+        status = "REGRESSED" if comp.regressed else "improved" if comp.improved else "ok"
+        print(f"{key}: {status}", file=out)
+    for line in state.mismatches:
+        print(line, file=out)
+    for note in state.notes:
+        print(f"llmslo: {note}", file=err)
+    for line in failed:
+        print(f"llmslo: FAILED {line}", file=err)
+    for e in state.write_errors:
+        print(f"llmslo: {e}", file=err)
+    path = core.json_path(state)
+    if path is not None and path.exists() and not state.write_errors:
+        print(f"llmslo: results written to {path}", file=err)
+    if interrupted:
+        return 130
+    if failed or state.write_errors or not state.points:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``llmslo`` command with ``argv`` (default: ``sys.argv[1:]``); return the
     exit status (see the module docstring) instead of exiting."""
@@ -303,6 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "report":
             return _report(args, out)
+        if args.command == "run":
+            return _run(args, out, sys.stderr)
         return _compare(args, out)
     except _UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -429,6 +429,15 @@ SPECS: tuple[Spec, ...] = (
         metavar="PATH",
     ),
     _spec(
+        "slo_csv",
+        parse_optional_str,
+        None,
+        "Write one CSV row per engine x test x load level (latencies, throughput, goodput, "
+        "outcome, knee) to PATH.",
+        cli="--slo-csv",
+        metavar="PATH",
+    ),
+    _spec(
         "slo_save",
         parse_optional_str,
         None,
@@ -903,6 +912,36 @@ def cli_type(spec: Spec) -> Callable[[str], Any]:
     return parse
 
 
+def argparse_option(spec: Spec) -> tuple[str, dict[str, Any]]:
+    """The command-line flag of ``spec`` and its ``add_argument`` keywords: the same for the
+    pytest plugin (``parser.addoption``) and ``llmslo run``, so an option has one name and
+    one meaning everywhere. The value lands in ``llmslo_<name>``; an option not given is
+    ``UNSET`` (``None`` for a repeatable one), which ``cli_given`` tells apart."""
+    if not spec.cli:
+        raise ValueError(f"setting {spec.name!r} has no command-line flag")
+    default = spec.default
+    if isinstance(default, tuple):
+        default = ",".join(str(v) for v in default) or "none"
+    if spec.name == "concurrency":
+        default = ",".join(str(v) for v in DEFAULT_CONCURRENCY)
+    helptext = f"{spec.help} Ini: {spec.ini}, env: {spec.env}. Default: {default}."
+    kw: dict[str, Any] = {
+        "dest": f"llmslo_{spec.name}",
+        "default": None if spec.repeatable else UNSET,
+        # argparse %-formats help texts.
+        "help": helptext.replace("%", "%%"),
+    }
+    if spec.flag:
+        kw.update(action="store_const", const=True)
+    else:
+        kw.update(
+            action="append" if spec.repeatable else "store",
+            type=cli_type(spec),
+            metavar=spec.metavar or (("{" + ",".join(spec.choices) + "}") or None),
+        )
+    return spec.cli, kw
+
+
 # --------------------------------------------------------------------------- sources
 
 
@@ -982,6 +1021,7 @@ class SessionSettings:
     json_path: str | None = None
     markdown_path: str | None = None
     svg_path: str | None = None
+    csv_path: str | None = None
     save: str | None = None
     compare: str | None = None
     compare_fail: str | None = None
@@ -1122,6 +1162,7 @@ def resolve_session(sources: Sources) -> SessionSettings:
         json_path=vals["slo_json"],
         markdown_path=vals["slo_markdown"],
         svg_path=vals["slo_svg"],
+        csv_path=vals["slo_csv"],
         save=vals["slo_save"],
         compare=vals["slo_compare"],
         compare_fail=vals["slo_compare_fail"],

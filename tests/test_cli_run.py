@@ -1,0 +1,137 @@
+"""``llmslo run``: a sweep without a test file, through the same session core as the
+plugin, against the fixed-timing server (TTFT 20 ms, 2 ms per token) on loopback."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_llmslo import cli
+from pytest_llmslo.report import csvexport
+from pytest_llmslo.report.jsonio import validate_document
+
+
+def _run(url: str, *extra: str) -> list[str]:
+    return [
+        "run", "--engine", "external", "--engine-url", url,
+        "--concurrency", "1,2", "--requests", "8", "--warmup", "1", "--isl", "16", "--osl", "8",
+        "--client-max-lag", "2000", "--client-max-cpu", "1.5",
+        *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_run_meets_the_slo_and_writes_json_csv_markdown(fixed_server, in_tmp, capsys) -> None:
+    code = cli.main(
+        _run(
+            fixed_server,
+            "--slo",
+            "ttft_p99<500,itl_p50<30",
+            "--slo-json",
+            "out/run.json",
+            "--slo-csv",
+            "out/run.csv",
+            "--slo-markdown",
+            "out/run.md",
+        )
+    )
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_OK, err
+    # The plugin's sweep table and knee.
+    assert "external | llmslo-run | concurrency sweep, 2 levels" in out
+    assert "* knee: c2" in out
+    assert "results written to" in err
+
+    doc = json.loads((in_tmp / "out" / "run.json").read_text())
+    validate_document(doc)
+    assert [p["level"]["value"] for p in doc["points"]] == [1.0, 2.0]
+    assert all(p["outcome"] == "pass" for p in doc["points"])
+    assert doc["constants"]["tests"]["llmslo-run"]["isl"] == 16
+    assert doc["reports"][0]["results_at_knee"]["concurrency"] == 2
+
+    rows = list(csv.DictReader(io.StringIO((in_tmp / "out" / "run.csv").read_text())))
+    assert [r["label"] for r in rows] == ["c1", "c2"]
+    assert [r["knee"] for r in rows] == ["0", "1"]
+    assert rows[1]["outcome"] == "pass" and rows[1]["engine"] == "external"
+    assert 15.0 < float(rows[1]["ttft_p50_ms"]) < 200.0
+    assert float(rows[1]["output_tok_s"]) > 0 and float(rows[1]["goodput_tok_s"]) > 0
+    assert list(rows[0]) == list(csvexport.COLUMNS)
+
+    md = (in_tmp / "out" / "run.md").read_text()
+    assert "llmslo-run" in md and "knee" in md.lower()
+
+
+def test_run_exits_1_when_a_level_misses_the_slo(fixed_server, in_tmp, capsys) -> None:
+    code = cli.main(_run(fixed_server, "--slo", "ttft_p99<1"))
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_FAILED
+    assert "FAIL" in out
+    assert "FAILED external c1: SLO not met: ttft_p99 < 1 ms" in err
+
+
+def test_run_without_objectives_is_gated_by_errors(misbehaving, in_tmp, capsys) -> None:
+    # Every request fails: no level passes the error gate, whatever the objectives.
+    url = misbehaving("reset")
+    code = cli.main(_run(url, "--concurrency", "1", "--requests", "4"))
+    _out, err = capsys.readouterr()
+    assert code == cli.EXIT_FAILED
+    assert "FAILED external c1" in err
+
+
+def test_run_compares_two_engines_with_a_pareto_summary(fixed_server, in_tmp, capsys) -> None:
+    (in_tmp / "engines.toml").write_text(
+        f'[engines.a]\nkind = "external"\nurl = "{fixed_server}"\n'
+        f'[engines.b]\nkind = "external"\nurl = "{fixed_server}"\n'
+    )
+    code = cli.main(
+        _run(
+            fixed_server,
+            "--engine-config",
+            "engines.toml",
+            "--engine",
+            "a,b",
+            "--slo",
+            "ttft_p99<500",
+        )
+    )
+    out, _err = capsys.readouterr()
+    assert code == cli.EXIT_OK
+    assert "a | llmslo-run" in out and "b | llmslo-run" in out
+    assert "Pareto | llmslo-run" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--engine", "nope"], "'nope' is not a known engine"),
+        (["run", "--concurrency", "abc"], "--concurrency"),
+        (["run", "--engine", "external"], "needs a URL"),
+        (["run", "--slo-capacity"], "needs objectives"),
+        (["run", "--dataset", "missing.json"], "missing.json"),
+    ],
+)
+def test_run_usage_errors_exit_2(argv, message, in_tmp, capsys) -> None:
+    assert cli.main(argv) == cli.EXIT_USAGE
+    _out, err = capsys.readouterr()
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_run_and_the_plugin_share_every_option() -> None:
+    from pytest_llmslo import settings as S
+
+    parser = cli.build_parser()
+    run = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]
+    flags = {opt for action in run._actions for opt in action.option_strings}
+    for spec in S.SPECS:
+        if spec.cli:
+            assert spec.cli in flags, spec.cli
