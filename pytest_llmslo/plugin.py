@@ -61,6 +61,12 @@ README_XDIST = "README.md#under-pytest-xdist"
 # ------------------------------------------------------------------------------- options
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_llmslo import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("llmslo", "LLM serving SLOs (pytest-llmslo)")
     for spec in S.SPECS:
@@ -103,7 +109,9 @@ def _xdist_active(config: pytest.Config) -> bool:
     return bool(n) and n != 0
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    _quiet_asyncio_loop_scope(config)
     config.addinivalue_line(
         "markers",
         "slo(*objectives, concurrency=[...], rate=[...], isl=, osl=, objectives=, strict=, "
@@ -121,6 +129,17 @@ def pytest_configure(config: pytest.Config) -> None:
             say=lambda msg: _say(config, msg),
             progress=lambda label, requests, warmup: _Progress(config, label, requests, warmup),
             warn=lambda node, msg: _warn(config, node, msg),
+            hooks=core.SessionHooks(
+                engine_config=lambda name, cfg: config.hook.pytest_llmslo_engine_config(
+                    config=config, name=name, engine_config=cfg
+                ),
+                level_result=lambda point, run: config.hook.pytest_llmslo_level_result(
+                    config=config, point=point, run=run
+                ),
+                document=lambda doc: config.hook.pytest_llmslo_update_document(
+                    config=config, document=doc
+                ),
+            ),
         )
     except ConfigError as exc:
         raise _usage(exc) from None
@@ -136,6 +155,29 @@ def pytest_configure(config: pytest.Config) -> None:
         core.load_baseline(state)
     except ConfigError as exc:
         raise _usage(exc) from None
+
+
+def _quiet_asyncio_loop_scope(config: pytest.Config) -> None:
+    """pytest-asyncio (a dependency) warns at every run of a project whose ini does not
+    set ``asyncio_default_fixture_loop_scope``: a warning about the user's own async
+    fixtures that an SLO suite, which has none of its own, should not make users read.
+    Ignored for this configure call only (pytest runs the configure hooks inside one
+    ``warnings.catch_warnings``), and only while the key is unset; set it to choose the
+    scope of your own async fixtures."""
+    if not config.pluginmanager.hasplugin("asyncio"):
+        return
+    try:
+        if config.getini("asyncio_default_fixture_loop_scope"):
+            return
+    except ValueError:
+        return
+    import warnings
+
+    warnings.filterwarnings(
+        "ignore",
+        message='The configuration option "asyncio_default_fixture_loop_scope" is unset',
+        category=pytest.PytestDeprecationWarning,
+    )
 
 
 def _refuse_xdist(config: pytest.Config, state: core.Session) -> None:
@@ -175,9 +217,38 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     line = "llmslo: " + S.describe(state.session, state.defaults)
     line += f" (CLI > env > ini > marker; json={state.session.json_path or 'off'})"
+    marked = state.session.sources.get("engine", "default") == "default"
+    if marked or state.defaults.sources.get("concurrency", "default") == "default":
+        line += "; a test's marker may set its own: see each test's line after collection"
     if state.disabled_reason:
         line += " (disabled under xdist)"
     return [line]
+
+
+def pytest_report_collectionfinish(
+    config: pytest.Config, start_path: Path, items: list[pytest.Item]
+) -> list[str] | None:
+    """What each SLO test will really run, once collected: its engines and levels (a
+    marker's, not the session's defaults) and its workload."""
+    state = config.stash.get(STATE_KEY, None)
+    if state is None or not state.contexts:
+        return None
+    tests: dict[str, tuple[list[str], list[str], S.TestSettings]] = {}
+    for ctx in state.contexts.values():
+        engines, levels, _ = tests.setdefault(ctx.test, ([], [], ctx.settings))
+        if ctx.engine is not None and ctx.engine not in engines:
+            engines.append(ctx.engine)
+        label = "capacity search" if ctx.capacity else ctx.level.label
+        if label not in levels:
+            levels.append(label)
+    lines = [
+        f"llmslo: {test}: {', '.join(engines) or 'no engine'} x {','.join(levels)}; "
+        + S.describe_workload(ts)
+        for test, (engines, levels, ts) in tests.items()
+    ]
+    if len(lines) > 20:
+        lines = [*lines[:20], f"llmslo: ... and {len(lines) - 20} more SLO tests"]
+    return lines
 
 
 # ------------------------------------------------------------------------ parametrization
@@ -311,6 +382,7 @@ def slo_engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory
             announce=lambda msg: _say(request.config, msg),
             on_start=lambda name, h: core.record_engine(state, name, h),
             max_restarts=state.session.engine_restarts,
+            prepare=state.hooks.engine_config,
         )
     try:
         yield state.factory
@@ -596,6 +668,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         return result
     finally:
         state.current = None
+        state.report_levels(ctx)
         _attach_properties(state, item, ctx)
         if ctx.point_keys:
             lines = core.summary_lines_of_test(state, ctx)

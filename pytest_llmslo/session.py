@@ -110,6 +110,48 @@ class NullProgress:
 
 
 @dataclasses.dataclass
+class SessionHooks:
+    """Where users extend a session (the plugin binds its hookspecs here,
+    ``hookspecs.py``): ``engine_config(name, cfg)`` may return a changed config just
+    before an engine starts; ``level_result(point, run)`` is told each level once its
+    test judged it; ``document(doc)`` may add fields to the results document before it
+    is written."""
+
+    engine_config: Callable[[str, EngineConfig], EngineConfig | None] | None = None
+    level_result: Callable[[Any, Run], None] | None = None
+    document: Callable[[dict[str, Any]], None] | None = None
+
+
+def machine_info() -> dict[str, Any]:
+    """The load generator's machine, as pytest-benchmark records it (node, processor,
+    Python, system, CPU model and count), for the results document and baselines."""
+    try:
+        from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+
+        info = dict(pytest_benchmark_generate_machine_info())
+    except Exception as exc:  # information only: never fail a session over it
+        info = {"error": repr(exc)}
+    info.setdefault("cpus", os.cpu_count())
+    return info
+
+
+def commit_info(path: Path) -> dict[str, Any]:
+    """The git commit of the project under test (id, time, branch, dirty), as
+    pytest-benchmark records it; ``{"error": ...}`` outside a repository."""
+    try:
+        from pytest_benchmark.utils import get_commit_info
+
+        cwd = os.getcwd()
+        try:
+            os.chdir(path)
+            return dict(get_commit_info())
+        finally:
+            os.chdir(cwd)
+    except Exception as exc:
+        return {"error": repr(exc)}
+
+
+@dataclasses.dataclass
 class TestContext:
     """What the plugin knows about one collected SLO test item."""
 
@@ -146,8 +188,10 @@ class EngineFactory:
         announce: Callable[[str], None] | None = None,
         on_start: Callable[[str, EngineHandle], None] | None = None,
         max_restarts: int = 1,
+        prepare: Callable[[str, EngineConfig], EngineConfig | None] | None = None,
     ) -> None:
         self.configs = dict(configs)
+        self._prepare = prepare
         self._starter = starter
         self._announce = announce or (lambda _msg: None)
         self._on_start = on_start
@@ -183,6 +227,8 @@ class EngineFactory:
         self._announce(f"llmslo: {what} engine {name} ({config.kind}, {config.runtime}) ...")
         t0 = time.monotonic()
         try:
+            if self._prepare is not None:
+                config = self._prepare(name, config) or config
             handle = starter(config)
         except (EngineUnavailable, EngineStartError, ConfigError) as exc:
             self._failed[name] = exc
@@ -267,7 +313,10 @@ class EngineRef:
 
     @property
     def config(self) -> EngineConfig:
-        return self._factory.config(self.name)
+        """The config the engine runs with (after ``pytest_llmslo_engine_config``), or the
+        configured one while it is not running."""
+        handle = self._factory.running().get(self.name)
+        return handle.config if handle is not None else self._factory.config(self.name)
 
     @property
     def base_url(self) -> str:
@@ -321,7 +370,12 @@ class Session:
         say: Callable[[str], None] | None = None,
         progress: Callable[[str, int, int], Progress] | None = None,
         warn: Callable[[str, str], None] | None = None,
+        hooks: SessionHooks | None = None,
     ) -> None:
+        self.hooks = hooks or SessionHooks()
+        self._machine: dict[str, Any] | None = None
+        self._commit: dict[str, Any] | None = None
+        self.reported: set[int] = set()  # points told to hooks.level_result
         self.session = session
         self.sources = sources
         self.rootpath = Path(rootpath)
@@ -465,9 +519,11 @@ class Session:
         }
 
     def document(self, *, complete: bool) -> dict[str, Any]:
+        """The results document, with the machine and the commit it was measured from
+        (``machine_info``, ``commit_info``), after ``hooks.document`` changed it."""
         from pytest_llmslo.report import jsonio
 
-        return jsonio.build_document(
+        doc = jsonio.build_document(
             self.constants(),
             self.engine_meta,
             self.points,
@@ -475,6 +531,28 @@ class Session:
             complete=complete,
             capacities={k: r.to_dict() for k, r in self.capacities.items()},
         )
+        if self._machine is None:
+            self._machine = machine_info()
+            self._commit = commit_info(self.rootpath)
+        doc["machine_info"] = self._machine
+        doc["commit_info"] = self._commit
+        if self.hooks.document is not None:
+            self.hooks.document(doc)
+        return doc
+
+    def report_levels(self, ctx: TestContext) -> None:
+        """Tell ``hooks.level_result`` each point of the test ``ctx`` not told yet (once
+        the test judged them). A hook's error becomes a note."""
+        if self.hooks.level_result is None:
+            return
+        for idx in ctx.point_keys:
+            if idx in self.reported:
+                continue
+            self.reported.add(idx)
+            try:
+                self.hooks.level_result(self.points[idx], self.point_runs[idx])
+            except Exception as exc:
+                self.notes.append(f"{ctx.engine} {ctx.test}: the level_result hook failed: {exc!r}")
 
 
 def workload_text(d: S.TestSettings) -> dict[str, Any]:

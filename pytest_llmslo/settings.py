@@ -1339,6 +1339,24 @@ def check_engine_names(names: Sequence[str], configured: Iterable[str], label: s
             raise ConfigError(f"{label}: {n!r} is not a known engine. Known: {', '.join(known)}.")
 
 
+def describe_workload(test: TestSettings) -> str:
+    """The workload and request counts of one test, in a few words (the plugin prints it
+    per test after collection)."""
+    kind, path = test.dataset_kind()
+    if path is not None:
+        wl = f"{kind}:{path}"
+    else:
+        isl = f"{test.isl}" + (f"±{test.isl_stddev:g}" if test.isl_stddev else "")
+        osl = f"{test.osl}" + (f"±{test.osl_stddev:g}" if test.osl_stddev else "")
+        wl = f"{kind} isl={isl} osl={osl}"
+    parts = [wl, f"warmup={test.warmup}", f"requests={test.requests or 'none'}"]
+    if test.duration_s:
+        parts.append(f"duration={test.duration_s:g}s")
+    if test.objectives:
+        parts.append(f"slo={test.slo_text}")
+    return " ".join(parts)
+
+
 def describe(session: SessionSettings, test: TestSettings) -> str:
     """One line of the active settings (for the report header)."""
     levels = ",".join(lv.label for lv in test.levels)

@@ -1,6 +1,6 @@
-"""The package's import graph: no circles, nothing imports upward, only the plugin imports
-pytest. Read from the source with ``ast`` (function-local imports included), so a circle
-hidden behind a late import fails here too."""
+"""The package's import graph: no circles, nothing imports upward, only the plugin (and its
+hookspecs) imports pytest. Read from the source with ``ast`` (function-local imports
+included), so a circle hidden behind a late import fails here too."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_nothing_imports_upward() -> None:
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n))
 def test_only_the_plugin_imports_pytest(name: str) -> None:
-    if name == "plugin":
+    if name in ("plugin", "hookspecs"):  # the hookspecs are pytest's hookspec objects
         return
     tree = ast.parse(MODULES[name].read_text())
     for node in ast.walk(tree):
