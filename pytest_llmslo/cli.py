@@ -341,35 +341,15 @@ def _add_run(sub: Any) -> None:
     )
 
 
-class _StderrProgress:
-    """The live progress line of one level on standard error (a terminal only; the final
-    line always)."""
+def _stderr_progress(label: str, stream: TextIO) -> Any:
+    """The live progress line of a level on ``stream`` (in place on a terminal)."""
+    from pytest_llmslo.report.progress import LevelProgress
 
-    def __init__(self, label: str, requests: int, warmup: int, stream: TextIO) -> None:
-        self.label = label
-        self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.last = 0.0
-        self.width = 0
+    def write(text: str) -> None:
+        stream.write(text)
+        stream.flush()
 
-    def __call__(self, p: Any) -> None:
-        import time
-
-        now = time.monotonic()
-        if not self.tty or now - self.last < 0.5:
-            return
-        self.last = now
-        text = f"{p.phase} {p.done}/{p.total}" if p.total else f"{p.phase} {p.done}"
-        line = f"  llmslo {self.label}: {text} {p.elapsed_s:.0f} s"
-        self.stream.write("\r" + line + " " * max(self.width - len(line), 0))
-        self.stream.flush()
-        self.width = len(line)
-
-    def close(self, text: str) -> None:
-        line = f"  llmslo {self.label}: {text}"
-        prefix = "\r" if self.tty and self.width else ""
-        self.stream.write(prefix + line + " " * max(self.width - len(line), 0) + "\n")
-        self.stream.flush()
+    return LevelProgress(label, write=write, tty=bool(getattr(stream, "isatty", bool)()))
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -386,7 +366,6 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         RegressionError,
         SloViolation,
     )
-    from pytest_llmslo.report import terminal
 
     given = ((s, getattr(args, f"llmslo_{s.name}", S.UNSET)) for s in S.SPECS if s.cli)
     cli = {s.name: v for s, v in given if S.cli_given(s, v)}
@@ -400,7 +379,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             rootpath=cwd,
             invocation_dir=cwd,
             say=lambda msg: print(msg, file=err, flush=True),
-            progress=lambda label, n, w: _StderrProgress(label, n, w, err),
+            progress=lambda label, _n, _w: _stderr_progress(label, err),
         )
         state.engine_configs = core.resolve_engines(state)
         core.check_inputs(state)
@@ -447,18 +426,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 state.contexts[node] = ctx
                 state.current = ctx
                 try:
-                    if ts.capacity:
-                        kw: dict[str, Any] = {"start": level.value, "max_value": ts.capacity_max}
-                        if level.mode == "rate":
-                            kw.update(arrival=level.arrival, seed=level.seed)
-                        _result, found = core.search_capacity(
-                            state, node, handle, ts, ts.objectives, level.mode, **kw
-                        )
-                        if found is None:
-                            raise LoadError(f"{test}: the capacity search ran no level")
-                        run = found
-                    else:
-                        run = core.run_level(state, node, handle, level, ts)
+                    run = core.run_test_load(state, node, handle, level, ts)
                     if not run.health.valid:
                         raise Inconclusive(core.inconclusive_message(state, run))
                     slo.bind_run(run, on_verdict=state.on_verdict)
@@ -483,25 +451,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         factory.stop_all()
     core.finish(state, interrupted=interrupted)
     width = _terminal_width(args.width)
-    if state.points:
-        for line in terminal.render_summary(
-            state.points, None, width=width, capacities=state.capacities
-        ):
-            print(line, file=out)
-    for key, comp in state.comparisons:
-        status = "REGRESSED" if comp.regressed else "improved" if comp.improved else "ok"
-        print(f"{key}: {status}", file=out)
-    for line in state.mismatches:
-        print(line, file=out)
-    for note in state.notes:
-        print(f"llmslo: {note}", file=err)
+    for kind, text in core.summary_report(state, width):
+        if kind in ("=", "-"):
+            print(f" {text} ".center(width, kind), file=out)
+        else:
+            print(text, file=err if kind == "error" else out)
     for line in failed:
         print(f"llmslo: FAILED {line}", file=err)
-    for e in state.write_errors:
-        print(f"llmslo: {e}", file=err)
-    path = core.json_path(state)
-    if path is not None and path.exists() and not state.write_errors:
-        print(f"llmslo: results written to {path}", file=err)
     if interrupted:
         return 130
     if failed or state.write_errors or not state.points:

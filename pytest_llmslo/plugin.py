@@ -25,9 +25,9 @@ the hooks here hand it node ids and callbacks (a line to say, a progress line, a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,6 @@ from pytest_llmslo.errors import (
     EngineUnavailable,
     Inconclusive,
     LlmSloWarning,
-    LoadError,
 )
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.session import EngineFactory, EngineRef, TestContext
@@ -127,7 +126,7 @@ def pytest_configure(config: pytest.Config) -> None:
             inipath=config.inipath,
             invocation_dir=config.invocation_params.dir,
             say=lambda msg: _say(config, msg),
-            progress=lambda label, requests, warmup: _Progress(config, label, requests, warmup),
+            progress=lambda label, requests, warmup: _progress(config, label, requests, warmup),
             warn=lambda node, msg: _warn(config, node, msg),
             hooks=core.SessionHooks(
                 engine_config=lambda name, cfg: config.hook.pytest_llmslo_engine_config(
@@ -233,22 +232,7 @@ def pytest_report_collectionfinish(
     state = config.stash.get(STATE_KEY, None)
     if state is None or not state.contexts:
         return None
-    tests: dict[str, tuple[list[str], list[str], S.TestSettings]] = {}
-    for ctx in state.contexts.values():
-        engines, levels, _ = tests.setdefault(ctx.test, ([], [], ctx.settings))
-        if ctx.engine is not None and ctx.engine not in engines:
-            engines.append(ctx.engine)
-        label = "capacity search" if ctx.capacity else ctx.level.label
-        if label not in levels:
-            levels.append(label)
-    lines = [
-        f"llmslo: {test}: {', '.join(engines) or 'no engine'} x {','.join(levels)}; "
-        + S.describe_workload(ts)
-        for test, (engines, levels, ts) in tests.items()
-    ]
-    if len(lines) > 20:
-        lines = [*lines[:20], f"llmslo: ... and {len(lines) - 20} more SLO tests"]
-    return lines
+    return core.tests_overview(state)
 
 
 # ------------------------------------------------------------------------ parametrization
@@ -461,21 +445,9 @@ def slo_run(
     from pytest_llmslo import slo
 
     state = _state(request.config)
-    ctx = state.contexts.get(request.node.nodeid)
-    if ctx is not None and ctx.capacity:
-        ts = slo_settings
-        lv = ts.levels[0]
-        kw: dict[str, Any] = {"start": lv.value, "max_value": ts.capacity_max}
-        if lv.mode == "rate":
-            kw.update(arrival=lv.arrival, seed=lv.seed)
-        _result, found = core.search_capacity(
-            state, request.node.nodeid, slo_engine, ts, ts.objectives, lv.mode, **kw
-        )
-        if found is None:
-            raise LoadError(f"{ctx.test}: the capacity search ran no level")
-        run = found
-    else:
-        run = core.run_level(state, request.node.nodeid, slo_engine, slo_level, slo_settings)
+    node = request.node.nodeid
+    ctx = state.contexts.get(node)
+    run = core.run_test_load(state, node, slo_engine, slo_level, slo_settings)
     if not run.health.valid:
         _inconclusive(state, request.node, ctx, run)
     slo.bind_run(run, on_verdict=state.on_verdict)
@@ -558,69 +530,26 @@ def slo_capacity(
 # --------------------------------------------------------------------------- running loads
 
 
-class _Progress:
-    """The live progress line of one load level: shown on a terminal or with -v, updated in
-    place on a terminal, a final line otherwise; written with capture suspended so it never
-    lands in a test's captured output."""
+def _progress(config: pytest.Config, label: str, requests: int, warmup: int) -> Any:
+    """The live progress line of a level: shown on a terminal or with -v, written with
+    capture suspended so it never lands in a test's captured output."""
+    from pytest_llmslo.report.progress import LevelProgress
 
-    def __init__(self, config: pytest.Config, label: str, requests: int, warmup: int) -> None:
-        self.config = config
-        self.label = label
-        self.tr = config.pluginmanager.get_plugin("terminalreporter")
-        self.capman = config.pluginmanager.get_plugin("capturemanager")
-        verbose = config.get_verbosity() > 0
-        tty = bool(self.tr is not None and getattr(self.tr, "isatty", False))
-        self.enabled = self.tr is not None and (verbose or tty) and config.get_verbosity() >= 0
-        self.tty = tty
-        self.started = False
-        self.last = 0.0
-        self.width = 0
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    tty = bool(tr is not None and getattr(tr, "isatty", False))
+    verbosity = config.get_verbosity()
 
-    def _write(self, text: str, *, final: bool) -> None:
-        if not self.enabled or self.tr is None:
-            return
-        ctx = self.capman.global_and_fixture_disabled() if self.capman else _nullcontext()
-        with ctx:
-            if not self.started:
-                self.tr.ensure_newline()
-                self.started = True
-            line = f"  llmslo {self.label}: {text}"
-            if self.tty:
-                pad = max(self.width - len(line), 0)
-                self.tr.write("\r" + line + " " * pad, flush=True)
-                self.width = len(line)
-                if final:
-                    self.tr.write("\n", flush=True)
-            elif final:
-                self.tr.write(line + "\n", flush=True)
+    def write(text: str) -> None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            tr.write(text, flush=True)
 
-    def __call__(self, p: Any) -> None:
-        now = time.monotonic()
-        # On a terminal every half second; in a log (-v without a TTY) only the final line.
-        if not self.tty or (now - self.last < 0.5 and p.phase != "calibrating"):
-            return
-        self.last = now
-        if p.phase == "calibrating":
-            text = "calibrating prompt lengths"
-        else:
-            text = f"{p.phase} {p.done}/{p.total}" if p.total else f"{p.phase} {p.done}"
-            if not p.warmup:
-                text += f" ({p.failed} failed)"
-        text += f" {p.elapsed_s:.0f} s"
-        if p.left_s is not None:
-            text += f", level bound in {p.left_s:.0f} s"
-        self._write(text, final=False)
+    def begin() -> None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            tr.ensure_newline()
 
-    def close(self, text: str) -> None:
-        self._write(text, final=True)
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    enabled = tr is not None and (verbosity > 0 or tty) and verbosity >= 0
+    return LevelProgress(label, write=write, tty=tty, enabled=enabled, begin=begin)
 
 
 def _say(config: pytest.Config, msg: str) -> None:
@@ -628,8 +557,7 @@ def _say(config: pytest.Config, msg: str) -> None:
     if tr is None or config.get_verbosity() < 0:
         return
     capman = config.pluginmanager.get_plugin("capturemanager")
-    ctx = capman.global_and_fixture_disabled() if capman else _nullcontext()
-    with ctx:
+    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
         tr.ensure_newline()
         tr.write_line(msg)
 
@@ -688,30 +616,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def _attach_properties(state: core.Session, item: pytest.Item, ctx: TestContext) -> None:
-    from pytest_llmslo.report import junit
-
-    idx = core.primary(state, ctx)
-    if idx is None:
-        return
-    point = state.points[idx]
-    try:
-        props = junit.testcase_properties(
-            point.summary, point.verdict, engine=ctx.engine, test=ctx.test
-        )
-    except Exception as exc:  # the report must not change a test's outcome
-        props = [("llmslo.error", repr(exc))]
-    if not point.comparable:
-        props.append(("llmslo.comparable", "false"))
-    props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))
-    if ctx.comparison is not None:
-        props.append(("llmslo.baseline", str(state.baseline_source)))
-        props.append(("llmslo.regressed", str(bool(ctx.comparison.regressed)).lower()))
-        props.extend(ctx.comparison.properties())
-    elif ctx.compare_skip is not None:
-        props.append(("llmslo.baseline", str(state.baseline_source)))
-        props.append(("llmslo.compare.status", "not_compared"))
-        props.append(("llmslo.compare.reason", ctx.compare_skip))
-    item.user_properties.extend(props)
+    # Through user_properties: no record_property warning under xunit2.
+    item.user_properties.extend(core.junit_properties(state, ctx))
 
 
 @pytest.hookimpl(trylast=True)
@@ -774,12 +680,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if interrupted and state.factory is not None:
         state.factory.stop_all()
     if state.suite_property is not None and state.points:
-        from pytest_llmslo.report import junit
-
-        # Per test and per engine the constants are in the document; "hardware" has the
-        # engines' own at a glance.
-        consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
-        for name, value in junit.suite_properties(consts):
+        for name, value in core.suite_properties(state):
             state.suite_property(name, value)
     core.finish(state, interrupted=interrupted)
     if state.write_errors and session.exitstatus == pytest.ExitCode.OK:
@@ -789,36 +690,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
-    if state is None or not (state.points or state.notes or state.mismatches or state.write_errors):
+    if state is None:
         return
-    from pytest_llmslo.report import terminal
-
     tr = terminalreporter
     # 100 columns unless the terminal is wider: CI logs are not terminals (80 by default).
-    width = min(max(getattr(tr._tw, "fullwidth", 100), 100), 120)
-    tr.write_sep("=", "llmslo: SLO sweeps")
-    if state.points:
-        try:
-            lines = terminal.render_summary(
-                state.points, None, width=width, capacities=state.capacities
-            )
-        except Exception as exc:  # a renderer bug must not hide the test results
-            lines = [f"(could not render the sweep tables: {exc!r})"]
-        for line in lines:
-            tr.write_line(line)
-    if state.comparisons or state.mismatches:
-        tr.write_sep("-", f"llmslo: comparison with baseline {state.baseline_source}")
-        for key, comp in state.comparisons:
-            status = "REGRESSED" if comp.regressed else "improved" if comp.improved else "ok"
-            tr.write_line(f"{key}: {status}")
-            for ln in str(comp.format()).splitlines():
-                tr.write_line("  " + ln)
-        for line in state.mismatches:
-            tr.write_line(line)
-    for note in state.notes:
-        tr.write_line(f"llmslo: {note}")
-    for err in state.write_errors:
-        tr.write_line(f"llmslo: {err}", red=True, bold=True)
-    path = core.json_path(state)
-    if path is not None and path.exists() and not state.write_errors:
-        tr.write_line(f"llmslo: results written to {path}")
+    width = min(max(config.get_terminal_writer().fullwidth, 100), 120)
+    for kind, text in core.summary_report(state, width):
+        if kind in ("=", "-"):
+            tr.write_sep(kind, text)
+        else:
+            tr.write_line(text, red=kind == "error", bold=kind == "error")

@@ -41,6 +41,7 @@ from pytest_llmslo.errors import (
     EngineDiedError,
     EngineStartError,
     EngineUnavailable,
+    LoadError,
     LoadInterrupted,
     RegressionError,
     SloViolation,
@@ -1538,3 +1539,113 @@ def finish(state: Session, *, interrupted: bool = False) -> None:
         write_json(state, complete=not interrupted)
     write_reports(state, complete=not interrupted)
     save_session_baseline(state, interrupted=interrupted)
+
+
+def run_test_load(
+    state: Session, node: str, handle: EngineHandle, level: LoadLevel, ts: S.TestSettings
+) -> Run:
+    """The load of test ``node``: its level, or, for a test that searches its capacity,
+    the search (the run at the capacity, or the last probe when no level passed)."""
+    ctx = state.contexts.get(node)
+    if ctx is None or not ctx.capacity:
+        return run_level(state, node, handle, level, ts)
+    lv = ts.levels[0]
+    kw: dict[str, Any] = {"start": lv.value, "max_value": ts.capacity_max}
+    if lv.mode == "rate":
+        kw.update(arrival=lv.arrival, seed=lv.seed)
+    _result, found = search_capacity(state, node, handle, ts, ts.objectives, lv.mode, **kw)
+    if found is None:
+        raise LoadError(f"{ctx.test}: the capacity search ran no level")
+    return found
+
+
+def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
+    """The JUnit properties of a test case: its primary point's numbers and verdict, its
+    notes, and its comparison with the baseline (or why it was not compared)."""
+    from pytest_llmslo.report import junit
+
+    idx = primary(state, ctx)
+    if idx is None:
+        return []
+    point = state.points[idx]
+    try:
+        props = junit.testcase_properties(
+            point.summary, point.verdict, engine=ctx.engine, test=ctx.test
+        )
+    except Exception as exc:  # the report must not change a test's outcome
+        props = [("llmslo.error", repr(exc))]
+    if not point.comparable:
+        props.append(("llmslo.comparable", "false"))
+    props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))
+    if ctx.comparison is not None:
+        props.append(("llmslo.baseline", str(state.baseline_source)))
+        props.append(("llmslo.regressed", str(bool(ctx.comparison.regressed)).lower()))
+        props.extend(ctx.comparison.properties())
+    elif ctx.compare_skip is not None:
+        props.append(("llmslo.baseline", str(state.baseline_source)))
+        props.append(("llmslo.compare.status", "not_compared"))
+        props.append(("llmslo.compare.reason", ctx.compare_skip))
+    return props
+
+
+def suite_properties(state: Session) -> list[tuple[str, str]]:
+    """The run constants as JUnit suite properties (per test and per engine they are in
+    the document; "hardware" has each engine's at a glance)."""
+    from pytest_llmslo.report import junit
+
+    consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
+    return junit.suite_properties(consts)
+
+
+def tests_overview(state: Session, limit: int = 20) -> list[str]:
+    """One line per SLO test: the engines and levels it will really run (its marker's,
+    with the command line's overrides) and its workload."""
+    tests: dict[str, tuple[list[str], list[str], S.TestSettings]] = {}
+    for ctx in state.contexts.values():
+        engines, levels, _ = tests.setdefault(ctx.test, ([], [], ctx.settings))
+        if ctx.engine is not None and ctx.engine not in engines:
+            engines.append(ctx.engine)
+        label = "capacity search" if ctx.capacity else ctx.level.label
+        if label not in levels:
+            levels.append(label)
+    lines = [
+        f"llmslo: {test}: {', '.join(engines) or 'no engine'} x {','.join(levels)}; "
+        + S.describe_workload(ts)
+        for test, (engines, levels, ts) in tests.items()
+    ]
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"llmslo: ... and {len(lines) - limit} more SLO tests"]
+    return lines
+
+
+def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
+    """The session's closing report as ``(kind, text)``: kind ``=`` or ``-`` is a section
+    heading, ``line`` a line, ``error`` a line to show in red (a lost result). The sweep
+    tables with their knees and the Pareto summaries, the comparison with the baseline,
+    the notes, and where the results went."""
+    from pytest_llmslo.report import terminal
+
+    if not (state.points or state.notes or state.mismatches or state.write_errors):
+        return []
+    out: list[tuple[str, str]] = [("=", "llmslo: SLO sweeps")]
+    if state.points:
+        try:
+            lines = terminal.render_summary(
+                state.points, None, width=width, capacities=state.capacities
+            )
+        except Exception as exc:  # a renderer bug must not hide the test results
+            lines = [f"(could not render the sweep tables: {exc!r})"]
+        out.extend(("line", ln) for ln in lines)
+    if state.comparisons or state.mismatches:
+        out.append(("-", f"llmslo: comparison with baseline {state.baseline_source}"))
+        for key, comp in state.comparisons:
+            status = "REGRESSED" if comp.regressed else "improved" if comp.improved else "ok"
+            out.append(("line", f"{key}: {status}"))
+            out.extend(("line", "  " + ln) for ln in str(comp.format()).splitlines())
+        out.extend(("line", ln) for ln in state.mismatches)
+    out.extend(("line", f"llmslo: {note}") for note in state.notes)
+    out.extend(("error", f"llmslo: {err}") for err in state.write_errors)
+    path = json_path(state)
+    if path is not None and path.exists() and not state.write_errors:
+        out.append(("line", f"llmslo: results written to {path}"))
+    return out

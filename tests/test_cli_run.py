@@ -49,7 +49,7 @@ def test_run_meets_the_slo_and_writes_json_csv_markdown(fixed_server, in_tmp, ca
     # The plugin's sweep table and knee.
     assert "external | llmslo-run | concurrency sweep, 2 levels" in out
     assert "* knee: c2" in out
-    assert "results written to" in err
+    assert "results written to" in out
 
     doc = json.loads((in_tmp / "out" / "run.json").read_text())
     validate_document(doc)

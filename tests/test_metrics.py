@@ -526,21 +526,30 @@ def test_request_values_accepts_stat_names() -> None:
         request_values(run, "itl", "p0")
 
 
-def test_closed_loop_throughput_over_the_steady_window() -> None:
-    # c=4, every request 100 ms with 10 tokens 10 ms apart: the engine delivers 400 tok/s.
-    # 17 requests are four waves and one request alone: over the measured window the lone
-    # last wave reads as 340 tok/s; between the 4th and the last send every slot is busy.
-    from pytest_llmslo.records import LoadLevel, RequestRecord, Run
+def _waves_of_four(n: int) -> list:
+    """``n`` closed-loop requests at c=4, each 100 ms with 10 tokens 10 ms apart, sent in
+    waves of four (request i in wave i // 4)."""
+    from pytest_llmslo.records import RequestRecord
 
     ms = 1_000_000
     recs = []
-    for i in range(17):
+    for i in range(n):
         sent = (i // 4) * 100 * ms
         chunks = [sent + (k + 1) * 10 * ms for k in range(10)]
         recs.append(
             RequestRecord(i, sent, sent, chunks[-1], chunk_ns=chunks, first_content_ns=chunks[0],
                           completion_tokens=10, status=200, finish_reason="length")
         )  # fmt: skip
+    return recs
+
+
+def test_closed_loop_throughput_over_the_steady_window() -> None:
+    # c=4, every request 100 ms with 10 tokens 10 ms apart: the engine delivers 400 tok/s.
+    # 17 requests are four waves and one request alone: over the measured window the lone
+    # last wave reads as 340 tok/s; between the 4th and the last send every slot is busy.
+    from pytest_llmslo.records import LoadLevel, Run
+
+    recs = _waves_of_four(17)
     run = Run(LoadLevel.concurrency(4), tuple(recs), 0, recs[-1].end_ns)
     s = summarize(run)
     assert s.throughput_window == "steady" and s.throughput_window_s == pytest.approx(0.4)
@@ -559,17 +568,9 @@ def test_closed_loop_throughput_over_the_steady_window() -> None:
 def test_closed_loop_throughput_of_a_short_run_counts_per_slot() -> None:
     # c=4, 6 requests (1.5 waves): the last two run alone, so the measured window reads
     # 300 tok/s; each slot still streams 10 tokens per 100 ms request: 400 tok/s.
-    from pytest_llmslo.records import LoadLevel, RequestRecord, Run
+    from pytest_llmslo.records import LoadLevel, Run
 
-    ms = 1_000_000
-    recs = []
-    for i in range(6):
-        sent = (i // 4) * 100 * ms
-        chunks = [sent + (k + 1) * 10 * ms for k in range(10)]
-        recs.append(
-            RequestRecord(i, sent, sent, chunks[-1], chunk_ns=chunks, first_content_ns=chunks[0],
-                          completion_tokens=10, status=200, finish_reason="length")
-        )  # fmt: skip
+    recs = _waves_of_four(6)
     run = Run(LoadLevel.concurrency(4), tuple(recs), 0, recs[-1].end_ns)
     s = summarize(run)
     assert 60 / (run.end_ns / 1e9) == pytest.approx(300)
