@@ -381,9 +381,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             say=lambda msg: print(msg, file=err, flush=True),
             progress=lambda label, _n, _w: _stderr_progress(label, err),
         )
-        state.engine_configs = core.resolve_engines(state)
-        core.check_inputs(state)
-        core.load_baseline(state)
+        core.prepare(state)
         ts = state.defaults
         core.check_test_inputs(state, ts, args.name)
         if ts.capacity and not ts.objectives:
@@ -395,13 +393,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise _UsageError(str(exc)) from None
     test = args.name
     state.test_constants[test] = core.constants_of_test(ts)
-    factory = core.EngineFactory(
-        state.engine_configs,
-        announce=state.say,
-        on_start=lambda name, h: core.record_engine(state, name, h),
-        max_restarts=settings.engine_restarts,
-    )
-    state.factory = factory
+    factory = core.engine_factory(state)
     failed: list[str] = []
     interrupted = False
     try:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,6 +85,8 @@ def _sources(config: pytest.Config) -> S.Sources:
 
 
 STATE_KEY = pytest.StashKey[core.Session]()
+#: The name the JUnit system-out collector is registered under.
+JUNIT_PLUGIN = "llmslo-junit-system-out"
 #: The collected SLO test items by node id (the session names tests by node id).
 ITEMS_KEY = pytest.StashKey[dict[str, pytest.Item]]()
 
@@ -143,15 +144,13 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise _usage(exc) from None
     config.stash[STATE_KEY] = state
+    from pytest_llmslo.report.junit import SystemOutCollector
+
+    config.pluginmanager.register(SystemOutCollector(), JUNIT_PLUGIN)
     if _xdist_active(config):
         _refuse_xdist(config, state)
     try:
-        state.engine_configs = core.resolve_engines(state)
-        core.check_inputs(state)
-    except ConfigError as exc:
-        raise _usage(exc) from None
-    try:
-        core.load_baseline(state)
+        core.prepare(state)
     except ConfigError as exc:
         raise _usage(exc) from None
 
@@ -207,7 +206,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     if state.factory is not None:
         state.factory.stop_all()
-    _add_junit_system_out(config)
+    collector = config.pluginmanager.get_plugin(JUNIT_PLUGIN)
+    xmlpath = config.getoption("xmlpath", None)
+    if collector is not None and xmlpath and not hasattr(config, "workerinput"):
+        prefix = config.getoption("junitprefix", None)
+        error = collector.write(xmlpath, config.invocation_params.dir, prefix=prefix)
+        if error:
+            _say(config, f"llmslo: {error}")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -360,18 +365,11 @@ def slo_engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory
         # pytest's own fixture for JUnit suite properties: the run constants are written
         # with it at session end.
         state.suite_property = request.getfixturevalue("record_testsuite_property")
-    if state.factory is None:
-        state.factory = EngineFactory(
-            state.engine_configs,
-            announce=lambda msg: _say(request.config, msg),
-            on_start=lambda name, h: core.record_engine(state, name, h),
-            max_restarts=state.session.engine_restarts,
-            prepare=state.hooks.engine_config,
-        )
+    factory = core.engine_factory(state)
     try:
-        yield state.factory
+        yield factory
     finally:
-        state.factory.stop_all()
+        factory.stop_all()
 
 
 @pytest.fixture(scope="session")
@@ -618,42 +616,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def _attach_properties(state: core.Session, item: pytest.Item, ctx: TestContext) -> None:
     # Through user_properties: no record_property warning under xunit2.
     item.user_properties.extend(core.junit_properties(state, ctx))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Keep each test's "llmslo" report section for its JUnit system-out (written into the
-    XML file once pytest has written it, ``pytest_unconfigure``)."""
-    if report.when != "call":
-        return
-    text = "\n".join(c for name, c in report.sections if "llmslo" in name)
-    if text:
-        _junit_texts[report.nodeid] = text
-
-
-#: Node id -> the test's "llmslo" report section, for the JUnit file's system-out.
-_junit_texts: dict[str, str] = {}
-
-
-def _add_junit_system_out(config: pytest.Config) -> None:
-    """The SLO numbers of each test reach its JUnit ``system-out`` whatever
-    ``junit_logging`` says (pytest writes there only captured output): added to the file
-    pytest wrote, at ``pytest_unconfigure``."""
-    xmlpath = config.getoption("xmlpath", None)
-    if not xmlpath or not _junit_texts or hasattr(config, "workerinput"):
-        return
-    from pytest_llmslo.report import junit
-
-    path = Path(os.path.expanduser(os.path.expandvars(xmlpath)))
-    if not path.is_absolute():
-        path = config.invocation_params.dir / path
-    try:
-        if path.exists():
-            junit.add_system_out(path, _junit_texts, prefix=config.getoption("junitprefix", None))
-    except Exception as exc:  # reporting must never break the run
-        _say(config, f"llmslo: could not add the SLO numbers to {path}: {exc!r}")
-    finally:
-        _junit_texts.clear()
 
 
 @pytest.hookimpl(wrapper=True)

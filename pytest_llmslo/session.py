@@ -1649,3 +1649,27 @@ def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
     if path is not None and path.exists() and not state.write_errors:
         out.append(("line", f"llmslo: results written to {path}"))
     return out
+
+
+def prepare(state: Session) -> None:
+    """Everything that can be checked before an engine starts: the session's engine
+    configs, output paths, datasets and TLS files, and the baseline to compare with.
+    Raises ``ConfigError`` naming the option and the fix."""
+    state.engine_configs = resolve_engines(state)
+    check_inputs(state)
+    load_baseline(state)
+
+
+def engine_factory(state: Session) -> EngineFactory:
+    """The session's engine factory (made on first use): engines start lazily, announce
+    themselves through ``state.say``, are recorded for the report, restart up to
+    ``--engine-restarts`` times and pass ``hooks.engine_config`` before they start."""
+    if state.factory is None:
+        state.factory = EngineFactory(
+            state.engine_configs,
+            announce=state.say,
+            on_start=lambda name, h: record_engine(state, name, h),
+            max_restarts=state.session.engine_restarts,
+            prepare=state.hooks.engine_config,
+        )
+    return state.factory

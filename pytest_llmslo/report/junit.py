@@ -19,6 +19,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.sweep import OUTCOMES, run_status, summary_stat
@@ -261,3 +262,36 @@ def add_system_out(xml_path: str | os.PathLike[str], texts: Mapping[str, str], *
     tree.write(tmp, encoding="utf-8", xml_declaration=True)
     os.replace(tmp, xml_path)
     return done
+
+
+class SystemOutCollector:
+    """Each test's SLO numbers reach its JUnit ``system-out`` whatever ``junit_logging``
+    says (pytest writes there only captured output, never a plugin's report section).
+    Registered as a pytest plugin object by the plugin: it keeps each test's "llmslo"
+    report section as the test reports, and ``write`` adds them to the file pytest wrote
+    (at ``pytest_unconfigure``, after pytest wrote it)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.when != "call":
+            return
+        text = "\n".join(c for name, c in report.sections if "llmslo" in name)
+        if text:
+            self.texts[report.nodeid] = text
+
+    def write(
+        self, xmlpath: str, base: str | os.PathLike[str], *, prefix: str | None = None
+    ) -> str | None:
+        """Add the kept sections to ``xmlpath`` (``--junitxml``: ``~`` and ``$VARS``
+        expanded, relative to ``base``); returns an error message instead of raising."""
+        path = Path(base) / os.path.expanduser(os.path.expandvars(xmlpath))
+        try:
+            if self.texts and path.exists():
+                add_system_out(path, self.texts, prefix=prefix)
+        except Exception as exc:  # reporting must never break the run
+            return f"could not add the SLO numbers to {path}: {exc!r}"
+        finally:
+            self.texts.clear()
+        return None
