@@ -367,9 +367,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         SloViolation,
     )
 
-    given = ((s, getattr(args, f"llmslo_{s.name}", S.UNSET)) for s in S.SPECS if s.cli)
-    cli = {s.name: v for s, v in given if S.cli_given(s, v)}
-    sources = S.Sources.from_environ(cli, {})
+    sources = S.Sources.from_environ(S.given_cli(lambda d: getattr(args, d, S.UNSET)), {})
     cwd = Path.cwd()
     try:
         settings = S.resolve_session(sources)
@@ -383,12 +381,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         core.prepare(state)
         ts = state.defaults
-        core.check_test_inputs(state, ts, args.name)
-        if ts.capacity and not ts.objectives:
-            raise ConfigError(
-                f"{ts.sources.get('slo_capacity', '--slo-capacity')}: a capacity search "
-                "needs objectives: give them with --slo"
-            )
+        core.plan_test(state, ts, args.name)
     except ConfigError as exc:
         raise _UsageError(str(exc)) from None
     test = args.name

@@ -1,26 +1,14 @@
-"""pytest glue: options, markers, fixtures, parametrization and reporting hooks.
+"""pytest glue over the session core (``session.py``, which knows nothing of pytest): the
+hooks here hand it node ids and callbacks (a line to say, a progress line, a warning).
 
-The only module of the package that imports pytest. What it does, in session order:
-
-- ``pytest_addoption``: one ``llmslo`` option group and the matching ``llmslo_*`` ini keys,
-  both generated from ``settings.SPECS``;
-- ``pytest_configure``: the ``slo`` marker, session settings (CLI > env > ini > default),
-  engine configs, the xdist refusal, the regression baseline; state in ``config.stash``;
-- ``pytest_generate_tests``: each SLO test is parametrized over engine x load level
-  (``test_chat[sim-c32]``); the engine parameter is session-scoped so pytest groups the
-  tests of one engine and starts each engine once;
-- fixtures ``slo_engine`` (started lazily through ``slo_engine_factory``), ``slo_level``,
-  ``slo_settings``, ``slo_objectives``, ``slo_run`` (runs the load, binds it as the current
-  run for ``assert_goodput``), ``slo_load`` (run any other load) and ``slo_capacity``;
-- ``pytest_runtest_call``: after the test body, the configured SLO (when the body asserted
-  none), the sweep extension and the baseline comparison (which fails the test that
-  regressed);
-- reports: JUnit properties and system-out, the terminal summary, the JSON document
-  (after every test as a partial document, and complete at session end).
-
-What happens in between (engines, levels, retries, capacity search, extension, the
-baseline comparison, the documents) is ``session.py``'s, which knows nothing of pytest:
-the hooks here hand it node ids and callbacks (a line to say, a progress line, a warning).
+In session order: options and ini keys generated from ``settings.SPECS``; configure (the
+``slo`` marker, the ``Session`` in ``config.stash``, the xdist refusal); each SLO test
+parametrized over engine x load level (``test_chat[sim-c32]``, the engine parameter
+session-scoped so each engine starts once); the fixtures ``slo_engine``, ``slo_level``,
+``slo_settings``, ``slo_objectives``, ``slo_run``, ``slo_load`` and ``slo_capacity``;
+after each body the configured gate, the extension and the baseline comparison
+(``session.after_test``); JUnit properties and system-out, the terminal summary, and the
+results document after every test (partial) and at session end.
 """
 
 from __future__ import annotations
@@ -35,12 +23,11 @@ import pytest
 
 from pytest_llmslo import session as core
 from pytest_llmslo import settings as S
+from pytest_llmslo import slo
 from pytest_llmslo.engines.base import EngineHandle
 from pytest_llmslo.errors import (
     ConfigError,
     EngineDiedError,
-    EngineStartError,
-    EngineUnavailable,
     Inconclusive,
     LlmSloWarning,
 )
@@ -52,8 +39,7 @@ ENGINE_ARG = "slo_engine"
 LEVEL_ARG = "slo_level"
 # Fixtures whose use makes a test an SLO test (parametrized over engine x level).
 SLO_FIXTURES = (ENGINE_ARG, LEVEL_ARG, "slo_run")
-# The README's "### Under pytest-xdist" heading, as GitHub anchors it.
-README_XDIST = "README.md#under-pytest-xdist"
+README_XDIST = core.README_XDIST
 
 
 # ------------------------------------------------------------------------------- options
@@ -75,10 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _sources(config: pytest.Config) -> S.Sources:
-    given = ((s, config.getoption(f"llmslo_{s.name}", S.UNSET)) for s in S.SPECS if s.cli)
-    cli = {s.name: v for s, v in given if S.cli_given(s, v)}
-    ini = {s.ini: config.getini(s.ini) for s in S.SPECS}
-    return S.Sources.from_environ(cli, ini)
+    cli = S.given_cli(lambda dest: config.getoption(dest, S.UNSET))
+    return S.Sources.from_environ(cli, {s.ini: config.getini(s.ini) for s in S.SPECS})
 
 
 # --------------------------------------------------------------------------------- state
@@ -129,16 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
             say=lambda msg: _say(config, msg),
             progress=lambda label, requests, warmup: _progress(config, label, requests, warmup),
             warn=lambda node, msg: _warn(config, node, msg),
-            hooks=core.SessionHooks(
-                engine_config=lambda name, cfg: config.hook.pytest_llmslo_engine_config(
-                    config=config, name=name, engine_config=cfg
-                ),
-                level_result=lambda point, run: config.hook.pytest_llmslo_level_result(
-                    config=config, point=point, run=run
-                ),
-                document=lambda doc: config.hook.pytest_llmslo_update_document(
-                    config=config, document=doc
-                ),
+            hooks=core.SessionHooks.calling(
+                lambda hook, **kw: getattr(config.hook, hook)(config=config, **kw)
             ),
         )
     except ConfigError as exc:
@@ -156,12 +132,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _quiet_asyncio_loop_scope(config: pytest.Config) -> None:
-    """pytest-asyncio (a dependency) warns at every run of a project whose ini does not
-    set ``asyncio_default_fixture_loop_scope``: a warning about the user's own async
-    fixtures that an SLO suite, which has none of its own, should not make users read.
-    Ignored for this configure call only (pytest runs the configure hooks inside one
-    ``warnings.catch_warnings``), and only while the key is unset; set it to choose the
-    scope of your own async fixtures."""
+    """pytest-asyncio warns in every project whose ini lacks
+    ``asyncio_default_fixture_loop_scope``, about async fixtures an SLO suite does not
+    have: ignored while the key is unset, within pytest's configure-time
+    ``warnings.catch_warnings``."""
     if not config.pluginmanager.hasplugin("asyncio"):
         return
     try:
@@ -183,19 +157,12 @@ def _refuse_xdist(config: pytest.Config, state: core.Session) -> None:
     on one machine, which corrupts every number. An explicit SLO session (``-m slo`` or any
     llmslo option on the command line) is refused; otherwise SLO tests are skipped in the
     workers with the same reason, so a project's other tests still run in parallel."""
-    reason = (
-        "pytest-llmslo: SLO tests cannot run under pytest-xdist (-n): each worker would start "
-        "its own engine and the loads would run at the same time, corrupting every number. "
-        f"Run them without -n (or with -p no:xdist). See {README_XDIST}."
-    )
-    state.disabled_reason = reason
+    reason = state.disabled_reason = core.XDIST_REASON
     if hasattr(config, "workerinput"):
         return
     markexpr = config.getoption("markexpr", "") or ""
     explicit = SLO_MARKER in markexpr.replace("(", " ").replace(")", " ").split()
-    explicit = explicit or any(
-        S.cli_given(s, config.getoption(f"llmslo_{s.name}", S.UNSET)) for s in S.SPECS if s.cli
-    )
+    explicit = explicit or bool(S.given_cli(lambda dest: config.getoption(dest, S.UNSET)))
     if explicit:
         raise pytest.UsageError(reason)
 
@@ -262,23 +229,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     where = metafunc.definition.nodeid
     try:
         settings = _marker_settings(state, metafunc.definition, where)
-        core.check_test_inputs(state, settings, where)
-    except ConfigError as exc:
-        state.marker_errors.append(str(exc))
-        return
-    try:
-        engines, skip_reason = core.engines_of_test(state, settings, where)
+        engines, skip_reason = core.plan_test(state, settings, where)
     except ConfigError as exc:
         state.marker_errors.append(str(exc))
         return
     levels = list(settings.levels)
-    if settings.capacity and not settings.objectives:
-        src = settings.sources.get("slo_capacity", "--slo-capacity")
-        state.marker_errors.append(
-            f"{src}: {where} has no objectives to search the capacity for; give them with "
-            "--slo, llmslo_slo or the marker's objectives="
-        )
-        return
     for name in (ENGINE_ARG, LEVEL_ARG):
         if name not in metafunc.fixturenames:
             metafunc.fixturenames.append(name)
@@ -335,8 +290,7 @@ def pytest_collection_modifyitems(
             last_level=param.last,
             capacity=param.id == "capacity" and param.settings.capacity,
         )
-        state.contexts[item.nodeid] = ctx
-        state.test_constants.setdefault(ctx.test, core.constants_of_test(param.settings))
+        core.add_test(state, item.nodeid, ctx)
         if state.disabled_reason:
             item.add_marker(pytest.mark.skip(reason=state.disabled_reason))
 
@@ -384,20 +338,12 @@ def slo_engine(
     that cannot run here (no docker, GPU, package) skips them with the reason."""
     state = _state(request.config)
     name = getattr(request, "param", None) or state.session.engines[0]
-    unavailable: EngineUnavailable | None = None
-    failed: Exception | None = None
-    try:
-        slo_engine_factory.get(name)
-    except EngineUnavailable as exc:
-        unavailable = exc
-    except (EngineStartError, EngineDiedError, ConfigError) as exc:
-        failed = exc
-    # Outside the except blocks, so the report shows one message, not a chained traceback.
-    if unavailable is not None:
-        pytest.skip(f"engine {name!r} unavailable: {unavailable}")
-    if failed is not None:
-        # An error (not a failure) of each test of this engine, without a traceback.
-        pytest.fail(f"engine {name!r} did not start:\n{failed}", pytrace=False)
+    skip, failed = slo_engine_factory.try_start(name)
+    # Outside any except block, so the report shows one message, not a chained traceback.
+    if skip is not None:
+        pytest.skip(skip)
+    if failed is not None:  # an error of each test of this engine, without a traceback
+        pytest.fail(failed, pytrace=False)
     try:
         yield EngineRef(slo_engine_factory, name)  # type: ignore[misc]
     finally:
@@ -440,8 +386,6 @@ def slo_run(
 
     The run is bound as the current run, so ``assert_goodput(ttft_p99 < 500)`` in the test
     body checks it."""
-    from pytest_llmslo import slo
-
     state = _state(request.config)
     node = request.node.nodeid
     ctx = state.contexts.get(node)
@@ -477,21 +421,11 @@ def slo_load(
     ``level`` is a ``LoadLevel`` or an int (concurrency); keyword arguments override the
     test's settings (``isl=``, ``osl=``, ``requests=``, ``warmup=``, ``duration_s=``, ...).
     The run is recorded in the reports and bound as the current run."""
-    from pytest_llmslo import slo
-
     state = _state(request.config)
 
     def load(level: LoadLevel | int | float | None = None, **overrides: Any) -> Run:
-        if level is None:
-            level = slo_settings.levels[0]
-        elif not isinstance(level, LoadLevel):
-            level = LoadLevel.concurrency(int(level))
-        try:
-            ts = dataclasses.replace(slo_settings, **overrides)
-        except TypeError as exc:
-            fields = ", ".join(f.name for f in dataclasses.fields(S.TestSettings))
-            raise ConfigError(f"slo_load: {exc}. Valid settings: {fields}.") from None
-        run = core.run_level(state, request.node.nodeid, slo_engine, level, ts)
+        lv, ts = core.other_load(slo_settings, level, overrides)
+        run = core.run_level(state, request.node.nodeid, slo_engine, lv, ts)
         slo.bind_run(run, on_verdict=state.on_verdict)
         return run
 
@@ -508,8 +442,6 @@ def slo_capacity(
     max_value=None, max_probes=12)`` returns the ``CapacityResult``; every probed level is
     recorded as a point of this test's sweep (so its knee is the capacity), and the run at
     the capacity is bound as the current run."""
-    from pytest_llmslo import slo
-
     state = _state(request.config)
 
     def search(*objectives: Any, mode: str = "concurrency", **kw: Any) -> Any:

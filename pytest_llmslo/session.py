@@ -92,6 +92,15 @@ __all__ = [
 ]
 
 
+#: The README's "### Under pytest-xdist" heading, as GitHub anchors it.
+README_XDIST = "README.md#under-pytest-xdist"
+XDIST_REASON = (
+    "pytest-llmslo: SLO tests cannot run under pytest-xdist (-n): each worker would start "
+    "its own engine and the loads would run at the same time, corrupting every number. "
+    f"Run them without -n (or with -p no:xdist). See {README_XDIST}."
+)
+
+
 class Progress(Protocol):
     """The live progress of one level: called with the load generator's progress
     snapshots, closed with the level's final line."""
@@ -121,6 +130,21 @@ class SessionHooks:
     engine_config: Callable[[str, EngineConfig], EngineConfig | None] | None = None
     level_result: Callable[[Any, Run], None] | None = None
     document: Callable[[dict[str, Any]], None] | None = None
+
+    @classmethod
+    def calling(cls, call: Callable[..., Any]) -> SessionHooks:
+        """Hooks that call ``call(hook_name, **kwargs)`` with the hookspecs' names and
+        keywords (``hookspecs.py``; ``call``'s first parameter must not be called
+        ``name``): the plugin passes pytest's hook caller."""
+        return cls(
+            engine_config=lambda name, cfg: call(
+                "pytest_llmslo_engine_config", name=name, engine_config=cfg
+            ),
+            level_result=lambda point, run: call(
+                "pytest_llmslo_level_result", point=point, run=run
+            ),
+            document=lambda doc: call("pytest_llmslo_update_document", document=doc),
+        )
 
 
 def machine_info() -> dict[str, Any]:
@@ -271,6 +295,18 @@ class EngineFactory:
             f"({done + 1} of {self.max_restarts}, --engine-restarts)"
         )
         return self._start(name, "restarting")
+
+    def try_start(self, name: str) -> tuple[str | None, str | None]:
+        """Start (or find running) engine ``name`` for a test: ``(None, None)`` when it
+        runs, ``(why, None)`` when it cannot run here (no docker, GPU or package: its
+        tests skip), ``(None, why)`` when it failed to start (its tests error)."""
+        try:
+            self.get(name)
+        except EngineUnavailable as exc:
+            return f"engine {name!r} unavailable: {exc}", None
+        except (EngineStartError, EngineDiedError, ConfigError) as exc:
+            return None, f"engine {name!r} did not start:\n{exc}"
+        return None, None
 
     def running(self) -> dict[str, EngineHandle]:
         return dict(self._handles)
@@ -1673,3 +1709,41 @@ def engine_factory(state: Session) -> EngineFactory:
             prepare=state.hooks.engine_config,
         )
     return state.factory
+
+
+def plan_test(state: Session, ts: S.TestSettings, where: str) -> tuple[list[str], str | None]:
+    """Check a test's settings before it runs (its dataset and TLS files, its engines, a
+    capacity search's objectives) and return the engines it runs on with the reason it
+    runs on none (``engines_of_test``). Raises ``ConfigError`` naming the fix."""
+    check_test_inputs(state, ts, where)
+    if ts.capacity and not ts.objectives:
+        src = ts.sources.get("slo_capacity", "--slo-capacity")
+        raise ConfigError(
+            f"{src}: {where} has no objectives to search the capacity for; give them with "
+            "--slo, llmslo_slo or the marker's objectives="
+        )
+    return engines_of_test(state, ts, where)
+
+
+def add_test(state: Session, node: str, ctx: TestContext) -> None:
+    """Register the collected test ``node`` (one engine, one level) with the session."""
+    state.contexts[node] = ctx
+    state.test_constants.setdefault(ctx.test, constants_of_test(ctx.settings))
+
+
+def other_load(
+    ts: S.TestSettings, level: LoadLevel | float | None, overrides: Mapping[str, Any]
+) -> tuple[LoadLevel, S.TestSettings]:
+    """The level and settings of a load a test asks for besides its own (``slo_load``):
+    ``level`` a ``LoadLevel``, a number (concurrency) or None (the test's first level);
+    ``overrides`` fields of ``TestSettings``, a ``ConfigError`` naming the valid ones
+    otherwise."""
+    if level is None:
+        level = ts.levels[0]
+    elif not isinstance(level, LoadLevel):
+        level = LoadLevel.concurrency(int(level))
+    try:
+        return level, dataclasses.replace(ts, **overrides)
+    except TypeError as exc:
+        fields = ", ".join(f.name for f in dataclasses.fields(S.TestSettings))
+        raise ConfigError(f"slo_load: {exc}. Valid settings: {fields}.") from None

@@ -912,6 +912,13 @@ def cli_type(spec: Spec) -> Callable[[str], Any]:
     return parse
 
 
+def given_cli(getoption: Callable[[str], Any]) -> dict[str, Any]:
+    """The options given on a command line parsed with ``argparse_option``'s keywords:
+    ``getoption(dest)`` reads one (``config.getoption``, ``getattr(namespace, ...)``)."""
+    given = ((s, getoption(f"llmslo_{s.name}")) for s in SPECS if s.cli)
+    return {s.name: v for s, v in given if cli_given(s, v)}
+
+
 def argparse_option(spec: Spec) -> tuple[str, dict[str, Any]]:
     """The command-line flag of ``spec`` and its ``add_argument`` keywords: the same for the
     pytest plugin (``parser.addoption``) and ``llmslo run``, so an option has one name and

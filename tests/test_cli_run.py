@@ -115,7 +115,7 @@ def test_run_compares_two_engines_with_a_pareto_summary(fixed_server, in_tmp, ca
         (["run", "--engine", "nope"], "'nope' is not a known engine"),
         (["run", "--concurrency", "abc"], "--concurrency"),
         (["run", "--engine", "external"], "needs a URL"),
-        (["run", "--slo-capacity"], "needs objectives"),
+        (["run", "--slo-capacity"], "has no objectives to search the capacity for"),
         (["run", "--dataset", "missing.json"], "missing.json"),
     ],
 )
