@@ -359,8 +359,6 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pytest_llmslo import slo
     from pytest_llmslo.errors import (
         EngineDiedError,
-        EngineStartError,
-        EngineUnavailable,
         Inconclusive,
         LoadError,
         RegressionError,
@@ -391,12 +389,12 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     interrupted = False
     try:
         for engine in settings.engines:
-            try:
-                handle = factory.get(engine)
-            except (EngineUnavailable, EngineStartError, EngineDiedError, ConfigError) as exc:
-                failed.append(f"{engine}: did not start: {exc}")
-                print(f"llmslo: engine {engine!r} did not start: {exc}", file=err)
+            unavailable, start_error = factory.try_start(engine)
+            if unavailable or start_error:
+                failed.append(" ".join((unavailable or start_error or "").split()))
+                print(f"llmslo: {unavailable or start_error}", file=err)
                 continue
+            handle = factory.get(engine)
             levels = [ts.levels[0]] if ts.capacity else list(ts.levels)
             for i, level in enumerate(levels):
                 node = f"{test}[{engine}-{'capacity' if ts.capacity else level.label}]"

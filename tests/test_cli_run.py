@@ -109,6 +109,15 @@ def test_run_compares_two_engines_with_a_pareto_summary(fixed_server, in_tmp, ca
     assert "Pareto | llmslo-run" in out
 
 
+def test_run_with_an_engine_that_does_not_start_exits_1(in_tmp, capsys) -> None:
+    # Port 9 (discard) on loopback: nothing answers there.
+    code = cli.main(["run", "--engine", "external", "--engine-url", "http://127.0.0.1:9"])
+    _out, err = capsys.readouterr()
+    assert code == cli.EXIT_FAILED
+    assert "FAILED engine 'external' did not start: external: nothing answers at" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
