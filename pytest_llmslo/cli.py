@@ -383,7 +383,6 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except ConfigError as exc:
         raise _UsageError(str(exc)) from None
     test = args.name
-    state.test_constants[test] = core.constants_of_test(ts)
     factory = core.engine_factory(state)
     failed: list[str] = []
     interrupted = False
@@ -406,7 +405,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     last_level=i == len(levels) - 1 and not ts.capacity,
                     capacity=ts.capacity,
                 )
-                state.contexts[node] = ctx
+                core.add_test(state, node, ctx)
                 state.current = ctx
                 try:
                     run = core.run_test_load(state, node, handle, level, ts)
@@ -423,8 +422,6 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 except (EngineDiedError, LoadError) as exc:
                     failed.append(f"{engine} {level.label}: {str(exc).splitlines()[0]}")
                     print(f"llmslo: {engine} {level.label}: {exc}", file=err)
-                    if not ctx.point_keys:
-                        continue
                 finally:
                     state.current = None
     except KeyboardInterrupt:
