@@ -8,9 +8,10 @@ so a record can always be re-analysed with other definitions.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 FailureKind = Literal[
@@ -81,6 +82,10 @@ class RequestRecord:
     error_kind: FailureKind | None = None
     finish_reason: str | None = None
     worker: int = 0
+    #: Multi-turn: the conversation this request is a turn of (-1: single-turn) and the
+    #: turn's index in it (0 = the first).
+    session: int = -1
+    turn: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chunk_ns", _int64s(self.chunk_ns))
@@ -103,7 +108,7 @@ class RequestRecord:
         return sum(self.chunk_tokens) if self.chunk_tokens else len(self.chunk_ns)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "index": self.index,
             "scheduled_ns": self.scheduled_ns,
             "sent_ns": self.sent_ns,
@@ -122,6 +127,10 @@ class RequestRecord:
             "finish_reason": self.finish_reason,
             "worker": self.worker,
         }
+        if self.session >= 0:
+            d["session"] = self.session
+            d["turn"] = self.turn
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RequestRecord:
@@ -132,47 +141,199 @@ class RequestRecord:
 
 
 LoadMode = Literal["concurrency", "rate"]
-Arrival = Literal["closed", "constant", "poisson"]
+Arrival = Literal["closed", "constant", "poisson", "gamma", "trace"]
+ARRIVALS: tuple[str, ...] = ("constant", "poisson", "gamma", "trace")
+
+#: A rate profile: segments of ``(seconds, rate at the start, rate at the end)``, the
+#: rate linear in between (a ramp), or equal at both ends (a step).
+Profile = tuple[tuple[float, float, float], ...]
+
+
+def _num(v: float) -> str:
+    return f"{int(v)}" if float(v).is_integer() else f"{v:g}"
 
 
 @dataclass(frozen=True, slots=True)
 class LoadLevel:
-    """One load level: a closed loop at ``value`` concurrent requests, or an open loop at
-    ``value`` requests per second with constant or Poisson (seeded) arrivals."""
+    """One load level.
+
+    - a closed loop at ``value`` concurrent requests (or concurrent sessions, for a
+      multi-turn workload);
+    - an open loop at ``value`` requests (or sessions) per second, arrivals ``constant``,
+      ``poisson`` or ``gamma`` (``burstiness`` is the gamma shape: 1 is Poisson, below 1
+      burstier, above 1 more regular; vLLM bench's ``--burstiness``), all seeded. A
+      ``profile`` makes the rate vary over time (``ramp``, ``steps``); ``value`` is then
+      its mean rate;
+    - a trace replay (``arrival="trace"``): requests leave at the workload trace's
+      timestamps divided by ``value``, the speed-up (2 = twice as fast);
+    - ``max_concurrency`` caps the requests in flight of any open loop (vLLM bench's
+      ``--max-concurrency``): an arrival that finds the cap reached waits for a slot.
+    """
 
     mode: LoadMode
     value: float
     arrival: Arrival = "closed"
     seed: int = 0
+    burstiness: float = 1.0
+    profile: Profile = ()
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
+        if self.mode not in ("concurrency", "rate"):
+            raise ValueError(f"load mode must be 'concurrency' or 'rate', got {self.mode!r}")
         if self.mode == "concurrency" and self.arrival != "closed":
             raise ValueError("a concurrency level is a closed loop (arrival='closed')")
-        if self.mode == "rate" and self.arrival == "closed":
-            raise ValueError("a rate level needs arrival 'constant' or 'poisson'")
-        if not self.value > 0:
+        if self.mode == "rate" and self.arrival not in ARRIVALS:
+            raise ValueError(
+                f"a rate level needs arrival {', '.join(map(repr, ARRIVALS))}, got {self.arrival!r}"
+            )
+        if not self.value > 0 or not math.isfinite(self.value):
             raise ValueError(f"load level must be > 0, got {self.value!r}")
+        if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
+            raise ValueError(f"burstiness must be > 0, got {self.burstiness!r}")
+        if self.burstiness != 1.0 and self.arrival != "gamma":
+            raise ValueError("burstiness applies to gamma arrivals only (arrival='gamma')")
+        if self.max_concurrency is not None:
+            if self.mode != "rate":
+                raise ValueError("max_concurrency caps an open loop (a rate or trace level)")
+            if self.max_concurrency < 1:
+                raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency!r}")
+        if self.profile:
+            if self.mode != "rate" or self.arrival == "trace":
+                raise ValueError("a rate profile (ramp, steps) belongs to a rate level")
+            object.__setattr__(
+                self, "profile", tuple(tuple(float(x) for x in seg) for seg in self.profile)
+            )
+            for secs, a, b in self.profile:
+                if not (secs > 0 and a >= 0 and b >= 0 and a + b > 0):
+                    raise ValueError(
+                        f"a profile segment needs seconds > 0 and rates >= 0 (not both 0), "
+                        f"got {(secs, a, b)}"
+                    )
 
     @classmethod
     def concurrency(cls, n: int) -> LoadLevel:
         return cls("concurrency", float(n), "closed")
 
     @classmethod
-    def rate(cls, rps: float, arrival: Arrival = "poisson", seed: int = 0) -> LoadLevel:
-        return cls("rate", float(rps), arrival, seed)
+    def rate(
+        cls,
+        rps: float,
+        arrival: Arrival = "poisson",
+        seed: int = 0,
+        *,
+        burstiness: float = 1.0,
+        max_concurrency: int | None = None,
+    ) -> LoadLevel:
+        return cls("rate", float(rps), arrival, seed, burstiness, (), max_concurrency)
+
+    @classmethod
+    def ramp(
+        cls,
+        start: float,
+        end: float,
+        seconds: float,
+        arrival: Arrival = "poisson",
+        seed: int = 0,
+        **kw: Any,
+    ) -> LoadLevel:
+        """The rate rises (or falls) linearly from ``start`` to ``end`` over ``seconds``."""
+        return cls.shaped(((seconds, start, end),), arrival, seed, **kw)
+
+    @classmethod
+    def steps(
+        cls,
+        rates: Iterable[float],
+        seconds: float,
+        arrival: Arrival = "poisson",
+        seed: int = 0,
+        **kw: Any,
+    ) -> LoadLevel:
+        """Each rate held for ``seconds``, one after the other."""
+        return cls.shaped(tuple((seconds, r, r) for r in rates), arrival, seed, **kw)
+
+    @classmethod
+    def shaped(
+        cls, profile: Profile, arrival: Arrival = "poisson", seed: int = 0, **kw: Any
+    ) -> LoadLevel:
+        segs = tuple(tuple(float(x) for x in seg) for seg in profile)
+        if not segs:
+            raise ValueError("a rate profile needs at least one segment")
+        total = sum(s for s, _, _ in segs)
+        arrivals = sum(s * (a + b) / 2 for s, a, b in segs)
+        mean = arrivals / total if total > 0 else 0.0
+        return cls("rate", mean, arrival, seed, profile=segs, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def trace(cls, speed: float = 1.0, *, max_concurrency: int | None = None) -> LoadLevel:
+        """Replay the workload's trace at ``speed`` times its own pace."""
+        return cls("rate", float(speed), "trace", max_concurrency=max_concurrency)
+
+    def scaled(self, value: float) -> LoadLevel:
+        """The same level at another ``value`` (a sweep's extension, a capacity probe): a
+        profile's rates scaled in proportion, everything else kept."""
+        if not self.profile:
+            return replace(self, value=float(value))
+        k = float(value) / self.value
+        return replace(
+            self, value=float(value), profile=tuple((s, a * k, b * k) for s, a, b in self.profile)
+        )
+
+    @property
+    def profile_s(self) -> float:
+        """The profile's length in seconds (0: no profile)."""
+        return sum(s for s, _, _ in self.profile)
 
     @property
     def label(self) -> str:
-        """Short id used in test ids and tables: ``c32``, ``r2.5``."""
-        v = int(self.value) if float(self.value).is_integer() else self.value
-        return f"c{v}" if self.mode == "concurrency" else f"r{v}"
+        """Short id used in test ids and tables: ``c32``, ``r2.5``, ``r2-8`` (a ramp),
+        ``r2/4/8`` (steps), ``r4g0.5`` (gamma, burstiness 0.5), ``x2`` (a trace at twice
+        its pace), with ``m16`` appended for a cap of 16 requests in flight."""
+        if self.mode == "concurrency":
+            return f"c{_num(self.value)}"
+        if self.arrival == "trace":
+            text = f"x{_num(self.value)}"
+        elif self.profile:
+            if all(a == b for _, a, b in self.profile):
+                text = "r" + "/".join(_num(a) for _, a, _ in self.profile)
+            else:
+                points = [_num(self.profile[0][1])] + [_num(b) for _, _, b in self.profile]
+                text = "r" + "-".join(points)
+        else:
+            text = f"r{_num(self.value)}"
+        if self.arrival == "gamma":
+            text += f"g{_num(self.burstiness)}"
+        if self.max_concurrency is not None:
+            text += f"m{self.max_concurrency}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "value": self.value, "arrival": self.arrival, "seed": self.seed}
+        d: dict[str, Any] = {
+            "mode": self.mode,
+            "value": self.value,
+            "arrival": self.arrival,
+            "seed": self.seed,
+        }
+        if self.burstiness != 1.0:
+            d["burstiness"] = self.burstiness
+        if self.profile:
+            d["profile"] = [list(seg) for seg in self.profile]
+        if self.max_concurrency is not None:
+            d["max_concurrency"] = self.max_concurrency
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LoadLevel:
-        return cls(d["mode"], float(d["value"]), d.get("arrival", "closed"), int(d.get("seed", 0)))
+        cap = d.get("max_concurrency")
+        return cls(
+            d["mode"],
+            float(d["value"]),
+            d.get("arrival", "closed"),
+            int(d.get("seed", 0)),
+            float(d.get("burstiness", 1.0)),
+            tuple(tuple(seg) for seg in d.get("profile", ())),  # type: ignore[misc]
+            None if cap is None else int(cap),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1588,7 +1588,7 @@ def run_test_load(
     lv = ts.levels[0]
     kw: dict[str, Any] = {"start": lv.value, "max_value": ts.capacity_max}
     if lv.mode == "rate":
-        kw.update(arrival=lv.arrival, seed=lv.seed)
+        kw.update(arrival=lv.arrival, seed=lv.seed, template=lv)
     _result, found = search_capacity(state, node, handle, ts, ts.objectives, lv.mode, **kw)
     if found is None:
         raise LoadError(f"{ctx.test}: the capacity search ran no level")

@@ -538,7 +538,7 @@ def extend_levels(
         value = _round_sig(last.value * factor, 3)
     if max_value is not None:
         value = min(value, float(max_value))
-    return LoadLevel(last.mode, value, last.arrival, last.seed)
+    return last.scaled(value)
 
 
 def extend_sweep(points: Sequence[SweepPoint], **kwargs: Any) -> LoadLevel | None:
@@ -696,6 +696,7 @@ class CapacitySearch:
         "_resolution",
         "_seed",
         "_start",
+        "_template",
     )
 
     def __init__(
@@ -711,6 +712,7 @@ class CapacitySearch:
         max_probes: int = 40,
         arrival: Arrival = "poisson",
         seed: int = 0,
+        template: LoadLevel | None = None,
     ) -> None:
         if mode not in ("concurrency", "rate"):
             raise ValueError(f"mode must be 'concurrency' or 'rate', got {mode!r}")
@@ -744,6 +746,9 @@ class CapacitySearch:
         self._max_probes = int(max_probes)
         self._arrival: Arrival = "closed" if mode == "concurrency" else arrival
         self._seed = int(seed)
+        # A rate probe keeps the shape of the test's level (gamma burstiness, a cap, a
+        # profile): ``template.scaled(value)``.
+        self._template = template if template is not None and template.mode == mode else None
         self._lo: float | None = None
         self._hi: float | None = None
         self._pending: LoadLevel | None = None
@@ -804,6 +809,8 @@ class CapacitySearch:
     def _level(self, value: float) -> LoadLevel:
         if self._mode == "concurrency":
             return LoadLevel.concurrency(int(value))
+        if self._template is not None:
+            return self._template.scaled(value)
         return LoadLevel("rate", value, self._arrival, self._seed)
 
     def _stop(self, reason: str) -> None:

@@ -46,24 +46,36 @@ class Finished:
     index: int
     isl: int
     osl: int
+    session: int = -1
+    turn: int = 0
 
 
-Packed = tuple[int, int, int, int, int, int, int, Any, Any, bytes, bytes, bytes]
+Packed = tuple[int, int, int, int, int, int, int, Any, Any, bytes, bytes, bytes, int, int]
 
 
-def pack(index: int, isl: int, osl: int, scheduled_ns: int, raw: RawExchange) -> Packed:
+def pack(
+    index: int,
+    isl: int,
+    osl: int,
+    scheduled_ns: int,
+    raw: RawExchange,
+    session: int = -1,
+    turn: int = 0,
+) -> Packed:
     """A finished exchange as plain data for the parent process: its reads joined into one
     bytes object, with their arrival times and lengths as packed arrays, so that pickling
     it copies three buffers instead of walking a hundred small objects."""
     return (
         index, isl, osl, scheduled_ns, raw.sent_ns, raw.end_ns, raw.status, raw.kind, raw.error,
         array("q", raw.times).tobytes(), array("I", map(len, raw.pieces)).tobytes(),
-        b"".join(raw.pieces),
+        b"".join(raw.pieces), session, turn,
     )  # fmt: skip
 
 
 def unpack(item: Packed) -> tuple[Finished, int, RawExchange]:
-    index, isl, osl, scheduled, sent, end, status, kind, error, times, lengths, body = item
+    index, isl, osl, scheduled, sent, end, status, kind, error, times, lengths, body, ses, turn = (
+        item
+    )
     raw = RawExchange()
     raw.sent_ns, raw.end_ns, raw.status, raw.kind, raw.error = sent, end, status, kind, error
     t = array("q")
@@ -76,7 +88,7 @@ def unpack(item: Packed) -> tuple[Finished, int, RawExchange]:
         pieces.append(body[at : at + size])
         at += size
     raw.times, raw.pieces = t.tolist(), pieces
-    return Finished(index, isl, osl), scheduled, raw
+    return Finished(index, isl, osl, ses, turn), scheduled, raw
 
 
 class Backlog:
@@ -102,7 +114,8 @@ class Backlog:
         self.longest_slice_ns = 0  # wall time: how long the event loop waited
 
     def add(self, job: Any, scheduled_ns: int, raw: RawExchange, worker: int | None = None) -> None:
-        """Queue a finished exchange of ``job`` (anything with ``index``, ``isl``, ``osl``)
+        """Queue a finished exchange of ``job`` (anything with ``index``, ``isl``, ``osl``,
+        ``session`` and ``turn``)
         run by ``worker`` (default: this backlog's)."""
         size = sum(map(len, raw.pieces))
         self._raw.append((job, scheduled_ns, raw, size, self.worker if worker is None else worker))
@@ -129,6 +142,8 @@ class Backlog:
             requested_prompt_tokens=job.isl,
             requested_output_tokens=job.osl,
             worker=worker,
+            session=job.session,
+            turn=job.turn,
         )
         self.records.append(rec)
         if self.on_record is not None:

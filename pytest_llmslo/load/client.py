@@ -20,9 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
+import re
 import ssl
-from collections.abc import Mapping
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any, Literal, Protocol
@@ -42,6 +45,11 @@ ENDPOINT_PATHS: dict[str, str] = {
     "chat": "/v1/chat/completions",
     "completions": "/v1/completions",
 }
+
+# An HTTP header name (RFC 9110 token).
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers the client sets itself; an extra header may not replace them.
+_OWN_HEADERS = ("content-type", "content-length", "host", "accept-encoding", "authorization")
 
 # Bytes of an error body kept for the record's message; the rest is read and dropped.
 MAX_ERROR_BODY = 64 * 1024
@@ -66,6 +74,11 @@ class ClientSettings:
     Deadlines (``deadlines.py``): ``connect_timeout_s``, ``first_byte_timeout_s`` (no
     response data yet), ``idle_timeout_s`` (no data since the last, SSE comments not
     counted) and ``timeout_s`` (the whole request).
+    ``headers`` are sent with every request (a gateway's routing or tenant header); the
+    client's own (Content-Type, Host, Authorization, ...) cannot be replaced. ``models``
+    is a weighted list ``((name, weight), ...)``: each request asks for one, drawn by
+    weight (LoRA adapters served by one engine). ``session_header`` names a header that
+    carries a conversation's id on each of its turns (sticky routing).
     ``fresh_connection`` opens a new connection for every request. ``event_loop`` is the
     loop of the worker processes: ``auto`` takes uvloop when it is installed (it halves
     the cost of a socket read), else asyncio's; a single-process run uses the caller's.
@@ -87,8 +100,30 @@ class ClientSettings:
     event_loop: LoopName = "auto"
     verify_tls: bool = True
     ca_bundle: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    models: tuple[tuple[str, float], ...] = ()
+    session_header: str | None = None
 
     def __post_init__(self) -> None:
+        for k, v in self.headers.items():
+            if not _TOKEN.fullmatch(str(k)) or any(c in str(v) for c in "\r\n"):
+                raise ConfigError(
+                    f"bad extra header {k!r}: {v!r} (a header is NAME: VALUE on one line)"
+                )
+            if k.lower() in _OWN_HEADERS:
+                hint = (
+                    " (--api-key-env names the key's variable)"
+                    if k.lower() == "authorization"
+                    else ""
+                )
+                raise ConfigError(f"extra header {k!r} is set by the client itself{hint}")
+        if self.session_header is not None and not _TOKEN.fullmatch(self.session_header):
+            raise ConfigError(f"bad session header name {self.session_header!r}")
+        if self.models:
+            if any(not (w > 0 and math.isfinite(w)) for _, w in self.models):
+                raise ConfigError(f"model weights must be > 0, got {list(self.models)}")
+            if any(not name for name, _ in self.models):
+                raise ConfigError("a model in the weighted list has no name")
         if self.endpoint not in ENDPOINT_PATHS:
             raise ConfigError(
                 f"{self.endpoint!r} is not a valid endpoint. Valid endpoints: chat, completions."
@@ -158,7 +193,24 @@ class ClientSettings:
             "event_loop": self.event_loop,
             "verify_tls": self.verify_tls,
             "ca_bundle": self.ca_bundle,
+            # Header names only: values may be credentials.
+            "headers": sorted(self.headers),
+            "models": [[m, w] for m, w in self.models],
+            "session_header": self.session_header,
         }
+
+    def model_for(self, seed: int, index: int) -> str:
+        """The model of request ``index``: ``model``, or one of ``models`` drawn by weight
+        from a generator seeded with the index (the same draw in every process)."""
+        if not self.models:
+            return self.model
+        total = sum(w for _, w in self.models)
+        u = (zlib.crc32(f"{seed}:{index}".encode()) / 2**32) * total
+        for name, w in self.models:
+            u -= w
+            if u < 0:
+                return name
+        return self.models[-1][0]
 
 
 def _jsonable(value: Any) -> Any:
@@ -181,13 +233,28 @@ def new_event_loop(kind: LoopName = "auto") -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def request_body(settings: ClientSettings, prompt: str, max_tokens: int) -> bytes:
-    """The JSON body of one streaming request, encoded once before the run starts."""
-    body: dict[str, Any] = {"model": settings.model}
+def request_body(
+    settings: ClientSettings,
+    prompt: str,
+    max_tokens: int,
+    *,
+    model: str | None = None,
+    history: Sequence[tuple[str, str]] = (),
+) -> bytes:
+    """The JSON body of one streaming request, encoded once before the run starts (or, for
+    a later turn of a conversation, when the turn is due). ``history`` holds the earlier
+    turns as (user message, assistant reply) pairs: chat messages, or, for the completions
+    endpoint, the texts joined in order."""
+    body: dict[str, Any] = {"model": model or settings.model}
     if settings.endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        messages: list[dict[str, str]] = []
+        for user, reply in history:
+            messages.append({"role": "user", "content": user})
+            messages.append({"role": "assistant", "content": reply})
+        messages.append({"role": "user", "content": prompt})
+        body["messages"] = messages
     else:
-        body["prompt"] = prompt
+        body["prompt"] = "\n".join([*(f"{u}\n{r}" for u, r in history), prompt])
     body["max_tokens"] = int(max_tokens)
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
@@ -214,6 +281,7 @@ def request_headers(settings: ClientSettings) -> dict[str, str]:
         headers["Authorization"] = f"Bearer {key}"
     if settings.fresh_connection:
         headers["Connection"] = "close"
+    headers.update(settings.headers)
     return headers
 
 
@@ -233,9 +301,13 @@ class RawExchange:
 
 
 class Transport(Protocol):
-    """Streams one request into a ``RawExchange``; never raises for a failed request."""
+    """Streams one request into a ``RawExchange``; never raises for a failed request.
+    ``headers`` are this request's own (a conversation's session id), sent after the
+    settings' headers."""
 
-    async def send(self, body: bytes, raw: RawExchange) -> None: ...
+    async def send(
+        self, body: bytes, raw: RawExchange, headers: Mapping[str, str] | None = None
+    ) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -248,6 +320,8 @@ def build_record(
     requested_prompt_tokens: int | None = None,
     requested_output_tokens: int | None = None,
     worker: int = 0,
+    session: int = -1,
+    turn: int = 0,
 ) -> RequestRecord:
     """Decode a finished exchange into its record (JSON decoding happens here, after the
     request, never on the hot path)."""
@@ -290,6 +364,8 @@ def build_record(
         error_kind=kind,
         finish_reason=stream.finish_reason,
         worker=worker,
+        session=session,
+        turn=turn,
     )
 
 
@@ -365,12 +441,15 @@ class HttpxTransport:
                     w.expired = why
                     task.cancel()
 
-    async def send(self, body: bytes, raw: RawExchange) -> None:
+    async def send(
+        self, body: bytes, raw: RawExchange, headers: Mapping[str, str] | None = None
+    ) -> None:
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         raw.sent_ns = perf_counter_ns()
         watch = _Watch(raw)
-        inner = asyncio.ensure_future(self._stream(body, raw, watch))
+        hdrs = self._headers if not headers else {**self._headers, **headers}
+        inner = asyncio.ensure_future(self._stream(body, raw, watch, hdrs))
         self._watch[inner] = watch
         try:
             await inner
@@ -382,7 +461,9 @@ class HttpxTransport:
             self._watch.pop(inner, None)
         raw.end_ns = raw.times[-1] if raw.times and raw.kind is None else perf_counter_ns()
 
-    async def _stream(self, body: bytes, raw: RawExchange, watch: _Watch) -> None:
+    async def _stream(
+        self, body: bytes, raw: RawExchange, watch: _Watch, headers: Mapping[str, str]
+    ) -> None:
         httpx = self._httpx
         pc = perf_counter_ns
         times = raw.times
@@ -392,7 +473,7 @@ class HttpxTransport:
         busy[shard] += 1
         try:
             async with self._clients[shard].stream(
-                "POST", self._url, content=body, headers=self._headers
+                "POST", self._url, content=body, headers=headers
             ) as resp:
                 raw.status = resp.status_code
                 if 200 <= resp.status_code < 300:

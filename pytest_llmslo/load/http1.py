@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import Mapping
 from time import perf_counter_ns
 from typing import Literal
 from urllib.parse import urlsplit
@@ -355,9 +356,14 @@ class FastTransport:
                 if why is not None:
                     conn._fail("timeout", why)
 
-    async def send(self, body: bytes, raw: RawExchange) -> None:
+    async def send(
+        self, body: bytes, raw: RawExchange, headers: Mapping[str, str] | None = None
+    ) -> None:
         raw.sent_ns = perf_counter_ns()
-        request = self._head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        head = self._head
+        if headers:
+            head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1")
+        request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
         self._ensure_sweeper()
         for attempt in (0, 1):
             conn: _Conn | None = None

@@ -10,6 +10,11 @@ Bodies are built before the run up to a memory budget (``prefill``), so a run of
 thousand requests builds nothing while it measures; past that, ``refill`` keeps a buffer
 ahead of the senders in slices of about a millisecond, so building never holds the event
 loop longer than that. ``next`` builds one on the spot only when the buffer ran dry.
+
+A multi-turn workload's indices are conversations (``next_conversation``): a turn's body
+holds the replies of the turns before it, so it is built when the turn is due
+(``turn_job``). A request asks for the settings' model, or one drawn from their weighted
+list by its index (``ClientSettings.model_for``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from .client import ClientSettings, request_body
-from .workload import LengthModel, PromptSource, WorkloadSpec
+from .workload import Conversation, LengthModel, PromptSource, WorkloadSpec
 
 __all__ = ["Job", "JobSource", "JobSpec"]
 
@@ -43,6 +48,8 @@ class Job:
     osl: int
     warmup: bool
     offset_ns: int = 0
+    session: int = -1
+    turn: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +110,8 @@ class JobSource:
             offset = int(spec.offsets[self._position])
         self._position += 1
         self.built += 1
-        body = request_body(spec.settings, p.text, p.osl)
+        model = spec.settings.model_for(spec.workload.seed, i)
+        body = request_body(spec.settings, p.text, p.osl, model=model)
         return Job(i, body, p.isl, p.osl, i < spec.warmup, offset)
 
     def _push(self, job: Job) -> None:
@@ -112,7 +120,10 @@ class JobSource:
 
     def prefill(self, max_bytes: int = PREFILL_BYTES) -> None:
         """Build jobs before the run: all of them when they fit ``max_bytes``, else up to it
-        (and, without an end, a few buffers' worth)."""
+        (and, without an end, a few buffers' worth). Conversations build their turns when
+        due."""
+        if self.spec.workload.multi_turn:
+            return
         limit = self.spec.low_water * 4 if self.spec.stop is None else None
         while not self.exhausted and self._buffered_bytes < max_bytes:
             if limit is not None and len(self._buffer) >= limit:
@@ -122,6 +133,8 @@ class JobSource:
                 self._push(job)
 
     def needs_refill(self) -> bool:
+        if self.spec.workload.multi_turn:
+            return False
         return not self.exhausted and len(self._buffer) < self.spec.low_water
 
     def refill(self) -> None:
@@ -151,7 +164,48 @@ class JobSource:
         i = SPARE_BASE + spec.start + self._spares * spec.step
         self._spares += 1
         p = self._prompts.prompt(i)
-        return Job(i, request_body(spec.settings, p.text, p.osl), p.isl, p.osl, True)
+        model = spec.settings.model_for(spec.workload.seed, i)
+        return Job(i, request_body(spec.settings, p.text, p.osl, model=model), p.isl, p.osl, True)
+
+    # -- multi-turn ----------------------------------------------------------------------
+
+    def next_conversation(self) -> tuple[Conversation, bool, int] | None:
+        """The next conversation of this worker, whether it is warm-up, and its arrival
+        offset (open loop); None when there are no more."""
+        i = next(self._indices, None)
+        if i is None:
+            self.exhausted = True
+            return None
+        spec = self.spec
+        offset = 0
+        if spec.offsets is not None:
+            if self._position >= len(spec.offsets):
+                self.exhausted = True
+                return None
+            offset = int(spec.offsets[self._position])
+        self._position += 1
+        self.built += 1
+        return self._prompts.conversation(i), i < spec.warmup, offset
+
+    def turn_job(
+        self, conv: Conversation, k: int, history: list[tuple[str, str]], warmup: bool, isl: int
+    ) -> Job:
+        """Turn ``k`` of ``conv`` after ``history`` (the earlier turns' messages and
+        replies); ``isl`` is the whole prompt's expected tokens."""
+        spec = self.spec
+        turn = conv.turns[k]
+        keep = spec.workload.history_turns
+        past = history[-keep:] if keep else history
+        index = conv.index * spec.workload.turns + k
+        model = spec.settings.model_for(spec.workload.seed, conv.index)
+        body = request_body(spec.settings, turn.text, turn.osl, model=model, history=past)
+        return Job(index, body, isl, turn.osl, warmup, 0, conv.index, k)
+
+    def session_headers(self, conv: Conversation) -> dict[str, str] | None:
+        name = self.spec.settings.session_header
+        if not name:
+            return None
+        return {name: f"llmslo-{self.spec.workload.seed:x}-{conv.index}"}
 
     def __iter__(self) -> Iterator[Job]:
         while (job := self.next()) is not None:

@@ -75,7 +75,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from time import perf_counter_ns
@@ -91,9 +91,11 @@ from .calibrate import calibrate, measure_overhead
 from .client import ClientSettings, RawExchange, Transport, new_event_loop
 from .health import HealthThresholds, assess
 from .jobs import Job, JobSource, JobSpec
-from .schedule import arrival_offsets_ns, split_concurrency
+from .schedule import arrival_offsets_ns, expected_arrivals, split_concurrency
+from .sse import stream_text
+from .traces import read_trace
 from .transports import make_transport
-from .workload import LengthModel, WorkloadSpec
+from .workload import Conversation, LengthModel, WorkloadSpec
 
 __all__ = [
     "EarlyStop",
@@ -146,6 +148,7 @@ class _Plan:
     max_connections: int | None
     stall_ns: int
     defer_bytes: int = DEFAULT_BUDGET
+    cap: int | None = None  # an open loop's cap on requests in flight (this worker's share)
 
     @property
     def settings(self) -> ClientSettings:
@@ -171,6 +174,11 @@ class _WorkerResult:
     t0_ns: int = 0
     hit_level_bound: bool = False
     cooldown_sent: int = 0
+    cap_delayed: int = 0  # measured requests an open loop's cap held back
+    cap_wait_ns: int = 0
+    cap_wait_max_ns: int = 0
+    sessions_started: int = 0
+    sessions_finished: int = 0  # conversations whose every turn completed
 
 
 class _Counter:
@@ -354,24 +362,88 @@ async def _drive(
         lags.append(raw.sent_ns - scheduled)
         deliver(job, scheduled, raw)
 
-    async def one(job: Job, scheduled: int) -> None:
+    async def one(
+        job: Job, scheduled: int, headers: Mapping[str, str] | None = None
+    ) -> RawExchange:
         raw = RawExchange()
         try:
-            await transport.send(job.body, raw)
+            await transport.send(job.body, raw, headers)
         except asyncio.CancelledError:
             cut(job, scheduled, raw)
             raise
         if job.warmup:
             counter.warm_done += 1
             res.warmup_done += 1
-            return
+            return raw
         counter.done += 1
         if raw.kind is not None or not 200 <= raw.status < 300:
             counter.failed += 1
         lags.append(raw.sent_ns - scheduled)
         deliver(job, scheduled, raw)
+        return raw
 
-    tasks: set[asyncio.Task[None]] = set()
+    cap = asyncio.Semaphore(plan.cap) if plan.cap else None
+
+    async def gated(job: Job, at: int, headers: Mapping[str, str] | None = None) -> RawExchange:
+        """An open loop's send under its cap on requests in flight: an arrival that finds
+        the cap reached waits for a slot, and its scheduled time becomes the moment the
+        slot opened (the wait is the cap's, reported apart, not the client's lag)."""
+        if cap is None:
+            return await one(job, at, headers)
+        if cap.locked():
+            await cap.acquire()
+            now = perf_counter_ns()
+            if now > at:
+                if not job.warmup:
+                    res.cap_delayed += 1
+                    res.cap_wait_ns += now - at
+                    res.cap_wait_max_ns = max(res.cap_wait_max_ns, now - at)
+                at = now
+        else:
+            await cap.acquire()
+        try:
+            return await one(job, at, headers)
+        finally:
+            cap.release()
+
+    multi = plan.jobs.workload.multi_turn
+
+    async def converse(
+        conv: Conversation,
+        warm: bool,
+        at: int,
+        send: Callable[[Job, int, Mapping[str, str] | None], Awaitable[RawExchange]],
+    ) -> None:
+        """The turns of one conversation, each after the think time that follows the end
+        of the one before it; a failed turn ends the conversation (a user whose answer did
+        not come does not go on), and so do the bounds."""
+        headers = source.session_headers(conv)
+        history: list[tuple[str, str]] = []
+        isl = 0
+        if not warm:
+            res.sessions_started += 1
+        for k, turn in enumerate(conv.turns):
+            if k:
+                at = perf_counter_ns() + int(conv.think_s[k] * 1e9)
+                if stop.is_set() or bound.expired(at):
+                    return
+                await _sleep_until(at)
+                if stop.is_set() or bound.expired(at):
+                    return
+            isl += turn.isl
+            job = source.turn_job(conv, k, history, warm, isl)
+            if not warm:
+                bound.start(at)
+            raw = await send(job, at, headers)
+            if raw.kind is not None or not 200 <= raw.status < 300:
+                return
+            reply = stream_text(raw.pieces)
+            history.append((turn.text, reply))
+            isl += max(1, len(raw.times)) if not reply else len(reply.split())
+        if not warm:
+            res.sessions_finished += 1
+
+    tasks: set[asyncio.Task[Any]] = set()
     # A full collection walks every live object (tens of thousands of records and
     # responses by the end of a run) and held the loop for 50 ms at c=512: no full
     # collection runs during the run. What existed before it is frozen out of the
@@ -401,10 +473,14 @@ async def _drive(
                     for f in cooling:
                         f.cancel()
 
-            async def measured(job: Job, scheduled: int) -> None:
+            async def measured(
+                job: Job, scheduled: int, headers: Mapping[str, str] | None = None
+            ) -> RawExchange:
+                if job.warmup:
+                    return await one(job, scheduled, headers)
                 measuring[0] += 1
                 try:
-                    await one(job, scheduled)
+                    return await one(job, scheduled, headers)
                 finally:
                     measuring[0] -= 1
                     measured_over()
@@ -414,13 +490,17 @@ async def _drive(
                 scheduled = t0_ns
                 try:
                     while not stop.is_set() and not bound.expired(scheduled):
-                        job = source.next()
-                        if job is None:
-                            break
-                        if job.warmup:
-                            await one(job, scheduled)
+                        if multi:
+                            got = source.next_conversation()
+                            if got is None:
+                                break
+                            await converse(got[0], got[1], scheduled, measured)
                         else:
-                            bound.start(scheduled)
+                            job = source.next()
+                            if job is None:
+                                break
+                            if not job.warmup:
+                                bound.start(scheduled)
                             await measured(job, scheduled)
                         scheduled = perf_counter_ns()
                 finally:
@@ -450,24 +530,41 @@ async def _drive(
         else:
 
             async def scheduler() -> None:
-                while (job := source.next()) is not None:
-                    at = t0_ns + job.offset_ns
+                while True:
+                    if multi:
+                        got = source.next_conversation()
+                        if got is None:
+                            return
+                        conv, warm, offset = got
+                    else:
+                        job = source.next()
+                        if job is None:
+                            return
+                        warm, offset = job.warmup, job.offset_ns
+                    at = t0_ns + offset
                     if bound.expired(at):
                         return
-                    if not job.warmup:
+                    if not warm:
                         bound.start(at)
                     await _sleep_until(at)
                     if stop.is_set() or bound.expired(at):
                         return
-                    t = asyncio.ensure_future(one(job, at))
+                    if multi:
+                        t = asyncio.ensure_future(converse(conv, warm, at, gated))
+                    else:
+                        t = asyncio.ensure_future(gated(job, at))
                     tasks.add(t)
                     t.add_done_callback(tasks.discard)
 
             sched = asyncio.ensure_future(scheduler())
             waiter = asyncio.ensure_future(stop.wait())
             await _wait_bounded({sched}, waiter, bound)
-            if not stop.is_set() and not sched.cancelled() and tasks:
+            while not stop.is_set() and not sched.cancelled() and tasks:
+                # A conversation's task adds no new task; wait for what is in flight.
                 await _wait_bounded(set(tasks), waiter, bound)
+                end = bound.drain_end_ns()
+                if end is not None and perf_counter_ns() >= end:
+                    break
             sched.cancel()
             waiter.cancel()
     finally:
@@ -610,7 +707,7 @@ async def _worker_async(
     threading.Thread(target=control, name="llmslo-control", daemon=True).start()
 
     def ship(job: Job, scheduled: int, raw: RawExchange) -> None:
-        finished.append(pack(job.index, job.isl, job.osl, scheduled, raw))
+        finished.append(pack(job.index, job.isl, job.osl, scheduled, raw, job.session, job.turn))
 
     def flush() -> None:
         if finished:
@@ -654,6 +751,20 @@ def _assemble(
     meta["cancelled"] = sum(r.cancelled for r in results)
     meta["warmup_completed"] = sum(r.warmup_done for r in results)
     meta["cooldown_sent"] = sum(r.cooldown_sent for r in results)
+    traffic = dict(meta.get("traffic") or {})
+    if level.max_concurrency is not None:
+        waits = [r.cap_wait_max_ns for r in results]
+        delayed = sum(r.cap_delayed for r in results)
+        traffic["cap"] = {
+            "max_concurrency": level.max_concurrency,
+            "delayed": delayed,
+            "wait_mean_ms": sum(r.cap_wait_ns for r in results) / delayed / 1e6 if delayed else 0.0,
+            "wait_max_ms": max(waits, default=0) / 1e6,
+        }
+    if any(r.sessions_started for r in results):
+        traffic["sessions_started"] = sum(r.sessions_started for r in results)
+        traffic["sessions_finished"] = sum(r.sessions_finished for r in results)
+    meta["traffic"] = traffic
     # Kernel time is most of a socket read's cost; the split says how much is left to win.
     meta["client_cpu"] = {
         "cpu_s": sum(r.cpu_s for r in results),
@@ -751,24 +862,66 @@ async def run_load(
     run_meta["calibration"] = calibration
 
     closed = level.mode == "concurrency"
-    total: int | None = None if requests is None else warmup + requests
+    # A multi-turn workload's unit is a conversation: the request counts become counts of
+    # conversations of ``turns`` turns (rounded up), and a level's value counts them too.
+    per = workload.turns if workload.multi_turn else 1
+    units_warm = -(-warmup // per)
+    total: int | None = None if requests is None else units_warm + -(-requests // per)
     offsets: np.ndarray | None = None
-    if not closed:
+    traffic: dict[str, Any] = {}
+    if level.arrival == "trace":
+        if workload.kind != "trace":
+            raise LoadError(
+                f"a trace level ({level.label}) replays a trace workload; this workload is "
+                f"{workload.kind!r}: give a trace (--trace FILE) or a rate or concurrency"
+            )
+        trace = read_trace(
+            workload.path or "",
+            workload.trace_format,
+            start_s=workload.trace_start_s,
+            window_s=workload.trace_window_s,
+            limit=total,
+        )
+        offsets = trace.offsets_ns(level.value)
+        total = len(offsets)
+        units_warm = min(units_warm, max(total - 1, 0))
+        traffic["trace"] = trace.describe()
+    elif not closed:
         # An open loop's schedule is fixed up front; bounded by time alone, it holds the
-        # arrivals of the duration.
-        n = total if total is not None else warmup + math.ceil(level.value * duration_s) + 1  # type: ignore[operator]
+        # arrivals of the duration (a profile's, when it is shorter).
+        n = total if total is not None else units_warm + expected_arrivals(level, duration_s)
         offsets = np.asarray(arrival_offsets_ns(level, n), dtype=np.int64)
-        total = n
+        total = len(offsets)
+        if total <= units_warm:
+            raise LoadError(
+                f"level {level.label}: its profile ({level.profile_s:g} s) holds {total} "
+                f"arrivals, not more than the {units_warm} of the warm-up; lengthen the "
+                "profile or lower --warmup"
+            )
+    if offsets is not None:
+        measured = offsets[units_warm:]
+        span = (float(measured[-1]) - float(measured[0])) / 1e9 if len(measured) > 1 else 0.0
+        traffic["offered_req_s"] = (len(measured) - 1) / span if span > 0 else None
+        traffic["offered_span_s"] = span
+        traffic["unit"] = "conversation" if workload.multi_turn else "request"
     nproc = client.processes or auto_processes(level, workload.osl, client.resolved_transport)
     if closed:
         nproc = min(nproc, int(level.value))
     if total is not None:
         nproc = min(nproc, total)
+    if level.max_concurrency is not None:
+        nproc = min(nproc, level.max_concurrency)
     nproc = max(1, nproc)
     run_meta["processes"] = nproc
     concurrency = int(level.value) if closed else 0
     slots = split_concurrency(concurrency, nproc) if closed else [0] * nproc
-    per_worker_rate = 0.0 if closed else level.value / nproc
+    caps = (
+        split_concurrency(level.max_concurrency, nproc)
+        if level.max_concurrency is not None
+        else [None] * nproc
+    )
+    rate = 0.0 if closed else float(traffic.get("offered_req_s") or level.value)
+    per_worker_rate = rate / nproc
     plans = [
         _Plan(
             worker=w,
@@ -779,18 +932,20 @@ async def run_load(
                 start=w,
                 step=nproc,
                 stop=total,
-                warmup=warmup,
+                warmup=units_warm,
                 offsets=None if offsets is None else offsets[w::nproc],
                 low_water=max(32, 2 * slots[w], math.ceil(2 * per_worker_rate)),
             ),
             closed=closed,
             slots=slots[w],
-            max_connections=slots[w] if closed else None,
+            max_connections=slots[w] if closed else caps[w],
             stall_ns=int(th.max_loop_lag_p99_ms * 1e6),
             defer_bytes=0 if early_stop is not None else defer_bytes,
+            cap=caps[w],
         )
         for w in range(nproc)
     ]
+    run_meta["traffic"] = traffic
     measuring_since: list[float] = []
     draining: list[bool] = []
 

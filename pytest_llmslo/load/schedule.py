@@ -9,31 +9,117 @@ request's scheduled time.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..records import LoadLevel
+from ..records import LoadLevel, Profile
 
 
 def arrival_offsets_ns(level: LoadLevel, n: int) -> list[int]:
-    """Offsets (ns from t0) of n arrivals of an open-loop level.
+    """Offsets (ns from t0) of at most n arrivals of an open-loop level.
 
-    ``constant``: i / rate. ``poisson``: exponential gaps of mean 1 / rate drawn from
-    ``numpy.random.default_rng(level.seed)``, the first arrival at 0; the same seed gives
-    the same schedule.
+    - ``constant``: i / rate;
+    - ``poisson``: exponential gaps of mean 1 / rate;
+    - ``gamma``: gamma gaps of shape ``burstiness`` and mean 1 / rate, as vLLM bench draws
+      them (``vllm/benchmarks/serve.py``, v0.10: ``theta = 1 / (rate * burstiness)``,
+      ``np.random.gamma(shape=burstiness, scale=theta)``): the gaps' coefficient of
+      variation is 1 / sqrt(burstiness), so 1 is Poisson and below 1 is burstier.
+
+    Gaps come from ``numpy.random.default_rng(level.seed)``, the first arrival at 0: the
+    same seed gives the same schedule. With a ``profile`` (a ramp, steps) the same process
+    runs on the profile's clock: arrival i is where the expected count of arrivals
+    ``Λ(t) = ∫ rate`` reaches the i-th point of a unit-rate process, so a Poisson process
+    stays Poisson at every instant's rate; arrivals past the profile's end are dropped
+    (fewer than n may come back). A trace level's offsets come from its trace
+    (``traces.Trace.offsets_ns``).
     """
     if level.mode != "rate":
         raise ValueError("arrival offsets are for open-loop (rate) levels")
+    if level.arrival == "trace":
+        raise ValueError("a trace level's arrivals come from its trace")
     if n <= 0:
         return []
-    rate = float(level.value)
-    if level.arrival == "constant":
-        return [round(i * 1e9 / rate) for i in range(n)]
-    if level.arrival == "poisson":
+    if not level.profile:
+        rate = float(level.value)
+        if level.arrival == "constant":
+            return [round(i * 1e9 / rate) for i in range(n)]
         rng = np.random.default_rng(level.seed)
-        gaps = rng.exponential(1.0 / rate, n - 1)
+        if level.arrival == "poisson":
+            gaps = rng.exponential(1.0 / rate, n - 1)
+        elif level.arrival == "gamma":
+            k = float(level.burstiness)
+            gaps = rng.gamma(k, 1.0 / (rate * k), n - 1)
+        else:
+            raise ValueError(f"unknown arrival {level.arrival!r}")
         offs = np.concatenate(([0.0], np.cumsum(gaps)))
         return [int(x) for x in np.rint(offs * 1e9)]
-    raise ValueError(f"unknown arrival {level.arrival!r}")
+    units = _unit_arrivals(level, n)
+    times = _invert_profile(level.profile, units)
+    times = times[np.isfinite(times)]
+    return [int(x) for x in np.rint(times * 1e9)]
+
+
+def _unit_arrivals(level: LoadLevel, n: int) -> np.ndarray:
+    """n points of a unit-rate process of the level's kind (cumulative, from 0)."""
+    if level.arrival == "constant":
+        return np.arange(n, dtype=float)
+    rng = np.random.default_rng(level.seed)
+    if level.arrival == "poisson":
+        gaps = rng.exponential(1.0, n - 1)
+    elif level.arrival == "gamma":
+        k = float(level.burstiness)
+        gaps = rng.gamma(k, 1.0 / k, n - 1)
+    else:
+        raise ValueError(f"unknown arrival {level.arrival!r}")
+    return np.concatenate(([0.0], np.cumsum(gaps)))
+
+
+def _invert_profile(profile: Profile, units: np.ndarray) -> np.ndarray:
+    """The times (s) at which ``Λ(t)`` reaches each of ``units``; inf past the end."""
+    out = np.full(len(units), np.inf)
+    t0 = 0.0
+    lam0 = 0.0
+    for secs, a, b in profile:
+        lam1 = lam0 + secs * (a + b) / 2
+        sel = (units >= lam0) & (units < lam1)
+        if sel.any():
+            left = units[sel] - lam0
+            if a == b:
+                t = left / a
+            else:
+                # a t + (b - a) t² / (2 secs) = left, for t in [0, secs].
+                slope = (b - a) / secs
+                t = (np.sqrt(np.maximum(a * a + 2 * slope * left, 0.0)) - a) / slope
+            out[sel] = t0 + np.clip(t, 0.0, secs)
+        t0 += secs
+        lam0 = lam1
+    return out
+
+
+def expected_arrivals(level: LoadLevel, duration_s: float | None) -> int:
+    """How many arrivals an open level makes: over ``duration_s`` at its rate, or over its
+    profile (whichever ends first), with a margin for a random process's spread."""
+    if level.profile:
+        secs = level.profile_s if duration_s is None else min(duration_s, level.profile_s)
+        mean = _arrivals_by(level.profile, secs)
+    else:
+        mean = level.value * float(duration_s or 0.0)
+    spread = 0.0 if level.arrival == "constant" else 6.0 * math.sqrt(mean + 1.0)
+    if level.arrival == "gamma":
+        spread /= math.sqrt(level.burstiness)
+    return math.ceil(mean + spread) + 1
+
+
+def _arrivals_by(profile: Profile, secs: float) -> float:
+    total = 0.0
+    for s, a, b in profile:
+        if secs <= 0:
+            break
+        take = min(s, secs)
+        total += take * a + (b - a) * take * take / (2 * s)
+        secs -= take
+    return total
 
 
 def split_round_robin(n: int, parts: int) -> list[list[int]]:

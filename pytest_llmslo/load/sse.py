@@ -397,3 +397,33 @@ def error_excerpt(pieces: Sequence[bytes], status: int | None = None) -> str:
             return _error_message(obj, status)
         return _excerpt(str(obj.get("message") or obj.get("detail")))
     return _excerpt(body)
+
+
+def stream_text(pieces: Sequence[bytes]) -> str:
+    """The text a finished stream delivered: its chunks' ``delta.content`` (chat) or
+    ``text`` (completions) joined, reasoning left out (a chat history carries the answer,
+    as a client application would). A multi-turn conversation sends it back as the
+    assistant's message of the next turn; it is decoded once, when the turn has ended."""
+    if not pieces:
+        return ""
+    _, events, rest = split_events([0] * len(pieces), pieces)
+    if rest.strip():
+        events.append(rest)
+    out: list[str] = []
+    for event in events:
+        _etype, data, _sse = _event_fields(event)
+        if data is None or data.strip() == _DONE:
+            continue
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            continue
+        choices = obj.get("choices") if isinstance(obj, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            continue
+        c = choices[0]
+        delta = c.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else c.get("text")
+        if isinstance(text, str):
+            out.append(text)
+    return "".join(out)

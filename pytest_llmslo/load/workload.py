@@ -10,7 +10,24 @@ Kinds (``WorkloadSpec.kind``):
 - ``jsonl``: one JSON object per line with ``prompt`` (or ``text``) and optionally
   ``output_tokens`` / ``max_tokens`` (else ``osl``), or a bare JSON string per line;
 - ``shared_prefix``: ``num_prefixes`` prefixes of ``prefix_len`` tokens, each request one
-  of them (round robin) followed by a unique suffix up to ``isl`` tokens.
+  of them (round robin) followed by a unique suffix up to ``isl`` tokens;
+- ``trace``: a timestamped trace (``traces.py``: Mooncake, Azure, BurstGPT, JSONL) in the
+  window ``trace_start_s`` + ``trace_window_s``; request i is the trace's row i, with its
+  lengths. A row with ``hash_ids`` is built block by block: each id is ``block_tokens``
+  tokens of text seeded by the id alone (the last block cut to the row's length), so rows
+  whose ids start alike share a real prefix, as in the trace's source. A trace level
+  (``LoadLevel.trace``) replays the rows at their timestamps; any other level sends them
+  in order as a dataset.
+
+Multi-turn (``turns > 1``): the unit of load is a conversation (``Conversation``) of up to
+``turns`` turns. Each turn's prompt is the whole history (the earlier user messages and the
+replies that were really streamed; with ``history_turns`` only the last so many turns)
+followed by a new user message. Synthetic and shared-prefix conversations have ``turns``
+turns of ``isl``-token messages (the shared prefix opens the first) and ``osl``-token
+replies; a ShareGPT conversation keeps its human turns (up to ``turns``), each reply's
+length its ``gpt`` answer's. Between turns the user thinks for ``think_time_s``: ``fixed``,
+or drawn (``exponential``, ``uniform`` over [0, 2 x mean]) from a generator seeded by the
+conversation.
 
 Token lengths: with ``tokenizer`` (a local ``tokenizer.json`` or a folder holding one,
 read with the optional ``tokenizers`` package) synthetic and shared-prefix prompts are
@@ -34,6 +51,7 @@ import json
 import math
 import os
 import zlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -42,9 +60,15 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import WorkloadError
+from .traces import Trace, read_trace
 
-WorkloadKind = Literal["synthetic", "sharegpt", "jsonl", "shared_prefix"]
+WorkloadKind = Literal["synthetic", "sharegpt", "jsonl", "shared_prefix", "trace"]
+WORKLOAD_KINDS: tuple[str, ...] = ("synthetic", "sharegpt", "jsonl", "shared_prefix", "trace")
 Distribution = Literal["fixed", "normal", "lognormal", "uniform"]
+ThinkDistribution = Literal["fixed", "exponential", "uniform"]
+THINK_DISTRIBUTIONS: tuple[str, ...] = ("fixed", "exponential", "uniform")
+#: Kinds whose prompts are built here from words (so a calibration can fit them).
+_BUILT_KINDS = ("synthetic", "shared_prefix", "trace")
 
 # Short, common English words: nearly all are one token, with their leading space, in
 # the BPE vocabularies of current models, so a word count is a good first guess.
@@ -92,13 +116,39 @@ class WorkloadSpec:
     seed: int = 0
     tokenizer: str | None = None
     calibrate: bool = True
+    trace_format: str = "auto"
+    block_tokens: int = 512
+    trace_start_s: float = 0.0
+    trace_window_s: float | None = None
+    turns: int = 1
+    think_time_s: float = 0.0
+    think_distribution: ThinkDistribution = "fixed"
+    history_turns: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("synthetic", "sharegpt", "jsonl", "shared_prefix"):
+        if self.kind not in WORKLOAD_KINDS:
             raise WorkloadError(
                 f"{self.kind!r} is not a valid workload kind. "
-                "Valid kinds: synthetic, sharegpt, jsonl, shared_prefix."
+                f"Valid kinds: {', '.join(WORKLOAD_KINDS)}."
             )
+        if self.turns < 1:
+            raise WorkloadError(f"turns must be >= 1, got {self.turns}")
+        if self.turns > 1 and self.kind not in ("synthetic", "shared_prefix", "sharegpt"):
+            raise WorkloadError(
+                f"multi-turn conversations (turns={self.turns}) are built from synthetic, "
+                f"shared-prefix or ShareGPT workloads, not {self.kind!r}"
+            )
+        if not (self.think_time_s >= 0 and math.isfinite(self.think_time_s)):
+            raise WorkloadError(f"think time must be >= 0 s, got {self.think_time_s!r}")
+        if self.think_distribution not in THINK_DISTRIBUTIONS:
+            raise WorkloadError(
+                f"{self.think_distribution!r} is not a think-time distribution. "
+                f"Valid: {', '.join(THINK_DISTRIBUTIONS)}."
+            )
+        if self.history_turns < 0:
+            raise WorkloadError(f"history_turns must be >= 0 (0: all), got {self.history_turns}")
+        if self.block_tokens < 1:
+            raise WorkloadError(f"block_tokens must be >= 1, got {self.block_tokens}")
         if self.distribution not in ("fixed", "normal", "lognormal", "uniform"):
             raise WorkloadError(
                 f"{self.distribution!r} is not a valid distribution. "
@@ -108,7 +158,7 @@ class WorkloadSpec:
             raise WorkloadError(f"isl and osl must be >= 1, got {self.isl}, {self.osl}")
         if self.isl_stddev < 0 or self.osl_stddev < 0:
             raise WorkloadError("isl_stddev and osl_stddev must be >= 0")
-        if self.kind in ("sharegpt", "jsonl") and not self.path:
+        if self.kind in ("sharegpt", "jsonl", "trace") and not self.path:
             raise WorkloadError(f"workload kind {self.kind!r} needs a path")
         if self.kind == "shared_prefix":
             if self.num_prefixes < 1 or self.prefix_len < 1:
@@ -120,20 +170,16 @@ class WorkloadSpec:
 
     @property
     def needs_calibration(self) -> bool:
-        return (
-            self.calibrate
-            and self.tokenizer is None
-            and self.kind in ("synthetic", "shared_prefix")
-        )
+        return self.calibrate and self.tokenizer is None and self.kind in _BUILT_KINDS
 
     @property
     def measures_overhead(self) -> bool:
         """With a tokenizer: probe the server for the tokens it adds around a prompt."""
-        return (
-            self.calibrate
-            and self.tokenizer is not None
-            and self.kind in ("synthetic", "shared_prefix")
-        )
+        return self.calibrate and self.tokenizer is not None and self.kind in _BUILT_KINDS
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.turns > 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,6 +204,17 @@ class Prompt:
     text: str
     isl: int
     osl: int
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """One multi-turn conversation: each turn's new user message (``Prompt``: its text,
+    its own tokens, the reply's requested length) and the think time before each turn
+    (0 before the first)."""
+
+    index: int
+    turns: tuple[Prompt, ...]
+    think_s: tuple[float, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,17 +329,38 @@ def check_workload(spec: WorkloadSpec) -> int:
     """Read the workload's dataset (if any) as a run would and return its usable rows (0 for
     a synthetic kind). ``WorkloadError`` names the file, the line and what is wrong: called
     before any engine starts, so a bad file fails the session at once, not every test."""
+    if spec.kind == "trace":
+        return len(_read_trace(spec))
     if spec.kind not in ("sharegpt", "jsonl"):
         return 0
     path = os.fspath(spec.path or "")
     if not os.path.isfile(path):
         what = "a directory" if os.path.isdir(path) else "not found"
         raise WorkloadError(f"dataset {path}: {what} (--dataset takes a .json or .jsonl file)")
-    rows = _read_sharegpt(path, None) if spec.kind == "sharegpt" else _read_jsonl(path)
-    return len(rows)
+    if spec.kind == "sharegpt":
+        return len(_read_conversations(path, None, spec.turns))
+    return len(_read_jsonl(path))
+
+
+def _read_trace(spec: WorkloadSpec) -> Trace:
+    return read_trace(
+        os.fspath(spec.path or ""),
+        spec.trace_format,
+        start_s=spec.trace_start_s,
+        window_s=spec.trace_window_s,
+    )
 
 
 def _read_sharegpt(path: str, tok: _Tokenizer | None) -> list[tuple[str, int | None]]:
+    """Each conversation's first human turn and the length of its reply."""
+    return [conv[0] for conv in _read_conversations(path, tok, 1)]
+
+
+def _read_conversations(
+    path: str, tok: _Tokenizer | None, max_turns: int
+) -> list[list[tuple[str, int | None]]]:
+    """Each conversation's human turns (up to ``max_turns``), each with the length of the
+    ``gpt`` reply that follows it (None: none follows)."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -290,25 +368,28 @@ def _read_sharegpt(path: str, tok: _Tokenizer | None) -> list[tuple[str, int | N
         raise WorkloadError(f"cannot read ShareGPT file {path}: {exc}") from exc
     if not isinstance(data, list):
         raise WorkloadError(f"{path}: a ShareGPT file is a JSON list of conversations")
-    out: list[tuple[str, int | None]] = []
+    out: list[list[tuple[str, int | None]]] = []
     for conv in data:
         turns = conv.get("conversations") if isinstance(conv, dict) else None
         if not isinstance(turns, list):
             continue
-        prompt = next(
-            (t.get("value") for t in turns if isinstance(t, dict) and t.get("from") == "human"),
-            None,
-        )
-        reply = next(
-            (t.get("value") for t in turns if isinstance(t, dict) and t.get("from") == "gpt"),
-            None,
-        )
-        if not isinstance(prompt, str) or not prompt.strip():
-            continue
-        osl = None
-        if isinstance(reply, str) and reply.strip():
-            osl = tok.count(reply) if tok else len(reply.split())
-        out.append((prompt, max(osl, 1) if osl is not None else None))
+        kept: list[tuple[str, int | None]] = []
+        for j, t in enumerate(turns):
+            if len(kept) >= max_turns:
+                break
+            if not isinstance(t, dict) or t.get("from") != "human":
+                continue
+            prompt = t.get("value")
+            if not isinstance(prompt, str) or not prompt.strip():
+                break  # a conversation is kept up to its first empty turn
+            nxt = turns[j + 1] if j + 1 < len(turns) else None
+            reply = nxt.get("value") if isinstance(nxt, dict) and nxt.get("from") == "gpt" else None
+            osl = None
+            if isinstance(reply, str) and reply.strip():
+                osl = max(tok.count(reply) if tok else len(reply.split()), 1)
+            kept.append((prompt, osl))
+        if kept:
+            out.append(kept)
     if not out:
         raise WorkloadError(f"{path}: no usable conversation (human turn) found")
     return out
@@ -346,6 +427,10 @@ def _read_jsonl(path: str) -> list[tuple[str, int | None]]:
 # Streams of the seeded generators apart from the per-request ones (which use the index).
 _PREFIX_STREAM = 1 << 40
 _ORDER_STREAM = (1 << 40) + 1
+_BLOCK_STREAM = (1 << 40) + 2
+_TURN_STREAM = (1 << 40) + 3
+#: Trace blocks kept built (shared blocks are built once while they recur).
+_BLOCK_CACHE = 512
 
 
 class PromptSource:
@@ -363,16 +448,23 @@ class PromptSource:
         self.lm = length_model or LengthModel()
         self._tok = _Tokenizer(spec.tokenizer) if spec.tokenizer else None
         self._rows: list[tuple[str, int | None]] = []
+        self._convs: list[list[tuple[str, int | None]]] = []
         self._order: np.ndarray | None = None
         self._prefixes: list[str] = []
+        self.trace: Trace | None = None
+        self._blocks: OrderedDict[int, str] = OrderedDict()
         if spec.kind in ("sharegpt", "jsonl"):
             path = os.fspath(spec.path or "")
-            self._rows = (
-                _read_sharegpt(path, self._tok) if spec.kind == "sharegpt" else _read_jsonl(path)
-            )
+            if spec.kind == "sharegpt":
+                self._convs = _read_conversations(path, self._tok, spec.turns)
+                self._rows = [c[0] for c in self._convs]
+            else:
+                self._rows = _read_jsonl(path)
             self._order = np.random.default_rng([spec.seed, _ORDER_STREAM]).permutation(
                 len(self._rows)
             )
+        elif spec.kind == "trace":
+            self.trace = _read_trace(spec)
         elif spec.kind == "shared_prefix":
             rng = np.random.default_rng([spec.seed, _PREFIX_STREAM])
             overhead = round(self.lm.overhead) if self._tok else 0
@@ -384,9 +476,74 @@ class PromptSource:
                 else:
                     self._prefixes.append(" ".join(_words(rng, self.lm.words_for(spec.prefix_len))))
 
+    def _block(self, h: int) -> str:
+        """The text of trace block ``h``: ``block_tokens`` tokens seeded by the id alone."""
+        text = self._blocks.get(h)
+        if text is not None:
+            self._blocks.move_to_end(h)
+            return text
+        rng = np.random.default_rng([self.spec.seed, _BLOCK_STREAM, h & ((1 << 62) - 1)])
+        n = self.spec.block_tokens
+        if self._tok:
+            text = self._tok.exact(_words(rng, n * 2 + 8), n)
+        else:
+            text = " ".join(_words(rng, max(1, round(n / self.lm.tokens_per_word))))
+        self._blocks[h] = text
+        if len(self._blocks) > _BLOCK_CACHE:
+            self._blocks.popitem(last=False)
+        return text
+
+    def _trace_prompt(self, i: int) -> Prompt:
+        trace = self.trace
+        assert trace is not None
+        row = i % len(trace)
+        isl = int(trace.isl[row])
+        osl_row = int(trace.osl[row])
+        osl = osl_row if osl_row > 0 else self.spec.osl
+        given = trace.prompt(row)
+        if given is not None:
+            return Prompt(given, isl, osl)
+        rng = np.random.default_rng([self.spec.seed, i])
+        tok = self._tok
+        lm = self.lm
+        overhead = max(0, round(lm.overhead))
+        hashes = trace.hashes(row)
+        n_block = self.spec.block_tokens
+        # Whole blocks for every id but the last, which is cut to the row's length; the
+        # overhead (chat template) comes off the unique tail.
+        parts: list[str] = []
+        used = 0
+        for j, h in enumerate(hashes):
+            left = isl - used
+            if left <= 0:
+                break
+            block = self._block(int(h))
+            if j == len(hashes) - 1 and left < n_block:
+                keep = max(1, left - overhead)
+                words = block.split(" ")
+                take = max(1, round(keep / lm.tokens_per_word)) if not tok else keep
+                if tok:
+                    block = tok.exact(words, min(take, n_block))
+                else:
+                    block = " ".join(words[:take])
+                used += left
+            else:
+                used += n_block
+            parts.append(block)
+        tail = isl - used
+        if tail > 0:
+            keep = max(1, tail - overhead)
+            if tok:
+                parts.append(tok.exact(_words(rng, keep * 2 + 8), keep))
+            else:
+                parts.append(" ".join(_words(rng, max(1, round(keep / lm.tokens_per_word)))))
+        return Prompt(" ".join(parts), isl, osl)
+
     def prompt(self, i: int) -> Prompt:
         """Prompt ``i`` (``i >= 0``)."""
         spec = self.spec
+        if self.trace is not None:
+            return self._trace_prompt(i)
         tok = self._tok
         lm = self.lm
         rng = np.random.default_rng([spec.seed, i])
@@ -426,6 +583,43 @@ class PromptSource:
             if prefix:
                 text = f"{prefix} {text}"
         return Prompt(text, isl, osl)
+
+    def conversation(self, s: int) -> Conversation:
+        """Conversation ``s`` (``s >= 0``) of a multi-turn workload: its user messages
+        (turn 0 is prompt ``s`` of the single-turn workload, shared prefix included) and
+        think times, seeded by ``s`` alone."""
+        spec = self.spec
+        rng = np.random.default_rng([spec.seed, _TURN_STREAM, s])
+        if self._convs:
+            assert self._order is not None
+            conv = self._convs[int(self._order[s % len(self._convs)])]
+            tok = self._tok
+            turns = []
+            for text, row_osl in conv:
+                osl = int(draw_lengths(rng, spec.osl, spec.osl_stddev, spec.distribution, 1)[0])
+                isl = tok.count(text) if tok else len(text.split())
+                turns.append(Prompt(text, isl, row_osl if row_osl is not None else osl))
+        else:
+            # Turn 0 is the single-turn workload's prompt s (with its shared prefix); later
+            # turns are new messages of their own indices, without the prefix.
+            first = self.prompt(s)
+            turns = [first]
+            plain = replace(spec, kind="synthetic", num_prefixes=0, prefix_len=0, turns=1)
+            src = PromptSource(plain, self.lm) if self._prefixes else self
+            for k in range(1, spec.turns):
+                turns.append(src.prompt(_TURN_STREAM + s * 1024 + k))
+        think = [0.0]
+        for _ in range(1, len(turns)):
+            think.append(_think(rng, spec.think_time_s, spec.think_distribution))
+        return Conversation(s, tuple(turns), tuple(think))
+
+
+def _think(rng: np.random.Generator, mean: float, dist: str) -> float:
+    if mean <= 0 or dist == "fixed":
+        return mean
+    if dist == "exponential":
+        return float(rng.exponential(mean))
+    return float(rng.uniform(0.0, 2.0 * mean))
 
 
 def build_prompts(

@@ -71,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="Name requests use (wins over --model, as in vLLM).",
     )
     p.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=[],
+        metavar="NAME[=PATH]",
+        help="LoRA adapters served besides the base model, as in vLLM (requests may ask for "
+        "NAME; the sim serves them at the base model's cost, and /metrics counts requests "
+        "per adapter).",
+    )
+    p.add_argument(
         "--trace-file", help="Append one JSON line per token written (rid, i, t_ns, sched_ns)."
     )
     p.add_argument("--list-profiles", action="store_true", help="List the profiles and exit.")
@@ -228,7 +237,11 @@ async def serve(
     profile: Profile, model: str, host: str, port: int, args: argparse.Namespace
 ) -> None:
     server = SimServer(
-        profile, model, trace_file=args.trace_file, lag_warn_s=args.lag_warn_ms / 1e3
+        profile,
+        model,
+        trace_file=args.trace_file,
+        lag_warn_s=args.lag_warn_ms / 1e3,
+        adapters=tuple(m.split("=", 1)[0] for m in args.lora_modules),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

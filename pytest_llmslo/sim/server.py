@@ -416,9 +416,12 @@ class SimServer:
         *,
         trace_file: str | None = None,
         lag_warn_s: float = 0.02,
+        adapters: tuple[str, ...] = (),
     ) -> None:
         self.profile = profile
         self.model = model
+        self.adapters = tuple(a for a in adapters if a and a != model)
+        self.requests_by_model: dict[str, int] = {}
         self.max_model_len = profile.max_model_len
         self.trace = TraceWriter(trace_file) if trace_file else None
         self.engine = EngineLoop(profile, trace=self.trace, lag_warn_s=lag_warn_s)
@@ -485,15 +488,16 @@ class SimServer:
                 "object": "list",
                 "data": [
                     {
-                        "id": self.model,
+                        "id": name,
                         "object": "model",
                         "created": self.created,
                         "owned_by": "pytest-llmslo",
                         "root": self.model,
-                        "parent": None,
+                        "parent": None if name == self.model else self.model,
                         "max_model_len": self.max_model_len,
                         "permission": [],
                     }
+                    for name in (self.model, *self.adapters)
                 ],
             },
         )
@@ -513,7 +517,7 @@ class SimServer:
                 400, "Input should be a valid dictionary or object to extract fields from"
             )
         model = body.get("model")
-        if model is not None and model != self.model:
+        if model is not None and model != self.model and model not in self.adapters:
             raise ApiError(
                 HTTPStatus.NOT_FOUND,
                 f"The model `{model}` does not exist.",
@@ -606,6 +610,8 @@ class SimServer:
         hashes = block_hashes(tokens, cluster.block_size) if cluster.enable_prefix_caching else ()
         sim_req = SimRequest(rid, n_prompt, max_tokens, block_hashes=hashes)
         self.requests_total += 1
+        name = str(body.get("model") or self.model)
+        self.requests_by_model[name] = self.requests_by_model.get(name, 0) + 1
         st = Stream(
             conn,
             sim_req,
@@ -678,6 +684,11 @@ class SimServer:
             st.prefix_hits,
         )
         metric("vllm:request_success_total", "counter", "Requests finished.", st.finished)
+        out.append("# HELP llmslo_sim_requests_total Requests accepted, by the model they asked for.")
+        out.append("# TYPE llmslo_sim_requests_total counter")
+        for name in (self.model, *self.adapters):
+            n = self.requests_by_model.get(name, 0)
+            out.append(f'llmslo_sim_requests_total{{model_name="{name}"}} {n}')
         metric("llmslo_sim_kv_cache_blocks", "gauge", "KV-cache blocks in total.", c.kv_blocks())
         metric("llmslo_sim_kv_transfers_total", "counter", "KV transfers, prefill to decode.",
                c.transfers)  # fmt: skip
