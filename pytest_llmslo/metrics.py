@@ -77,6 +77,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from . import traffic
 from .catalog import GAP_METRICS, METRICS, PERCENTILES, Stat, parse_stat, qkey, stat_name
 from .records import ClientHealth, LoadLevel, Run
 from .stats import (
@@ -916,6 +917,9 @@ class RunSummary:
     throughput_window: str = "measured"
     throughput_window_s: float = 0.0
     early_stop: str | None = None
+    #: Offered against sent rate, a cap's waits, figures by turn and by conversation
+    #: (``traffic.summarize``); None for a plain closed loop.
+    traffic: Mapping[str, Any] | None = None
 
     _RUN_FIELDS = (
         "output_tok_s",
@@ -983,6 +987,7 @@ class RunSummary:
             "throughput_window": self.throughput_window,
             "throughput_window_s": self.throughput_window_s,
             "early_stop": self.early_stop,
+            "traffic": None if self.traffic is None else dict(self.traffic),
         }
 
     @classmethod
@@ -1025,6 +1030,7 @@ class RunSummary:
             throughput_window=str(d.get("throughput_window", "measured")),
             throughput_window_s=float(d.get("throughput_window_s", 0.0)),
             early_stop=d.get("early_stop"),
+            traffic=d.get("traffic"),
         )
 
 
@@ -1089,6 +1095,7 @@ def summarize(
         throughput_window=window.kind,
         throughput_window_s=win_s,
         early_stop=_early_reason(run),
+        traffic=traffic.summarize(run),
     )
 
 

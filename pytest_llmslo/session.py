@@ -753,14 +753,31 @@ def check_test_inputs(state: Session, ts: S.TestSettings, where: str) -> None:
     from pytest_llmslo.tls import make_ssl_context
 
     fields = ts.workload_fields()
-    key = repr(sorted(fields.items())) + repr((ts.ca_bundle, ts.insecure))
+    shaping = (ts.headers, ts.models, ts.session_header)
+    key = repr(sorted(fields.items())) + repr((ts.ca_bundle, ts.insecure, shaping))
     if key in state.checked_inputs:
         return
     on = f" (test {where})" if where else ""
     try:
+        load.ClientSettings(
+            base_url="http://127.0.0.1:1",
+            model="check",
+            headers=dict(ts.headers),
+            models=tuple(ts.models or ()),
+            session_header=ts.session_header,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"request shaping{on}: {exc}") from None
+    try:
         load.check_workload(load.WorkloadSpec(**fields))
     except (WorkloadError, ValueError, TypeError) as exc:
-        src = ts.sources.get("dataset") if fields.get("path") else ts.sources.get("workload")
+        src = (
+            ts.sources.get("trace")
+            if ts.trace
+            else ts.sources.get("dataset")
+            if fields.get("path")
+            else ts.sources.get("workload")
+        )
         raise ConfigError(f"{src or 'workload'}{on}: {exc}") from None
     if ts.ca_bundle:
         try:
@@ -934,8 +951,13 @@ def run_level(
         api_key_env=ts.api_key_env or None,
         verify_tls=not ts.insecure,
         ca_bundle=ts.ca_bundle,
+        headers=dict(ts.headers),
+        models=tuple(ts.models or ()),
+        session_header=ts.session_header,
+        extra_body=dict(ts.extra_body or {}),
     )
     try:
+        # Levels never share prompts, a trace's blocks included (``for_level``).
         workload = load.WorkloadSpec(**ts.workload_fields()).for_level(level.mode, level.value)
     except (TypeError, ValueError, WorkloadError) as exc:
         raise ConfigError(f"{test}: bad workload: {exc}") from None

@@ -32,12 +32,15 @@ from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 ENV_PREFIX = "LLMSLO_"
 INI_PREFIX = "llmslo_"
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48, 64)
-ARRIVALS = ("poisson", "constant")
+ARRIVALS = ("poisson", "constant", "gamma")
+# Copies of load.traces.TRACE_FORMATS and load.workload.THINK_DISTRIBUTIONS.
+TRACE_FORMATS = ("auto", "mooncake", "azure", "burstgpt", "jsonl")
+THINK_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
 # Copies of load.client.Endpoint and TransportName (a test keeps them equal): reading the
 # options must not import the load generator.
 ENDPOINTS = ("chat", "completions")
 TRANSPORTS = ("auto", "fast", "httpx")
-WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix")
+WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix", "trace")
 DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
 CAPACITY_MODES = ("concurrency", "rate")
 EARLY_STOP_MODES = ("auto", "on", "off")
@@ -171,6 +174,14 @@ def parse_level_timeout(text: str) -> float | None:
     return parse_positive_float(s)
 
 
+def parse_optional_request_cap(text: str) -> int | None:
+    """A count > 0, or ``none``/``0`` for no cap."""
+    t = str(text).strip().lower()
+    if t in ("none", "0", "off", ""):
+        return None
+    return parse_positive_int(t)
+
+
 def parse_optional_duration(text: str) -> float | None:
     """Seconds; ``0``/``none``/empty mean no duration bound."""
     s = str(text).strip().lower()
@@ -255,6 +266,102 @@ def parse_engine_opt(text: str) -> str:
     if not (eq and dot and name.strip() and key.strip()):
         raise ValueError(f"Could not parse value: {text!r}. Expected NAME.key=value.")
     return s
+
+
+def parse_ramp(text: str) -> tuple[float, float, float]:
+    """``"2:8:60"``: the rate goes from 2 to 8 requests/s over 60 s."""
+    parts = str(text).strip().lower().removesuffix("s").split(":")
+    try:
+        a, b, secs = (float(p) for p in parts)
+    except ValueError:
+        raise ValueError(
+            f"Could not parse value: {text!r}. Expected START:END:SECONDS, like 2:8:60."
+        ) from None
+    if not (a >= 0 and b >= 0 and a + b > 0 and secs > 0) or not math.isfinite(a + b + secs):
+        raise ValueError(f"Could not parse value: {text!r}. Rates >= 0 (not both 0), seconds > 0.")
+    return a, b, secs
+
+
+def parse_steps(text: str) -> tuple[tuple[float, ...], float]:
+    """``"2,4,8:30"``: 2, then 4, then 8 requests/s, each for 30 s."""
+    rates, sep, secs = str(text).strip().rpartition(":")
+    try:
+        values = tuple(float(r) for r in _split_list(rates))
+        step = float(secs.strip().lower().removesuffix("s"))
+    except ValueError:
+        values, step = (), 0.0
+    if not sep or not values or not step > 0 or any(not v > 0 for v in values):
+        raise ValueError(
+            f"Could not parse value: {text!r}. Expected RATE,RATE,...:SECONDS, like 2,4,8:30."
+        )
+    return values, step
+
+
+def parse_headers(text: str) -> tuple[tuple[str, str], ...]:
+    """``"X-Tenant: a"``; several separated by ``;`` or new lines (env, ini)."""
+    out = []
+    for item in str(text).replace("\n", ";").split(";"):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip() or " " in name.strip():
+            raise ValueError(f"Could not parse value: {item.strip()!r}. Expected NAME: VALUE.")
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def coerce_headers(value: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, Mapping):
+        return parse_headers(";".join(f"{k}: {v}" for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return parse_headers(";".join(str(v) for v in value))
+    return parse_headers(str(value))
+
+
+def parse_json_object(text: str) -> dict[str, Any]:
+    """A JSON object (``--extra-body '{"top_k": 20}'``)."""
+    import json
+
+    s = str(text).strip()
+    if not s:
+        return {}
+    try:
+        obj = json.loads(s)
+    except ValueError as exc:
+        raise ValueError(f"Could not parse value: {s!r}. Not JSON: {exc}.") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"Could not parse value: {s!r}. Expected a JSON object {{...}}.")
+    return obj
+
+
+def coerce_json_object(value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    return parse_json_object(str(value))
+
+
+def parse_models(text: str) -> tuple[tuple[str, float], ...]:
+    """``"base:2,lora-a:1"``: a weighted list of models (weight 1 when left out)."""
+    out = []
+    for item in _split_list(text):
+        name, sep, weight = item.rpartition(":")
+        try:
+            w = float(weight) if sep else 1.0
+        except ValueError:
+            name, w = item, 1.0
+        name = name if sep and name else item if not sep else name
+        if not (w > 0 and math.isfinite(w)) or not name.strip():
+            raise ValueError(f"Could not parse value: {item!r}. Expected NAME[:WEIGHT > 0].")
+        out.append((name.strip(), w))
+    if not out:
+        raise ValueError(f"Could not parse value: {text!r}. Expected NAME[:WEIGHT],...")
+    return tuple(out)
+
+
+def coerce_models(value: Any) -> tuple[tuple[str, float], ...]:
+    if isinstance(value, Mapping):
+        return parse_models(",".join(f"{k}:{v}" for k, v in value.items()))
+    return _coerce_with(parse_models)(value)
 
 
 def parse_objectives(text: str) -> tuple[Any, ...]:
@@ -888,6 +995,183 @@ SPECS: tuple[Spec, ...] = (
         marker="api_key_env",
         metavar="VAR",
     ),
+    _spec(
+        "burstiness",
+        parse_positive_float,
+        1.0,
+        "Gamma arrivals' shape (--arrival=gamma): 1 is Poisson, below 1 burstier, above 1 "
+        "more regular (vLLM bench's --burstiness).",
+        cli="--burstiness",
+        marker="burstiness",
+        metavar="K",
+    ),
+    _spec(
+        "ramp",
+        parse_ramp,
+        None,
+        "One open-loop level whose rate goes linearly from START to END requests/s over "
+        "SECONDS (instead of --rate or --concurrency).",
+        cli="--ramp",
+        marker="ramp",
+        metavar="START:END:SECONDS",
+    ),
+    _spec(
+        "steps",
+        parse_steps,
+        None,
+        "One open-loop level that holds each rate for SECONDS in turn (instead of --rate or "
+        "--concurrency).",
+        cli="--steps",
+        marker="steps",
+        metavar="R,R,...:SECONDS",
+    ),
+    _spec(
+        "max_concurrency",
+        parse_optional_request_cap,
+        None,
+        "Cap on the requests in flight of an open loop (rate, ramp, steps, trace): an "
+        "arrival that finds it reached waits for a slot (vLLM bench's --max-concurrency).",
+        cli="--max-concurrency",
+        marker="max_concurrency",
+        metavar="N",
+    ),
+    _spec(
+        "trace",
+        parse_optional_str,
+        None,
+        "Replay a timestamped trace (Mooncake JSONL, Azure or BurstGPT CSV, JSONL with "
+        "'timestamp'): its rows are the requests, sent at their times (see --trace-speed).",
+        cli="--trace-file",
+        marker="trace",
+        metavar="PATH",
+    ),
+    _spec(
+        "trace_format",
+        _choice("trace_format", TRACE_FORMATS),
+        "auto",
+        "The trace's format (auto: by its header or first line).",
+        cli="--trace-format",
+        marker="trace_format",
+        choices=TRACE_FORMATS,
+    ),
+    _spec(
+        "trace_speed",
+        parse_float_list,
+        None,
+        "Replay speed-ups, one level each: 2 sends the trace twice as fast (default 1 with "
+        "--trace-file; a concurrency or rate instead sends its rows as a dataset).",
+        cli="--trace-speed",
+        marker="trace_speed",
+        metavar="X[,X]",
+    ),
+    _spec(
+        "trace_start",
+        parse_float,
+        0.0,
+        "Start of the trace window, in seconds from its first request.",
+        cli="--trace-start",
+        marker="trace_start",
+        metavar="SECONDS",
+    ),
+    _spec(
+        "trace_window",
+        parse_optional_duration,
+        None,
+        "Length of the trace window in seconds (default: to the end).",
+        cli="--trace-window",
+        marker="trace_window",
+        metavar="SECONDS",
+    ),
+    _spec(
+        "block_tokens",
+        parse_positive_int,
+        512,
+        "Tokens per hash id of a Mooncake trace (its release uses 512).",
+        cli="--block-tokens",
+        marker="block_tokens",
+        metavar="N",
+    ),
+    _spec(
+        "turns",
+        parse_positive_int,
+        1,
+        "Turns per conversation: above 1 each request is a conversation's turn, its prompt "
+        "the history (earlier messages and the replies streamed) plus --isl new tokens; "
+        "with ShareGPT, up to this many of each conversation's human turns.",
+        cli="--turns",
+        marker="turns",
+        metavar="N",
+    ),
+    _spec(
+        "think_time",
+        parse_float,
+        0.0,
+        "Seconds a user thinks between a reply and the next turn (mean, see --think-distribution).",
+        cli="--think-time",
+        marker="think_time",
+        metavar="SECONDS",
+    ),
+    _spec(
+        "think_distribution",
+        _choice("think_distribution", THINK_DISTRIBUTIONS),
+        "fixed",
+        "Think times: fixed, exponential or uniform over [0, 2 x mean], seeded.",
+        cli="--think-distribution",
+        marker="think_distribution",
+        choices=THINK_DISTRIBUTIONS,
+    ),
+    _spec(
+        "history_turns",
+        parse_int,
+        0,
+        "Turns of history each prompt carries (0: all of them).",
+        cli="--history-turns",
+        marker="history_turns",
+        metavar="N",
+    ),
+    _spec(
+        "session_header",
+        parse_optional_str,
+        None,
+        "Header that carries each conversation's id on its turns (sticky routing), e.g. "
+        "X-Session-ID.",
+        cli="--session-header",
+        marker="session_header",
+        metavar="NAME",
+    ),
+    _spec(
+        "header",
+        parse_headers,
+        (),
+        "Extra HTTP header on every request: 'NAME: VALUE' (repeatable; ';' between several "
+        "in env and ini).",
+        cli="--header",
+        marker="headers",
+        coerce=coerce_headers,
+        metavar="'NAME: VALUE'",
+        repeatable=True,
+    ),
+    _spec(
+        "extra_body",
+        parse_json_object,
+        None,
+        "JSON object merged into every request body, e.g. '{\"top_k\": 20}'.",
+        cli="--extra-body",
+        marker="extra_body",
+        coerce=coerce_json_object,
+        metavar="JSON",
+    ),
+    _spec(
+        "models",
+        parse_models,
+        None,
+        "Each request asks for one of these models, drawn by weight: NAME[:WEIGHT],... "
+        "(LoRA adapters an engine serves beside its base model).",
+        cli="--models",
+        marker="models",
+        coerce=coerce_models,
+        metavar="NAME[:W],...",
+    ),
 )
 
 SPEC_BY_NAME: dict[str, Spec] = {s.name: s for s in SPECS}
@@ -1083,6 +1367,21 @@ class TestSettings:
     pin_output: bool = True
     transport: str = "auto"
     api_key_env: str = "OPENAI_API_KEY"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    trace: str | None = None
+    trace_format: str = "auto"
+    trace_start_s: float = 0.0
+    trace_window_s: float | None = None
+    block_tokens: int = 512
+    turns: int = 1
+    think_time_s: float = 0.0
+    think_distribution: str = "fixed"
+    history_turns: int = 0
+    session_header: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    extra_body: Mapping[str, Any] | None = None
+    models: tuple[tuple[str, float], ...] | None = None
     #: The test's own engines (``engines=`` on its marker); empty: the session's.
     engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -1130,10 +1429,20 @@ class TestSettings:
             "num_prefixes": self.num_prefixes,
             "prefix_len": self.prefix_len,
             "seed": self.seed,
+            "trace_format": self.trace_format,
+            "block_tokens": self.block_tokens,
+            "trace_start_s": self.trace_start_s,
+            "trace_window_s": self.trace_window_s,
+            "turns": self.turns,
+            "think_time_s": self.think_time_s,
+            "think_distribution": self.think_distribution,
+            "history_turns": self.history_turns,
         }
 
     def dataset_kind(self) -> tuple[str, str | None]:
         """(workload kind, dataset path)."""
+        if self.trace:
+            return "trace", self.trace
         if self.dataset:
             text = self.dataset
             for k in ("sharegpt", "jsonl"):
@@ -1231,7 +1540,7 @@ def resolve_test(
         where_from[spec.name] = label
         found[spec.name] = ok
     levels = _resolve_levels(sources, marker, where, vals, where_from)
-    if vals["requests"] is None and not vals["duration"]:
+    if vals["requests"] is None and not vals["duration"] and not vals["trace"]:
         raise ConfigError(
             f"{where_from['requests']}: a level without a request count needs a duration: "
             "give --duration (or a request count)"
@@ -1279,6 +1588,21 @@ def resolve_test(
         pin_output=bool(vals["pin_output"]),
         transport=vals["transport"],
         api_key_env=vals["api_key_env"],
+        burstiness=vals["burstiness"],
+        max_concurrency=vals["max_concurrency"],
+        trace=vals["trace"],
+        trace_format=vals["trace_format"],
+        trace_start_s=vals["trace_start"],
+        trace_window_s=vals["trace_window"],
+        block_tokens=vals["block_tokens"],
+        turns=vals["turns"],
+        think_time_s=vals["think_time"],
+        think_distribution=vals["think_distribution"],
+        history_turns=vals["history_turns"],
+        session_header=vals["session_header"],
+        headers=tuple(vals["header"] or ()),
+        extra_body=vals["extra_body"],
+        models=vals["models"],
         engines=tuple(dict.fromkeys(MARKER_ONLY["engines"](marker["engines"])))
         if "engines" in marker
         else (),
@@ -1293,8 +1617,9 @@ def _resolve_levels(
     vals: Mapping[str, Any],
     where_from: dict[str, str],
 ) -> tuple[LoadLevel, ...]:
-    """Concurrency and rate are one setting, the load: the highest source that gives either
-    wins; one source giving both is an error."""
+    """The load is one setting given five ways (concurrency, rate, ramp, steps, trace
+    speed-ups): the highest source that gives one wins; one source giving two is an error.
+    A trace without any of them is replayed at its own pace."""
     order = ("cli", "env", "ini", "marker", "default")
 
     def rank(label: str) -> int:
@@ -1308,21 +1633,54 @@ def _resolve_levels(
             return 3
         return 4
 
-    c_rank = rank(where_from["concurrency"])
-    r_rank = rank(where_from["rate"])
-    if c_rank == r_rank and c_rank < 4:
-        src = order[c_rank]
+    kinds = ("concurrency", "rate", "ramp", "steps", "trace_speed")
+    ranks = {k: rank(where_from[k]) for k in kinds}
+    best = min(ranks.values())
+    given = [k for k in kinds if ranks[k] == best]
+    if best < 4 and len(given) > 1:
+        src = order[best]
         raise ConfigError(
-            f"{where_from['concurrency']} and {where_from['rate']}: a {src} source sets both "
-            "concurrency and rate; give one of them."
+            f"{' and '.join(where_from[k] for k in given)}: a {src} source sets "
+            f"{' and '.join(given)}; give one load of them."
         )
-    if r_rank < c_rank:
-        arrival = vals["arrival"]
-        seed = vals["seed"]
-        where_from["load"] = where_from["rate"]
-        return tuple(LoadLevel.rate(r, arrival, seed) for r in vals["rate"])
+    cap = vals["max_concurrency"]
+    seed = vals["seed"]
+    arrival = vals["arrival"]
+    gamma: dict[str, Any] = {"burstiness": vals["burstiness"]} if arrival == "gamma" else {}
+    if vals["burstiness"] != 1.0 and arrival != "gamma":
+        raise ConfigError(
+            f"{where_from['burstiness']}: burstiness shapes gamma arrivals; "
+            "give --arrival=gamma with it"
+        )
+    kind = given[0] if best < 4 else ("trace_speed" if vals["trace"] else "concurrency")
+    where_from["load"] = where_from[kind]
+    if vals["trace"] and kind in ("ramp", "steps", "rate"):
+        raise ConfigError(
+            f"{where_from[kind]}: a trace brings its own arrival times; give --trace-speed "
+            "(or a concurrency, to send its rows as a dataset)"
+        )
+    if kind == "trace_speed":
+        if not vals["trace"]:
+            raise ConfigError(
+                f"{where_from['trace_speed']}: --trace-speed needs a trace (--trace-file)"
+            )
+        return tuple(LoadLevel.trace(x, max_concurrency=cap) for x in vals["trace_speed"] or (1.0,))
+    if cap is not None and kind == "concurrency":
+        raise ConfigError(
+            f"{where_from['max_concurrency']}: max_concurrency caps an open loop; a closed "
+            "loop's concurrency is its cap already"
+        )
+    if kind == "ramp":
+        a, b, secs = vals["ramp"]
+        return (LoadLevel.ramp(a, b, secs, arrival, seed, max_concurrency=cap, **gamma),)
+    if kind == "steps":
+        rates, secs = vals["steps"]
+        return (LoadLevel.steps(rates, secs, arrival, seed, max_concurrency=cap, **gamma),)
+    if kind == "rate":
+        return tuple(
+            LoadLevel.rate(r, arrival, seed, max_concurrency=cap, **gamma) for r in vals["rate"]
+        )
     conc = vals["concurrency"] or DEFAULT_CONCURRENCY
-    where_from["load"] = where_from["concurrency"]
     return tuple(LoadLevel.concurrency(n) for n in conc)
 
 
@@ -1356,6 +1714,9 @@ def describe_workload(test: TestSettings) -> str:
         isl = f"{test.isl}" + (f"±{test.isl_stddev:g}" if test.isl_stddev else "")
         osl = f"{test.osl}" + (f"±{test.osl_stddev:g}" if test.osl_stddev else "")
         wl = f"{kind} isl={isl} osl={osl}"
+    if test.turns > 1:
+        think = f" think={test.think_time_s:g}s" if test.think_time_s else ""
+        wl += f" turns={test.turns}{think}"
     parts = [wl, f"warmup={test.warmup}", f"requests={test.requests or 'none'}"]
     if test.duration_s:
         parts.append(f"duration={test.duration_s:g}s")

@@ -808,8 +808,8 @@ async def run_load(
     measured ``Run`` (warm-up discarded); ``requests=None`` runs until ``duration_s``.
     See the module docstring for the duration bound, the level's time bound, early stop,
     cancellation and health; ``defer_bytes`` is the decoding budget of ``backlog.py``."""
-    if requests is None and duration_s is None:
-        raise LoadError("a level needs a request count, a duration, or both")
+    if requests is None and duration_s is None and level.arrival != "trace":
+        raise LoadError("a level needs a request count, a duration, or both (a trace: neither)")
     if requests is not None and requests < 1:
         raise LoadError(f"requests must be >= 1, got {requests}")
     if warmup < 0:
@@ -873,7 +873,7 @@ async def run_load(
         if workload.kind != "trace":
             raise LoadError(
                 f"a trace level ({level.label}) replays a trace workload; this workload is "
-                f"{workload.kind!r}: give a trace (--trace FILE) or a rate or concurrency"
+                f"{workload.kind!r}: give a trace (--trace-file) or a rate or concurrency"
             )
         trace = read_trace(
             workload.path or "",

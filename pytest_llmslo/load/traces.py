@@ -135,7 +135,7 @@ def detect_format(path: str) -> str:
 def _first_line(path: str) -> str:
     if not os.path.isfile(path):
         what = "a directory" if os.path.isdir(path) else "not found"
-        raise WorkloadError(f"trace {path}: {what} (--trace takes a .jsonl or .csv file)")
+        raise WorkloadError(f"trace {path}: {what} (--trace-file takes a .jsonl or .csv file)")
     try:
         with open(path, encoding="utf-8-sig") as f:
             for line in f:

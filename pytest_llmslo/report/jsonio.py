@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo._version import __version__
 from pytest_llmslo.catalog import METRICS
 from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.records import ARRIVALS, LoadLevel
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
@@ -111,7 +112,7 @@ SAMPLE_METRICS: tuple[str, ...] = METRICS
 
 _LOAD_MODES = ("concurrency", "rate")
 _NUMBER_TYPES = (int, float)  # exact types: JSON true/false (bool) is not a sample
-_ARRIVALS = ("closed", "constant", "poisson")
+_ARRIVALS = ("closed", *ARRIVALS)
 _KNEE_STATUSES = ("found", "all_passed", "none_passed", "unchecked", "empty")
 
 
@@ -811,6 +812,10 @@ def _check_level(lv: Any, where: str) -> None:
         f"{where}.arrival",
         f"expected one of {_ARRIVALS}, got {lv.get('arrival')!r}",
     )
+    try:
+        LoadLevel.from_dict(lv)
+    except (TypeError, ValueError, KeyError) as exc:
+        _expect(False, where, f"not a load level: {exc}")
 
 
 def _expect(ok: bool, where: str, message: str) -> None:

@@ -88,6 +88,9 @@ def testcase_properties(
     the most frequent error messages (``errors.<n>.{kind,count,message}``), the client's
     health (``client.{schedule_lag_p99_ms,schedule_lag_max_ms,loop_lag_p99_ms,
     loop_lag_max_ms,cpu_util,processes}``), ``short_outputs``, ``level_timeout``,
+    the traffic (``traffic.{offered_req_s,sent_req_s,cap_delayed,cap_wait_max_ms}``,
+    multi-turn ``turn.<k>.{ttft_p50_ms,ttft_p99_ms}`` and
+    ``sessions.{started,completed,duration_p50_s,duration_p99_s}``),
     ``verdict`` (pass/fail/invalid/unchecked), ``strict``, and per objective
     ``slo.<metric_stat>.{objective,op,threshold_ms,observed_ms,bound_ms,count,samples_needed,passed}``.
     """
@@ -122,6 +125,21 @@ def testcase_properties(
     add(property_name("output_tok_s"), summary.output_tok_s)
     add(property_name("total_tok_s"), summary.total_tok_s)
     add(property_name("req_s"), summary.req_s)
+    traffic = summary.traffic or {}
+    for name in ("offered_req_s", "sent_req_s"):
+        add(property_name("traffic", name), traffic.get(name))
+    cap = traffic.get("cap")
+    if isinstance(cap, Mapping):
+        add(property_name("traffic", "cap_delayed"), cap.get("delayed"))
+        add(property_name("traffic", "cap_wait_max_ms"), cap.get("wait_max_ms"))
+    for turn in traffic.get("turns") or ():
+        k = int(turn["turn"]) + 1
+        add(property_name("turn", k, "ttft_p50_ms"), turn.get("ttft_p50_ms"))
+        add(property_name("turn", k, "ttft_p99_ms"), turn.get("ttft_p99_ms"))
+    sessions = traffic.get("sessions")
+    if isinstance(sessions, Mapping):
+        for name in ("started", "completed", "duration_p50_s", "duration_p99_s"):
+            add(property_name("sessions", name), sessions.get(name))
 
     # The verdict's goodput is computed from the objectives this test asserted.
     for name in ("goodput_tok_s", "goodput_req_s", "attainment"):

@@ -19,7 +19,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmslo.report.terminal import fmt_ms, fmt_pct, fmt_tok, sweep_row_cells
+from pytest_llmslo.report.terminal import (
+    fmt_ms,
+    fmt_pct,
+    fmt_tok,
+    sweep_row_cells,
+    traffic_lines,
+)
 from pytest_llmslo.sweep import (
     CapacityResult,
     Knee,
@@ -250,6 +256,13 @@ def render_sweeps(
             lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
             lines.append("")
             lines.append(_knee_sentence(knee))
+            traffic = [
+                "- " + escape_cell(text.strip())
+                for i in level_order(pts)
+                for text in traffic_lines(pts[i])
+            ]
+            if traffic:
+                lines.extend(["", *traffic])
             capacity = (capacities or {}).get((engine, test))
             if capacity is not None and capacity.mode == mode:
                 lines.append("")

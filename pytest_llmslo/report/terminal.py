@@ -51,6 +51,7 @@ __all__ = [
     "render_sweep",
     "render_verdict",
     "sweep_row_cells",
+    "traffic_lines",
 ]
 
 DEFAULT_WIDTH = 100
@@ -161,7 +162,9 @@ def _render_one(
 ) -> list[str]:
     order = sorted(range(len(sweep)), key=lambda i: sweep[i].level.value)
     mode = sweep[0].level.mode
-    n = len({p.level.value for p in sweep})
+    if all(p.level.arrival == "trace" for p in sweep):
+        mode = "trace replay"
+    n = len({p.level.label for p in sweep})
     plural = "s" if n != 1 else ""
     lines = [_clip(f"{engine} | {test} | {mode} sweep, {n} level{plural}", width)]
     cols = _layout(width)
@@ -184,9 +187,67 @@ def _render_one(
         text += f"bottleneck: no verdict; excluded from knee and Pareto): {reasons}"
         lines.extend(_wrap(text, width))
     for i in order:
-        for line in failure_lines(sweep[i]):
+        for line in traffic_lines(sweep[i]) + failure_lines(sweep[i]):
             lines.extend(_wrap(line, width))
     return lines
+
+
+def _rate(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.3g}"
+
+
+def traffic_lines(p: SweepPoint) -> list[str]:
+    """What a level's traffic was, under its row: the offered against the sent rate (an
+    open loop, a trace), the waits of a cap on requests in flight, and, for multi-turn
+    conversations, TTFT by turn (where a prefix cache shows) and the conversations'
+    durations. None for a plain closed loop."""
+    t = p.summary.traffic
+    if not t:
+        return []
+    label = p.level.label
+    out: list[str] = []
+    unit = "conv" if t.get("unit") == "conversation" else "req"
+    if "offered_req_s" in t:
+        text = f"  {label}: offered {_rate(t.get('offered_req_s'))} {unit}/s, "
+        text += f"sent {_rate(t.get('sent_req_s'))} {unit}/s"
+        trace = t.get("trace")
+        if isinstance(trace, Mapping):
+            name = str(trace.get("path", "")).rsplit("/", 1)[-1]
+            text += (
+                f" (trace {trace.get('format')} {name}: {trace.get('requests')} requests "
+                f"over {float(trace.get('span_s') or 0):.1f} s"
+            )
+            if trace.get("skipped"):
+                text += f", {trace['skipped']} failed rows skipped"
+            text += ")"
+        cap = t.get("cap")
+        if isinstance(cap, Mapping) and cap.get("delayed"):
+            text += (
+                f"; the cap of {cap.get('max_concurrency')} in flight held back "
+                f"{cap['delayed']} requests (mean {float(cap.get('wait_mean_ms', 0)):.0f} ms, "
+                f"max {float(cap.get('wait_max_ms', 0)):.0f} ms)"
+            )
+        out.append(text)
+    turns = t.get("turns")
+    if turns:
+        shown = turns if len(turns) <= 6 else [*turns[:3], *turns[-2:]]
+        parts = [f"t{d['turn'] + 1} {fmt_ms(d.get('ttft_p50_ms'))}" for d in shown]
+        if len(turns) > 6:
+            parts.insert(3, "…")
+        text = f"  {label}: TTFT p50 by turn " + " → ".join(parts) + " ms"
+        ses = t.get("sessions")
+        if isinstance(ses, Mapping):
+            text += (
+                f"; {ses.get('completed')} of {ses.get('started')} conversations completed, "
+                f"duration p50 {_secs(ses.get('duration_p50_s'))}, "
+                f"p99 {_secs(ses.get('duration_p99_s'))}"
+            )
+        out.append(text)
+    return out
+
+
+def _secs(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.2f} s"
 
 
 def failure_lines(p: SweepPoint) -> list[str]:

@@ -684,7 +684,9 @@ class SimServer:
             st.prefix_hits,
         )
         metric("vllm:request_success_total", "counter", "Requests finished.", st.finished)
-        out.append("# HELP llmslo_sim_requests_total Requests accepted, by the model they asked for.")
+        out.append(
+            "# HELP llmslo_sim_requests_total Requests accepted, by the model they asked for."
+        )
         out.append("# TYPE llmslo_sim_requests_total counter")
         for name in (self.model, *self.adapters):
             n = self.requests_by_model.get(name, 0)
