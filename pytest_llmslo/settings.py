@@ -1639,9 +1639,10 @@ def _resolve_levels(
     given = [k for k in kinds if ranks[k] == best]
     if best < 4 and len(given) > 1:
         src = order[best]
+        what = " and ".join(given) if len(given) > 2 else f"both {given[0]} and {given[1]}"
         raise ConfigError(
-            f"{' and '.join(where_from[k] for k in given)}: a {src} source sets "
-            f"{' and '.join(given)}; give one load of them."
+            f"{' and '.join(where_from[k] for k in given)}: a {src} source sets {what}; "
+            "give one of them."
         )
     cap = vals["max_concurrency"]
     seed = vals["seed"]

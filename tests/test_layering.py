@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_llmslo"
 # above. Modules not listed are in the layer of their package (``load``, ``engines``, ...).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_version", "errors", "records", "catalog", "stats", "tls"),
-    ("traffic", "metrics", "load", "engines", "sim"),
+    ("traffic", "signals", "metrics", "load", "engines", "sim"),
     ("slo",),
     ("constants", "sweep", "capacity", "settings"),
     ("report.jsonio",),
