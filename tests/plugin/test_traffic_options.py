@@ -67,7 +67,7 @@ def test_trace_speeds_are_the_levels(slo_pytester: pytest.Pytester) -> None:
         (["--extra-body=[1]"], "*--extra-body*Expected a JSON object*"),
         (["--models=a:0"], "*--models: Could not parse value: 'a:0'*"),
         (["--think-distribution=pareto"], "*'pareto' is not a valid think_distribution*"),
-        (["--turns=2", "--dataset=x.jsonl"], "ERROR: --dataset: dataset x.jsonl: not found*"),
+        (["--turns=2", "--dataset=x.json"], "ERROR: --dataset: dataset x.json: not found*"),
     ],
 )
 def test_bad_traffic_options_are_usage_errors(
@@ -125,7 +125,7 @@ def test_replay_conversations_and_shaping_reach_the_run(slo_pytester: pytest.Pyt
     result.stdout.fnmatch_lines(
         [
             "REPLAY 6 6 20 ['X-Tenant']",
-            "CHAT [[]2, 2, 2[]] X-Session-ID {'top_k': 5}",
+            "*CHAT [[]2, 2, 2[]] X-Session-ID {'top_k': 5}",
             "*x4: offered 20 req/s, sent * req/s (trace mooncake t.jsonl: 6 requests over 1.0 s)*",
             "*c2: TTFT p50 by turn t1 * → t2 * → t3 * ms; 2 of 2 conversations completed*",
         ]

@@ -51,7 +51,7 @@ def test_shared_hash_ids_are_prefix_hits(sim_url, tmp_path: Path) -> None:  # ty
     # 11 of 12 requests find the 3 shared blocks (1,536 tokens) cached: most of 1,900.
     assert hits_shared / q_shared > 0.6
     assert hits_unique / q_unique < 0.02
-    assert all(r.prompt_tokens == 1900 + 14 for r in recs)  # + the chat template's 14
+    assert {r.prompt_tokens for r in recs} == {1900 + 10}  # + the chat template's 10
 
 
 def test_conversation_histories_are_served_from_the_cache(sim_url) -> None:  # type: ignore[no-untyped-def]
