@@ -1,0 +1,169 @@
+"""What an engine said about itself over one load level: ``LevelSignals``.
+
+Gauges (running, waiting, KV-cache usage) are the mean and max of the scrapes taken
+during the measured part of the level; counters and histograms are their change from the
+scrape before it to the scrape after it: preemptions, the prefix-cache hit rate (hits over
+queries; a hit-rate gauge's mean for engines that publish only that), engine-side queue
+time, TTFT, ITL and end-to-end latency (mean, P50 and P99 of the histogram's change,
+interpolated within buckets: as coarse as the engine's buckets), and prompt and generated
+tokens per second. GPU telemetry (``gpu.py``) adds utilisation, memory, power and energy.
+Every figure may be None: an engine publishes what it publishes, and ``note`` says why a
+level has no signals at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .exposition import Snapshot, quantile
+from .names import KIND, detect, lookup
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSignals:
+    engines: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    scrapes: int = 0
+    note: str | None = None
+    running_mean: float | None = None
+    running_max: float | None = None
+    waiting_mean: float | None = None
+    waiting_max: float | None = None
+    kv_usage_mean: float | None = None
+    kv_usage_max: float | None = None
+    preemptions: float | None = None
+    prefix_hit_rate: float | None = None
+    queue_time_mean_ms: float | None = None
+    queue_time_p50_ms: float | None = None
+    queue_time_p99_ms: float | None = None
+    ttft_mean_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_mean_ms: float | None = None
+    itl_p50_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    requests: float | None = None
+    prompt_tok_s: float | None = None
+    generation_tok_s: float | None = None
+    seconds: float = 0.0
+    gpu: Mapping[str, Any] | None = field(default=None)
+
+    @property
+    def present(self) -> bool:
+        return bool(self.engines) and self.scrapes > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["engines"] = list(self.engines)
+        d["sources"] = list(self.sources)
+        d["gpu"] = None if self.gpu is None else dict(self.gpu)
+        return {k: v for k, v in d.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LevelSignals:
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["engines"] = tuple(kw.get("engines", ()))
+        kw["sources"] = tuple(kw.get("sources", ()))
+        return cls(**kw)
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else v * 1e3
+
+
+def compute(
+    before: Snapshot,
+    during: Sequence[Snapshot],
+    after: Snapshot,
+    sources: Sequence[str],
+    *,
+    note: str | None = None,
+    gpu: Mapping[str, Any] | None = None,
+) -> LevelSignals:
+    """The level's signals from its scrapes (``during`` may be empty for a short level:
+    the gauges then come from the scrape after it)."""
+    engines = detect(after.names() | before.names())
+    if not engines:
+        why = note or (
+            "no signals: /metrics has none of the known engine names (vllm:, sglang:, "
+            "trtllm_, dynamo_frontend_): see docs/signals.md to map this engine's"
+        )
+        return LevelSignals(sources=tuple(sources), scrapes=len(during) + 2, note=why, gpu=gpu)
+    samples = list(during) or [after]
+    secs = max(after.t - before.t, 1e-9)
+    out: dict[str, Any] = {}
+
+    def gauge(signal: str) -> tuple[float | None, float | None]:
+        names = lookup(engines, signal)
+        vals = [
+            v for s in samples if (v := s.get(names, ratio=KIND[signal] == "ratio")) is not None
+        ]
+        if not vals:
+            return None, None
+        if signal == "kv_usage":
+            vals = [v / 100.0 if v > 1.0 else v for v in vals]  # a percent, not a fraction
+        return sum(vals) / len(vals), max(vals)
+
+    def counter(signal: str) -> float | None:
+        names = lookup(engines, signal)
+        a, b = before.get(names), after.get(names)
+        if a is None or b is None:
+            return None
+        return max(b - a, 0.0)
+
+    def hist(signal: str) -> tuple[float | None, float | None, float | None, float | None]:
+        names = lookup(engines, signal)
+        got = after.histogram(names)
+        if got is None:
+            return None, None, None, None
+        name, b_after = got
+        b_before = before.buckets.get(name)
+        count = (after.values.get(name + "_count", 0.0)) - before.values.get(name + "_count", 0.0)
+        total = (after.values.get(name + "_sum", 0.0)) - before.values.get(name + "_sum", 0.0)
+        mean = total / count if count > 0 else None
+        return (
+            mean,
+            quantile(b_before, b_after, 0.5),
+            quantile(b_before, b_after, 0.99),
+            count if count > 0 else None,
+        )
+
+    out["running_mean"], out["running_max"] = gauge("running")
+    out["waiting_mean"], out["waiting_max"] = gauge("waiting")
+    out["kv_usage_mean"], out["kv_usage_max"] = gauge("kv_usage")
+    out["preemptions"] = counter("preemptions")
+    hits, queries = counter("prefix_hits"), counter("prefix_queries")
+    if hits is not None and queries:
+        out["prefix_hit_rate"] = hits / queries
+    else:
+        out["prefix_hit_rate"] = gauge("prefix_hit_rate")[0]
+    m, p50, p99, _ = hist("queue_time")
+    out["queue_time_mean_ms"], out["queue_time_p50_ms"], out["queue_time_p99_ms"] = (
+        _ms(m), _ms(p50), _ms(p99)
+    )  # fmt: skip
+    m, p50, p99, n = hist("ttft")
+    out["ttft_mean_ms"], out["ttft_p50_ms"], out["ttft_p99_ms"] = _ms(m), _ms(p50), _ms(p99)
+    out["requests"] = n
+    m, p50, _, _ = hist("itl")
+    out["itl_mean_ms"], out["itl_p50_ms"] = _ms(m), _ms(p50)
+    _, p50, p99, _ = hist("e2e")
+    out["e2e_p50_ms"], out["e2e_p99_ms"] = _ms(p50), _ms(p99)
+    for signal, key in (
+        ("prompt_tokens", "prompt_tok_s"),
+        ("generation_tokens", "generation_tok_s"),
+    ):
+        d = counter(signal)
+        out[key] = None if d is None else d / secs
+    return LevelSignals(
+        engines=tuple(engines),
+        sources=tuple(sources),
+        scrapes=len(during) + 2,
+        note=note,
+        seconds=secs,
+        gpu=gpu,
+        **out,
+    )

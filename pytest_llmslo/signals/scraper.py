@@ -1,0 +1,173 @@
+"""Scraping engine /metrics around and during a load level, off the load's hot path.
+
+``Scraper`` runs in a thread of its own: it scrapes every URL (an engine's /metrics;
+Dynamo's frontend and its workers) once when started, again when the level's measured
+part begins (``mark_measuring``: the baseline of counters and histograms, so warm-up is
+not counted), then about every ``interval_s`` (the gauges' samples), and a last time in
+``stop``, which returns the level's ``LevelSignals``. A load worker's event loop never
+scrapes or parses: with several client processes the load runs in other processes
+altogether, and in one process the scrapes are an HTTP GET and a parse once a second on
+another thread (benchmarks/bench_signals.py measures what that costs).
+
+Nothing here fails a level: a /metrics that is missing (connection refused, 404), slow
+(``timeout_s``) or malformed leaves the signals absent with a ``note`` that says why.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .exposition import ExpositionError, Snapshot, parse
+from .gpu import NvmlSampler, from_dcgm
+from .level import LevelSignals, compute
+
+
+class Scraper:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        dcgm_url: str | None = None,
+        interval_s: float = 1.0,
+        timeout_s: float = 2.0,
+        headers: Mapping[str, str] | None = None,
+        verify: Any = True,
+        nvml: bool = True,
+    ) -> None:
+        import httpx
+
+        self.urls = list(urls)
+        self.dcgm_url = dcgm_url
+        self.interval_s = interval_s
+        self._client = httpx.Client(
+            timeout=timeout_s, trust_env=False, verify=verify, headers=dict(headers or {})
+        )
+        self._timeout_s = timeout_s
+        self._stop = threading.Event()
+        self._measuring = threading.Event()
+        self._lock = threading.Lock()
+        self._before: Snapshot | None = None
+        self._dcgm_before: Snapshot | None = None
+        self._during: list[Snapshot] = []
+        self._dcgm_during: list[Snapshot] = []
+        self._errors: dict[str, str] = {}
+        self._thread: threading.Thread | None = None
+        self._nvml = NvmlSampler.open() if nvml else None
+        self.cpu_s = 0.0  # the scraping thread's CPU time
+        self.stopped = False
+        self._result: LevelSignals | None = None
+
+    # -- scraping ----------------------------------------------------------------------
+
+    def _get(self, url: str) -> Snapshot | None:
+        import httpx
+
+        try:
+            resp = self._client.get(url)
+        except httpx.TimeoutException:
+            self._errors.setdefault(url, f"GET {url} timed out after {self._timeout_s:g} s")
+            return None
+        except httpx.HTTPError as exc:
+            self._errors.setdefault(url, f"GET {url} failed: {type(exc).__name__}: {exc}")
+            return None
+        if resp.status_code != 200:
+            self._errors.setdefault(url, f"GET {url} answered HTTP {resp.status_code}")
+            return None
+        try:
+            return parse(resp.text)
+        except ExpositionError as exc:
+            self._errors.setdefault(url, f"GET {url}: {exc}")
+            return None
+
+    def _scrape(self) -> Snapshot | None:
+        merged: Snapshot | None = None
+        for url in self.urls:
+            snap = self._get(url)
+            if snap is None:
+                continue
+            if merged is None:
+                merged = snap
+            else:
+                merged.merge(snap)
+        if merged is not None:
+            merged.t = time.monotonic()
+        return merged
+
+    def _tick(self, baseline: bool) -> None:
+        c0 = time.thread_time()
+        snap = self._scrape()
+        dcgm = self._get(self.dcgm_url) if self.dcgm_url else None
+        if self._nvml is not None and not baseline:
+            self._nvml.sample()
+        with self._lock:
+            if baseline:
+                if snap is not None:
+                    self._before = snap
+                self._dcgm_before = dcgm or self._dcgm_before
+                self._during.clear()
+                self._dcgm_during.clear()
+            else:
+                if snap is not None:
+                    self._during.append(snap)
+                if dcgm is not None:
+                    self._dcgm_during.append(dcgm)
+        self.cpu_s += time.thread_time() - c0
+
+    def _run(self) -> None:
+        self._tick(baseline=True)
+        measuring_seen = False
+        while not self._stop.is_set():
+            if self._measuring.is_set() and not measuring_seen:
+                measuring_seen = True
+                self._tick(baseline=True)
+                if self._nvml is not None:
+                    self._nvml = NvmlSampler(self._nvml._nvml, self._nvml._handles)
+                continue
+            if self._stop.wait(self.interval_s):
+                break
+            self._tick(baseline=False)
+
+    # -- the level ---------------------------------------------------------------------
+
+    def start(self) -> Scraper:
+        self._thread = threading.Thread(target=self._run, name="llmslo-signals", daemon=True)
+        self._thread.start()
+        return self
+
+    def mark_measuring(self) -> None:
+        """The measured part begins (thread-safe, returns at once)."""
+        self._measuring.set()
+
+    def stop(self) -> LevelSignals:
+        """End the level: the last scrape, and its signals (the same on a second call)."""
+        if self._result is not None:
+            return self._result
+        self.stopped = True
+        self._result = self._finish()
+        return self._result
+
+    def _finish(self) -> LevelSignals:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self._timeout_s * (len(self.urls) + 2) + 1)
+        c0 = time.thread_time()
+        after = self._scrape()
+        dcgm_after = self._get(self.dcgm_url) if self.dcgm_url else None
+        self.cpu_s += time.thread_time() - c0
+        self._client.close()
+        with self._lock:
+            before, during = self._before, list(self._during)
+            dcgm_before, dcgm_during = self._dcgm_before, list(self._dcgm_during)
+        gpu = None
+        if dcgm_before is not None and dcgm_after is not None:
+            gpu = from_dcgm(dcgm_before, dcgm_during, dcgm_after)
+        elif self._nvml is not None:
+            gpu = self._nvml.result()
+        note = "; ".join(dict.fromkeys(self._errors.values())) or None
+        if before is None or after is None:
+            why = note or "no scrape of /metrics succeeded"
+            return LevelSignals(sources=tuple(self.urls), note=f"no signals: {why}", gpu=gpu)
+        return compute(before, during, after, self.urls, note=note, gpu=gpu)
