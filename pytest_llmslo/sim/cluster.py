@@ -375,6 +375,7 @@ class Cluster:
             if inst.role == "prefill":
                 # The prompt is in the KV cache and the first token sampled: move them.
                 self._client.pop(inner, None)
+                client.first_scheduled_s = inner.first_scheduled_s
                 self._send_kv(client, result.end_s)
                 continue
             last = inner in finished

@@ -40,6 +40,7 @@ from typing import IO, Any
 
 from .cluster import Advance
 from .httpd import HttpConnection, HttpRequest, HttpServer
+from .latencies import RequestLatencies
 from .profiles import Profile
 from .scheduler import SimRequest
 from .tokens import (
@@ -283,6 +284,9 @@ class EngineLoop:
         self.sim_now = 0.0
         self.lateness = LatenessStats()
         self.streams: dict[SimRequest, Stream] = {}
+        # The engine-side latencies of finished requests, on the simulated clock (vLLM's
+        # histograms: queue time, TTFT, ITL, E2E).
+        self.latency = RequestLatencies()
         self._wake = asyncio.Event()
         self._last_warn = 0.0
         self._late_since_warn = 0
@@ -300,6 +304,7 @@ class EngineLoop:
         self._wake.set()
 
     def abort(self, req: SimRequest) -> None:
+        self.latency.forget(req)
         stream = self.streams.pop(req, None)
         self.cluster.abort(req)
         if stream is not None:
@@ -373,6 +378,8 @@ class EngineLoop:
             t = perf_counter_ns()
             due = self.t0_ns + round(e.at_s * 1e9)
             ok = stream.emit(e.index, e.last)
+            req = e.req
+            self.latency.emitted(req, e.index, e.at_s, e.last, req.arrival_s, req.first_scheduled_s)
             stats.add((t - due) / 1e9, warn)
             if trace is not None and ok:
                 trace.token(e.req.rid, e.index, t, due)
@@ -712,6 +719,7 @@ class SimServer:
             "Requests failed because the engine could never schedule them.",
             st.failed,
         )
+        out.extend(self.engine.latency.lines(f'model_name="{self.model}"'))
         name = "llmslo_sim_emit_lateness_seconds"
         out.append(f"# HELP {name} Token write time minus its scheduled time.")
         out.append(f"# TYPE {name} histogram")

@@ -1,0 +1,128 @@
+"""Engine signals end to end on the sim: it publishes vLLM's names (queue time, KV usage,
+the engine-side latency histograms), and a missed objective is attributed to the signal
+that explains it: a KV-bound setup, a batch-bound one and a prefill-bound workload."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from sim_helpers import MODEL, start_sim
+
+from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.signals.scraper import Scraper
+from pytest_llmslo.slo import evaluate
+
+
+def _run(url: str, wl: WorkloadSpec, c: int, requests: int) -> Run:
+    scraper = Scraper([url + "/metrics"], interval_s=0.2, nvml=False).start()
+
+    def progress(p) -> None:  # type: ignore[no-untyped-def]
+        if p.phase == "measuring":
+            scraper.mark_measuring()
+
+    run = run_load_sync(
+        ClientSettings(base_url=url, model=MODEL), wl, LoadLevel.concurrency(c),
+        requests=requests, warmup=c, progress=progress,
+    )  # fmt: skip
+    sig = scraper.stop()
+    return dataclasses.replace(run, meta={**run.meta, "signals": sig.to_dict()})
+
+
+def test_kv_bound(tmp_path: Path) -> None:
+    # 320 blocks of 16 tokens: room for about 13 requests of 384 tokens at c=32.
+    with start_sim(tmp_path, "--num-gpu-blocks", "320", "--max-model-len", "4096") as sim:
+        run = _run(sim.url, WorkloadSpec(isl=256, osl=64, calibrate=False), 32, 64)
+    s = run.meta["signals"]
+    assert s["engines"] == ["vllm"] and s["kv_usage_max"] > 0.9
+    assert s["waiting_mean"] > 5 and s["queue_time_p99_ms"] > 100
+    v = evaluate(run, "ttft_p99 < 50")
+    assert not v.passed and len(v.attribution) == 1
+    assert v.attribution[0].startswith("TTFT P99 ")
+    assert v.attribution[0].endswith("KV-cache bound"), v.attribution
+    assert "why: TTFT P99" in v.format()
+
+
+def test_batch_bound_queue(tmp_path: Path) -> None:
+    with start_sim(tmp_path, "--max-num-seqs", "4", "--max-model-len", "4096") as sim:
+        run = _run(sim.url, WorkloadSpec(isl=128, osl=32, calibrate=False), 16, 48)
+    s = run.meta["signals"]
+    assert s["kv_usage_max"] < 0.5 and s["running_mean"] <= 4.01
+    v = evaluate(run, "ttft_p99 < 50")
+    assert v.attribution and "queue-bound" in v.attribution[0], v.attribution
+
+
+def test_prefill_bound_workload(tmp_path: Path) -> None:
+    with start_sim(tmp_path, "--max-model-len", "16384") as sim:
+        run = _run(sim.url, WorkloadSpec(isl=12000, osl=8, calibrate=False), 1, 8)
+    s = run.meta["signals"]
+    # One request at a time: no queue; the engine's TTFT is the client's, less the path.
+    assert s["queue_time_p99_ms"] < 5
+    ttft = [(r.chunk_ns[0] - r.sent_ns) / 1e6 for r in run.records if r.ok]
+    assert s["ttft_p50_ms"] == pytest.approx(sorted(ttft)[len(ttft) // 2], rel=0.25)
+    v = evaluate(run, "ttft_p99 < 10")
+    assert v.attribution and v.attribution[0].endswith(
+        "prefill-bound (computing the prompts takes the time)"
+    ), v.attribution
+
+
+async def _delay_proxy(target_port: int, delay_s: float):  # type: ignore[no-untyped-def]
+    """A TCP proxy on loopback that holds each response's first bytes back ``delay_s``:
+    a slow network or API server between the client and the engine."""
+    import asyncio
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", target_port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, hold: bool) -> None:
+            first = True
+            try:
+                while data := await src.read(65536):
+                    if hold and first:
+                        await asyncio.sleep(delay_s)
+                    first = False
+                    if hold and data.startswith(b"HTTP/1.1"):
+                        first = True  # the next response on this connection waits too
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_w, False), pipe(up_r, writer, True))
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def test_client_or_network_bound(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    with start_sim(tmp_path, "--max-model-len", "4096") as sim:
+        port = int(sim.url.rsplit(":", 1)[1])
+        loop = asyncio.new_event_loop()
+        server = loop.run_until_complete(_delay_proxy(port, 0.25))
+        t = threading.Thread(target=loop.run_forever, daemon=True)
+        t.start()
+        try:
+            proxy = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            scraper = Scraper([sim.url + "/metrics"], interval_s=0.2, nvml=False).start()
+            scraper.mark_measuring()
+            run = run_load_sync(
+                ClientSettings(base_url=proxy, model=MODEL, fresh_connection=True),
+                WorkloadSpec(isl=64, osl=8, calibrate=False), LoadLevel.concurrency(2),
+                requests=12, warmup=0,
+            )  # fmt: skip
+            sig = scraper.stop()
+        finally:
+            loop.call_soon_threadsafe(server.close)
+            loop.call_soon_threadsafe(loop.stop)
+            t.join(5)
+    run = dataclasses.replace(run, meta={**run.meta, "signals": sig.to_dict()})
+    assert all(r.ok for r in run.records)
+    v = evaluate(run, "ttft_p99 < 100")
+    assert v.attribution and "client/network-bound" in v.attribution[0], v.attribution
+    assert "is spent between the client and the engine" in v.attribution[0]
