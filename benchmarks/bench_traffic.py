@@ -38,12 +38,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_loadgen import server_stats, start_server  # noqa: E402
+from bench_loadgen import server_stats, start_server
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync  # noqa: E402
-from pytest_llmslo.metrics import summarize  # noqa: E402
-from pytest_llmslo.records import LoadLevel, Run  # noqa: E402
-from pytest_llmslo.traffic import summarize as traffic  # noqa: E402
+from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.metrics import summarize
+from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.traffic import summarize as traffic
 
 
 class Rss:

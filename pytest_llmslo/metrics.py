@@ -920,6 +920,10 @@ class RunSummary:
     #: Offered against sent rate, a cap's waits, figures by turn and by conversation
     #: (``traffic.summarize``); None for a plain closed loop.
     traffic: Mapping[str, Any] | None = None
+    #: The engine's own signals over the level (``signals.LevelSignals.to_dict``) with
+    #: ``client_minus_engine_ttft_p50_ms`` / ``_p99_ms`` (network + client + API server)
+    #: and ``energy_j_per_token``; None when signals were off.
+    signals: Mapping[str, Any] | None = None
 
     _RUN_FIELDS = (
         "output_tok_s",
@@ -988,6 +992,7 @@ class RunSummary:
             "throughput_window_s": self.throughput_window_s,
             "early_stop": self.early_stop,
             "traffic": None if self.traffic is None else dict(self.traffic),
+            "signals": None if self.signals is None else dict(self.signals),
         }
 
     @classmethod
@@ -1031,6 +1036,7 @@ class RunSummary:
             throughput_window_s=float(d.get("throughput_window_s", 0.0)),
             early_stop=d.get("early_stop"),
             traffic=d.get("traffic"),
+            signals=d.get("signals"),
         )
 
 
@@ -1096,7 +1102,28 @@ def summarize(
         throughput_window_s=win_s,
         early_stop=_early_reason(run),
         traffic=traffic.summarize(run),
+        signals=_signals(run, dists, out_tokens),
     )
+
+
+def _signals(run: Run, dists: Mapping[str, Distribution], out_tokens: int) -> dict[str, Any] | None:
+    """The run's engine signals with what needs the client's figures: the client-minus-
+    engine TTFT (the network, the client and the API server in between) and the energy per
+    output token."""
+    raw = run.meta.get("signals") if isinstance(run.meta, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None
+    out = dict(raw)
+    ttft = dists.get("ttft")
+    for q, key in ((50, "p50"), (99, "p99")):
+        eng = raw.get(f"ttft_{key}_ms")
+        cli = ttft.p(q) if ttft is not None and ttft.count else None
+        if eng is not None and cli is not None and math.isfinite(cli):
+            out[f"client_minus_engine_ttft_{key}_ms"] = cli - float(eng)
+    gpu = raw.get("gpu")
+    if isinstance(gpu, Mapping) and gpu.get("energy_j") is not None and out_tokens > 0:
+        out["energy_j_per_token"] = float(gpu["energy_j"]) / out_tokens
+    return out
 
 
 def _early_reason(run: Run) -> str | None:

@@ -988,6 +988,7 @@ def run_level(
         progress = state.progress(label, ts.requests or 0, warmup)
         partial: Run | None = None
         signame: str | None = None
+        scraper = start_signals(handle, ts, client)
         try:
             try:
                 run = load.run_load_sync(
@@ -999,15 +1000,21 @@ def run_level(
                     duration_s=ts.duration_s,
                     grace_s=ts.grace_s,
                     level_timeout_s=ts.level_bound_s(),
-                    progress=progress,
+                    progress=_watch_measuring(progress, scraper),
                     meta=meta,
                     thresholds=thresholds,
                     early_stop=early,
                 )
+                run = with_signals(run, scraper)
             except LoadInterrupted as exc:
                 partial = exc.run if isinstance(exc.run, Run) else None
+                if partial is not None:
+                    partial = with_signals(partial, scraper)
                 signame = exc.signal
                 raise
+            finally:
+                if scraper is not None and not scraper.stopped:
+                    scraper.stop()
         except (LoadInterrupted, KeyboardInterrupt):
             kept = 0
             if partial is not None:
@@ -1044,6 +1051,52 @@ def run_level(
             handle.log_tail(),
         )
     return run
+
+
+def start_signals(handle: EngineHandle, ts: S.TestSettings, client: Any) -> Any:
+    """A started ``signals.scraper.Scraper`` on the engine's /metrics (and the URLs of its
+    config's ``metrics_urls`` option: a Dynamo deployment's workers), or None when
+    ``--slo-signals`` is off."""
+    if not ts.signals:
+        return None
+    from pytest_llmslo.signals.scraper import Scraper
+
+    urls = [handle.base_url.rstrip("/") + "/metrics"]
+    extra = (handle.config.options or {}).get("metrics_urls") if handle.config else None
+    if isinstance(extra, str):
+        extra = [extra]
+    urls.extend(str(u) for u in extra or ())
+    key = client.api_key()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return Scraper(
+        list(dict.fromkeys(urls)),
+        dcgm_url=ts.dcgm_url,
+        interval_s=ts.signals_interval_s,
+        headers=headers,
+        verify=client.ssl_context() if handle.base_url.startswith("https") else True,
+    ).start()
+
+
+def _watch_measuring(progress: Any, scraper: Any) -> Any:
+    """The load's progress callback, which also tells the scraper when the measured part
+    begins (its counters' baseline: warm-up is not counted)."""
+    if scraper is None:
+        return progress
+
+    def report(p: Any) -> None:
+        if getattr(p, "phase", None) == "measuring":
+            scraper.mark_measuring()
+        progress(p)
+
+    return report
+
+
+def with_signals(run: Run, scraper: Any) -> Run:
+    """``run`` with the level's signals in its meta (``meta["signals"]``)."""
+    if scraper is None:
+        return run
+    sig = scraper.stop()
+    return dataclasses.replace(run, meta={**dict(run.meta), "signals": sig.to_dict()})
 
 
 def record(

@@ -1172,6 +1172,37 @@ SPECS: tuple[Spec, ...] = (
         coerce=coerce_models,
         metavar="NAME[:W],...",
     ),
+    _spec(
+        "slo_signals",
+        parse_bool,
+        True,
+        "Scrape each engine's /metrics (and NVML or --dcgm-url) before, during and after "
+        "each level: queue, KV cache, preemptions, engine-side latencies, GPU; a failed "
+        "objective names the signal that explains it.",
+        cli="--slo-signals",
+        marker="signals",
+        coerce=_coerce_bool,
+        metavar="BOOL",
+    ),
+    _spec(
+        "signals_interval",
+        parse_positive_float,
+        1.0,
+        "Seconds between /metrics scrapes during a level.",
+        cli="--signals-interval",
+        marker="signals_interval",
+        metavar="SECONDS",
+    ),
+    _spec(
+        "dcgm_url",
+        parse_optional_str,
+        None,
+        "A DCGM exporter's /metrics URL: GPU utilisation, memory, power and energy (J/token) "
+        "per level instead of NVML.",
+        cli="--dcgm-url",
+        marker="dcgm_url",
+        metavar="URL",
+    ),
 )
 
 SPEC_BY_NAME: dict[str, Spec] = {s.name: s for s in SPECS}
@@ -1382,6 +1413,9 @@ class TestSettings:
     headers: tuple[tuple[str, str], ...] = ()
     extra_body: Mapping[str, Any] | None = None
     models: tuple[tuple[str, float], ...] | None = None
+    signals: bool = True
+    signals_interval_s: float = 1.0
+    dcgm_url: str | None = None
     #: The test's own engines (``engines=`` on its marker); empty: the session's.
     engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -1603,6 +1637,9 @@ def resolve_test(
         headers=tuple(vals["header"] or ()),
         extra_body=vals["extra_body"],
         models=vals["models"],
+        signals=bool(vals["slo_signals"]),
+        signals_interval_s=vals["signals_interval"],
+        dcgm_url=vals["dcgm_url"],
         engines=tuple(dict.fromkeys(MARKER_ONLY["engines"](marker["engines"])))
         if "engines" in marker
         else (),

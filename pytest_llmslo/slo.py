@@ -68,6 +68,8 @@ from .catalog import DSL_STATS, METRICS, Stat, parse_stat, stat_name
 from .errors import ConfigError, Inconclusive, LoadError, SloViolation
 from .metrics import ErrorMessage
 from .records import Run
+from .signals.attribution import explain
+from .signals.level import LevelSignals
 
 __all__ = [
     "DEFAULT_MAX_ERROR_RATE",
@@ -488,6 +490,9 @@ class Verdict:
     problems: tuple[str, ...] = ()
     errors: tuple[ErrorMessage, ...] = ()
     notes: tuple[str, ...] = ()
+    #: Why each failed objective failed, by the engine's own signals (``signals/
+    #: attribution.py``): ``"ttft_p99 < 500 ms: engine queue time P99 ...: KV-cache bound"``.
+    attribution: tuple[str, ...] = ()
 
     @property
     def failed_results(self) -> tuple[ObjectiveResult, ...]:
@@ -560,6 +565,7 @@ class Verdict:
         for e in self.errors:
             lines.append(f"    {e}")
         lines.extend(f"  note: {n}" for n in self.notes)
+        lines.extend(f"  why: {a}" for a in self.attribution)
         if not self.results:
             lines.append("  no objectives given: only the failures were checked")
         if not self.run_valid:
@@ -639,6 +645,7 @@ class Verdict:
             "problems": list(self.problems),
             "errors": [e.to_dict() for e in self.errors],
             "notes": list(self.notes),
+            "attribution": list(self.attribution),
         }
 
     @classmethod
@@ -666,6 +673,7 @@ class Verdict:
             problems=tuple(d.get("problems", ())),
             errors=tuple(ErrorMessage.from_dict(e) for e in d.get("errors") or ()),
             notes=tuple(d.get("notes") or ()),
+            attribution=tuple(d.get("attribution") or ()),
         )
 
 
@@ -835,7 +843,32 @@ def evaluate(
         problems=tuple(problems),
         errors=metrics.failure_messages(run),
         notes=tuple(notes),
+        attribution=_attribute(run, results),
     )
+
+
+def _attribute(run: Run, results: tuple[ObjectiveResult, ...]) -> tuple[str, ...]:
+    """Each failed latency objective with the engine signal that explains it (or why none
+    does); none when the run has no signals section (signals were off)."""
+    raw = run.meta.get("signals") if isinstance(run.meta, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return ()
+    sig = LevelSignals.from_dict(raw)
+    out = []
+    for r in results:
+        o = r.objective
+        if r.passed or o.metric not in ("ttft", "ttfot", "e2e", "itl", "tpot"):
+            continue
+        if not math.isfinite(r.observed):
+            continue
+        stat = stat_name(o.stat)
+        why = explain(o.metric, stat, r.observed, sig)
+        out.append(
+            f"{o.metric.upper()} {stat.upper() if stat.startswith('p') else stat} "
+            f"{r.observed:.0f} ms (objective {o.op} {o.threshold:g} ms) at {run.level.label}: "
+            f"{why.text}"
+        )
+    return tuple(out)
 
 
 def settled(

@@ -38,10 +38,17 @@ CONFIG_KEYS: tuple[str, ...] = tuple(k for k in _FIELDS if k != "name")
 RUNTIMES: tuple[str, ...] = ("process", "docker")
 
 
+#: ``options`` keys every kind takes.
+COMMON_OPTIONS: Mapping[str, str] = {
+    "metrics_urls": "more Prometheus /metrics URLs scraped for the engine's signals besides "
+    "its own (a Dynamo deployment's workers, on their DYN_SYSTEM_PORT)",
+}
+
+
 def kind_options(kind: str) -> Mapping[str, str]:
-    """The engine-specific ``options`` keys of ``kind`` with their help text."""
+    """The ``options`` keys of ``kind`` (its own and the common ones) with their help."""
     mod = importlib.import_module(f"{__package__}.{kind}")
-    return dict(getattr(mod, "OPTIONS", {}))
+    return {**dict(getattr(mod, "OPTIONS", {})), **COMMON_OPTIONS}
 
 
 def _valid(keys: Iterable[str]) -> str:

@@ -50,6 +50,25 @@ _LATENCIES: tuple[tuple[str, str, float | str], ...] = (
 )
 
 
+#: The engine signals a test case's properties carry (``signals.<name>``).
+_SIGNALS = (
+    "running_mean",
+    "waiting_mean",
+    "kv_usage_max",
+    "preemptions",
+    "prefix_hit_rate",
+    "queue_time_p50_ms",
+    "queue_time_p99_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "client_minus_engine_ttft_p99_ms",
+    "prompt_tok_s",
+    "generation_tok_s",
+    "energy_j_per_token",
+)
+
+
 def property_name(*parts: object) -> str:
     """``llmslo.`` + the parts joined by ``.``, each reduced to ``[A-Za-z0-9_]`` runs."""
     cleaned = [_BAD.sub("_", str(p)).strip("_.") for p in parts]
@@ -136,6 +155,16 @@ def testcase_properties(
         k = int(turn["turn"]) + 1
         add(property_name("turn", k, "ttft_p50_ms"), turn.get("ttft_p50_ms"))
         add(property_name("turn", k, "ttft_p99_ms"), turn.get("ttft_p99_ms"))
+    signals = summary.signals or {}
+    if signals:
+        add(property_name("signals", "engines"), "+".join(signals.get("engines") or ()) or None)
+        add(property_name("signals", "note"), signals.get("note"))
+        for name in _SIGNALS:
+            add(property_name("signals", name), signals.get(name))
+        gpu = signals.get("gpu")
+        if isinstance(gpu, Mapping):
+            for name in ("util_pct_mean", "mem_used_mib_max", "power_w_mean", "energy_j"):
+                add(property_name("gpu", name), gpu.get(name))
     sessions = traffic.get("sessions")
     if isinstance(sessions, Mapping):
         for name in ("started", "completed", "duration_p50_s", "duration_p99_s"):

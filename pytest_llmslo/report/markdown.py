@@ -23,6 +23,7 @@ from pytest_llmslo.report.terminal import (
     fmt_ms,
     fmt_pct,
     fmt_tok,
+    signal_lines,
     sweep_row_cells,
     traffic_lines,
 )
@@ -260,6 +261,11 @@ def render_sweeps(
                 "- " + escape_cell(text.strip())
                 for i in level_order(pts)
                 for text in traffic_lines(pts[i])
+                + signal_lines(pts[i])
+                + [
+                    f"{pts[i].level.label}: why: {why}"
+                    for why in (pts[i].verdict.attribution if pts[i].verdict else ())
+                ]
             ]
             if traffic:
                 lines.extend(["", *traffic])

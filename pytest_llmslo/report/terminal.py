@@ -50,6 +50,7 @@ __all__ = [
     "render_summary",
     "render_sweep",
     "render_verdict",
+    "signal_lines",
     "sweep_row_cells",
     "traffic_lines",
 ]
@@ -187,7 +188,7 @@ def _render_one(
         text += f"bottleneck: no verdict; excluded from knee and Pareto): {reasons}"
         lines.extend(_wrap(text, width))
     for i in order:
-        for line in traffic_lines(sweep[i]) + failure_lines(sweep[i]):
+        for line in traffic_lines(sweep[i]) + signal_lines(sweep[i]) + failure_lines(sweep[i]):
             lines.extend(_wrap(line, width))
     return lines
 
@@ -246,6 +247,47 @@ def traffic_lines(p: SweepPoint) -> list[str]:
     return out
 
 
+def signal_lines(p: SweepPoint) -> list[str]:
+    """What the engine said about itself over a level, under its row: queue time, waiting
+    and running requests, KV cache, preemptions, prefix hits, its own TTFT against the
+    client's, and GPU figures; or why there are no signals. None when signals were off."""
+    s = p.summary.signals
+    if not s:
+        return []
+    label = p.level.label
+    if not s.get("engines"):
+        return [f"  {label}: {s.get('note') or 'no engine signals'}"]
+    bits = []
+    if s.get("queue_time_p99_ms") is not None:
+        bits.append(f"queue P99 {fmt_ms(s['queue_time_p99_ms'])} ms")
+    if s.get("waiting_mean") is not None:
+        bits.append(f"{s['waiting_mean']:.1f} waiting")
+    if s.get("running_mean") is not None:
+        bits.append(f"{s['running_mean']:.1f} running")
+    if s.get("kv_usage_max") is not None:
+        bits.append(f"KV {s['kv_usage_max'] * 100:.0f} %")
+    if s.get("preemptions") is not None:
+        bits.append(f"{s['preemptions']:.0f} preemptions")
+    if s.get("prefix_hit_rate") is not None:
+        bits.append(f"prefix hits {s['prefix_hit_rate'] * 100:.0f} %")
+    if s.get("ttft_p99_ms") is not None:
+        text = f"engine TTFT P99 {fmt_ms(s['ttft_p99_ms'])} ms"
+        delta = s.get("client_minus_engine_ttft_p99_ms")
+        if delta is not None:
+            text += f" (client {delta:+.1f} ms)"
+        bits.append(text)
+    gpu = s.get("gpu")
+    if isinstance(gpu, Mapping):
+        if gpu.get("util_pct_mean") is not None:
+            bits.append(f"GPU {gpu['util_pct_mean']:.0f} %")
+        if gpu.get("power_w_mean") is not None:
+            bits.append(f"{gpu['power_w_mean']:.0f} W")
+    if s.get("energy_j_per_token") is not None:
+        bits.append(f"{s['energy_j_per_token']:.2f} J/token")
+    engines = "+".join(s.get("engines") or ())
+    return [f"  {label}: {engines} signals: " + ", ".join(bits)] if bits else []
+
+
 def _secs(v: Any) -> str:
     return "-" if v is None else f"{float(v):.2f} s"
 
@@ -268,6 +310,8 @@ def failure_lines(p: SweepPoint) -> list[str]:
                 )
         out.append(text)
     out.extend(f"  {p.level.label}: {note}" for note in p.notes)
+    if p.verdict is not None:
+        out.extend(f"  {p.level.label}: why: {why}" for why in p.verdict.attribution)
     return out
 
 
