@@ -82,6 +82,7 @@ def _run_slo(
     timeout: float,
     requests: int = 8,
     suite: str = SUITE,
+    signals: str | None = None,
 ) -> None:
     pytester.makefile(".toml", engines=_engine_toml(name, cfg))
     pytester.makepyfile(test_real=suite)
@@ -97,6 +98,11 @@ def _run_slo(
     result.assert_outcomes(passed=2)
     doc = json.loads((pytester.path / "out.json").read_text())
     assert doc["engines"][name]["version"]
+    if signals is not None:
+        # The engine's real /metrics, parsed and mapped (signals/names.py).
+        sig = doc["points"][0]["summary"]["signals"]
+        assert signals in sig.get("engines", []), sig
+        assert sig["scrapes"] >= 2 and sig.get("ttft_p50_ms") is not None, sig
 
 
 # Module-scoped, so they are resolved before pytester points HOME at a temporary folder
@@ -116,7 +122,7 @@ def dynamo_cfg() -> EngineConfig:
 def test_slo_through_the_plugin_on_vllm_cpu(
     vllm_cfg: EngineConfig, slo_pytester: pytest.Pytester
 ) -> None:
-    _run_slo(slo_pytester, "vllm-cpu", vllm_cfg, timeout=900)
+    _run_slo(slo_pytester, "vllm-cpu", vllm_cfg, timeout=900, signals="vllm")
 
 
 @pytest.mark.dynamo
@@ -124,7 +130,13 @@ def test_slo_through_the_plugin_on_dynamo_mocker(
     dynamo_cfg: EngineConfig, slo_pytester: pytest.Pytester
 ) -> None:
     _run_slo(
-        slo_pytester, "dynamo-mocker", dynamo_cfg, timeout=600, requests=40, suite=DYNAMO_SUITE
+        slo_pytester,
+        "dynamo-mocker",
+        dynamo_cfg,
+        timeout=600,
+        requests=40,
+        suite=DYNAMO_SUITE,
+        signals="dynamo",
     )
 
 
