@@ -9,12 +9,14 @@ request's ``max_tokens`` is its length) and:
 
 1. **Replay**: writes a Mooncake-format trace of ``--lines`` rows (Poisson arrivals at
    ``--rate`` req/s, ISL 600 over two 512-token hash-id blocks of which the first is one
-   of 8 shared ones, OSL 10), replays it at its own pace with no request count (the
-   prompts are built as they are due, not up front) and prints: offered and sent rate,
-   schedule lag P50/P99/max, the client's RSS at 10 %, 50 % and 95 % of the run (this
-   process and its workers, from /proc), requests built during the run, TTFT P50 and mean
-   ITL against the truth (server TTFT + its own measured first-token lateness; its ITL).
-   Target: schedule lag P99 < 5 ms, RSS flat (95 % within 10 % of the 10 % sample).
+   of 8 shared ones, OSL 10), replays it at its own pace in two client processes with no
+   request count (the prompts are built as they are due, not up front) and prints: offered
+   and sent rate, schedule lag P50/P99/max, the load workers' RSS at 10 %, 50 % and 95 %
+   of the run (from /proc) and the parent's growth per request (the records it keeps and
+   the responses it has not decoded yet), requests built during the run, TTFT P50 and
+   mean ITL against the truth (server TTFT + its own measured first-token lateness).
+   Target: schedule lag P99 < 5 ms, the workers' RSS flat (95 % within 10 % of the 10 %
+   sample).
 2. **Turns**: ``--sessions`` concurrent 4-turn conversations (the history grows each
    turn) against single-turn requests at the same concurrency and length, each measured
    against the truth: multi-turn must measure as accurately as single-turn.
@@ -47,10 +49,11 @@ from pytest_llmslo.traffic import summarize as traffic
 
 
 class Rss:
-    """The RSS (MB) of this process and its children, every second."""
+    """The RSS (MB) of this process and of its children (the load workers), every second."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
+        self.workers: list[float] = []
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -75,18 +78,29 @@ class Rss:
     def _run(self) -> None:
         me = os.getpid()
         while not self._stop.wait(1.0):
-            pids = [me]
+            kids: list[int] = []
             for task in Path(f"/proc/{me}/task").glob("*"):
                 try:
-                    pids += [int(x) for x in (task / "children").read_text().split()]
+                    kids += [int(x) for x in (task / "children").read_text().split()]
                 except OSError:
                     pass
-            self.samples.append(sum(self._kb(p) for p in pids) / 1024)
+            workers = [k for k in kids if "load.worker" in self._cmd(k)]
+            self.samples.append(self._kb(me) / 1024)
+            if workers:
+                self.workers.append(sum(self._kb(p) for p in workers) / 1024)
 
-    def at(self, fraction: float) -> float:
-        if not self.samples:
+    @staticmethod
+    def _cmd(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_text()
+        except OSError:
+            return ""
+
+    @staticmethod
+    def at(samples: list[float], fraction: float) -> float:
+        if not samples:
             return float("nan")
-        return self.samples[min(int(fraction * (len(self.samples) - 1)), len(self.samples) - 1)]
+        return samples[min(int(fraction * (len(samples) - 1)), len(samples) - 1)]
 
 
 def write_trace(path: Path, lines: int, rate: float) -> None:
@@ -114,7 +128,9 @@ def replay(args: argparse.Namespace, url: str) -> None:
         write_trace(path, args.lines, args.rate)
         print(f"trace: {args.lines} lines at {args.rate:g} req/s written in "
               f"{time.monotonic() - t:.1f} s ({path.stat().st_size / 1e6:.1f} MB)")  # fmt: skip
-        client = ClientSettings(url, "fixed")
+        # Two client processes: the workers hold the hot path (their RSS is the figure),
+        # the parent keeps the records.
+        client = ClientSettings(url, "fixed", processes=2)
         wl = WorkloadSpec(kind="trace", path=str(path), calibrate=False)
         server_stats(url, reset=True)
         t = time.monotonic()
@@ -137,11 +153,13 @@ def replay(args: argparse.Namespace, url: str) -> None:
         f"  schedule lag P50 {np.percentile(lags, 50):.2f} ms, P99 {np.percentile(lags, 99):.2f} "
         f"ms, max {lags.max():.1f} ms (target P99 < 5 ms); valid={h.valid} {list(h.reasons)}"
     )
-    r10, r50, r95 = rss.at(0.1), rss.at(0.5), rss.at(0.95)
+    w10, w50, w95 = (rss.at(rss.workers, f) for f in (0.1, 0.5, 0.95))
+    p10, p95 = rss.at(rss.samples, 0.1), rss.at(rss.samples, 0.95)
     print(
-        f"  client RSS {r10:.0f} / {r50:.0f} / {r95:.0f} MB at 10/50/95 % of the run "
-        f"({(r95 / r10 - 1) * 100:+.1f} %); {cc['requests_built_during_run']} requests built "
-        "during the run"
+        f"  load workers' RSS {w10:.0f} / {w50:.0f} / {w95:.0f} MB at 10/50/95 % of the run "
+        f"({(w95 / w10 - 1) * 100:+.1f} %); {cc['requests_built_during_run']} requests built "
+        f"during the run; the parent (records, undecoded responses) {p10:.0f} -> {p95:.0f} MB "
+        f"({(p95 - p10) * 1e6 / max(len(run.records), 1) / 1e3:.1f} KB per request)"
     )
     print(f"  TTFT P50 {ttft_err:+.1%} and mean ITL {itl_err:+.2%} against the truth")
 
@@ -166,13 +184,17 @@ def turns(args: argparse.Namespace, url: str) -> None:
         ttft_err, itl_err = errors(run, url, args.ttft_ms, args.itl_ms)
         prompts = [r.prompt_tokens or 0 for r in run.records if r.ok]
         rows.append((label, len(run.records), wall, ttft_err, itl_err, run.health.valid,
-                     float(np.mean(prompts))))  # fmt: skip
+                     float(np.mean(prompts)), run.health))  # fmt: skip
     print(f"turns at c={c} (conversations for multi-turn), OSL 20:")
-    for label, n, wall, te, ie, valid, p in rows:
+    for label, n, wall, te, ie, valid, p, h in rows:
         print(
             f"  {label:>12}: {n} requests in {wall:.1f} s, prompt {p:.0f} tokens mean; "
-            f"TTFT P50 {te:+.1%}, mean ITL {ie:+.2%} against the truth; valid={valid}"
+            f"TTFT P50 {te:+.1%}, mean ITL {ie:+.2%} against the truth; valid={valid}; "
+            f"{h.processes} processes, loop lag P99 {h.loop_lag_p99_ms:.1f} ms, schedule lag "
+            f"P99 {h.schedule_lag_p99_ms:.1f} ms, CPU {h.cpu_util:.0%}"
         )
+        for r in h.reasons:
+            print(f"      invalid: {r}")
 
 
 def main() -> int:

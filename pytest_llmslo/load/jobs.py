@@ -36,6 +36,9 @@ __all__ = ["Job", "JobSource", "JobSpec"]
 PREFILL_BYTES = 128 * 1024 * 1024
 #: Longest stretch ``refill`` builds without yielding to the event loop.
 SLICE_NS = 1_000_000
+#: Conversations built before the run, per worker, at most (their turns' bodies are built
+#: when due; a conversation itself is a few prompts).
+PREFILL_CONVERSATIONS = 4096
 #: Where the indices of spare (cool-down) requests start: past any real sequence.
 SPARE_BASE = 1 << 40
 
@@ -94,6 +97,7 @@ class JobSource:
         self.exhausted = False
         self.built = 0
         self._spares = 0
+        self._convs: deque[tuple[Conversation, bool, int]] = deque()
 
     def _make(self) -> Job | None:
         i = next(self._indices, None)
@@ -120,9 +124,19 @@ class JobSource:
 
     def prefill(self, max_bytes: int = PREFILL_BYTES) -> None:
         """Build jobs before the run: all of them when they fit ``max_bytes``, else up to it
-        (and, without an end, a few buffers' worth). Conversations build their turns when
-        due."""
+        (and, without an end, a few buffers' worth). Conversations are built ahead the same
+        way (their turns' bodies when due): a closed loop's slots start and end their
+        conversations in step, and building a hundred of them on the spot held the event
+        loop for 120 ms at c=256."""
         if self.spec.workload.multi_turn:
+            count = self.spec.count
+            limit = self.spec.low_water * 4
+            if count is not None and count <= PREFILL_CONVERSATIONS:
+                limit = count
+            while not self.exhausted and len(self._convs) < limit:
+                got = self._make_conversation()
+                if got is not None:
+                    self._convs.append(got)
             return
         limit = self.spec.low_water * 4 if self.spec.stop is None else None
         while not self.exhausted and self._buffered_bytes < max_bytes:
@@ -133,15 +147,20 @@ class JobSource:
                 self._push(job)
 
     def needs_refill(self) -> bool:
-        if self.spec.workload.multi_turn:
-            return False
-        return not self.exhausted and len(self._buffer) < self.spec.low_water
+        held = len(self._convs) if self.spec.workload.multi_turn else len(self._buffer)
+        return not self.exhausted and held < self.spec.low_water
 
     def refill(self) -> None:
         """Build jobs for about ``SLICE_NS`` or until the buffer holds twice the low
         water mark (a slice of the background refill)."""
         end = perf_counter_ns() + SLICE_NS
         high = 2 * self.spec.low_water
+        if self.spec.workload.multi_turn:
+            while not self.exhausted and len(self._convs) < high and perf_counter_ns() < end:
+                got = self._make_conversation()
+                if got is not None:
+                    self._convs.append(got)
+            return
         while not self.exhausted and len(self._buffer) < high and perf_counter_ns() < end:
             job = self._make()
             if job is not None:
@@ -172,6 +191,13 @@ class JobSource:
     def next_conversation(self) -> tuple[Conversation, bool, int] | None:
         """The next conversation of this worker, whether it is warm-up, and its arrival
         offset (open loop); None when there are no more."""
+        if self._convs:
+            return self._convs.popleft()
+        if self.exhausted:
+            return None
+        return self._make_conversation()
+
+    def _make_conversation(self) -> tuple[Conversation, bool, int] | None:
         i = next(self._indices, None)
         if i is None:
             self.exhausted = True

@@ -28,6 +28,7 @@ events into the fields of a ``RequestRecord``:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -399,31 +400,27 @@ def error_excerpt(pieces: Sequence[bytes], status: int | None = None) -> str:
     return _excerpt(body)
 
 
+# A chunk's text: ``"content":"..."`` (chat delta) or ``"text":"..."`` (completions), as a
+# JSON string literal. ``"reasoning_content"`` does not match: a quote must open the key.
+_TEXT_FIELD = re.compile(rb'"(?:content|text)":\s*("(?:[^"\\]|\\.)*")')
+
+
 def stream_text(pieces: Sequence[bytes]) -> str:
     """The text a finished stream delivered: its chunks' ``delta.content`` (chat) or
     ``text`` (completions) joined, reasoning left out (a chat history carries the answer,
     as a client application would). A multi-turn conversation sends it back as the
-    assistant's message of the next turn; it is decoded once, when the turn has ended."""
+    assistant's message of the next turn; it runs on the event loop when a turn ends, so
+    it finds the string literals with one regular-expression pass and decodes them in one
+    ``json.loads``, instead of decoding every event (a third of the time at OSL 20: a
+    closed loop's conversations end their turns in step, and 128 of them at once held
+    the loop for tens of milliseconds)."""
     if not pieces:
         return ""
-    _, events, rest = split_events([0] * len(pieces), pieces)
-    if rest.strip():
-        events.append(rest)
-    out: list[str] = []
-    for event in events:
-        _etype, data, _sse = _event_fields(event)
-        if data is None or data.strip() == _DONE:
-            continue
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            continue
-        choices = obj.get("choices") if isinstance(obj, dict) else None
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            continue
-        c = choices[0]
-        delta = c.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else c.get("text")
-        if isinstance(text, str):
-            out.append(text)
-    return "".join(out)
+    found = _TEXT_FIELD.findall(b"".join(pieces))
+    if not found:
+        return ""
+    try:
+        parts = json.loads(b"[" + b",".join(found) + b"]")
+    except ValueError:
+        return ""
+    return "".join(p for p in parts if isinstance(p, str))
