@@ -168,3 +168,28 @@ def lookup(engines: list[str], signal: str) -> tuple[str, ...]:
     for e in engines:
         out.extend(ENGINE_NAMES.get(e, {}).get(signal, ()))
     return tuple(out)
+
+
+_SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
+
+
+def base_name(name: str) -> str:
+    """A sample's family name: without ``_bucket``, ``_sum``, ``_count``, ``_total``."""
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def wanted(kinds: tuple[str, ...] | None = None) -> frozenset[str]:
+    """The family names of every engine's signals (of these kinds: ``gauge``, ``ratio``,
+    ``counter``, ``histogram``) and DCGM's: a scrape parses those lines only."""
+    out = {
+        base_name(n)
+        for table in ENGINE_NAMES.values()
+        for signal, names in table.items()
+        if kinds is None or KIND[signal] in kinds
+        for n in names
+    }
+    out.update(DCGM.values())
+    return frozenset(out)

@@ -23,6 +23,12 @@ from typing import Any
 from .exposition import ExpositionError, Snapshot, parse
 from .gpu import NvmlSampler, from_dcgm
 from .level import LevelSignals, compute
+from .names import wanted
+
+#: The families a scrape parses: all the signals' at the level's start and end, the
+#: gauges' alone in between (their samples are all that is read of those scrapes).
+_ALL = wanted()
+_GAUGES = wanted(("gauge", "ratio"))
 
 
 class Scraper:
@@ -62,7 +68,7 @@ class Scraper:
 
     # -- scraping ----------------------------------------------------------------------
 
-    def _get(self, url: str) -> Snapshot | None:
+    def _get(self, url: str, families: frozenset[str] = _ALL) -> Snapshot | None:
         import httpx
 
         try:
@@ -77,15 +83,15 @@ class Scraper:
             self._errors.setdefault(url, f"GET {url} answered HTTP {resp.status_code}")
             return None
         try:
-            return parse(resp.text)
+            return parse(resp.text, families)
         except ExpositionError as exc:
             self._errors.setdefault(url, f"GET {url}: {exc}")
             return None
 
-    def _scrape(self) -> Snapshot | None:
+    def _scrape(self, families: frozenset[str] = _ALL) -> Snapshot | None:
         merged: Snapshot | None = None
         for url in self.urls:
-            snap = self._get(url)
+            snap = self._get(url, families)
             if snap is None:
                 continue
             if merged is None:
@@ -98,7 +104,7 @@ class Scraper:
 
     def _tick(self, baseline: bool) -> None:
         c0 = time.thread_time()
-        snap = self._scrape()
+        snap = self._scrape(_ALL if baseline else _GAUGES)
         dcgm = self._get(self.dcgm_url) if self.dcgm_url else None
         if self._nvml is not None and not baseline:
             self._nvml.sample()
