@@ -1061,7 +1061,7 @@ def start_signals(handle: EngineHandle, ts: S.TestSettings, client: Any) -> Any:
         return None
     from pytest_llmslo.signals.scraper import Scraper
 
-    urls = [handle.base_url.rstrip("/") + "/metrics"]
+    urls = [handle.base_url.rstrip("/") + "/metrics", *getattr(handle, "metrics_urls", ())]
     extra = (handle.config.options or {}).get("metrics_urls") if handle.config else None
     if isinstance(extra, str):
         extra = [extra]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, EngineStartError
 from . import sglang, vllm
 from ._common import (
     SizingFlags,
@@ -48,7 +48,7 @@ from ._common import (
 )
 from .base import EngineConfig
 from .launch import LaunchPlan, RunningEngine, launch, remove_dirs
-from .process import ProcessSpec, pick_free_port, probe_host
+from .process import ProcessSpec, pick_free_port, port_is_free, probe_host
 from .readiness import all_of, health_body_healthy, models_listed
 
 DYNAMO_VERSION = "1.6.1"
@@ -402,6 +402,13 @@ def _plan(config: EngineConfig, temp_dirs: list[str]) -> LaunchPlan:
                 taken.add(p)
                 return p
 
+    def low_port() -> int:
+        for p in random.sample(range(20000, 32000), 200):
+            if p not in taken and port_is_free(p, port_host):
+                taken.add(p)
+                return p
+        raise EngineStartError(f"{config.display_name}: no free port below 32768 for a worker")
+
     workdir: list[str] = []
 
     def get_workdir() -> str:
@@ -409,12 +416,19 @@ def _plan(config: EngineConfig, temp_dirs: list[str]) -> LaunchPlan:
             workdir.append(mkdtemp())
         return workdir[0]
 
-    # DYN_SYSTEM_PORT is left unset: each worker's status server stays off (it is an i16
-    # there, so most free ports the kernel hands out would not even parse).
+    # Each worker's status server publishes its /metrics (KV-cache usage, prefix hits and
+    # its engine's own names) for the engine's signals. DYN_SYSTEM_PORT is an i16 there,
+    # so the kernel's ephemeral ports (32768 and up) would not parse: a free one below.
     workers = []
+    system_urls: list[str] = []
     for i, role in enumerate(roles):
         defaults, extra_env = worker_defaults(config, worker, role, next_port, get_workdir)
         env = {**base_env, **extra_env}
+        if "DYN_SYSTEM_PORT" not in config.env:
+            sys_port = low_port()
+            env["DYN_SYSTEM_ENABLED"] = "true"
+            env["DYN_SYSTEM_PORT"] = str(sys_port)
+            system_urls.append(f"http://{port_host}:{sys_port}/metrics")
         if slices[i] is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(slices[i])
         argv = [*worker_argv(config, worker, role, defaults), *worker_extra]
@@ -462,6 +476,7 @@ def _plan(config: EngineConfig, temp_dirs: list[str]) -> LaunchPlan:
             containers=tuple(specs),
             static_version=image_tag(image),
             temp_dirs=tuple(temp_dirs),
+            metrics_urls=tuple(system_urls),
             **common,
         )
     python = python_of(config)
@@ -478,6 +493,7 @@ def _plan(config: EngineConfig, temp_dirs: list[str]) -> LaunchPlan:
         processes=tuple(procs),
         version_fallback=package_version(config, "ai-dynamo", "ai-dynamo-runtime"),
         temp_dirs=tuple(temp_dirs),
+        metrics_urls=tuple(system_urls),
         **common,
     )
 

@@ -83,6 +83,9 @@ class LaunchPlan:
     # Directories the launcher made for this engine (discovery, generated configs),
     # removed when it stops.
     temp_dirs: tuple[str, ...] = ()
+    # Prometheus endpoints of the engine's units besides its base URL's /metrics (a
+    # Dynamo deployment's workers), scraped for the engine's signals.
+    metrics_urls: tuple[str, ...] = ()
 
     @property
     def client_host(self) -> str:
@@ -116,6 +119,7 @@ class RunningEngine:
         self.plan = plan
         self.base_url = (base_url or plan.base_url).rstrip("/")
         self.model = model or plan.model
+        self.metrics_urls = plan.metrics_urls
         self._units = units
         self._version = version
         self._started_s = started_s

@@ -147,6 +147,8 @@ def compute(
         out["prefix_hit_rate"] = hits / queries
     else:
         out["prefix_hit_rate"] = gauge("prefix_hit_rate")[0]
+    if out["prefix_hit_rate"] is None:
+        out["prefix_hit_rate"] = hist("prefix_hit_hist")[0]  # a router's hit-rate histogram
     m, p50, p99, _ = hist("queue_time")
     out["queue_time_mean_ms"], out["queue_time_p50_ms"], out["queue_time_p99_ms"] = (
         _ms(m), _ms(p50), _ms(p99)

@@ -4,7 +4,8 @@ A signal is one of ``SIGNALS``; each engine lists, per signal, the sample names 
 it, newest first (an engine renames a metric now and then; the older name still matters
 for pinned versions). Checked against the engines' sources and docs:
 
-- vLLM v0.10-v0.11 (``vllm/v1/metrics/loggers.py``): ``vllm:num_requests_running``,
+- vLLM v0.10-v0.11 (``vllm/v1/metrics/loggers.py``), and the same names on a running
+  vLLM CPU build 0.32.0 (the engine suite asserts them): ``vllm:num_requests_running``,
   ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (``vllm:gpu_cache_usage_perc``
   before v0.10), ``vllm:num_preemptions_total``, ``vllm:prefix_cache_queries_total`` /
   ``vllm:prefix_cache_hits_total`` (``vllm:gpu_prefix_cache_*`` before), the histograms
@@ -25,14 +26,17 @@ for pinned versions). Checked against the engines' sources and docs:
   ``num_requests_running`` / ``num_requests_waiting``, ``request_queue_time_seconds``,
   ``time_to_first_token_seconds``, ``time_per_output_token_seconds``,
   ``e2e_request_latency_seconds``;
-- Dynamo 0.5-0.6 (``docs/observability/metrics.md``): the frontend's
+- Dynamo 0.5-0.6 (``docs/observability/metrics.md``) and 1.6.1 (the mocker engine suite
+  scrapes them): the frontend's
   ``dynamo_frontend_inflight_requests``, ``dynamo_frontend_queued_requests``,
   ``dynamo_frontend_time_to_first_token_seconds``,
   ``dynamo_frontend_inter_token_latency_seconds``,
   ``dynamo_frontend_request_duration_seconds``, ``dynamo_frontend_input_sequence_tokens`` /
   ``..._output_sequence_tokens``; the workers' ``dynamo_component_kvstats_gpu_cache_usage_percent``
   and ``dynamo_component_kvstats_gpu_prefix_cache_hit_rate``, next to their engine's own
-  (``vllm:``, ``sglang:``) names, which Dynamo passes through;
+  (``vllm:``, ``sglang:``) names, which Dynamo passes through (the mocker's workers
+  publish neither); the KV router's ``dynamo_component_router_kv_hit_rate`` histogram on
+  the frontend (its mean over the level is the hit rate when no gauge says it);
 - the sim publishes vLLM's names.
 
 DCGM exporter (``dcgm-exporter`` 3.x/4.x default counters): ``DCGM_FI_DEV_GPU_UTIL`` (%),
@@ -52,6 +56,7 @@ Signal = Literal[
     "prefix_queries",
     "prefix_hits",
     "prefix_hit_rate",
+    "prefix_hit_hist",
     "queue_time",
     "ttft",
     "itl",
@@ -70,6 +75,7 @@ KIND: dict[str, str] = {
     "prefix_queries": "counter",
     "prefix_hits": "counter",
     "prefix_hit_rate": "ratio",
+    "prefix_hit_hist": "histogram",
     "queue_time": "histogram",
     "ttft": "histogram",
     "itl": "histogram",
@@ -129,6 +135,7 @@ ENGINE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "waiting": ("dynamo_frontend_queued_requests",),
         "kv_usage": ("dynamo_component_kvstats_gpu_cache_usage_percent",),
         "prefix_hit_rate": ("dynamo_component_kvstats_gpu_prefix_cache_hit_rate",),
+        "prefix_hit_hist": ("dynamo_component_router_kv_hit_rate",),
         "ttft": ("dynamo_frontend_time_to_first_token_seconds",),
         "itl": ("dynamo_frontend_inter_token_latency_seconds",),
         "e2e": ("dynamo_frontend_request_duration_seconds",),

@@ -103,6 +103,9 @@ def _run_slo(
         sig = doc["points"][0]["summary"]["signals"]
         assert signals in sig.get("engines", []), sig
         assert sig["scrapes"] >= 2 and sig.get("ttft_p50_ms") is not None, sig
+        if signals == "dynamo":
+            # The frontend's /metrics and each worker's status server, every one answering.
+            assert len(sig["sources"]) >= 2 and not sig.get("note"), sig
 
 
 # Module-scoped, so they are resolved before pytester points HOME at a temporary folder

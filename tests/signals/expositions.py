@@ -110,6 +110,7 @@ def dynamo_frontend(level: int) -> str:
             "dynamo_frontend_time_to_first_token_seconds": ([0.2] * n, TTFT_BUCKETS),
             "dynamo_frontend_inter_token_latency_seconds": ([0.02] * n, ITL_BUCKETS),
             "dynamo_frontend_request_duration_seconds": ([2.5] * n, (1.0, 2.0, 4.0)),
+            "dynamo_component_router_kv_hit_rate": ([0.25] * n, (0.25, 0.5, 0.75, 1.0)),
         },
         labels='model="m"',
     )

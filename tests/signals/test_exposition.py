@@ -65,6 +65,10 @@ def test_dynamo_frontend_and_workers_merge() -> None:
     assert s.kv_usage_mean == pytest.approx(0.85)
     assert s.preemptions == 6  # the workers' own vLLM counters, summed
     assert s.ttft_mean_ms == pytest.approx(200) and s.itl_mean_ms == pytest.approx(20)
+    assert s.prefix_hit_rate == pytest.approx(0.5)  # the workers' gauge
+    # The frontend alone: the KV router's hit-rate histogram, its mean over the level.
+    front = _level(dynamo_frontend(0), [dynamo_frontend(1)], dynamo_frontend(1))
+    assert front.prefix_hit_rate == pytest.approx(0.25) and front.kv_usage_mean is None
 
 
 def test_unknown_engine_gives_no_signals_with_a_note() -> None:
