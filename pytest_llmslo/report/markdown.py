@@ -20,9 +20,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.report.terminal import (
+    SIGNAL_COLUMNS,
     fmt_ms,
     fmt_pct,
     fmt_tok,
+    has_signals,
+    signal_cells,
     signal_lines,
     sweep_row_cells,
     traffic_lines,
@@ -239,10 +242,11 @@ def render_sweeps(
             knee = (knees or {}).get((engine, test)) if len(by_mode) == 1 else None
             knee = knee or find_knee(pts)
             rows = []
+            signals = any(has_signals(p) for p in pts)
             for i in level_order(pts):  # a level measured twice shows its last point
                 p = pts[i]
                 at_knee = knee.level is not None and p.level == knee.level
-                cells = sweep_row_cells(p)
+                cells = sweep_row_cells(p) + (signal_cells(p) if signals else [])
                 if at_knee:
                     cells = [f"**{c}**" for c in cells]
                 mark = KNEE_MARK if at_knee else "!" if point_status(p) == "invalid" else ""
@@ -254,7 +258,15 @@ def render_sweeps(
             ran = _test_line((tests or {}).get(test), pts)
             if ran:
                 lines.extend([ran, ""])
-            lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
+            if signals:
+                extra = tuple(
+                    f"{h} (ms)" if h.startswith("queue") else h for h, _ in SIGNAL_COLUMNS
+                )
+                heads = (*_SWEEP_HEADERS[:-1], *extra, _SWEEP_HEADERS[-1])
+                right = set(range(1, len(heads) - 1))
+                lines.extend(table(heads, rows, right))
+            else:
+                lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
             lines.append("")
             lines.append(_knee_sentence(knee))
             traffic = [

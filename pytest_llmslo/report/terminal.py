@@ -45,11 +45,13 @@ __all__ = [
     "fmt_ms",
     "fmt_pct",
     "fmt_tok",
+    "has_signals",
     "render_capacity",
     "render_pareto",
     "render_summary",
     "render_sweep",
     "render_verdict",
+    "signal_cells",
     "signal_lines",
     "sweep_row_cells",
     "traffic_lines",
@@ -72,11 +74,15 @@ _COLUMNS: tuple[tuple[str, int], ...] = (
     ("good tok/s", 12),
     ("attain", 8),
 )
+# The engine's own figures, after the client's, when the sweep has signals: queue time
+# P99, KV-cache usage (max) and preemptions over the level.
+SIGNAL_COLUMNS: tuple[tuple[str, int], ...] = (("queue p99", 11), ("KV", 6), ("preempt", 9))
 _LEAD = 2  # the marker column and a space
 _GAP = 2  # before the verdict
 _VERDICT_MIN = 14  # room for "inconclusive" and a short FAIL list
-# On a narrower terminal the columns first lose a space each, then these go, in this order
-# (the SLO figures, TTFT P99 and goodput, always stay).
+# On a narrower terminal the signal columns go first (their line under each level stays),
+# then the columns lose a space each, then these go, in this order (the SLO figures, TTFT
+# P99 and goodput, always stay).
 _DROP_ORDER = ("TPOT p50", "TTFT p50", "ITL p50")
 
 
@@ -141,13 +147,18 @@ def render_capacity(capacity: CapacityResult, width: int = DEFAULT_WIDTH) -> lis
     return lines
 
 
-def _layout(width: int) -> list[tuple[int, str, int]]:
-    """The columns that fit ``width``: (index into ``_COLUMNS``, header, width)."""
+def _layout(width: int, signals: bool = False) -> list[tuple[int, str, int]]:
+    """The columns that fit ``width``: (index into the row's cells, header, width); with
+    ``signals`` the ``SIGNAL_COLUMNS`` follow the client's when there is room for them."""
     cols = [(i, h, w) for i, (h, w) in enumerate(_COLUMNS)]
 
     def fits(c: list[tuple[int, str, int]]) -> bool:
         return _LEAD + sum(w for *_, w in c) + _GAP + _VERDICT_MIN <= width
 
+    if signals:
+        wide = cols + [(len(_COLUMNS) + i, h, w) for i, (h, w) in enumerate(SIGNAL_COLUMNS)]
+        if fits(wide):
+            return wide
     if fits(cols):
         return cols
     cols = [(i, h, w - 1) for i, h, w in cols]
@@ -168,7 +179,8 @@ def _render_one(
     n = len({p.level.label for p in sweep})
     plural = "s" if n != 1 else ""
     lines = [_clip(f"{engine} | {test} | {mode} sweep, {n} level{plural}", width)]
-    cols = _layout(width)
+    signals = any(has_signals(p) for p in sweep)
+    cols = _layout(width, signals)
     verdict_w = max(width - _LEAD - sum(w for *_, w in cols) - _GAP, 7)
     head = " " * _LEAD + "".join(h.rjust(w) for _, h, w in cols) + " " * _GAP + "verdict"
     lines.append(_clip(head, width))
@@ -177,7 +189,7 @@ def _render_one(
         p = sweep[i]
         status = point_status(p)
         mark = KNEE_MARK if i == knee_row else INVALID_MARK if status == "invalid" else " "
-        cells = sweep_row_cells(p)
+        cells = sweep_row_cells(p) + (signal_cells(p) if signals else [])
         row = mark + " " + "".join(_cell(cells[j], w) for j, _, w in cols)
         lines.append(_clip(row + " " * _GAP + _verdict_cell(p, verdict_w), width))
     lines.extend(_wrap(_knee_line(sweep, knee), width))
@@ -328,6 +340,23 @@ def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
             return knee.index
     p = point_at(sweep, knee.level)
     return None if p is None else next(i for i, q in enumerate(sweep) if q is p)
+
+
+def has_signals(p: SweepPoint) -> bool:
+    s = p.summary.signals
+    return bool(s and s.get("engines"))
+
+
+def signal_cells(p: SweepPoint) -> list[str]:
+    """The ``SIGNAL_COLUMNS`` cells of a point (``-`` where the engine did not say)."""
+    s = p.summary.signals or {}
+    kv = s.get("kv_usage_max")
+    pre = s.get("preemptions")
+    return [
+        fmt_ms(s.get("queue_time_p99_ms")),
+        "-" if kv is None else f"{kv * 100:.0f}%",
+        "-" if pre is None else f"{pre:.0f}",
+    ]
 
 
 def sweep_row_cells(p: SweepPoint) -> list[str]:

@@ -307,3 +307,34 @@ def test_capacity_is_shown_under_its_sweep(
     # Under the sim sweep, not the vllm one.
     assert text.index("capacity: c4") < text.index("vllm | test_chat")
     assert all(len(line) <= 100 for line in lines)
+
+
+def test_signal_columns_and_line(point_factory: Callable[..., SweepPoint]) -> None:
+    import dataclasses
+
+    p = point_factory(48, ttft_ms=100.0, gap_ms=12.5)
+    sig = {
+        "engines": ["vllm"], "queue_time_p99_ms": 530.0, "kv_usage_max": 0.97,
+        "preemptions": 38.0, "waiting_mean": 14.0, "running_mean": 30.0,
+        "ttft_p99_ms": 780.0, "client_minus_engine_ttft_p99_ms": 32.0,
+    }  # fmt: skip
+    p = dataclasses.replace(p, summary=dataclasses.replace(p.summary, signals=sig))
+    wide = render_sweep("sim", [p], width=130)
+    assert "queue p99" in wide[1] and "preempt" in wide[1]
+    fields = table_rows(wide)["c48"][1:].split()
+    assert fields[8:11] == ["530.0", "97%", "38"]
+    text = " ".join(line.strip() for line in wide)  # the line wraps at the width
+    assert (
+        "c48: vllm signals: queue P99 530.0 ms, 14.0 waiting, 30.0 running, KV 97 %, "
+        "38 preemptions, engine TTFT P99 780.0 ms (client +32.0 ms)" in text
+    )
+    # At 100 columns the client's figures keep their room; the line stays.
+    narrow = render_sweep("sim", [p], width=100)
+    assert "queue p99" not in narrow[1] and "TPOT p50" in narrow[1]
+    assert any("vllm signals: queue P99 530.0 ms" in line for line in narrow)
+    # Absent signals: a note, and no columns.
+    none = {"sources": ["http://e/metrics"], "note": "no signals: GET /metrics answered HTTP 404"}
+    q = dataclasses.replace(p, summary=dataclasses.replace(p.summary, signals=none))
+    lines = render_sweep("sim", [q], width=130)
+    assert "queue p99" not in lines[1]
+    assert any("c48: no signals: GET /metrics answered HTTP 404" in line for line in lines)
