@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_loadgen import server_stats, start_server
+from bench_loadgen import RssSampler, server_stats, start_server
 
 from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
 from pytest_llmslo.metrics import summarize
@@ -65,29 +65,13 @@ class Rss:
         self._stop.set()
         self._t.join(5)
 
-    @staticmethod
-    def _kb(pid: int) -> int:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
-
     def _run(self) -> None:
-        me = os.getpid()
+        kb = RssSampler._rss_kb
         while not self._stop.wait(1.0):
-            kids: list[int] = []
-            for task in Path(f"/proc/{me}/task").glob("*"):
-                try:
-                    kids += [int(x) for x in (task / "children").read_text().split()]
-                except OSError:
-                    pass
-            workers = [k for k in kids if "load.worker" in self._cmd(k)]
-            self.samples.append(self._kb(me) / 1024)
+            workers = [k for k in RssSampler._children() if "load.worker" in self._cmd(k)]
+            self.samples.append(kb(os.getpid()) / 1024)
             if workers:
-                self.workers.append(sum(self._kb(p) for p in workers) / 1024)
+                self.workers.append(sum(kb(p) for p in workers) / 1024)
 
     @staticmethod
     def _cmd(pid: int) -> str:

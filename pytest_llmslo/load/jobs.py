@@ -99,21 +99,26 @@ class JobSource:
         self._spares = 0
         self._convs: deque[tuple[Conversation, bool, int]] = deque()
 
-    def _make(self) -> Job | None:
+    def _take(self) -> tuple[int, int] | None:
+        """The next index of this worker and its arrival offset (0 in a closed loop); None
+        when the sequence or the schedule has ended."""
         i = next(self._indices, None)
-        if i is None:
+        offsets = self.spec.offsets
+        if i is None or (offsets is not None and self._position >= len(offsets)):
             self.exhausted = True
             return None
-        spec = self.spec
-        p = self._prompts.prompt(i)
-        offset = 0
-        if spec.offsets is not None:
-            if self._position >= len(spec.offsets):
-                self.exhausted = True
-                return None
-            offset = int(spec.offsets[self._position])
+        offset = 0 if offsets is None else int(offsets[self._position])
         self._position += 1
         self.built += 1
+        return i, offset
+
+    def _make(self) -> Job | None:
+        got = self._take()
+        if got is None:
+            return None
+        i, offset = got
+        spec = self.spec
+        p = self._prompts.prompt(i)
         model = spec.settings.model_for(spec.workload.seed, i)
         body = request_body(spec.settings, p.text, p.osl, model=model)
         return Job(i, body, p.isl, p.osl, i < spec.warmup, offset)
@@ -198,20 +203,11 @@ class JobSource:
         return self._make_conversation()
 
     def _make_conversation(self) -> tuple[Conversation, bool, int] | None:
-        i = next(self._indices, None)
-        if i is None:
-            self.exhausted = True
+        got = self._take()
+        if got is None:
             return None
-        spec = self.spec
-        offset = 0
-        if spec.offsets is not None:
-            if self._position >= len(spec.offsets):
-                self.exhausted = True
-                return None
-            offset = int(spec.offsets[self._position])
-        self._position += 1
-        self.built += 1
-        return self._prompts.conversation(i), i < spec.warmup, offset
+        i, offset = got
+        return self._prompts.conversation(i), i < self.spec.warmup, offset
 
     def turn_job(
         self, conv: Conversation, k: int, history: list[tuple[str, str]], warmup: bool, isl: int

@@ -237,7 +237,8 @@ def _length(path: str, lineno: int, obj: dict[str, Any], keys: tuple[str, ...]) 
     for k in keys:
         if k in obj:
             v = obj[k]
-            if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v):
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            if not ok or v != int(v):
                 raise WorkloadError(f"{path}:{lineno}: {k!r} must be an integer, got {v!r}")
             if v < 0:
                 raise WorkloadError(f"{path}:{lineno}: {k!r} must be >= 0, got {v!r}")
@@ -245,12 +246,10 @@ def _length(path: str, lineno: int, obj: dict[str, Any], keys: tuple[str, ...]) 
     return None
 
 
-def _read_json(path: str, fmt: str) -> Iterator[_Row]:
-    need = (
-        "a Mooncake trace line needs timestamp (ms), input_length, output_length, hash_ids"
-        if fmt == "mooncake"
-        else "a JSONL trace line needs timestamp (ms) and prompt or input_length"
-    )
+def json_lines(path: str, what: str) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-empty line of a JSON-lines file; ``WorkloadError``
+    names the file and the line that is not JSON, or why the file cannot be read. Shared
+    by the traces here and the JSONL datasets of ``workload.py``."""
     try:
         with open(path, encoding="utf-8-sig") as f:
             for lineno, line in enumerate(f, 1):
@@ -261,34 +260,42 @@ def _read_json(path: str, fmt: str) -> Iterator[_Row]:
                     obj = json.loads(line)
                 except ValueError as exc:
                     raise WorkloadError(f"{path}:{lineno}: not JSON: {exc}") from None
-                if not isinstance(obj, dict):
-                    raise WorkloadError(f"{path}:{lineno}: expected a JSON object; {need}")
-                t = obj.get("timestamp")
-                if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-                    raise WorkloadError(
-                        f"{path}:{lineno}: no numeric 'timestamp' (got {t!r}); {need}"
-                    )
-                if t < 0:
-                    raise WorkloadError(f"{path}:{lineno}: 'timestamp' must be >= 0, got {t!r}")
-                text = obj.get("prompt", obj.get("text"))
-                if text is not None and not isinstance(text, str):
-                    raise WorkloadError(f"{path}:{lineno}: 'prompt' must be a string")
-                isl = _length(path, lineno, obj, ("input_length",))
-                if isl is None and text is None:
-                    raise WorkloadError(f"{path}:{lineno}: no 'input_length'; {need}")
-                if isl is None:
-                    isl = max(1, len(str(text).split()))
-                osl = _length(path, lineno, obj, ("output_length", "output_tokens", "max_tokens"))
-                if osl is None and fmt == "mooncake":
-                    raise WorkloadError(f"{path}:{lineno}: no 'output_length'; {need}")
-                hashes = obj.get("hash_ids", [])
-                if not isinstance(hashes, list) or not all(
-                    isinstance(h, int) and not isinstance(h, bool) for h in hashes
-                ):
-                    raise WorkloadError(f"{path}:{lineno}: 'hash_ids' must be a list of integers")
-                yield lineno, float(t), isl, -1 if osl is None else osl, hashes, text
-    except OSError as exc:
-        raise WorkloadError(f"cannot read trace {path}: {exc}") from None
+                yield lineno, obj
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"cannot read {what} {path}: {exc}") from None
+
+
+def _read_json(path: str, fmt: str) -> Iterator[_Row]:
+    need = (
+        "a Mooncake trace line needs timestamp (ms), input_length, output_length, hash_ids"
+        if fmt == "mooncake"
+        else "a JSONL trace line needs timestamp (ms) and prompt or input_length"
+    )
+    for lineno, obj in json_lines(path, "trace"):
+        if not isinstance(obj, dict):
+            raise WorkloadError(f"{path}:{lineno}: expected a JSON object; {need}")
+        t = obj.get("timestamp")
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+            raise WorkloadError(f"{path}:{lineno}: no numeric 'timestamp' (got {t!r}); {need}")
+        if t < 0:
+            raise WorkloadError(f"{path}:{lineno}: 'timestamp' must be >= 0, got {t!r}")
+        text = obj.get("prompt", obj.get("text"))
+        if text is not None and not isinstance(text, str):
+            raise WorkloadError(f"{path}:{lineno}: 'prompt' must be a string")
+        isl = _length(path, lineno, obj, ("input_length",))
+        if isl is None and text is None:
+            raise WorkloadError(f"{path}:{lineno}: no 'input_length'; {need}")
+        if isl is None:
+            isl = max(1, len(str(text).split()))
+        osl = _length(path, lineno, obj, ("output_length", "output_tokens", "max_tokens"))
+        if osl is None and fmt == "mooncake":
+            raise WorkloadError(f"{path}:{lineno}: no 'output_length'; {need}")
+        hashes = obj.get("hash_ids", [])
+        if not isinstance(hashes, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in hashes
+        ):
+            raise WorkloadError(f"{path}:{lineno}: 'hash_ids' must be a list of integers")
+        yield lineno, float(t), isl, -1 if osl is None else osl, hashes, text
 
 
 def _azure_time(text: str) -> float:

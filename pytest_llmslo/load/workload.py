@@ -60,7 +60,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import WorkloadError
-from .traces import Trace, read_trace
+from .traces import Trace, json_lines, read_trace
 
 WorkloadKind = Literal["synthetic", "sharegpt", "jsonl", "shared_prefix", "trace"]
 WORKLOAD_KINDS: tuple[str, ...] = ("synthetic", "sharegpt", "jsonl", "shared_prefix", "trace")
@@ -397,28 +397,17 @@ def _read_conversations(
 
 def _read_jsonl(path: str) -> list[tuple[str, int | None]]:
     out: list[tuple[str, int | None]] = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    obj = json.loads(line)
-                except ValueError as exc:
-                    raise WorkloadError(f"{path}:{lineno}: not JSON: {exc}") from exc
-                if isinstance(obj, str):
-                    out.append((obj, None))
-                    continue
-                if not isinstance(obj, dict):
-                    raise WorkloadError(f"{path}:{lineno}: expected an object or a string")
-                text = obj.get("prompt", obj.get("text"))
-                if not isinstance(text, str):
-                    raise WorkloadError(f"{path}:{lineno}: no 'prompt' string")
-                osl = obj.get("output_tokens", obj.get("max_tokens"))
-                out.append((text, int(osl) if isinstance(osl, int) and osl > 0 else None))
-    except OSError as exc:
-        raise WorkloadError(f"cannot read JSONL file {path}: {exc}") from exc
+    for lineno, obj in json_lines(path, "JSONL file"):
+        if isinstance(obj, str):
+            out.append((obj, None))
+            continue
+        if not isinstance(obj, dict):
+            raise WorkloadError(f"{path}:{lineno}: expected an object or a string")
+        text = obj.get("prompt", obj.get("text"))
+        if not isinstance(text, str):
+            raise WorkloadError(f"{path}:{lineno}: no 'prompt' string")
+        osl = obj.get("output_tokens", obj.get("max_tokens"))
+        out.append((text, int(osl) if isinstance(osl, int) and osl > 0 else None))
     if not out:
         raise WorkloadError(f"{path}: no prompts")
     return out
