@@ -5,9 +5,9 @@ engine to first scheduled), ``vllm:time_to_first_token_seconds``,
 ``vllm:e2e_request_latency_seconds``, all on the simulated clock, so a client can set the
 engine's own figures against its measurements (``signals/``).
 
-The bounds are vLLM's where it has fine ones (TTFT); the queue time and ITL take finer
-bounds than vLLM's (whose first queue-time bound is 0.3 s and ITL bounds 10, 25, 50 ms),
-so that their percentiles say something at the sim's scales.
+The bounds are finer than vLLM's (whose TTFT bounds go 0.1, 0.25, 0.5, 0.75 s, its first
+queue-time bound is 0.3 s and its ITL bounds 10, 25, 50 ms), so that the percentiles a
+client reads from them come within a few percent of its own at the sim's scales.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from bisect import bisect_left
 from collections.abc import Sequence
 
 TTFT_BOUNDS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    0.001, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.125, 0.15, 0.175, 0.2,
+    0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5,
     10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )  # fmt: skip
 QUEUE_BOUNDS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5,
-    0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3,
+    0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 )  # fmt: skip
 ITL_BOUNDS = (
     0.002, 0.004, 0.006, 0.008, 0.01, 0.012, 0.014, 0.016, 0.018, 0.02, 0.025, 0.03, 0.035,
