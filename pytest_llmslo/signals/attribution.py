@@ -19,9 +19,10 @@ ITL and TPOT:
 
 1. **client/network-bound**: the engine's ITL is less than half the client's;
 2. **KV-cache bound**: preemptions during the level, or the KV cache at least 90 % full;
-3. **prefill interference**: more prompt tokens than generated tokens per second went
-   through the engine: prefill chunks share the steps of the decode batch;
-4. **decode-bound**: otherwise, the decode batch itself (its mean running requests named).
+3. **prefill interference**: at least 75 % of the tokens the engine processed were
+   prompt tokens: prefill chunks take most of the steps the decode batch shares;
+4. **decode-bound**: otherwise, the decode batch itself (its mean running requests and
+   the prefill share named).
 
 Without engine signals, or when none of the rules apply, the explanation says so: the
 verdict never invents a cause.
@@ -36,6 +37,7 @@ from .level import LevelSignals
 QUEUE_SHARE = 0.30
 KV_FULL = 0.90
 CLIENT_SHARE = 0.50
+PREFILL_SHARE = 0.75
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +144,14 @@ def _decode_side(sig: LevelSignals, tail: str, what: str) -> Attribution:
         return Attribution(
             "kv-cache", f"{what}{tail}: KV-cache bound (preempted requests recompute)"
         )
-    if (
-        sig.prompt_tok_s is not None
-        and sig.generation_tok_s
-        and sig.prompt_tok_s > sig.generation_tok_s
-    ):
+    prompt, gen = sig.prompt_tok_s, sig.generation_tok_s
+    share = prompt / (prompt + gen) if prompt is not None and gen else None
+    if share is not None and share >= PREFILL_SHARE:
         return Attribution(
             "prefill-interference",
-            f"{what}: {sig.prompt_tok_s:.0f} prompt tok/s against {sig.generation_tok_s:.0f} "
-            f"generated{tail}: prefill interference (prompt chunks share the decode steps)",
+            f"{what}: {prompt:.0f} prompt tok/s against {gen:.0f} generated ({_pct(share)} of "
+            f"the tokens are prefill){tail}: prefill interference (prompt chunks share the "
+            "decode steps)",
         )
-    return Attribution("decode", f"{what}{tail}: decode-bound (the batch's own pace)")
+    mix = "" if share is None else f"; prefill is {_pct(share)} of the tokens"
+    return Attribution("decode", f"{what}{tail}: decode-bound (the batch's own pace{mix})")

@@ -50,9 +50,10 @@ def test_itl_rules() -> None:
     assert explain("itl", "p50", 40, sig(itl_p50_ms=38.0, preemptions=5.0)).kind == "kv-cache"
     inter = sig(itl_p50_ms=38.0, prompt_tok_s=9000.0, generation_tok_s=1200.0)
     assert explain("itl", "p50", 40, inter).kind == "prefill-interference"
-    plain = sig(itl_p50_ms=38.0, prompt_tok_s=100.0, generation_tok_s=1200.0, running_mean=64.0)
+    plain = sig(itl_p50_ms=38.0, prompt_tok_s=2400.0, generation_tok_s=1200.0, running_mean=64.0)
     a = explain("tpot", "p50", 40, plain)
     assert a.kind == "decode" and "64 running" in a.text
+    assert "prefill is 67 % of the tokens" in a.text  # ISL twice OSL is not interference
 
 
 def test_e2e_goes_to_decode_when_ttft_is_small() -> None:
