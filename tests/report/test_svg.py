@@ -177,3 +177,16 @@ def test_a_test_swept_in_two_modes_gets_two_rows(sweep_factory):
     assert titles == ["test_chat (concurrency)", "test_chat (rate)"]
     labels = texts(root)
     assert "concurrency" in labels and "rate (req/s)" in labels
+
+
+def test_a_points_hover_title_has_its_engine_signals(point_factory):
+    import dataclasses
+
+    p = point_factory(8, ttft_ms=50.0)
+    sig = {"engines": ["vllm"], "queue_time_p99_ms": 530.0, "kv_usage_max": 0.97,
+           "preemptions": 38.0, "energy_j_per_token": 0.41}  # fmt: skip
+    p = dataclasses.replace(p, summary=dataclasses.replace(p.summary, signals=sig))
+    titles = [t.text or "" for t in parse(render_svg([p])).iter(f"{NS}title")]
+    assert any(
+        "engine queue P99 530.0 ms, KV 97 %, 38 preemptions, 0.41 J/token" in t for t in titles
+    ), titles
