@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from pytest_llmslo.report.terminal import signal_bits
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
@@ -252,15 +253,10 @@ def _point_title(engine: str, p: SweepPoint, tag: str) -> str:
         parts.append("inconclusive (client-limited)")
     sig = p.summary.signals
     if sig and sig.get("engines"):
-        # The engine's own view of the point, shown on hover: queue, KV cache, preemptions.
-        if sig.get("queue_time_p99_ms") is not None:
-            parts.append(f"engine queue P99 {sig['queue_time_p99_ms']:.1f} ms")
-        if sig.get("kv_usage_max") is not None:
-            parts.append(f"KV {sig['kv_usage_max'] * 100:.0f} %")
-        if sig.get("preemptions") is not None:
-            parts.append(f"{sig['preemptions']:.0f} preemptions")
-        if sig.get("energy_j_per_token") is not None:
-            parts.append(f"{sig['energy_j_per_token']:.2f} J/token")
+        # The engine's own view of the point, shown on hover (as under the sweep's row).
+        bits = signal_bits(sig)
+        if bits:
+            parts.append("engine: " + ", ".join(bits))
     if p.verdict is not None and p.verdict.attribution:
         parts.append("why: " + p.verdict.attribution[0].rsplit(": ", 1)[-1])
     return ", ".join(parts)

@@ -51,6 +51,7 @@ __all__ = [
     "render_summary",
     "render_sweep",
     "render_verdict",
+    "signal_bits",
     "signal_cells",
     "signal_lines",
     "sweep_row_cells",
@@ -259,29 +260,27 @@ def traffic_lines(p: SweepPoint) -> list[str]:
     return out
 
 
-def signal_lines(p: SweepPoint) -> list[str]:
-    """What the engine said about itself over a level, under its row: queue time, waiting
-    and running requests, KV cache, preemptions, prefix hits, its own TTFT against the
-    client's, and GPU figures; or why there are no signals. None when signals were off."""
-    s = p.summary.signals
-    if not s:
-        return []
-    label = p.level.label
-    if not s.get("engines"):
-        return [f"  {label}: {s.get('note') or 'no engine signals'}"]
+# (key, format) of the plain figures of a signals mapping, in the order they are shown.
+_SIGNAL_FIGURES: tuple[tuple[str, str], ...] = (
+    ("waiting_mean", "{:.1f} waiting"),
+    ("running_mean", "{:.1f} running"),
+    ("kv_usage_max", "KV {:.0%}"),
+    ("preemptions", "{:.0f} preemptions"),
+    ("prefix_hit_rate", "prefix hits {:.0%}"),
+)
+
+
+def signal_bits(s: Mapping[str, Any]) -> list[str]:
+    """A level's engine signals (``RunSummary.signals``) as short phrases: queue P99,
+    waiting and running, KV cache, preemptions, prefix hits, the engine's TTFT P99 against
+    the client's, GPU utilisation and power, J/token. The sweep's signal line and the
+    SVG's hover titles both show these."""
     bits = []
     if s.get("queue_time_p99_ms") is not None:
         bits.append(f"queue P99 {fmt_ms(s['queue_time_p99_ms'])} ms")
-    if s.get("waiting_mean") is not None:
-        bits.append(f"{s['waiting_mean']:.1f} waiting")
-    if s.get("running_mean") is not None:
-        bits.append(f"{s['running_mean']:.1f} running")
-    if s.get("kv_usage_max") is not None:
-        bits.append(f"KV {s['kv_usage_max'] * 100:.0f} %")
-    if s.get("preemptions") is not None:
-        bits.append(f"{s['preemptions']:.0f} preemptions")
-    if s.get("prefix_hit_rate") is not None:
-        bits.append(f"prefix hits {s['prefix_hit_rate'] * 100:.0f} %")
+    for key, form in _SIGNAL_FIGURES:
+        if s.get(key) is not None:
+            bits.append(form.format(s[key]).replace("%", " %"))
     if s.get("ttft_p99_ms") is not None:
         text = f"engine TTFT P99 {fmt_ms(s['ttft_p99_ms'])} ms"
         delta = s.get("client_minus_engine_ttft_p99_ms")
@@ -296,6 +295,20 @@ def signal_lines(p: SweepPoint) -> list[str]:
             bits.append(f"{gpu['power_w_mean']:.0f} W")
     if s.get("energy_j_per_token") is not None:
         bits.append(f"{s['energy_j_per_token']:.2f} J/token")
+    return bits
+
+
+def signal_lines(p: SweepPoint) -> list[str]:
+    """What the engine said about itself over a level, under its row: queue time, waiting
+    and running requests, KV cache, preemptions, prefix hits, its own TTFT against the
+    client's, and GPU figures; or why there are no signals. None when signals were off."""
+    s = p.summary.signals
+    if not s:
+        return []
+    label = p.level.label
+    if not s.get("engines"):
+        return [f"  {label}: {s.get('note') or 'no engine signals'}"]
+    bits = signal_bits(s)
     engines = "+".join(s.get("engines") or ())
     return [f"  {label}: {engines} signals: " + ", ".join(bits)] if bits else []
 

@@ -188,5 +188,5 @@ def test_a_points_hover_title_has_its_engine_signals(point_factory):
     p = dataclasses.replace(p, summary=dataclasses.replace(p.summary, signals=sig))
     titles = [t.text or "" for t in parse(render_svg([p])).iter(f"{NS}title")]
     assert any(
-        "engine queue P99 530.0 ms, KV 97 %, 38 preemptions, 0.41 J/token" in t for t in titles
+        "engine: queue P99 530.0 ms, KV 97 %, 38 preemptions, 0.41 J/token" in t for t in titles
     ), titles
