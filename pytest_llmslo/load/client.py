@@ -40,6 +40,7 @@ from .sse import StreamResult, decode_stream, error_excerpt, parse_body, split_e
 Endpoint = Literal["chat", "completions"]
 TransportName = Literal["auto", "fast", "httpx"]
 LoopName = Literal["auto", "asyncio", "uvloop"]
+ReceiveStamps = Literal["auto", "read"]
 
 ENDPOINT_PATHS: dict[str, str] = {
     "chat": "/v1/chat/completions",
@@ -82,6 +83,9 @@ class ClientSettings:
     ``fresh_connection`` opens a new connection for every request. ``event_loop`` is the
     loop of the worker processes: ``auto`` takes uvloop when it is installed (it halves
     the cost of a socket read), else asyncio's; a single-process run uses the caller's.
+    ``receive_stamps="auto"`` stamps a read of the fast client with the kernel's arrival
+    time where it can (plain TCP on Linux, ``http1.py``); ``read`` takes the time the
+    process read it, as the httpx transport and TLS connections always do.
     """
 
     base_url: str
@@ -103,6 +107,7 @@ class ClientSettings:
     headers: Mapping[str, str] = field(default_factory=dict)
     models: tuple[tuple[str, float], ...] = ()
     session_header: str | None = None
+    receive_stamps: ReceiveStamps = "auto"
 
     def __post_init__(self) -> None:
         for k, v in self.headers.items():
@@ -137,6 +142,10 @@ class ClientSettings:
             raise ConfigError(f"base_url must be http(s)://host[:port], got {self.base_url!r}")
         if self.base_url.rstrip("/").endswith("/v1"):
             raise ConfigError(f"base_url must not end in /v1, got {self.base_url!r}")
+        if self.receive_stamps not in ("auto", "read"):
+            raise ConfigError(
+                f"{self.receive_stamps!r} is not a valid receive_stamps. Valid: auto, read."
+            )
         if self.event_loop not in ("auto", "asyncio", "uvloop"):
             raise ConfigError(
                 f"{self.event_loop!r} is not a valid event_loop. "
@@ -197,6 +206,7 @@ class ClientSettings:
             "headers": sorted(self.headers),
             "models": [[m, w] for m, w in self.models],
             "session_header": self.session_header,
+            "receive_stamps": self.receive_stamps,
         }
 
     def model_for(self, seed: int, index: int) -> str:

@@ -2,8 +2,17 @@
 
 Why not only httpx: a plain httpx ``aiter_lines`` loop saturates a core at about 170
 streamed requests/s of 100 chunks here, far below what one engine can serve. This client
-does per read only what a measurement needs: take ``perf_counter_ns()``, strip the chunked
+does per read only what a measurement needs: take the read's time, strip the chunked
 transfer framing, append ``(time, bytes)``. No per-chunk future, task, timer or string.
+
+- A read's time, over plain TCP on Linux, is when the *kernel* received its bytes
+  (``stamped.py``), not when the process got round to reading them: a client that is
+  descheduled for 30 ms on a busy machine, or busy with 200 other streams' reads, still
+  dates each chunk when it arrived. When several chunks arrived while the client was
+  away, one read returns them all under the stamp of the last; those are the only stamps
+  a stall can still move, and ``health.stalled_tokens`` counts them. TLS connections
+  (whose bytes the ssl module decrypts) and other platforms take ``perf_counter_ns()`` at
+  the read, as ``receive_stamps="read"`` does everywhere.
 
 - Keep-alive connection pool (LIFO), one request per connection at a time, a stale idle
   connection closed by the server is retried once on a fresh one.
@@ -24,6 +33,7 @@ from time import perf_counter_ns
 from typing import Literal
 from urllib.parse import urlsplit
 
+from .. import stamped
 from ..tls import certificate_hint
 from .client import MAX_ERROR_BODY, ClientSettings, RawExchange, request_headers
 
@@ -62,7 +72,13 @@ class _Conn(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        ts = perf_counter_ns()
+        self.received(data, perf_counter_ns())
+
+    def received(self, data: bytes, ts: int) -> None:
+        """``data`` read at ``ts`` (perf_counter_ns clock): the kernel's arrival stamp, or
+        when the process read it."""
+        if ts < self.last_ns:
+            ts = self.last_ns  # a stamp never goes back (clock conversion jitter)
         self.last_ns = ts
         if self.state == _CHUNKED:
             if self.fast:
@@ -324,12 +340,19 @@ class FastTransport:
         self._fresh = settings.fresh_connection
         self._deadlines = settings.deadlines
         self._connect_timeout = settings.connect_timeout_s
+        # Kernel receive stamps: plain TCP on Linux, unless the settings ask for read times.
+        self.kernel_stamps = not tls and stamped.AVAILABLE and settings.receive_stamps != "read"
         self._idle: list[_Conn] = []
         self._active: set[_Conn] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
     async def _connect(self) -> _Conn:
+        if self.kernel_stamps:
+            conn = await asyncio.wait_for(
+                stamped.open_stamped(self._host, self._port, _Conn), self._connect_timeout
+            )
+            return conn  # type: ignore[return-value]
         loop = asyncio.get_running_loop()
         _, proto = await asyncio.wait_for(
             loop.create_connection(_Conn, self._host, self._port, ssl=self._ssl),

@@ -159,7 +159,10 @@ async def test_server_side_prompt_length_is_exact(
         run = await run_load(cs, spec, LoadLevel.concurrency(2), requests=12, warmup=0)
     cal = run.meta["calibration"]
     assert cal["fitted"] and cal["overhead"] == overhead, cal
-    assert len(seen) == len(cal["probe_tokens"]) + 12
+    # The probes, the measured requests and the closed loop's cool-down requests (those
+    # cut when the last measured one ended may not have reached the server).
+    sent = len(cal["probe_tokens"]) + 12
+    assert sent <= len(seen) <= sent + run.meta["cooldown_sent"]
     assert len(run.records) == 12 and all(r.ok for r in run.records)
     for r in run.records:
         assert r.prompt_tokens == r.requested_prompt_tokens, r
