@@ -11,7 +11,10 @@ chunk (as vLLM does). ``prompt_tokens`` is the prompt's word count.
 
 Built to not be the bottleneck of what it measures: a raw asyncio Protocol (HTTP/1.1,
 keep-alive, chunked), chunk bytes precomputed, and one timer for all streams — a heap of
-due times; each wake writes every stream that is due. It measures its own lateness
+due times; each wake writes every stream that is due. A request's clock starts when it
+reached the host: the kernel's receive stamp on Linux (``stamped.py``), so the time it
+waited for this process to read it counts as the server's lateness, as it would in a
+real engine's TTFT. It measures its own lateness
 (write time − due time) for every token and reports it at ``GET /stats`` (``POST
 /stats/reset`` clears it) and on exit, so a benchmark can tell the truth
 (``ttft_ms`` + first-token lateness) from the server's own slip.
@@ -38,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
+
+from .. import stamped
 
 _HIST_BIN_NS = 100_000  # 0.1 ms
 _HIST_BINS = 2000  # up to 200 ms; later ones land in the last bin
@@ -521,6 +526,7 @@ class _Conn(asyncio.Protocol):
         self.buf = b""
         self.stream: _Stream | None = None
         self.busy = False
+        self.read_ns = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -544,6 +550,13 @@ class _Conn(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._process)
 
     def data_received(self, data: bytes) -> None:
+        self.received(data, perf_counter_ns())
+
+    def received(self, data: bytes, ts: int) -> None:
+        """``data`` arrived at ``ts``: the kernel's receive stamp where the socket gives one
+        (``stamped.py``), so a request's clock starts when it reached this host, not when
+        this process got round to reading it (which is the server's own lateness)."""
+        self.read_ns = ts
         self.buf += data
         if not self.busy:
             self._process()
@@ -574,7 +587,7 @@ class _Conn(asyncio.Protocol):
                 return
             body = self.buf[i + 4 : i + 4 + length]
             self.buf = self.buf[i + 4 + length :]
-            self._handle(parts[0], parts[1], body, perf_counter_ns())
+            self._handle(parts[0], parts[1], body, self.read_ns)
 
     def respond(
         self,
@@ -650,11 +663,19 @@ async def serve(
     srv.loop = loop
     if srv.shared is not None:
         srv._publish_soon()
-    if sock is not None:
-        server = await loop.create_server(lambda: _Conn(srv), sock=sock, backlog=4096)
+    if stamped.AVAILABLE:
+        # Requests dated by the kernel's arrival stamp (``_Conn.received``).
+        listener = sock if sock is not None else _listen_socket(host, port, False)
+        listener.listen(4096)
+        close: Callable[[], None] = stamped.serve_stamped(listener, lambda: _Conn(srv))
+        bound = listener.getsockname()[1]
     else:
-        server = await loop.create_server(lambda: _Conn(srv), host, port, backlog=4096)
-    bound = server.sockets[0].getsockname()[1]
+        if sock is not None:
+            server = await loop.create_server(lambda: _Conn(srv), sock=sock, backlog=4096)
+        else:
+            server = await loop.create_server(lambda: _Conn(srv), host, port, backlog=4096)
+        close = server.close
+        bound = server.sockets[0].getsockname()[1]
     if ready is not None:
         ready.set_result(bound)
     try:
@@ -663,7 +684,9 @@ async def serve(
         else:
             await stop.wait()
     finally:
-        server.close()
+        close()
+        if stamped.AVAILABLE and sock is None:
+            listener.close()
     return srv
 
 
