@@ -354,6 +354,8 @@ class ClientHealth:
     stalls: int = 0  # event-loop wakes later than the loop-lag threshold
     stalled_tokens: int = 0  # chunk timestamps taken inside those stall windows
     stalled_share: float = 0.0  # ... as a share of every streamed chunk
+    receive_stamps: str = "read"  # "kernel": arrival stamps (stamped.py); "read": the read's
+    idle_share: float = 0.0  # closed loop: share of slot time spent waiting for the client
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -370,6 +372,8 @@ class ClientHealth:
             "stalls": self.stalls,
             "stalled_tokens": self.stalled_tokens,
             "stalled_share": self.stalled_share,
+            "receive_stamps": self.receive_stamps,
+            "idle_share": self.idle_share,
         }
 
     @classmethod

@@ -2,19 +2,38 @@
 
 Each worker measures, during the run:
 
-- schedule lag: sent − scheduled of every request;
+- schedule lag: sent − scheduled of every request. An open loop's schedule is its arrival
+  times; a closed loop's slot is due to send again when the previous response's last byte
+  arrived, so there the lag is the client's *turnaround*, the time a slot held no
+  request because the client had not got round to sending the next one;
 - event-loop lag: a ticker every 10 ms notes how late it wakes; a wake later than
-  ``max_loop_lag_p99_ms`` is a *stall* window (from when it should have woken to when it
-  did): a read that arrived meanwhile was timestamped only after it;
+  ``max_loop_lag_p99_ms`` is a *stall* window (from when it should have woken to when the
+  reads it held up were taken);
 - CPU: process time over wall time.
 
-``assess`` turns them into a ``ClientHealth``. A run is invalid when the schedule lag P99,
-the loop lag P99 or a process's CPU is above its threshold, *or* when stalls touched more
-than ``max_stalled_tokens`` (0.1 %) of the streamed tokens. The last check is what a P99
-misses: one stall of two seconds in a forty-second run leaves the loop-lag P99 untouched
-while it turns a few hundred first tokens into a TTFT P99 of seconds, which must not be
-reported as the engine's. Its reason says when the longest stall was, for how long, and
-how many tokens it touched.
+``assess`` turns them into a ``ClientHealth``. A run is invalid when
+
+- an open loop's schedule lag P99 is above ``max_schedule_lag_p99_ms`` (the rate asked
+  was not sent), or a closed loop's slots stood idle more than ``max_idle_share`` (1 %) of
+  the time with a turnaround P99 above the same lag threshold (fewer requests in flight
+  than asked; a turnaround of a fraction of a millisecond is what any client costs, even
+  when it is a large share of requests that fail at once);
+- stalls touched more than ``max_stalled_tokens`` (0.1 %) of the streamed tokens: what a
+  P99 misses, one stall of two seconds in a forty-second run leaves the loop-lag P99
+  untouched while it turns a few hundred first tokens into a TTFT P99 of seconds. The
+  reason says when the longest stall was, for how long, and how many tokens it touched;
+- a process's CPU is above ``max_cpu_util`` (no slack left);
+- with read stamps only: the loop lag P99 is above its threshold (every read was dated
+  that late).
+
+Which stamps a stall can move depends on where they come from (``stamped.py``). A chunk
+stamped when the process *read* it is late by the whole stall, so every chunk read in a
+stall window counts. A chunk stamped by the kernel on *arrival* is right however late it
+was read, unless it shared its read with later chunks (the read carries the last one's
+stamp): only those count, the chunks that share their stamp with the next chunk of the
+same request inside a stall window. That is also why the loop-lag P99 rule applies to read
+stamps alone: with kernel stamps a late loop delays sends, which the two lag rules above
+measure, and not the times of what it receives.
 """
 
 from __future__ import annotations
@@ -34,11 +53,13 @@ __all__ = ["HealthThresholds", "WorkerMeasures", "assess", "stalled_tokens"]
 class HealthThresholds:
     """When a run is invalid because the client was the bottleneck.
 
-    - schedule lag P99 above ``max_schedule_lag_p99_ms``: requests left later than planned,
-      so an open loop's rate and a closed loop's concurrency were not what was asked;
-    - event-loop lag P99 above ``max_loop_lag_p99_ms``: callbacks (and so chunk timestamps)
-      ran that late, which would show up as TTFT and ITL; a single wake later than it is a
-      stall window;
+    - an open loop's schedule lag P99 above ``max_schedule_lag_p99_ms``: requests left
+      later than planned, so the rate was not what was asked;
+    - a closed loop's slots idle, waiting for the client to send, more than
+      ``max_idle_share`` of the time, with a turnaround P99 above
+      ``max_schedule_lag_p99_ms``: fewer requests were in flight than asked;
+    - event-loop lag P99 above ``max_loop_lag_p99_ms`` (read stamps only): callbacks, and
+      so chunk timestamps, ran that late; a single wake later than it is a stall window;
     - tokens timestamped inside stall windows above ``max_stalled_tokens`` of all tokens;
     - CPU above ``max_cpu_util`` of a core in any client process: the loop had no slack.
     """
@@ -47,6 +68,7 @@ class HealthThresholds:
     max_loop_lag_p99_ms: float = 10.0
     max_cpu_util: float = 0.9
     max_stalled_tokens: float = 0.001
+    max_idle_share: float = 0.01
 
     def to_dict(self) -> dict[str, float]:
         return {
@@ -54,6 +76,7 @@ class HealthThresholds:
             "max_loop_lag_p99_ms": self.max_loop_lag_p99_ms,
             "max_cpu_util": self.max_cpu_util,
             "max_stalled_tokens": self.max_stalled_tokens,
+            "max_idle_share": self.max_idle_share,
         }
 
 
@@ -67,14 +90,27 @@ class WorkerMeasures(Protocol):
     cpu_s: float
     wall_s: float
     t0_ns: int
+    kernel_stamps: bool
+    closed: bool
 
 
-def stalled_tokens(records: Sequence[RequestRecord], stalls: Sequence[tuple[int, int]]) -> int:
-    """How many chunk timestamps of ``records`` lie inside one of the ``stalls`` windows
-    ``(start_ns, end_ns]`` (the windows of one worker, which took those timestamps)."""
+def stalled_tokens(
+    records: Sequence[RequestRecord],
+    stalls: Sequence[tuple[int, int]],
+    kernel_stamps: bool = False,
+) -> int:
+    """How many chunk timestamps of ``records`` a stall may have moved: those inside one of
+    the ``stalls`` windows ``(start_ns, end_ns]`` (the windows of one worker, which took
+    those timestamps). With ``kernel_stamps`` only those that share their stamp with the
+    next chunk of the same request count (see the module docstring)."""
     if not stalls or not records:
         return 0
-    flat = np.concatenate([np.frombuffer(r.chunk_ns, dtype=np.int64) for r in records])
+    arrays = [np.frombuffer(r.chunk_ns, dtype=np.int64) for r in records]
+    if kernel_stamps:
+        arrays = [a[:-1][a[:-1] == a[1:]] for a in arrays if a.size > 1]
+    if not arrays:
+        return 0
+    flat = np.concatenate(arrays)
     if flat.size == 0:
         return 0
     flat.sort()
@@ -96,7 +132,12 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
     l99 = float(np.percentile(loop, 99)) if loop.size else 0.0
     lmax = float(loop.max()) if loop.size else 0.0
     tokens = sum(len(rec.chunk_ns) for r in results for rec in r.records)
-    touched = sum(stalled_tokens(r.records, r.stalls) for r in results)
+    touched = sum(stalled_tokens(r.records, r.stalls, r.kernel_stamps) for r in results)
+    kernel = bool(results) and all(r.kernel_stamps for r in results)
+    closed = any(r.closed for r in results)
+    idle_ns = sum(x for r in results if r.closed for x in r.schedule_lag_ns)
+    busy_ns = sum(rec.end_ns - rec.sent_ns for r in results if r.closed for rec in r.records)
+    idle = idle_ns / (idle_ns + busy_ns) if idle_ns + busy_ns > 0 else 0.0
     windows = [(r, s, e) for r in results for s, e in r.stalls]
     share = touched / tokens if tokens else 0.0
     reasons = []
@@ -107,12 +148,19 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
         if util > 0.5
         else f"client process starved of CPU: busiest at {util:.0%} of a core"
     )
-    if s99 > th.max_schedule_lag_p99_ms:
+    if closed and idle > th.max_idle_share and s99 > th.max_schedule_lag_p99_ms:
+        reasons.append(
+            f"the closed loop's slots stood idle {idle:.1%} of the time (> "
+            f"{th.max_idle_share:.0%}), waiting for the client to send the next request "
+            f"(turnaround P99 {s99:.1f} ms > {th.max_schedule_lag_p99_ms:g} ms): fewer "
+            f"requests were in flight than asked ({cause})"
+        )
+    if not closed and s99 > th.max_schedule_lag_p99_ms:
         reasons.append(
             f"schedule lag P99 {s99:.1f} ms > {th.max_schedule_lag_p99_ms:g} ms: requests "
             f"left later than scheduled ({cause})"
         )
-    if l99 > th.max_loop_lag_p99_ms:
+    if not kernel and l99 > th.max_loop_lag_p99_ms:
         reasons.append(
             f"event-loop lag P99 {l99:.1f} ms > {th.max_loop_lag_p99_ms:g} ms: timestamps "
             f"were taken late ({cause})"
@@ -124,8 +172,13 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
         reasons.append(
             f"the client's event loop stalled {len(windows)} time(s), longest "
             f"{(end - start) / 1e6:.0f} ms at {at:.1f} s into the run: {touched} of {tokens} "
-            f"tokens ({share:.2%} > {th.max_stalled_tokens:.2%}) were timestamped in a stall, "
-            f"so their times are the client's, not the engine's ({cause})"
+            f"tokens ({share:.2%} > {th.max_stalled_tokens:.2%}) "
+            + (
+                "arrived in a stall behind a later chunk and carry its stamp"
+                if kernel
+                else "were timestamped in a stall"
+            )
+            + f", so their times are the client's, not the engine's ({cause})"
         )
     if util > th.max_cpu_util:
         reasons.append(
@@ -146,4 +199,6 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
         stalls=len(windows),
         stalled_tokens=touched,
         stalled_share=share,
+        receive_stamps="kernel" if kernel else "read",
+        idle_share=idle,
     )

@@ -179,6 +179,8 @@ class _WorkerResult:
     cap_wait_max_ns: int = 0
     sessions_started: int = 0
     sessions_finished: int = 0  # conversations whose every turn completed
+    kernel_stamps: bool = False  # the transport dated reads by the kernel's arrival stamp
+    closed: bool = False
 
 
 class _Counter:
@@ -322,7 +324,8 @@ async def _drive(
     milliseconds to set up, which would otherwise delay the first requests past their
     scheduled time. ``ship`` takes each finished exchange instead of the local backlog
     (a worker process hands them, undecoded, to the parent)."""
-    res = _WorkerResult(plan.worker, t0_ns=t0_ns)
+    res = _WorkerResult(plan.worker, t0_ns=t0_ns, closed=plan.closed)
+    res.kernel_stamps = bool(getattr(transport, "kernel_stamps", False))
     loop = asyncio.get_running_loop()
     ticker = loop.create_task(_loop_ticker(res.loop_lag_ns, res.stalls, plan.stall_ns))
     lags = res.schedule_lag_ns
@@ -501,7 +504,11 @@ async def _drive(
                                 break
                             if not job.warmup:
                                 bound.start(scheduled)
-                            await measured(job, scheduled)
+                            raw = await measured(job, scheduled)
+                            # Due again when the response's last byte arrived: the lag of
+                            # the next send is the client's turnaround (health.py).
+                            scheduled = raw.end_ns or perf_counter_ns()
+                            continue
                         scheduled = perf_counter_ns()
                 finally:
                     slots_measuring -= 1

@@ -106,7 +106,8 @@ def testcase_properties(
     ``goodput_tok_s``, ``goodput_req_s``, ``attainment``, ``valid``, ``invalid_reasons``,
     the most frequent error messages (``errors.<n>.{kind,count,message}``), the client's
     health (``client.{schedule_lag_p99_ms,schedule_lag_max_ms,loop_lag_p99_ms,
-    loop_lag_max_ms,cpu_util,processes}``), ``short_outputs``, ``level_timeout``,
+    loop_lag_max_ms,cpu_util,processes,idle_share,stalled_share,receive_stamps}``),
+    ``short_outputs``, ``level_timeout``,
     the traffic (``traffic.{offered_req_s,sent_req_s,cap_delayed,cap_wait_max_ms}``,
     multi-turn ``turn.<k>.{ttft_p50_ms,ttft_p99_ms}`` and
     ``sessions.{started,completed,duration_p50_s,duration_p99_s}``),
@@ -186,6 +187,9 @@ def testcase_properties(
             "loop_lag_max_ms",
             "cpu_util",
             "processes",
+            "idle_share",
+            "stalled_share",
+            "receive_stamps",
         ):
             add(property_name("client", name), getattr(health, name))
     if summary.output_pinned:

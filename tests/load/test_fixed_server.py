@@ -273,20 +273,35 @@ def test_interrupt_with_worker_processes(fixed_url: str) -> None:
 async def test_tight_thresholds_mark_the_run_invalid(fixed_url: str) -> None:
     from pytest_llmslo.load import HealthThresholds
 
-    cs = ClientSettings(fixed_url, "fixed", processes=1)
-    th = HealthThresholds(max_schedule_lag_p99_ms=0.0, max_loop_lag_p99_ms=0.0, max_cpu_util=0.0)
-    run = await run_load(
-        cs,
-        WorkloadSpec(isl=8, osl=20, calibrate=False),
-        LoadLevel.concurrency(2),
-        requests=4,
-        warmup=0,
-        thresholds=th,
+    th = HealthThresholds(
+        max_schedule_lag_p99_ms=0.0, max_loop_lag_p99_ms=0.0, max_cpu_util=0.0, max_idle_share=0
     )
-    # Schedule lag, loop lag, stalls (every 10 ms tick is "late" at 0 ms) and CPU.
-    assert not run.valid and len(run.health.reasons) == 4
-    assert "schedule lag" in run.health.reasons[0]
-    assert "event loop stalled" in run.health.reasons[2] and run.health.stalls > 0
+
+    async def run(stamps: str) -> Run:
+        cs = ClientSettings(fixed_url, "fixed", processes=1, receive_stamps=stamps)  # type: ignore[arg-type]
+        return await run_load(
+            cs,
+            WorkloadSpec(isl=8, osl=20, calibrate=False),
+            LoadLevel.concurrency(2),
+            requests=4,
+            warmup=0,
+            thresholds=th,
+        )
+
+    # Read stamps: slots idle between requests (any turnaround is above 0 ms), loop lag,
+    # stalls (every 10 ms tick is "late" at 0 ms, and every chunk was read in one) and CPU.
+    read = await run("read")
+    assert read.health.receive_stamps == "read"
+    assert not read.valid and len(read.health.reasons) == 4, read.health.reasons
+    assert "stood idle" in read.health.reasons[0]
+    assert "event-loop lag" in read.health.reasons[1]
+    assert "event loop stalled" in read.health.reasons[2] and read.health.stalls > 0
+    # Kernel stamps: a late loop does not move a chunk that arrived alone, so neither the
+    # loop-lag rule nor the stall rule applies to a stream of one chunk per read.
+    kernel = await run("auto")
+    assert kernel.health.receive_stamps == "kernel" and kernel.health.stalls > 0
+    assert not kernel.valid and len(kernel.health.reasons) == 2, kernel.health.reasons
+    assert "stood idle" in kernel.health.reasons[0] and "CPU" in kernel.health.reasons[1]
 
 
 def test_poisson_open_loop_over_two_processes(fixed_url: str) -> None:

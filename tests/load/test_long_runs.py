@@ -19,9 +19,13 @@ from pytest_llmslo.load.workload import PromptSource, build_prompts
 from pytest_llmslo.records import LoadLevel, RequestRecord
 
 
-async def test_a_one_second_block_of_the_loop_makes_the_run_invalid(fixed_url: str) -> None:
+@pytest.mark.parametrize("stamps", ["auto", "read"])
+async def test_a_one_second_block_of_the_loop_makes_the_run_invalid(
+    fixed_url: str, stamps: str
+) -> None:
     # One block of the event loop: the loop-lag P99 over 10 ms ticks does not move, but
-    # the tokens timestamped right after it carry the block.
+    # the tokens timestamped right after it carry the block (read stamps), or arrived
+    # during it and came back in one read with later ones (kernel stamps).
     blocked: list[bool] = []
 
     def progress(p: object) -> None:
@@ -29,8 +33,8 @@ async def test_a_one_second_block_of_the_loop_makes_the_run_invalid(fixed_url: s
             blocked.append(True)
             time.sleep(1.0)  # the progress callback runs on the load's event loop
 
-    client = ClientSettings(fixed_url, "fixed", processes=1)
-    th = HealthThresholds(max_loop_lag_p99_ms=50.0, max_schedule_lag_p99_ms=5000.0)
+    client = ClientSettings(fixed_url, "fixed", processes=1, receive_stamps=stamps)  # type: ignore[arg-type]
+    th = HealthThresholds(max_loop_lag_p99_ms=50.0, max_idle_share=1.0)
     run = await run_load(client, WorkloadSpec(isl=8, osl=20, calibrate=False),
                          LoadLevel.concurrency(8), requests=60, warmup=0, progress=progress,
                          thresholds=th)  # fmt: skip
@@ -48,6 +52,55 @@ def test_stalled_tokens_counts_timestamps_inside_windows() -> None:
     assert stalled_tokens(recs, [(10, 20)]) == 2  # 15 and 16
     assert stalled_tokens(recs, [(10, 20), (30, 40)]) == 4  # 35, 40 too (ends included)
     assert stalled_tokens(recs, []) == 0
+
+
+def test_with_kernel_stamps_only_tokens_behind_a_later_chunk_count() -> None:
+    # Kernel stamps date a chunk that arrived alone however late it was read; chunks that
+    # came back in one read with later ones share its stamp, and only those can be wrong.
+    recs = [RequestRecord(0, 0, 0, 100, chunk_ns=[5, 15, 18, 18, 18, 35]),
+            RequestRecord(1, 0, 0, 100, chunk_ns=[16, 16, 40])]  # fmt: skip
+    assert stalled_tokens(recs, [(10, 20)], kernel_stamps=True) == 3  # 18, 18 and 16
+    assert stalled_tokens(recs, [(10, 20)]) == 6  # read stamps: every one in the window
+    assert stalled_tokens(recs, [(30, 40)], kernel_stamps=True) == 0
+
+
+def test_a_closed_loop_whose_slots_wait_for_the_client_is_invalid() -> None:
+    from dataclasses import dataclass, field
+
+    from pytest_llmslo.load.health import assess
+
+    @dataclass
+    class W:
+        records: list[RequestRecord]
+        schedule_lag_ns: list[int]
+        loop_lag_ns: list[int] = field(default_factory=list)
+        stalls: list[tuple[int, int]] = field(default_factory=list)
+        cpu_s: float = 0.1
+        wall_s: float = 1.0
+        t0_ns: int = 0
+        kernel_stamps: bool = True
+        closed: bool = True
+
+    # Requests of 1 s, each sent 20 ms after the one before it ended: 2 % idle.
+    recs = [RequestRecord(i, 0, i * 1_020_000_000, i * 1_020_000_000 + 10**9) for i in range(50)]
+    lags = [20_000_000] * 50
+    h = assess([W(recs, lags)], HealthThresholds(), 1)
+    assert not h.valid and h.idle_share == pytest.approx(20 / 1020)
+    assert "stood idle 2.0% of the time" in h.reasons[0]
+    assert "turnaround P99 20.0 ms > 10 ms" in h.reasons[0]
+    assert assess([W(recs, [5_000_000] * 50)], HealthThresholds(), 1).valid  # 0.5 %
+    # A turnaround under the lag threshold is the client's ordinary cost, even when the
+    # requests are so short (failures at once) that it is a large share of the time.
+    short = [RequestRecord(i, 0, i * 10**6, i * 10**6 + 50_000) for i in range(50)]
+    assert assess([W(short, [500_000] * 50)], HealthThresholds(), 1).valid
+    # An open loop is judged by its schedule lag P99, not by idle slots.
+    assert not assess([W(recs, lags, closed=False)], HealthThresholds(), 1).valid
+    assert assess([W(recs, [5_000_000] * 50, closed=False)], HealthThresholds(), 1).valid
+    # With kernel stamps a late loop alone does not invalidate; with read stamps it does.
+    slow = [20_000_000] * 200
+    assert assess([W(recs, [0] * 50, loop_lag_ns=slow)], HealthThresholds(), 1).valid
+    read = assess([W(recs, [0] * 50, loop_lag_ns=slow, kernel_stamps=False)], HealthThresholds(), 1)
+    assert not read.valid and "event-loop lag P99 20.0 ms" in read.reasons[0]
 
 
 def test_prompts_are_built_lazily_and_the_same_for_the_same_seed() -> None:
