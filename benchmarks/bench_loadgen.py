@@ -21,8 +21,13 @@ in slices past the decoding budget) for each duration and prints, per run, the s
 accuracy columns plus the workers' RSS after the warm-up, halfway and at the end (sampled
 from /proc every second), the records' retained memory per request (their pickled form
 loaded again under tracemalloc), the CPU of decoding during the run and its longest
-slice. ``--block`` runs c=128 in one process for 20 s and blocks its event loop for one
-second halfway: the run must come out invalid.
+slice. ``--stamps auto,read`` runs each soak with kernel receive stamps and with the
+client's read times, side by side. ``--block`` runs c=128 in one process for 20 s and
+blocks its event loop for one second halfway: the run must come out invalid.
+
+The truth of TTFT is the server's: it starts a request's clock at the kernel's arrival
+stamp of its bytes, so the time a request waited for the server process to read it is the
+server's lateness, not an error of the client.
 """
 
 from __future__ import annotations
@@ -229,10 +234,16 @@ def retained_bytes_per_record(run: Run) -> float:
     return used / max(len(records), 1)
 
 
-def soak(args: argparse.Namespace, url: str, c: int, seconds: float) -> dict:
+def soak(args: argparse.Namespace, url: str, c: int, seconds: float, stamps: str) -> dict:
     e2e_s = (args.ttft_ms + (args.tokens - 1) * args.itl_ms) / 1e3
     ideal = c / e2e_s
-    client = ClientSettings(url, "fixed", processes=args.processes, event_loop=args.client_loop)
+    client = ClientSettings(
+        url,
+        "fixed",
+        processes=args.processes,
+        event_loop=args.client_loop,
+        receive_stamps=stamps,  # type: ignore[arg-type]
+    )
     server_stats(url, reset=True)
     with RssSampler() as rss:
         run = run_load_sync(
@@ -251,6 +262,8 @@ def soak(args: argparse.Namespace, url: str, c: int, seconds: float) -> dict:
     cc = run.meta["client_cpu"]
     return {
         "seconds": seconds,
+        "stamps": h.receive_stamps,
+        "idle": h.idle_share,
         "requests": len(run.records),
         "failed": s.failed,
         "ratio": s.req_s / ideal,
@@ -392,6 +405,12 @@ def main() -> int:
         help="durations (s) of soak runs at the highest level, e.g. 10,60,600 (skips the rest)",
     )
     ap.add_argument("--block", action="store_true", help="the 1 s loop-block check only")
+    ap.add_argument(
+        "--stamps",
+        default="auto",
+        help="receive stamps of the soak runs, each run side by side: auto (kernel), read "
+        "(default: auto)",
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",") if x]
 
@@ -402,28 +421,39 @@ def main() -> int:
                 blocked_run(url)
             if args.soak:
                 print(
-                    f"{'seconds':>7} {'requests':>8} {'ratio':>6} {'window':>7} {'TTFTerr':>8} "
+                    f"{'seconds':>7} {'stamps':>6} {'requests':>8} {'ratio':>6} {'window':>7} "
+                    f"{'TTFTerr':>8} "
                     f"{'ITLerr':>7} {'RSS MB (10%/50%/95%)':>22} {'B/rec':>6} {'us/tok':>7} "
                     f"{'dec/tok':>7} {'slice':>6} valid"
                 )
-            for secs in (float(x) for x in args.soak.split(",") if x):
-                r = soak(args, url, levels[-1], secs)
+            runs = [
+                (float(x), st)
+                for x in args.soak.split(",")
+                if x
+                for st in args.stamps.split(",")
+                if st
+            ]
+            for secs, stamps in runs:
+                r = soak(args, url, levels[-1], secs, stamps)
                 a, b, c_ = r["rss"]
                 print(
-                    f"{r['seconds']:>7.0f} {r['requests']:>8} {r['ratio']:>6.1%} "
+                    f"{r['seconds']:>7.0f} {r['stamps']:>6} {r['requests']:>8} {r['ratio']:>6.1%} "
                     f"{r['window']:>7} {r['ttft_err']:>+8.1%} {r['itl_err']:>+7.2%} "
                     f"{a:>8.0f}/{b:>5.0f}/{c_:>6.0f} {r['per_record']:>6.0f} "
                     f"{r['us_per_tok']:>7.1f} {r['decode_run_us']:>7.2f} "
                     f"{r['longest_slice_ms']:>5.1f}ms {'yes' if r['valid'] else 'NO'}"
                     + (f"  failed {r['failed']}" if r["failed"] else "")
-                    + f"  stalls {r['stalls'][0]} ({r['stalls'][2]:.2%} of tokens), server late "
+                    + f"  stalls {r['stalls'][0]} ({r['stalls'][2]:.2%} of tokens), slots idle "
+                    f"{r['idle']:.2%}, server late "
                     f"{r['server_late'][0]:.1f}/{r['server_late'][1]:.1f} ms"
                 )
                 for reason in r["reasons"]:
                     print(f"      invalid: {reason}")
             print(
-                "(ratio: completed req/s over the steady window / ideal; TTFTerr against 50 ms + "
-                "the server's first-token lateness P50; ITLerr: mean ITL against 10 ms; RSS: "
+                "(stamps: kernel = a chunk dated by the kernel's arrival stamp, read = when the "
+                "client read it; ratio: completed req/s over the steady window / ideal; TTFTerr "
+                "against 50 ms + the server's first-token lateness P50, counted from the "
+                "request's arrival at the server's host; ITLerr: mean ITL against 10 ms; RSS: "
                 "the load workers together; B/rec: a record's retained memory; us/tok: client "
                 "CPU per token during the run, decoding in slices included (dec/tok); slice: "
                 "the longest decoding slice)"

@@ -948,6 +948,7 @@ def run_level(
         idle_timeout_s=ts.idle_timeout_s,
         ignore_eos=ts.pin_output,
         transport=ts.transport,  # type: ignore[arg-type]
+        receive_stamps=ts.receive_stamps,  # type: ignore[arg-type]
         api_key_env=ts.api_key_env or None,
         verify_tls=not ts.insecure,
         ca_bundle=ts.ca_bundle,

@@ -40,6 +40,7 @@ THINK_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
 # options must not import the load generator.
 ENDPOINTS = ("chat", "completions")
 TRANSPORTS = ("auto", "fast", "httpx")
+RECEIVE_STAMPS = ("auto", "read")
 WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix", "trace")
 DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
 CAPACITY_MODES = ("concurrency", "rate")
@@ -986,6 +987,16 @@ SPECS: tuple[Spec, ...] = (
         choices=TRANSPORTS,
     ),
     _spec(
+        "receive_stamps",
+        _choice("receive_stamps", RECEIVE_STAMPS),
+        "auto",
+        "When a chunk arrived: auto (the kernel's arrival stamp where the fast client can "
+        "read it, plain http on Linux; see docs/load.md) or read (when the client read it).",
+        cli="--receive-stamps",
+        marker="receive_stamps",
+        choices=RECEIVE_STAMPS,
+    ),
+    _spec(
         "api_key_env",
         parse_str,
         "OPENAI_API_KEY",
@@ -1397,6 +1408,7 @@ class TestSettings:
     client_max_stalled: float = 0.001
     pin_output: bool = True
     transport: str = "auto"
+    receive_stamps: str = "auto"
     api_key_env: str = "OPENAI_API_KEY"
     burstiness: float = 1.0
     max_concurrency: int | None = None
@@ -1621,6 +1633,7 @@ def resolve_test(
         client_max_stalled=vals["client_max_stalled"],
         pin_output=bool(vals["pin_output"]),
         transport=vals["transport"],
+        receive_stamps=vals["receive_stamps"],
         api_key_env=vals["api_key_env"],
         burstiness=vals["burstiness"],
         max_concurrency=vals["max_concurrency"],

@@ -149,6 +149,7 @@ def test_choices_match_the_load_generator() -> None:
 
     assert S.ENDPOINTS == typing.get_args(client.Endpoint)
     assert S.TRANSPORTS == typing.get_args(client.TransportName)
+    assert S.RECEIVE_STAMPS == typing.get_args(client.ReceiveStamps)
 
 
 def test_a_cli_value_that_parses_to_none_overrides_the_ini() -> None:
