@@ -59,12 +59,15 @@ def _prepare(sock: socket.socket) -> None:
 class StampedSocket:
     """The transport of one connection whose reads carry the kernel's receive stamp."""
 
-    __slots__ = ("_fd", "_gone", "_loop", "_out", "_proto", "_sock")
+    __slots__ = ("_fd", "_gone", "_loop", "_out", "_proto", "_received", "_recvmsg", "_sock")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, sock: socket.socket, proto: StampedProtocol
     ) -> None:
         self._sock, self._fd, self._loop, self._proto = sock, sock.fileno(), loop, proto
+        # Bound once: a read is the hot path (one per streamed chunk).
+        self._recvmsg = sock.recvmsg
+        self._received = proto.received
         self._out: list[memoryview] = []
         self._gone = False
         proto.connection_made(self)
@@ -72,7 +75,7 @@ class StampedSocket:
 
     def _on_readable(self) -> None:
         try:
-            data, anc, _flags, _addr = self._sock.recvmsg(_READ_SIZE, _ANC_SIZE)
+            data, anc, _flags, _addr = self._recvmsg(_READ_SIZE, _ANC_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -92,7 +95,7 @@ class StampedSocket:
                 k = sec * 1_000_000_000 + nsec - (time_ns() - now)
                 if k < now:
                     ts = k
-        self._proto.received(data, ts)
+        self._received(data, ts)
 
     def write(self, data: bytes) -> None:
         if self._gone:
