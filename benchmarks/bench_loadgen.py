@@ -78,6 +78,8 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
             args.server_loop,
             "--workers",
             str(args.server_workers),
+            "--request-stamps",
+            args.server_stamps,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -281,6 +283,7 @@ def soak(args: argparse.Namespace, url: str, c: int, seconds: float, stamps: str
         "reasons": h.reasons,
         "stalls": (h.stalls, h.stalled_tokens, h.stalled_share),
         "server_late": (st["lateness"]["mean_ms"], st["lateness"]["p99_ms"]),
+        "server_cpu": st["cpu_util"],
     }
 
 
@@ -406,6 +409,13 @@ def main() -> int:
     )
     ap.add_argument("--block", action="store_true", help="the 1 s loop-block check only")
     ap.add_argument(
+        "--server-stamps",
+        default="kernel",
+        choices=("kernel", "read"),
+        help="where the server starts a request's clock: its arrival (kernel, the truth of "
+        "TTFT) or when the server read it (read, as before)",
+    )
+    ap.add_argument(
         "--stamps",
         default="auto",
         help="receive stamps of the soak runs, each run side by side: auto (kernel), read "
@@ -445,7 +455,8 @@ def main() -> int:
                     + (f"  failed {r['failed']}" if r["failed"] else "")
                     + f"  stalls {r['stalls'][0]} ({r['stalls'][2]:.2%} of tokens), slots idle "
                     f"{r['idle']:.2%}, server late "
-                    f"{r['server_late'][0]:.1f}/{r['server_late'][1]:.1f} ms"
+                    f"{r['server_late'][0]:.1f}/{r['server_late'][1]:.1f} ms, server CPU "
+                    f"{r['server_cpu']:.0%}"
                 )
                 for reason in r["reasons"]:
                     print(f"      invalid: {reason}")

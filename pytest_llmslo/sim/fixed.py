@@ -244,9 +244,13 @@ class FixedServer:
         model: str = "fixed",
         shared: SharedStats | None = None,
         worker: int = 0,
+        request_stamps: str = "kernel",
     ) -> None:
         self.shared = shared
         self.worker = worker
+        # "kernel": a request's clock starts at its arrival stamp (where the platform has
+        # one); "read": when this process read it.
+        self.request_stamps = request_stamps
         self.gen = 0
         self.ttft_ns = int(ttft_ms * 1e6)
         self.itl_ns = int(itl_ms * 1e6)
@@ -663,7 +667,8 @@ async def serve(
     srv.loop = loop
     if srv.shared is not None:
         srv._publish_soon()
-    if stamped.AVAILABLE:
+    kernel = stamped.AVAILABLE and srv.request_stamps == "kernel"
+    if kernel:
         # Requests dated by the kernel's arrival stamp (``_Conn.received``).
         listener = sock if sock is not None else _listen_socket(host, port, False)
         listener.listen(4096)
@@ -685,7 +690,7 @@ async def serve(
             await stop.wait()
     finally:
         close()
-        if stamped.AVAILABLE and sock is None:
+        if kernel and sock is None:
             listener.close()
     return srv
 
@@ -716,6 +721,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="server processes sharing the port with SO_REUSEPORT (default: 1)",
     )
+    ap.add_argument(
+        "--request-stamps",
+        choices=("kernel", "read"),
+        default="kernel",
+        help="a request's clock starts at the kernel's arrival stamp of its bytes (Linux), or "
+        "when this process read them (default: kernel)",
+    )
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error("--workers must be >= 1")
@@ -725,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens": args.tokens,
         "tokens_per_chunk": args.tokens_per_chunk,
         "model": args.model,
+        "request_stamps": args.request_stamps,
     }
     shared = SharedStats(args.workers) if args.workers > 1 else None
     sock = _listen_socket(args.host, args.port, args.workers > 1)
