@@ -60,7 +60,8 @@ class HealthThresholds:
       ``max_schedule_lag_p99_ms``: fewer requests were in flight than asked;
     - event-loop lag P99 above ``max_loop_lag_p99_ms`` (read stamps only): callbacks, and
       so chunk timestamps, ran that late; a single wake later than it is a stall window;
-    - tokens timestamped inside stall windows above ``max_stalled_tokens`` of all tokens;
+    - tokens a stall may have moved (``stalled_tokens``) above ``max_stalled_tokens`` of
+      all tokens;
     - CPU above ``max_cpu_util`` of a core in any client process: the loop had no slack.
     """
 
