@@ -378,7 +378,10 @@ def test_client_health_is_in_the_json_and_junit(slo_pytester, misbehaving) -> No
         "cpu_util",
         "processes",
         "valid",
+        "idle_share",
+        "stalled_share",
     }
+    assert health["receive_stamps"] == "kernel"  # plain http on Linux
     junit = (slo_pytester.path / "j.xml").read_text()
     for name in (
         "schedule_lag_p99_ms",
@@ -386,8 +389,18 @@ def test_client_health_is_in_the_json_and_junit(slo_pytester, misbehaving) -> No
         "loop_lag_max_ms",
         "cpu_util",
         "processes",
+        "idle_share",
+        "stalled_share",
     ):
         assert f'name="llmslo.client.{name}"' in junit
+    assert 'name="llmslo.client.receive_stamps" value="kernel"' in junit
+    # --receive-stamps read: the client's read times, and the run says so.
+    result = slo_pytester.runpytest_subprocess(
+        *args(misbehaving("ok"), "--requests=8", "--slo-json=r.json", "--receive-stamps=read")
+    )
+    result.assert_outcomes(passed=1)
+    point = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]
+    assert point["summary"]["client_health"]["receive_stamps"] == "read"
 
 
 def _private_ca(tmp: Path) -> tuple[Path, Path, Path]:

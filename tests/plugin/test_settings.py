@@ -159,3 +159,19 @@ def test_a_cli_value_that_parses_to_none_overrides_the_ini() -> None:
     assert ts.duration_s is None and ts.sources["duration"] == "--duration"
     ts = resolve(cli={"requests": None, "duration": 5.0}, ini={"llmslo_requests": "64"})
     assert ts.requests is None and ts.duration_s == 5.0
+
+
+def test_every_option_is_in_the_readme_options_table() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `--"))
+    missing = [sp.cli for sp in S.SPECS if sp.cli and f"`{sp.cli}" not in table]
+    assert not missing, f"options not in the README's options table: {missing}"
+
+
+def test_receive_stamps_reach_the_client() -> None:
+    assert resolve().receive_stamps == "auto"
+    assert resolve(cli={"receive_stamps": "read"}).receive_stamps == "read"
+    with pytest.raises(ConfigError, match="receive_stamps"):
+        resolve(marker={"receive_stamps": "kernel"})
