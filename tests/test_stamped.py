@@ -9,6 +9,7 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable
 from time import perf_counter_ns
 
 import pytest
@@ -34,11 +35,28 @@ class Recorder:
         self.lost.append(exc)
 
 
+async def until(cond: Callable[[], object], timeout_s: float = 0.25) -> None:
+    """Let the loop run until ``cond()`` holds (or the timeout passes)."""
+    for _ in range(int(timeout_s / 0.005)):
+        await asyncio.sleep(0.005)
+        if cond():
+            return
+
+
 def listener() -> socket.socket:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
     return srv
+
+
+async def connected(host: str) -> tuple[socket.socket, Recorder, socket.socket]:
+    """A listener, a stamped connection to it from ``host``, and the accepted peer."""
+    srv = listener()
+    proto = Recorder()
+    await stamped.open_stamped(host, srv.getsockname()[1], lambda: proto)
+    peer, _ = srv.accept()
+    return srv, proto, peer
 
 
 def send_at(sock: socket.socket, when: list[tuple[float, bytes]], sent: list[int]) -> None:
@@ -50,10 +68,7 @@ def send_at(sock: socket.socket, when: list[tuple[float, bytes]], sent: list[int
 
 
 async def test_a_read_is_dated_when_its_bytes_arrived_not_when_it_was_read() -> None:
-    srv = listener()
-    proto = Recorder()
-    await stamped.open_stamped("127.0.0.1", srv.getsockname()[1], lambda: proto)
-    peer, _ = srv.accept()
+    srv, proto, peer = await connected("127.0.0.1")
     sent: list[int] = []
     t0 = time.perf_counter()
     th = threading.Thread(target=send_at, args=(peer, [(t0 + 0.05, b"one")], sent))
@@ -61,10 +76,7 @@ async def test_a_read_is_dated_when_its_bytes_arrived_not_when_it_was_read() -> 
     time.sleep(0.3)  # the loop is blocked: the bytes wait 250 ms to be read
     read_from = perf_counter_ns()
     th.join()
-    for _ in range(50):
-        await asyncio.sleep(0.005)
-        if proto.reads:
-            break
+    await until(lambda: proto.reads)
     ((data, ts),) = proto.reads
     assert data == b"one"
     assert abs(ts - sent[0]) < 5_000_000, (ts - sent[0]) / 1e6  # within 5 ms of the send
@@ -79,27 +91,18 @@ async def test_a_read_is_dated_when_its_bytes_arrived_not_when_it_was_read() -> 
     th.start()
     time.sleep(0.3)
     th.join()
-    for _ in range(50):
-        await asyncio.sleep(0.005)
-        if len(proto.reads) > 1:
-            break
+    await until(lambda: len(proto.reads) > 1)
     data, ts = proto.reads[1]
     assert data == b"twothree" and abs(ts - sent[1]) < 5_000_000
     # The peer closes: the protocol hears of it once.
     peer.close()
-    for _ in range(50):
-        await asyncio.sleep(0.005)
-        if proto.lost:
-            break
+    await until(lambda: proto.lost)
     assert proto.lost == [None] and proto.transport is not None and proto.transport.is_closing()
     srv.close()
 
 
 async def test_writes_larger_than_the_socket_buffer_are_finished_later() -> None:
-    srv = listener()
-    proto = Recorder()
-    await stamped.open_stamped("127.0.0.1", srv.getsockname()[1], lambda: proto)
-    peer, _ = srv.accept()
+    srv, proto, peer = await connected("127.0.0.1")
     payload = bytes(range(256)) * (32 * 1024)  # 8 MiB, far over the buffers
     assert proto.transport is not None
     proto.transport.write(payload)
@@ -120,15 +123,9 @@ async def test_writes_larger_than_the_socket_buffer_are_finished_later() -> None
 
 
 async def test_a_host_name_is_resolved() -> None:
-    srv = listener()
-    proto = Recorder()
-    await stamped.open_stamped("localhost", srv.getsockname()[1], lambda: proto)
-    peer, _ = srv.accept()
+    srv, proto, peer = await connected("localhost")
     peer.sendall(b"hi")
-    for _ in range(50):
-        await asyncio.sleep(0.005)
-        if proto.reads:
-            break
+    await until(lambda: proto.reads)
     assert proto.reads[0][0] == b"hi"
     assert proto.transport is not None
     proto.transport.close()
@@ -159,10 +156,7 @@ async def test_a_server_dates_requests_by_their_arrival() -> None:
     sent = perf_counter_ns()
     client.sendall(b"GET / HTTP/1.1\r\n\r\n")
     time.sleep(0.2)  # the server's loop is busy
-    for _ in range(50):
-        await asyncio.sleep(0.005)
-        if protos and protos[0].reads:
-            break
+    await until(lambda: protos and protos[0].reads)
     ((data, ts),) = protos[0].reads
     assert data.startswith(b"GET") and abs(ts - sent) < 5_000_000
     assert protos[0].transport is not None
