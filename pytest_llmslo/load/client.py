@@ -313,7 +313,10 @@ class RawExchange:
 class Transport(Protocol):
     """Streams one request into a ``RawExchange``; never raises for a failed request.
     ``headers`` are this request's own (a conversation's session id), sent after the
-    settings' headers."""
+    settings' headers. ``kernel_stamps`` says whether reads are dated by the kernel's
+    arrival stamp (``stamped.py``) rather than when the process read them."""
+
+    kernel_stamps: bool
 
     async def send(
         self, body: bytes, raw: RawExchange, headers: Mapping[str, str] | None = None
@@ -403,6 +406,8 @@ class HttpxTransport:
     are the sweeper's (as in the fast client), which cancels the request's streaming task
     when one passes.
     """
+
+    kernel_stamps = False  # httpx reads through its own stack: read times
 
     _SHARD_CONNECTIONS = 32
 

@@ -325,7 +325,7 @@ async def _drive(
     scheduled time. ``ship`` takes each finished exchange instead of the local backlog
     (a worker process hands them, undecoded, to the parent)."""
     res = _WorkerResult(plan.worker, t0_ns=t0_ns, closed=plan.closed)
-    res.kernel_stamps = bool(getattr(transport, "kernel_stamps", False))
+    res.kernel_stamps = transport.kernel_stamps
     loop = asyncio.get_running_loop()
     ticker = loop.create_task(_loop_ticker(res.loop_lag_ns, res.stalls, plan.stall_ns))
     lags = res.schedule_lag_ns
