@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -235,6 +236,11 @@ def test_engine_killed_mid_level_is_a_clean_error_and_restarted(slo_pytester) ->
 
 
 def test_sigterm_keeps_the_level_in_progress(slo_pytester, fixed_server) -> None:
+    def served() -> int:
+        with urllib.request.urlopen(f"{fixed_server}/stats", timeout=5) as r:
+            return int(json.load(r)["requests"])
+
+    before = served()
     slo_pytester.makepyfile(CHAT)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", *args(fixed_server, "--requests=100000", "--osl=16",
@@ -255,8 +261,11 @@ def test_sigterm_keeps_the_level_in_progress(slo_pytester, fixed_server) -> None
             head.append(line)
             if not line or "ready at" in line:
                 break
-        # The level prepares its prompts (up to 128 MiB for 100,000 requests) before sending.
-        time.sleep(6)
+        # Signal once the level is measuring: the server has answered a few dozen of its
+        # requests (a fixed sleep raced a level that was slow to start on a busy machine).
+        deadline = time.monotonic() + 60
+        while served() - before < 40 and time.monotonic() < deadline:
+            time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=120)
         out = "".join(head) + rest
