@@ -48,6 +48,7 @@ from pytest_llmslo.errors import (
     WorkloadError,
 )
 from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.redact import redact, redact_obj, remember, url_password
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 __all__ = [
@@ -324,6 +325,15 @@ class EngineFactory:
                 self._announce(f"llmslo: stopping engine {name} failed: {exc!r}")
 
 
+def _redacting(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` with every message through ``redact`` first."""
+
+    def out(msg: str) -> None:
+        say(redact(msg))
+
+    return out
+
+
 def exit_reason(handle: EngineHandle) -> str:
     """How an engine ended (``vllm exited with exit status -9 (killed by SIGKILL)``)."""
     reason = getattr(handle, "exit_reason", None)
@@ -418,9 +428,12 @@ class Session:
         self.rootpath = Path(rootpath)
         self.inipath = inipath
         self.invocation_dir = Path(invocation_dir) if invocation_dir else Path.cwd()
-        self.say = say or (lambda _msg: None)
+        # What the session says passes through ``redact``: a server's error text or a URL
+        # in a message never shows a key or a password.
+        self.say = _redacting(say or (lambda _msg: None))
         self.progress = progress or (lambda _label, _requests, _warmup: NullProgress())
-        self.warn = warn or (lambda _node, _msg: None)
+        warn_to = warn or (lambda _node, _msg: None)
+        self.warn = lambda node, msg: warn_to(node, redact(msg))
         self.defaults = S.resolve_test(self.sources, {}, "")
         self.engine_configs: dict[str, EngineConfig] = {}
         #: Every engine of the engine config file, by name (before the session's settings).
@@ -575,7 +588,10 @@ class Session:
         doc["commit_info"] = self._commit
         if self.hooks.document is not None:
             self.hooks.document(doc)
-        return doc
+        # Every file made from the document (JSON, Markdown, CSV, SVG, a baseline) is
+        # made from this one: no key or URL password in any of them.
+        redacted: dict[str, Any] = redact_obj(doc)
+        return redacted
 
     def report_levels(self, ctx: TestContext) -> None:
         """Tell ``hooks.level_result`` each point of the test ``ctx`` not told yet (once
@@ -679,6 +695,7 @@ def engine_config(state: Session, name: str, where: str) -> EngineConfig:
                 f"{where}: engine {name!r} is external and needs a URL: give --engine-url "
                 "(or url = ... in its engine config)."
             )
+        remember(url_password(url))
         cfg = dataclasses.replace(cfg, url=url)
     return cfg
 
@@ -1486,7 +1503,7 @@ def summary_lines_of_test(state: Session, ctx: TestContext) -> list[str]:
     lines.extend(ctx.notes)
     if ctx.comparison is not None:
         lines.extend(str(ctx.comparison.format()).splitlines())
-    return lines
+    return [redact(line) for line in lines]
 
 
 def _fmt(v: float | None) -> str:
@@ -1697,7 +1714,7 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
         props.append(("llmslo.baseline", str(state.baseline_source)))
         props.append(("llmslo.compare.status", "not_compared"))
         props.append(("llmslo.compare.reason", ctx.compare_skip))
-    return props
+    return [(k, redact(str(v))) for k, v in props]
 
 
 def suite_properties(state: Session) -> list[tuple[str, str]]:
@@ -1706,7 +1723,7 @@ def suite_properties(state: Session) -> list[tuple[str, str]]:
     from pytest_llmslo.report import junit
 
     consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
-    return junit.suite_properties(consts)
+    return [(k, redact(str(v))) for k, v in junit.suite_properties(consts)]
 
 
 def tests_overview(state: Session, limit: int = 20) -> list[str]:
@@ -1760,7 +1777,7 @@ def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
     path = json_path(state)
     if path is not None and path.exists() and not state.write_errors:
         out.append(("line", f"llmslo: results written to {path}"))
-    return out
+    return [(kind, redact(text)) for kind, text in out]
 
 
 def prepare(state: Session) -> None:

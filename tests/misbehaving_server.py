@@ -15,7 +15,9 @@ Modes (a chat completion otherwise streams ``max_tokens`` tokens, 2 ms apart, th
 - ``huge-line``        one 10 MB content chunk, then a normal finish;
 - ``auth``             every path but /health needs ``Authorization: Bearer $SERVER_KEY``;
 - ``auth-completions`` only the completions need the key (readiness passes, requests 401);
-- ``short-output``     ignores ``min_tokens``/``ignore_eos``: 2 tokens, ``finish_reason=stop``.
+- ``short-output``     ignores ``min_tokens``/``ignore_eos``: 2 tokens, ``finish_reason=stop``;
+- ``echo-key``         odd completions answer 401 with the ``Authorization`` header in the error
+                       message, even ones a 200 stream whose error event echoes it too.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ MODES = (
     "auth",
     "auth-completions",
     "short-output",
+    "echo-key",
 )
 
 
@@ -127,6 +130,8 @@ class Server:
         if self.mode == "auth-completions" and not self.authorized(headers):
             return await self.respond(writer, "401 Unauthorized", unauthorized)
         self.completions += 1
+        if self.mode == "echo-key":
+            return await self.echo_key(writer, headers.get("authorization", ""))
         req = json.loads(body or b"{}")
         max_tokens = int(req.get("max_tokens") or 16)
         if self.mode == "reset":
@@ -149,6 +154,20 @@ class Server:
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         await self.stream(writer, max_tokens)
+        return True
+
+    async def echo_key(self, writer: asyncio.StreamWriter, auth: str) -> bool:
+        """What some gateways do: the rejected credentials in the error text."""
+        if self.completions % 2:
+            err = {"error": {"message": f"invalid key {auth}", "type": "auth", "code": 401}}
+            return await self.respond(writer, "401 Unauthorized", err)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        err = {"error": {"message": f"quota exceeded for {auth}", "code": 429}}
+        writer.write(_chunk(_event(err) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
         return True
 
     async def stream(self, writer: asyncio.StreamWriter, max_tokens: int) -> None:

@@ -27,11 +27,11 @@ import httpx
 
 from .._version import __version__ as harness_version
 from ..errors import ConfigError, EngineStartError
+from ..redact import redact, redact_env, redact_url, remember, secret_values
 from ..tls import make_ssl_context
 from .base import EngineConfig
 from .process import ProcessSpec, port_is_free, probe_host, start_processes, wait_port_free
 from .readiness import ReadyCheck, VersionProbe
-from .redact import redact_env
 
 if TYPE_CHECKING:
     from .docker import ContainerSpec
@@ -139,7 +139,7 @@ class RunningEngine:
             "runtime": cfg.runtime,
             "version": self._version,
             "model": self.model,
-            "base_url": self.base_url,
+            "base_url": redact_url(self.base_url),
             "image": images[0] if len(images) == 1 else (images or None),
             "tensor_parallel_size": cfg.tensor_parallel_size,
             "dtype": cfg.dtype,
@@ -258,6 +258,8 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
     t0 = time.monotonic()
     units: list[Unit] = []
     log_dir: str | None = None
+    argv = [a for p in plan.processes for a in p.argv]
+    remember(*secret_values(cfg.env, [*cfg.extra_args, *argv]))
     try:
         for port in plan.ports:
             if not port_is_free(port, probe_host(plan.host)):
@@ -289,6 +291,7 @@ def probe_client(config: EngineConfig, timeout: httpx.Timeout) -> httpx.Client:
     headers = {}
     key = os.environ.get(config.api_key_env) if config.api_key_env else None
     if key:
+        remember(key)
         headers["Authorization"] = f"Bearer {key}"
     try:
         ctx = make_ssl_context(config.ca_bundle, config.verify_tls)
@@ -319,7 +322,7 @@ def _wait_ready(
                     f"it was ready ({_exit_text(dead[0])}){logs}",
                     _tails(units, 60),
                 )
-            reason = plan.ready(client, plan.base_url) or ""
+            reason = redact(plan.ready(client, plan.base_url) or "")
             if not reason:
                 break
             if external:
