@@ -205,7 +205,8 @@ class EngineFactory:
     without starting it again. ``on_start`` is told each new handle (for the report).
     An engine found dead when a test asks for it is started again, at most
     ``max_restarts`` times per name (``--engine-restarts``); past that its tests error with
-    how it exited and its log tail."""
+    how it exited and its log tail. While an engine starts, ``progress(label, 0, 0)``
+    (the session's progress line) shows what the start waits for."""
 
     def __init__(
         self,
@@ -215,8 +216,10 @@ class EngineFactory:
         on_start: Callable[[str, EngineHandle], None] | None = None,
         max_restarts: int = 1,
         prepare: Callable[[str, EngineConfig], EngineConfig | None] | None = None,
+        progress: Callable[[str, int, int], Progress] | None = None,
     ) -> None:
         self.configs = dict(configs)
+        self._progress = progress
         self._prepare = prepare
         self._starter = starter
         self._announce = announce or (lambda _msg: None)
@@ -255,7 +258,7 @@ class EngineFactory:
         try:
             if self._prepare is not None:
                 config = self._prepare(name, config) or config
-            handle = starter(config)
+            handle = self._started(name, starter, config)
         except (EngineUnavailable, EngineStartError, ConfigError) as exc:
             self._failed[name] = exc
             raise
@@ -271,6 +274,23 @@ class EngineFactory:
         if self._on_start is not None:
             self._on_start(name, handle)
         return handle
+
+    def _started(
+        self, name: str, starter: Callable[[EngineConfig], EngineHandle], config: EngineConfig
+    ) -> EngineHandle:
+        """``starter(config)`` with its startup phases on a progress line of its own."""
+        from pytest_llmslo.engines import startup
+
+        if self._progress is None:
+            return starter(config)
+        line = self._progress(f"engine {name}", 0, 0)
+        try:
+            with startup.reporting(line):
+                return starter(config)
+        finally:
+            done = getattr(line, "done", None)
+            if callable(done):
+                done()
 
     def _restart(self, name: str, dead: EngineHandle) -> EngineHandle:
         why = exit_reason(dead)
@@ -697,6 +717,10 @@ def engine_config(state: Session, name: str, where: str) -> EngineConfig:
             )
         remember(url_password(url))
         cfg = dataclasses.replace(cfg, url=url)
+        if session.sources.get("external_ready_timeout", "default") != "default":
+            cfg = dataclasses.replace(
+                cfg, external_ready_timeout_s=session.external_ready_timeout_s
+            )
     return cfg
 
 
@@ -1005,6 +1029,7 @@ def run_level(
         label = f"{engine} {level.label}" + (f" (retry {attempt})" if attempt else "")
         progress = state.progress(label, ts.requests or 0, warmup)
         partial: Run | None = None
+        measured: Run | None = None  # this try's load, once it returned
         signame: str | None = None
         scraper = start_signals(handle, ts, client)
         try:
@@ -1023,6 +1048,7 @@ def run_level(
                     thresholds=thresholds,
                     early_stop=early,
                 )
+                measured = run
                 run = with_signals(run, scraper)
             except LoadInterrupted as exc:
                 partial = exc.run if isinstance(exc.run, Run) else None
@@ -1035,6 +1061,10 @@ def run_level(
                     scraper.stop()
         except (LoadInterrupted, KeyboardInterrupt):
             kept = 0
+            if partial is None:
+                # Interrupted after the load returned (its signals' last scrape): the
+                # requests were all measured, and are kept.
+                partial = measured
             if partial is not None:
                 record(
                     state, node, ctx, engine, test, level, partial, ts, metrics, sweep, jsonio,
@@ -1086,12 +1116,17 @@ def start_signals(handle: EngineHandle, ts: S.TestSettings, client: Any) -> Any:
     urls.extend(str(u) for u in extra or ())
     key = client.api_key()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    # A scrape never takes longer than the level may.
+    bound = ts.level_bound_s()
+    deadline = ts.signals_timeout_s if bound is None else min(ts.signals_timeout_s, bound)
     return Scraper(
         list(dict.fromkeys(urls)),
         dcgm_url=ts.dcgm_url,
         interval_s=ts.signals_interval_s,
         headers=headers,
         verify=client.ssl_context() if handle.base_url.startswith("https") else True,
+        deadline_s=deadline,
+        timeout_s=min(2.0, deadline),
     ).start()
 
 
@@ -1800,6 +1835,7 @@ def engine_factory(state: Session) -> EngineFactory:
             on_start=lambda name, h: record_engine(state, name, h),
             max_restarts=state.session.engine_restarts,
             prepare=state.hooks.engine_config,
+            progress=state.progress,
         )
     return state.factory
 

@@ -1,7 +1,12 @@
-"""Secrets never leave: one test per case of a new user's tour (a server that echoes the
-key)."""
+"""Everything beside the load is bounded, secrets never leave: one test per case of a new
+user's tour (a /metrics that never ends, an endpoint that is up but never ready, a server
+that echoes the key)."""
 
 from __future__ import annotations
+
+import json
+
+import pytest
 
 CHAT = """
 import pytest
@@ -20,6 +25,71 @@ def args(url: str, *extra: str) -> list[str]:
         "--client-max-lag=2000", "--client-max-cpu=1.5",
         *extra,
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mode", "seen"),
+    [("metrics-endless", "is over 16 MiB"), ("metrics-trickle", "did not end within 1 s")],
+)
+def test_a_metrics_body_that_never_ends_does_not_hold_the_session(
+    slo_pytester, misbehaving, mode: str, seen: str
+) -> None:
+    # Before: the scrape after the load waited for the end of the body, forever.
+    slo_pytester.makepyfile(test_chat=CHAT)
+    url = misbehaving(mode)
+    result = slo_pytester.runpytest_subprocess(
+        *args(url, "--signals-timeout=1", "--slo-json=r.json"), timeout=120
+    )
+    result.assert_outcomes(passed=1)
+    point = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]
+    assert len(point["samples"]["ttft_ms"]) == 4
+    note = point["summary"]["signals"]["note"]
+    assert seen in note and "not scraped again in this level" in note
+
+
+def test_ctrl_c_after_the_load_keeps_and_counts_its_requests(slo_pytester, fixed_server) -> None:
+    # Ctrl-C while the level's last scrape runs (after every request was measured).
+    slo_pytester.makeconftest(
+        """
+        import pytest_llmslo.session as core
+
+        def interrupted(run, scraper):
+            if scraper is not None:
+                scraper.stop()
+            raise KeyboardInterrupt
+
+        core.with_signals = interrupted
+        """
+    )
+    slo_pytester.makepyfile(test_chat=CHAT)
+    result = slo_pytester.runpytest_subprocess(
+        *args(fixed_server, "--slo-json=r.json", "-v"), timeout=120
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["*llmslo external c2: interrupted; the 4 measured requests are kept*"]
+    )
+    doc = json.loads((slo_pytester.path / "r.json").read_text())
+    assert doc["complete"] is False
+    assert len(doc["points"][0]["samples"]["ttft_ms"]) == 4
+
+
+def test_an_endpoint_that_lists_another_model_fails_within_the_ready_timeout(
+    slo_pytester, misbehaving
+) -> None:
+    # Before: 15 silent minutes (startup_timeout_s), though the probe knew at once.
+    slo_pytester.makepyfile(test_chat=CHAT)
+    url = misbehaving("models-other")
+    result = slo_pytester.runpytest_subprocess(
+        *args(url, "--model=bad-model", "--external-ready-timeout=1"), timeout=120
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*accepts connections but was not ready within 1 s (--external-ready-timeout); "
+            "the last probe saw: GET /v1/models lists other-model; --model bad-model*"
+        ]
+    )
 
 
 def test_an_echoed_key_and_a_url_password_never_reach_an_output(
