@@ -1031,6 +1031,8 @@ def run_level(
         partial: Run | None = None
         measured: Run | None = None  # this try's load, once it returned
         signame: str | None = None
+        # Each try starts cold where it can: a retry sends the same prompts again.
+        cache = reset_engine_cache(handle, ts)
         scraper = start_signals(handle, ts, client)
         try:
             try:
@@ -1044,12 +1046,12 @@ def run_level(
                     grace_s=ts.grace_s,
                     level_timeout_s=ts.level_bound_s(),
                     progress=_watch_measuring(progress, scraper),
-                    meta=meta,
+                    meta={**meta, "cache": cache},
                     thresholds=thresholds,
                     early_stop=early,
                 )
                 measured = run
-                run = with_signals(run, scraper)
+                run = check_prefix_share(with_signals(run, scraper), ts)
             except LoadInterrupted as exc:
                 partial = exc.run if isinstance(exc.run, Run) else None
                 if partial is not None:
@@ -1130,6 +1132,58 @@ def start_signals(handle: EngineHandle, ts: S.TestSettings, client: Any) -> Any:
     ).start()
 
 
+def reset_engine_cache(handle: EngineHandle, ts: S.TestSettings) -> dict[str, Any]:
+    """Empty the engine's prefix cache before a level (``--reset-cache``): ``auto`` where
+    the harness started the engine, ``on`` for an external one too. What was done, for
+    the level's record: ``{"mode", "reset", "how", "why"}``."""
+    mode = ts.reset_cache
+    cfg = getattr(handle, "config", None)
+    if mode == "off":
+        return {"mode": mode, "reset": False, "why": "--reset-cache=off"}
+    if mode == "auto" and (cfg is None or cfg.kind == "external"):
+        return {
+            "mode": mode,
+            "reset": False,
+            "why": "an engine the harness did not start is reset only with --reset-cache=on",
+        }
+    reset = getattr(handle, "reset_cache", None)
+    if not callable(reset):
+        return {"mode": mode, "reset": False, "why": "this engine cannot empty its cache"}
+    return {"mode": mode, **reset()}
+
+
+def check_prefix_share(run: Run, ts: S.TestSettings) -> Run:
+    """``run`` with its cache record (``meta["cache"]``) completed by the engine's prefix-hit
+    rate, the share the workload was built to have, and a warning when the first is far
+    above the second (``signals.prefix_share``)."""
+    from pytest_llmslo.signals.prefix_share import expected_prefix_share, warm_cache_warning
+
+    meta = dict(run.meta)
+    cache = dict(meta.get("cache") or {})
+    sig = meta.get("signals") if isinstance(meta.get("signals"), Mapping) else {}
+    hit = sig.get("prefix_hit_rate") if sig else None
+    cal = meta.get("calibration") if isinstance(meta.get("calibration"), Mapping) else {}
+    overhead = cal.get("overhead") if cal and cal.get("fitted") else None
+    kind, _ = ts.dataset_kind()
+    expected = expected_prefix_share(
+        kind,
+        isl=ts.isl,
+        osl=ts.osl,
+        prefix_len=ts.prefix_len,
+        turns=ts.turns,
+        overhead=float(overhead) if isinstance(overhead, (int, float)) else 0.0,
+    )
+    if isinstance(hit, (int, float)):
+        cache["prefix_hit_rate"] = round(float(hit), 4)
+    if expected is not None:
+        cache["expected_prefix_share"] = round(expected, 4)
+    warning = warm_cache_warning(hit if isinstance(hit, (int, float)) else None, expected)
+    if warning:
+        cache["warning"] = warning
+    meta["cache"] = cache
+    return dataclasses.replace(run, meta=meta)
+
+
 def _watch_measuring(progress: Any, scraper: Any) -> Any:
     """The load's progress callback, which also tells the scraper when the measured part
     begins (its counters' baseline: warm-up is not counted)."""
@@ -1201,6 +1255,16 @@ def record(
             f"stopped early after {len(run.records)} requests (--slo-early-stop): "
             f"{early.get('reason')}"
         )
+    cache = run.meta.get("cache") if isinstance(run.meta.get("cache"), Mapping) else None
+    if cache is not None and cache.get("warning"):
+        notes.append(str(cache["warning"]))
+        if node is not None:
+            state.warn(node, f"llmslo {engine} {level.label}: {cache['warning']}")
+    if cache is not None and cache.get("mode") == "on" and not cache.get("reset"):
+        notes.append(
+            "the prefix cache was not emptied before this level (--reset-cache=on): "
+            f"{cache.get('why')}"
+        )
     notes.extend(tries or ())
     if not summary.valid and tries:
         notes.append(f"inconclusive after {len(tries) + 1} tries: the client stayed the bottleneck")
@@ -1214,6 +1278,7 @@ def record(
         interrupted=bool(run.meta.get("interrupted", False)),
         comparable=comparable,
         notes=tuple(notes),
+        cache=dict(cache) if cache is not None else None,
     )
     return state.add_point(ctx, run, point)
 
@@ -1269,6 +1334,9 @@ def _run_line(run: Run) -> str:
             line += f" [most failures: {top[0]}]"
     if not run.health.valid:
         line += " [client-limited: " + "; ".join(run.health.reasons) + "]"
+    cache = run.meta.get("cache")
+    if isinstance(cache, Mapping) and cache.get("warning"):
+        line += f" [{cache['warning']}]"
     return line
 
 
@@ -1741,6 +1809,9 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
     if not point.comparable:
         props.append(("llmslo.comparable", "false"))
     props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))
+    cache = point.cache if isinstance(getattr(point, "cache", None), Mapping) else None
+    if cache is not None:
+        props.append(("llmslo.cache_reset", str(bool(cache.get("reset"))).lower()))
     if ctx.comparison is not None:
         props.append(("llmslo.baseline", str(state.baseline_source)))
         props.append(("llmslo.regressed", str(bool(ctx.comparison.regressed)).lower()))

@@ -45,6 +45,7 @@ WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix", "trace")
 DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
 CAPACITY_MODES = ("concurrency", "rate")
 EARLY_STOP_MODES = ("auto", "on", "off")
+RESET_CACHE_MODES = ("auto", "on", "off")
 # Past the last planned level, at most this many extra levels are run by --slo-extend, so a
 # curve that never drops (an engine far from saturation) cannot extend a session forever.
 MAX_EXTEND_LEVELS = 6
@@ -1214,7 +1215,7 @@ SPECS: tuple[Spec, ...] = (
         marker="dcgm_url",
         metavar="URL",
     ),
-    # Bounded auxiliaries.
+    # Bounded auxiliaries and honest caches.
     _spec(
         "signals_timeout",
         parse_positive_float,
@@ -1233,6 +1234,17 @@ SPECS: tuple[Spec, ...] = (
         "(/v1/models listing the model) before the session says what it saw and stops.",
         cli="--external-ready-timeout",
         metavar="SECONDS",
+    ),
+    _spec(
+        "reset_cache",
+        _choice("reset_cache", RESET_CACHE_MODES),
+        "auto",
+        "Empty the engine's prefix cache before each level (vLLM /reset_prefix_cache, "
+        "SGLang /flush_cache, Dynamo /clear_kv_blocks, the sim): 'auto' where the harness "
+        "started the engine, 'on' also for an external engine, 'off' never.",
+        cli="--reset-cache",
+        marker="reset_cache",
+        choices=RESET_CACHE_MODES,
     ),
 )
 
@@ -1450,6 +1462,7 @@ class TestSettings:
     signals_interval_s: float = 1.0
     dcgm_url: str | None = None
     signals_timeout_s: float = 5.0
+    reset_cache: str = "auto"
     #: The test's own engines (``engines=`` on its marker); empty: the session's.
     engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -1677,6 +1690,7 @@ def resolve_test(
         signals_interval_s=vals["signals_interval"],
         dcgm_url=vals["dcgm_url"],
         signals_timeout_s=vals["signals_timeout"],
+        reset_cache=vals["reset_cache"],
         engines=tuple(dict.fromkeys(MARKER_ONLY["engines"](marker["engines"])))
         if "engines" in marker
         else (),

@@ -17,6 +17,7 @@ import httpx
 from ..errors import ConfigError
 from ..redact import redact_url, remember, url_password
 from .base import EngineConfig
+from .cache_reset import ANY
 from .launch import LaunchPlan, RunningEngine, launch
 from .readiness import get, model_ids, models_listed, version_from_json
 
@@ -55,6 +56,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         meta={"url": redact_url(base)},
         url=base,
         on_ready=_first_model(model),
+        cache_resets=ANY,
     )
 
 

@@ -34,6 +34,7 @@ from ..redact import redact, redact_env, redact_url, remember, secret_values
 from ..tls import make_ssl_context
 from . import startup
 from .base import EngineConfig
+from .cache_reset import RESET_TIMEOUT_S, CacheReset, reset_cache
 from .process import ProcessSpec, port_is_free, probe_host, start_processes, wait_port_free
 from .readiness import ReadyCheck, VersionProbe
 
@@ -90,6 +91,10 @@ class LaunchPlan:
     # Prometheus endpoints of the engine's units besides its base URL's /metrics (a
     # Dynamo deployment's workers), scraped for the engine's signals.
     metrics_urls: tuple[str, ...] = ()
+    # How the engine's prefix cache is emptied between levels (``cache_reset.py``), tried
+    # in order; none: ``no_cache_reset`` says why it cannot be.
+    cache_resets: tuple[CacheReset, ...] = ()
+    no_cache_reset: str | None = None
 
     @property
     def client_host(self) -> str:
@@ -161,6 +166,18 @@ class RunningEngine:
 
     def alive(self) -> bool:
         return not self._stopped and all(u.alive() for u in self._units)
+
+    def reset_cache(self) -> dict[str, Any]:
+        """Empty the engine's prefix cache (``cache_reset.py``): ``{"reset": bool, "how":
+        "POST /path"}``, with ``"why"`` when it was not reset. Never raises."""
+        timeout = httpx.Timeout(RESET_TIMEOUT_S, connect=2.0)
+        try:
+            with probe_client(self.config, timeout) as client:
+                return reset_cache(
+                    client, self.base_url, self.plan.cache_resets, self.plan.no_cache_reset
+                )
+        except Exception as exc:  # a reset is a courtesy to the next level, never fatal
+            return {"reset": False, "why": redact(f"{type(exc).__name__}: {exc}")}
 
     def log_tail(self, lines: int = 40) -> str:
         return _tails(self._units, lines)

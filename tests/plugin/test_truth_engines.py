@@ -1,6 +1,6 @@
-"""Everything beside the load is bounded, secrets never leave: one test per case of a new
-user's tour (a /metrics that never ends, an endpoint that is up but never ready, a server
-that echoes the key)."""
+"""Everything beside the load is bounded, caches are honest, secrets never leave: one
+test per case of a new user's tour (a /metrics that never ends, an endpoint that is up
+but never ready, a second run against a warm engine, a server that echoes the key)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,18 @@ import pytest
 
 @pytest.mark.slo(concurrency=[2])
 def test_chat(slo_run):
+    pass
+"""
+
+TWO_ALIKE = """
+import pytest
+
+@pytest.mark.slo(concurrency=[2])
+def test_first(slo_run):
+    pass
+
+@pytest.mark.slo(concurrency=[2])
+def test_second(slo_run):
     pass
 """
 
@@ -90,6 +102,47 @@ def test_an_endpoint_that_lists_another_model_fails_within_the_ready_timeout(
             "the last probe saw: GET /v1/models lists other-model; --model bad-model*"
         ]
     )
+
+
+def _sim_args(*extra: str) -> list[str]:
+    return [
+        "-p", "no:cacheprovider", "--engine=sim", "--warmup=0", "--requests=8",
+        "--isl=256", "--osl=8", "--signals-interval=0.2", "--slo-retries=0",
+        "--client-max-lag=2000", "--client-max-cpu=1.5", "-v",
+        *extra,
+    ]  # fmt: skip
+
+
+def test_a_second_identical_test_on_a_warm_engine_is_warned_of(slo_pytester) -> None:
+    # Two tests alike on one engine that stays up: without a reset the second finds its
+    # prompts in the engine's prefix cache (the sim's counters say so).
+    slo_pytester.makepyfile(test_two=TWO_ALIKE)
+    result = slo_pytester.runpytest_subprocess(
+        *_sim_args("--reset-cache=off", "--slo-json=r.json"), timeout=300
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*llmslo sim c2: 8/8 requests ok in * [[]warm prefix cache: *"])
+    first, second = json.loads((slo_pytester.path / "r.json").read_text())["points"]
+    assert first["cache"]["reset"] is False and "warning" not in first["cache"]
+    assert second["cache"]["prefix_hit_rate"] > 0.5
+    assert second["cache"]["expected_prefix_share"] < 0.1
+    assert "warm prefix cache" in second["cache"]["warning"]
+    assert any("warm prefix cache" in n for n in second["notes"])
+
+
+def test_a_harness_started_engine_starts_each_level_cold(slo_pytester) -> None:
+    slo_pytester.makepyfile(test_two=TWO_ALIKE)
+    result = slo_pytester.runpytest_subprocess(
+        *_sim_args("--slo-json=r.json", "--junitxml=j.xml"), timeout=300
+    )
+    result.assert_outcomes(passed=2)
+    assert "warm prefix cache" not in result.stdout.str()
+    points = json.loads((slo_pytester.path / "r.json").read_text())["points"]
+    for p in points:
+        assert p["cache"]["reset"] is True and p["cache"]["how"] == "POST /reset_prefix_cache"
+        assert p["cache"]["mode"] == "auto"
+        assert p["cache"]["prefix_hit_rate"] < 0.1
+    assert 'name="llmslo.cache_reset" value="true"' in (slo_pytester.path / "j.xml").read_text()
 
 
 def test_an_echoed_key_and_a_url_password_never_reach_an_output(
