@@ -32,6 +32,7 @@ from pytest_llmslo.errors import (
     LlmSloWarning,
 )
 from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.redact import redact
 from pytest_llmslo.session import EngineFactory, EngineRef, TestContext
 
 SLO_MARKER = "slo"
@@ -193,7 +194,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         line += "; a test's marker may set its own: see each test's line after collection"
     if state.disabled_reason:
         line += " (disabled under xdist)"
-    return [line]
+    return [redact(line)]
 
 
 def pytest_report_collectionfinish(
@@ -204,7 +205,7 @@ def pytest_report_collectionfinish(
     state = config.stash.get(STATE_KEY, None)
     if state is None or not state.contexts:
         return None
-    return core.tests_overview(state)
+    return [redact(line) for line in core.tests_overview(state)]
 
 
 # ------------------------------------------------------------------------ parametrization

@@ -48,6 +48,7 @@ from pytest_llmslo.errors import (
     WorkloadError,
 )
 from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.redact import redact, redact_obj, remember, url_password
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 __all__ = [
@@ -204,7 +205,8 @@ class EngineFactory:
     without starting it again. ``on_start`` is told each new handle (for the report).
     An engine found dead when a test asks for it is started again, at most
     ``max_restarts`` times per name (``--engine-restarts``); past that its tests error with
-    how it exited and its log tail."""
+    how it exited and its log tail. While an engine starts, ``progress(label, 0, 0)``
+    (the session's progress line) shows what the start waits for."""
 
     def __init__(
         self,
@@ -214,8 +216,10 @@ class EngineFactory:
         on_start: Callable[[str, EngineHandle], None] | None = None,
         max_restarts: int = 1,
         prepare: Callable[[str, EngineConfig], EngineConfig | None] | None = None,
+        progress: Callable[[str, int, int], Progress] | None = None,
     ) -> None:
         self.configs = dict(configs)
+        self._progress = progress
         self._prepare = prepare
         self._starter = starter
         self._announce = announce or (lambda _msg: None)
@@ -254,7 +258,7 @@ class EngineFactory:
         try:
             if self._prepare is not None:
                 config = self._prepare(name, config) or config
-            handle = starter(config)
+            handle = self._started(name, starter, config)
         except (EngineUnavailable, EngineStartError, ConfigError) as exc:
             self._failed[name] = exc
             raise
@@ -270,6 +274,23 @@ class EngineFactory:
         if self._on_start is not None:
             self._on_start(name, handle)
         return handle
+
+    def _started(
+        self, name: str, starter: Callable[[EngineConfig], EngineHandle], config: EngineConfig
+    ) -> EngineHandle:
+        """``starter(config)`` with its startup phases on a progress line of its own."""
+        from pytest_llmslo.engines import startup
+
+        if self._progress is None:
+            return starter(config)
+        line = self._progress(f"engine {name}", 0, 0)
+        try:
+            with startup.reporting(line):
+                return starter(config)
+        finally:
+            done = getattr(line, "done", None)
+            if callable(done):
+                done()
 
     def _restart(self, name: str, dead: EngineHandle) -> EngineHandle:
         why = exit_reason(dead)
@@ -322,6 +343,15 @@ class EngineFactory:
                 self.stop(name)
             except Exception as exc:  # keep stopping the others
                 self._announce(f"llmslo: stopping engine {name} failed: {exc!r}")
+
+
+def _redacting(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` with every message through ``redact`` first."""
+
+    def out(msg: str) -> None:
+        say(redact(msg))
+
+    return out
 
 
 def exit_reason(handle: EngineHandle) -> str:
@@ -418,9 +448,12 @@ class Session:
         self.rootpath = Path(rootpath)
         self.inipath = inipath
         self.invocation_dir = Path(invocation_dir) if invocation_dir else Path.cwd()
-        self.say = say or (lambda _msg: None)
+        # What the session says passes through ``redact``: a server's error text or a URL
+        # in a message never shows a key or a password.
+        self.say = _redacting(say or (lambda _msg: None))
         self.progress = progress or (lambda _label, _requests, _warmup: NullProgress())
-        self.warn = warn or (lambda _node, _msg: None)
+        warn_to = warn or (lambda _node, _msg: None)
+        self.warn = lambda node, msg: warn_to(node, redact(msg))
         self.defaults = S.resolve_test(self.sources, {}, "")
         self.engine_configs: dict[str, EngineConfig] = {}
         #: Every engine of the engine config file, by name (before the session's settings).
@@ -575,7 +608,10 @@ class Session:
         doc["commit_info"] = self._commit
         if self.hooks.document is not None:
             self.hooks.document(doc)
-        return doc
+        # Every file made from the document (JSON, Markdown, CSV, SVG, a baseline) is
+        # made from this one: no key or URL password in any of them.
+        redacted: dict[str, Any] = redact_obj(doc)
+        return redacted
 
     def report_levels(self, ctx: TestContext) -> None:
         """Tell ``hooks.level_result`` each point of the test ``ctx`` not told yet (once
@@ -679,7 +715,12 @@ def engine_config(state: Session, name: str, where: str) -> EngineConfig:
                 f"{where}: engine {name!r} is external and needs a URL: give --engine-url "
                 "(or url = ... in its engine config)."
             )
+        remember(url_password(url))
         cfg = dataclasses.replace(cfg, url=url)
+        if session.sources.get("external_ready_timeout", "default") != "default":
+            cfg = dataclasses.replace(
+                cfg, external_ready_timeout_s=session.external_ready_timeout_s
+            )
     return cfg
 
 
@@ -988,7 +1029,10 @@ def run_level(
         label = f"{engine} {level.label}" + (f" (retry {attempt})" if attempt else "")
         progress = state.progress(label, ts.requests or 0, warmup)
         partial: Run | None = None
+        measured: Run | None = None  # this try's load, once it returned
         signame: str | None = None
+        # Each try starts cold where it can: a retry sends the same prompts again.
+        cache = reset_engine_cache(handle, ts)
         scraper = start_signals(handle, ts, client)
         try:
             try:
@@ -1002,11 +1046,12 @@ def run_level(
                     grace_s=ts.grace_s,
                     level_timeout_s=ts.level_bound_s(),
                     progress=_watch_measuring(progress, scraper),
-                    meta=meta,
+                    meta={**meta, "cache": cache},
                     thresholds=thresholds,
                     early_stop=early,
                 )
-                run = with_signals(run, scraper)
+                measured = run
+                run = check_prefix_share(with_signals(run, scraper), ts)
             except LoadInterrupted as exc:
                 partial = exc.run if isinstance(exc.run, Run) else None
                 if partial is not None:
@@ -1018,6 +1063,10 @@ def run_level(
                     scraper.stop()
         except (LoadInterrupted, KeyboardInterrupt):
             kept = 0
+            if partial is None:
+                # Interrupted after the load returned (its signals' last scrape): the
+                # requests were all measured, and are kept.
+                partial = measured
             if partial is not None:
                 record(
                     state, node, ctx, engine, test, level, partial, ts, metrics, sweep, jsonio,
@@ -1069,13 +1118,70 @@ def start_signals(handle: EngineHandle, ts: S.TestSettings, client: Any) -> Any:
     urls.extend(str(u) for u in extra or ())
     key = client.api_key()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    # A scrape never takes longer than the level may.
+    bound = ts.level_bound_s()
+    deadline = ts.signals_timeout_s if bound is None else min(ts.signals_timeout_s, bound)
     return Scraper(
         list(dict.fromkeys(urls)),
         dcgm_url=ts.dcgm_url,
         interval_s=ts.signals_interval_s,
         headers=headers,
         verify=client.ssl_context() if handle.base_url.startswith("https") else True,
+        deadline_s=deadline,
+        timeout_s=min(2.0, deadline),
     ).start()
+
+
+def reset_engine_cache(handle: EngineHandle, ts: S.TestSettings) -> dict[str, Any]:
+    """Empty the engine's prefix cache before a level (``--reset-cache``): ``auto`` where
+    the harness started the engine, ``on`` for an external one too. What was done, for
+    the level's record: ``{"mode", "reset", "how", "why"}``."""
+    mode = ts.reset_cache
+    cfg = getattr(handle, "config", None)
+    if mode == "off":
+        return {"mode": mode, "reset": False, "why": "--reset-cache=off"}
+    if mode == "auto" and (cfg is None or cfg.kind == "external"):
+        return {
+            "mode": mode,
+            "reset": False,
+            "why": "an engine the harness did not start is reset only with --reset-cache=on",
+        }
+    reset = getattr(handle, "reset_cache", None)
+    if not callable(reset):
+        return {"mode": mode, "reset": False, "why": "this engine cannot empty its cache"}
+    return {"mode": mode, **reset()}
+
+
+def check_prefix_share(run: Run, ts: S.TestSettings) -> Run:
+    """``run`` with its cache record (``meta["cache"]``) completed by the engine's prefix-hit
+    rate, the share the workload was built to have, and a warning when the first is far
+    above the second (``signals.prefix_share``)."""
+    from pytest_llmslo.signals.prefix_share import expected_prefix_share, warm_cache_warning
+
+    meta = dict(run.meta)
+    cache = dict(meta.get("cache") or {})
+    sig = meta.get("signals") if isinstance(meta.get("signals"), Mapping) else {}
+    hit = sig.get("prefix_hit_rate") if sig else None
+    cal = meta.get("calibration") if isinstance(meta.get("calibration"), Mapping) else {}
+    overhead = cal.get("overhead") if cal and cal.get("fitted") else None
+    kind, _ = ts.dataset_kind()
+    expected = expected_prefix_share(
+        kind,
+        isl=ts.isl,
+        osl=ts.osl,
+        prefix_len=ts.prefix_len,
+        turns=ts.turns,
+        overhead=float(overhead) if isinstance(overhead, (int, float)) else 0.0,
+    )
+    if isinstance(hit, (int, float)):
+        cache["prefix_hit_rate"] = round(float(hit), 4)
+    if expected is not None:
+        cache["expected_prefix_share"] = round(expected, 4)
+    warning = warm_cache_warning(hit if isinstance(hit, (int, float)) else None, expected)
+    if warning:
+        cache["warning"] = warning
+    meta["cache"] = cache
+    return dataclasses.replace(run, meta=meta)
 
 
 def _watch_measuring(progress: Any, scraper: Any) -> Any:
@@ -1149,6 +1255,16 @@ def record(
             f"stopped early after {len(run.records)} requests (--slo-early-stop): "
             f"{early.get('reason')}"
         )
+    cache = run.meta.get("cache") if isinstance(run.meta.get("cache"), Mapping) else None
+    if cache is not None and cache.get("warning"):
+        notes.append(str(cache["warning"]))
+        if node is not None:
+            state.warn(node, f"llmslo {engine} {level.label}: {cache['warning']}")
+    if cache is not None and cache.get("mode") == "on" and not cache.get("reset"):
+        notes.append(
+            "the prefix cache was not emptied before this level (--reset-cache=on): "
+            f"{cache.get('why')}"
+        )
     notes.extend(tries or ())
     if not summary.valid and tries:
         notes.append(f"inconclusive after {len(tries) + 1} tries: the client stayed the bottleneck")
@@ -1162,6 +1278,7 @@ def record(
         interrupted=bool(run.meta.get("interrupted", False)),
         comparable=comparable,
         notes=tuple(notes),
+        cache=dict(cache) if cache is not None else None,
     )
     return state.add_point(ctx, run, point)
 
@@ -1217,6 +1334,9 @@ def _run_line(run: Run) -> str:
             line += f" [most failures: {top[0]}]"
     if not run.health.valid:
         line += " [client-limited: " + "; ".join(run.health.reasons) + "]"
+    cache = run.meta.get("cache")
+    if isinstance(cache, Mapping) and cache.get("warning"):
+        line += f" [{cache['warning']}]"
     return line
 
 
@@ -1486,7 +1606,7 @@ def summary_lines_of_test(state: Session, ctx: TestContext) -> list[str]:
     lines.extend(ctx.notes)
     if ctx.comparison is not None:
         lines.extend(str(ctx.comparison.format()).splitlines())
-    return lines
+    return [redact(line) for line in lines]
 
 
 def _fmt(v: float | None) -> str:
@@ -1689,6 +1809,9 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
     if not point.comparable:
         props.append(("llmslo.comparable", "false"))
     props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))
+    cache = point.cache if isinstance(getattr(point, "cache", None), Mapping) else None
+    if cache is not None:
+        props.append(("llmslo.cache_reset", str(bool(cache.get("reset"))).lower()))
     if ctx.comparison is not None:
         props.append(("llmslo.baseline", str(state.baseline_source)))
         props.append(("llmslo.regressed", str(bool(ctx.comparison.regressed)).lower()))
@@ -1697,7 +1820,7 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
         props.append(("llmslo.baseline", str(state.baseline_source)))
         props.append(("llmslo.compare.status", "not_compared"))
         props.append(("llmslo.compare.reason", ctx.compare_skip))
-    return props
+    return [(k, redact(str(v))) for k, v in props]
 
 
 def suite_properties(state: Session) -> list[tuple[str, str]]:
@@ -1706,7 +1829,7 @@ def suite_properties(state: Session) -> list[tuple[str, str]]:
     from pytest_llmslo.report import junit
 
     consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
-    return junit.suite_properties(consts)
+    return [(k, redact(str(v))) for k, v in junit.suite_properties(consts)]
 
 
 def tests_overview(state: Session, limit: int = 20) -> list[str]:
@@ -1760,7 +1883,7 @@ def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
     path = json_path(state)
     if path is not None and path.exists() and not state.write_errors:
         out.append(("line", f"llmslo: results written to {path}"))
-    return out
+    return [(kind, redact(text)) for kind, text in out]
 
 
 def prepare(state: Session) -> None:
@@ -1783,6 +1906,7 @@ def engine_factory(state: Session) -> EngineFactory:
             on_start=lambda name, h: record_engine(state, name, h),
             max_restarts=state.session.engine_restarts,
             prepare=state.hooks.engine_config,
+            progress=state.progress,
         )
     return state.factory
 

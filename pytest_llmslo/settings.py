@@ -45,6 +45,7 @@ WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix", "trace")
 DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
 CAPACITY_MODES = ("concurrency", "rate")
 EARLY_STOP_MODES = ("auto", "on", "off")
+RESET_CACHE_MODES = ("auto", "on", "off")
 # Past the last planned level, at most this many extra levels are run by --slo-extend, so a
 # curve that never drops (an engine far from saturation) cannot extend a session forever.
 MAX_EXTEND_LEVELS = 6
@@ -1214,6 +1215,37 @@ SPECS: tuple[Spec, ...] = (
         marker="dcgm_url",
         metavar="URL",
     ),
+    # Bounded auxiliaries and honest caches.
+    _spec(
+        "signals_timeout",
+        parse_positive_float,
+        5.0,
+        "Total deadline of one /metrics scrape (connect, headers, the whole body): a body "
+        "that does not end in time is given up, and not scraped again in that level.",
+        cli="--signals-timeout",
+        marker="signals_timeout",
+        metavar="SECONDS",
+    ),
+    _spec(
+        "external_ready_timeout",
+        parse_positive_float,
+        60.0,
+        "How long an external engine (already running) may take to answer ready "
+        "(/v1/models listing the model) before the session says what it saw and stops.",
+        cli="--external-ready-timeout",
+        metavar="SECONDS",
+    ),
+    _spec(
+        "reset_cache",
+        _choice("reset_cache", RESET_CACHE_MODES),
+        "auto",
+        "Empty the engine's prefix cache before each level (vLLM /reset_prefix_cache, "
+        "SGLang /flush_cache, Dynamo /clear_kv_blocks, the sim): 'auto' where the harness "
+        "started the engine, 'on' also for an external engine, 'off' never.",
+        cli="--reset-cache",
+        marker="reset_cache",
+        choices=RESET_CACHE_MODES,
+    ),
 )
 
 SPEC_BY_NAME: dict[str, Spec] = {s.name: s for s in SPECS}
@@ -1358,6 +1390,7 @@ class SessionSettings:
     save: str | None = None
     compare: str | None = None
     compare_fail: str | None = None
+    external_ready_timeout_s: float = 60.0
     sources: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -1428,6 +1461,8 @@ class TestSettings:
     signals: bool = True
     signals_interval_s: float = 1.0
     dcgm_url: str | None = None
+    signals_timeout_s: float = 5.0
+    reset_cache: str = "auto"
     #: The test's own engines (``engines=`` on its marker); empty: the session's.
     engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -1528,6 +1563,7 @@ def resolve_session(sources: Sources) -> SessionSettings:
         save=vals["slo_save"],
         compare=vals["slo_compare"],
         compare_fail=vals["slo_compare_fail"],
+        external_ready_timeout_s=vals["external_ready_timeout"],
         sources=where,
     )
 
@@ -1653,6 +1689,8 @@ def resolve_test(
         signals=bool(vals["slo_signals"]),
         signals_interval_s=vals["signals_interval"],
         dcgm_url=vals["dcgm_url"],
+        signals_timeout_s=vals["signals_timeout"],
+        reset_cache=vals["reset_cache"],
         engines=tuple(dict.fromkeys(MARKER_ONLY["engines"](marker["engines"])))
         if "engines" in marker
         else (),

@@ -92,7 +92,10 @@ class SweepPoint:
     ``interrupted``: the load was stopped (Ctrl-C, SIGTERM) before it finished; the point
     holds the requests measured until then. ``comparable`` is False when the run measured
     something else than asked (a server that ignored the pinned output length): a
-    regression check skips it; ``notes`` say why, and anything else worth knowing."""
+    regression check skips it; ``notes`` say why, and anything else worth knowing.
+    ``cache``: whether the engine's prefix cache was emptied before the level
+    (``{"mode", "reset", "how", "why"}``, ``--reset-cache``) and what its hit rate was
+    against the share the workload was built to have."""
 
     engine: str
     test: str
@@ -103,6 +106,7 @@ class SweepPoint:
     interrupted: bool = False
     comparable: bool = True
     notes: tuple[str, ...] = ()
+    cache: Mapping[str, Any] | None = None
 
     @property
     def status(self) -> PointStatus:
@@ -129,6 +133,7 @@ class SweepPoint:
             "outcome": self.outcome,
             "comparable": self.comparable,
             "notes": list(self.notes),
+            "cache": None if self.cache is None else dict(self.cache),
         }
 
     @classmethod
@@ -149,6 +154,7 @@ class SweepPoint:
             interrupted=bool(d.get("interrupted", False)),
             comparable=bool(d.get("comparable", True)),
             notes=tuple(str(n) for n in d.get("notes") or ()),
+            cache=dict(d["cache"]) if isinstance(d.get("cache"), Mapping) else None,
         )
 
 

@@ -15,7 +15,15 @@ Modes (a chat completion otherwise streams ``max_tokens`` tokens, 2 ms apart, th
 - ``huge-line``        one 10 MB content chunk, then a normal finish;
 - ``auth``             every path but /health needs ``Authorization: Bearer $SERVER_KEY``;
 - ``auth-completions`` only the completions need the key (readiness passes, requests 401);
-- ``short-output``     ignores ``min_tokens``/``ignore_eos``: 2 tokens, ``finish_reason=stop``.
+- ``short-output``     ignores ``min_tokens``/``ignore_eos``: 2 tokens, ``finish_reason=stop``;
+- ``metrics-endless``  ``/metrics`` answers 200 and sends comment lines as fast as it can, forever;
+- ``metrics-trickle``  ``/metrics`` answers 200 and sends one comment line every 0.2 s, forever;
+- ``models-silent``    ``/v1/models`` accepts the request and never answers;
+- ``models-slow``      ``/v1/models`` sends its headers, then one byte of the body every 0.5 s;
+- ``models-empty``     ``/v1/models`` lists no model;
+- ``models-other``     ``/v1/models`` lists only ``other-model``;
+- ``echo-key``         odd completions answer 401 with the ``Authorization`` header in the error
+                       message, even ones a 200 stream whose error event echoes it too.
 """
 
 from __future__ import annotations
@@ -40,6 +48,13 @@ MODES = (
     "auth",
     "auth-completions",
     "short-output",
+    "metrics-endless",
+    "metrics-trickle",
+    "models-silent",
+    "models-slow",
+    "models-empty",
+    "models-other",
+    "echo-key",
 )
 
 
@@ -120,13 +135,17 @@ class Server:
             return await self.respond(writer, "200 OK", {"status": "ok"})
         if self.mode == "auth" and not self.authorized(headers):
             return await self.respond(writer, "401 Unauthorized", unauthorized)
+        if path == "/metrics" and self.mode in ("metrics-endless", "metrics-trickle"):
+            return await self.endless_metrics(writer)
         if path == "/v1/models":
-            return await self.respond(writer, "200 OK", {"object": "list", "data": [{"id": "m"}]})
+            return await self.models(writer)
         if path not in ("/v1/chat/completions", "/v1/completions"):
             return await self.respond(writer, "404 Not Found", {"error": {"message": "no route"}})
         if self.mode == "auth-completions" and not self.authorized(headers):
             return await self.respond(writer, "401 Unauthorized", unauthorized)
         self.completions += 1
+        if self.mode == "echo-key":
+            return await self.echo_key(writer, headers.get("authorization", ""))
         req = json.loads(body or b"{}")
         max_tokens = int(req.get("max_tokens") or 16)
         if self.mode == "reset":
@@ -149,6 +168,57 @@ class Server:
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         await self.stream(writer, max_tokens)
+        return True
+
+    async def models(self, writer: asyncio.StreamWriter) -> bool:
+        ids = {"models-empty": [], "models-other": ["other-model"]}.get(self.mode, ["m"])
+        listing = {"object": "list", "data": [{"id": i} for i in ids]}
+        if self.mode == "models-silent":
+            await asyncio.sleep(3600)
+            return False
+        if self.mode == "models-slow":
+            data = json.dumps(listing).encode()
+            writer.write(
+                f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n".encode()
+            )
+            for i in range(len(data)):
+                writer.write(data[i : i + 1])
+                await writer.drain()
+                await asyncio.sleep(0.5)
+            return True
+        return await self.respond(writer, "200 OK", listing)
+
+    async def endless_metrics(self, writer: asyncio.StreamWriter) -> bool:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        line = b"# HELP vllm:num_requests_running Requests in the running batch.\n"
+        burst = _chunk(line * 1000)
+        try:
+            while True:
+                if self.mode == "metrics-endless":
+                    writer.write(burst)
+                else:
+                    writer.write(_chunk(line))
+                    await asyncio.sleep(0.2)
+                await writer.drain()
+        except ConnectionError:
+            return False
+
+    async def echo_key(self, writer: asyncio.StreamWriter, auth: str) -> bool:
+        """What some gateways do: the rejected credentials in the error text."""
+        if self.completions % 2:
+            err = {"error": {"message": f"invalid key {auth}", "type": "auth", "code": 401}}
+            return await self.respond(writer, "401 Unauthorized", err)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        err = {"error": {"message": f"quota exceeded for {auth}", "code": 429}}
+        writer.write(_chunk(_event(err) + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
         return True
 
     async def stream(self, writer: asyncio.StreamWriter, max_tokens: int) -> None:

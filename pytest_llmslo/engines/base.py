@@ -27,7 +27,8 @@ class EngineConfig:
     free loopback port. ``api_key_env``, ``ca_bundle`` and ``verify_tls`` are how the
     harness itself talks to the engine (readiness probes): the variable holding the API key
     it sends, and the TLS policy of ``tls.py``; the plugin fills them from the session's
-    settings, the same the load generator uses.
+    settings, the same the load generator uses. ``external_ready_timeout_s``: how long an
+    external engine (already running, so not starting up) may take to answer ready.
     """
 
     kind: str
@@ -49,6 +50,7 @@ class EngineConfig:
     url: str | None = None
     python: str | None = None
     startup_timeout_s: float = 900.0
+    external_ready_timeout_s: float = 60.0
     options: Mapping[str, Any] = field(default_factory=dict)
     api_key_env: str | None = "OPENAI_API_KEY"
     ca_bundle: str | None = None

@@ -96,7 +96,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{bad}: expected a number") from None
         if key == "gpu_memory_utilization" and not 0 < out_f <= 1:
             raise ConfigError(f"{bad}: must be in (0, 1]")
-        if key == "startup_timeout_s" and out_f <= 0:
+        if key in ("startup_timeout_s", "external_ready_timeout_s") and out_f <= 0:
             raise ConfigError(f"{bad}: must be > 0")
         return out_f
     if base == "Runtime":

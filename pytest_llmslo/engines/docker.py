@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineStartError, EngineUnavailable
+from ..redact import redact_argv, redact_env, redact_text, secret_values
 from . import lifecycle
 from ._common import host_gpu_reason
 from .base import EngineConfig
-from .redact import redact_argv, redact_env, redact_text, secret_values
 
 LABEL_PREFIX = "io.llmslo"
 LABEL_SESSION = f"{LABEL_PREFIX}.session"

@@ -47,6 +47,7 @@ from ._common import (
     served_name,
 )
 from .base import EngineConfig
+from .cache_reset import DYNAMO
 from .launch import LaunchPlan, RunningEngine, launch, remove_dirs
 from .process import ProcessSpec, pick_free_port, port_is_free, probe_host
 from .readiness import all_of, health_body_healthy, models_listed
@@ -389,6 +390,7 @@ def _plan(config: EngineConfig, temp_dirs: list[str]) -> LaunchPlan:
         "ready": all_of(models_listed(name), health_body_healthy("/health")),
         "ports": (port,),
         "meta": meta,
+        "cache_resets": (DYNAMO,),
     }
     # Ports the workers bind besides the frontend's (NIXL side channels, KV event
     # publishers, SGLang bootstrap servers): all on this host, so each its own.

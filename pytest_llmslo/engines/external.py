@@ -1,7 +1,9 @@
 """An engine someone else runs: ``config.url`` points at an OpenAI-compatible server.
 
 Nothing is started or stopped; readiness is ``/v1/models`` answering, and the model is
-the first one it lists when the config names none.
+the first one it lists when the config names none. The server is already running, so
+the wait is short: ``external_ready_timeout_s`` (60 s by default,
+``--external-ready-timeout``), after which the start fails with what the last probe saw.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..errors import ConfigError
+from ..redact import redact_url, remember, url_password
 from .base import EngineConfig
+from .cache_reset import ANY
 from .launch import LaunchPlan, RunningEngine, launch
-from .readiness import model_ids, models_listed, version_from_json
+from .readiness import get, model_ids, models_listed, version_from_json
 
 OPTIONS: Mapping[str, str] = {}
 
@@ -40,6 +44,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         raise ConfigError(
             f"engine {config.display_name!r}: url={config.url!r} is not an http(s) URL"
         )
+    remember(url_password(base))
     model = config.served_model_name or config.model
     return LaunchPlan(
         config=config,
@@ -48,9 +53,10 @@ def plan(config: EngineConfig) -> LaunchPlan:
         model=model,
         ready=models_listed(model or None),
         version_probe=version_from_json("/version"),
-        meta={"url": base},
+        meta={"url": redact_url(base)},
         url=base,
         on_ready=_first_model(model),
+        cache_resets=ANY,
     )
 
 
@@ -58,8 +64,13 @@ def _first_model(model: str) -> Any:
     def pick(client: httpx.Client, base_url: str) -> str | None:
         if model:
             return model
-        r = client.get(base_url + "/v1/models")
-        ids = model_ids(r.json())
+        r = get(client, base_url + "/v1/models")
+        if isinstance(r, str) or not r.is_success:
+            return None
+        try:
+            ids = model_ids(r.json())
+        except ValueError:
+            return None
         return ids[0] if ids else None
 
     return pick

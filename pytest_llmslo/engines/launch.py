@@ -15,6 +15,8 @@ import os
 import platform
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -22,16 +24,19 @@ import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
 from .._version import __version__ as harness_version
 from ..errors import ConfigError, EngineStartError
+from ..redact import redact, redact_env, redact_url, remember, secret_values
 from ..tls import make_ssl_context
+from . import startup
 from .base import EngineConfig
+from .cache_reset import RESET_TIMEOUT_S, CacheReset, reset_cache
 from .process import ProcessSpec, port_is_free, probe_host, start_processes, wait_port_free
 from .readiness import ReadyCheck, VersionProbe
-from .redact import redact_env
 
 if TYPE_CHECKING:
     from .docker import ContainerSpec
@@ -86,6 +91,10 @@ class LaunchPlan:
     # Prometheus endpoints of the engine's units besides its base URL's /metrics (a
     # Dynamo deployment's workers), scraped for the engine's signals.
     metrics_urls: tuple[str, ...] = ()
+    # How the engine's prefix cache is emptied between levels (``cache_reset.py``), tried
+    # in order; none: ``no_cache_reset`` says why it cannot be.
+    cache_resets: tuple[CacheReset, ...] = ()
+    no_cache_reset: str | None = None
 
     @property
     def client_host(self) -> str:
@@ -139,7 +148,7 @@ class RunningEngine:
             "runtime": cfg.runtime,
             "version": self._version,
             "model": self.model,
-            "base_url": self.base_url,
+            "base_url": redact_url(self.base_url),
             "image": images[0] if len(images) == 1 else (images or None),
             "tensor_parallel_size": cfg.tensor_parallel_size,
             "dtype": cfg.dtype,
@@ -157,6 +166,18 @@ class RunningEngine:
 
     def alive(self) -> bool:
         return not self._stopped and all(u.alive() for u in self._units)
+
+    def reset_cache(self) -> dict[str, Any]:
+        """Empty the engine's prefix cache (``cache_reset.py``): ``{"reset": bool, "how":
+        "POST /path"}``, with ``"why"`` when it was not reset. Never raises."""
+        timeout = httpx.Timeout(RESET_TIMEOUT_S, connect=2.0)
+        try:
+            with probe_client(self.config, timeout) as client:
+                return reset_cache(
+                    client, self.base_url, self.plan.cache_resets, self.plan.no_cache_reset
+                )
+        except Exception as exc:  # a reset is a courtesy to the next level, never fatal
+            return {"reset": False, "why": redact(f"{type(exc).__name__}: {exc}")}
 
     def log_tail(self, lines: int = 40) -> str:
         return _tails(self._units, lines)
@@ -258,6 +279,8 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
     t0 = time.monotonic()
     units: list[Unit] = []
     log_dir: str | None = None
+    argv = [a for p in plan.processes for a in p.argv]
+    remember(*secret_values(cfg.env, [*cfg.extra_args, *argv]))
     try:
         for port in plan.ports:
             if not port_is_free(port, probe_host(plan.host)):
@@ -268,9 +291,11 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
         if plan.containers:
             from .docker import start_containers
 
+            _phase(plan, t0, "starting " + ", ".join(c.role for c in plan.containers))
             units.extend(start_containers(plan.containers))
         if plan.processes:
             log_dir = tempfile.mkdtemp(prefix=f"llmslo-{cfg.kind}-")
+            _phase(plan, t0, "starting " + ", ".join(p.role for p in plan.processes))
             units.extend(start_processes(plan.processes, log_dir))
         handle = _wait_ready(plan, units, t0, poll_s, log_dir)
     except BaseException as exc:
@@ -289,6 +314,7 @@ def probe_client(config: EngineConfig, timeout: httpx.Timeout) -> httpx.Client:
     headers = {}
     key = os.environ.get(config.api_key_env) if config.api_key_env else None
     if key:
+        remember(key)
         headers["Authorization"] = f"Bearer {key}"
     try:
         ctx = make_ssl_context(config.ca_bundle, config.verify_tls)
@@ -297,19 +323,48 @@ def probe_client(config: EngineConfig, timeout: httpx.Timeout) -> httpx.Client:
     return httpx.Client(timeout=timeout, trust_env=False, verify=ctx, headers=headers)
 
 
+def _phase(
+    plan: LaunchPlan,
+    t0: float,
+    what: str,
+    deadline_s: float | None = None,
+    bound: str = "startup_timeout_s",
+) -> None:
+    startup.report(
+        startup.StartupPhase(
+            engine=plan.config.display_name,
+            waiting_for=what,
+            elapsed_s=time.monotonic() - t0,
+            deadline_s=plan.config.startup_timeout_s if deadline_s is None else deadline_s,
+            bound=bound,
+        )
+    )
+
+
+def _ready_bound(plan: LaunchPlan, units: list[Unit]) -> tuple[float, str]:
+    """How long readiness may take and the setting that says so: an external engine is
+    already running, so its short ``external_ready_timeout_s`` applies (when shorter)."""
+    cfg = plan.config
+    if plan.url is not None and not units and cfg.external_ready_timeout_s < cfg.startup_timeout_s:
+        return cfg.external_ready_timeout_s, "--external-ready-timeout"
+    return cfg.startup_timeout_s, "startup_timeout_s"
+
+
 def _wait_ready(
     plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float, log_dir: str | None = None
 ) -> RunningEngine:
     cfg = plan.config
-    deadline = t0 + cfg.startup_timeout_s
+    bound_s, bound = _ready_bound(plan, units)
+    deadline = t0 + bound_s
     # Process engines log to files: name them, the tail shown is only the last lines.
     logs = f"; full logs in {log_dir}" if log_dir else ""
     reason = "no answer yet"
     external = plan.url is not None and not units
     refused_since: float | None = None
-    # Short timeouts: a loading engine may accept a connection and answer late.
-    timeout = httpx.Timeout(10.0, connect=2.0)
-    with probe_client(cfg, timeout) as client:
+    # Short timeouts: a loading engine may accept a connection and answer late. Each probe
+    # is bounded as a whole (``probe.fetch``), and never past the deadline.
+    per_probe = httpx.Timeout(10.0, connect=2.0)
+    with probe_client(cfg, per_probe) as client:
         while True:
             dead = [u for u in units if not u.alive()]
             if dead:
@@ -319,18 +374,20 @@ def _wait_ready(
                     f"it was ready ({_exit_text(dead[0])}){logs}",
                     _tails(units, 60),
                 )
-            reason = plan.ready(client, plan.base_url) or ""
+            left = max(deadline - time.monotonic(), 0.05)
+            client.timeout = httpx.Timeout(min(10.0, left), connect=min(2.0, left))
+            reason = redact(plan.ready(client, plan.base_url) or "")
             if not reason:
                 break
             if external:
                 refused_since = _check_external(cfg, plan.base_url, reason, refused_since)
             if time.monotonic() >= deadline:
                 raise EngineStartError(
-                    f"{cfg.display_name}: not ready after {cfg.startup_timeout_s:.0f} s "
-                    f"(startup_timeout_s); last check: {reason}{logs}",
-                    _tails(units, 60),
+                    _not_ready(plan, bound_s, bound, reason) + logs, _tails(units, 60)
                 )
-            time.sleep(poll_s)
+            _phase(plan, t0, f"waiting for readiness: {reason}", bound_s, bound)
+            time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
+        client.timeout = per_probe
         version = plan.static_version
         if plan.version_probe is not None:
             with contextlib.suppress(Exception):
@@ -351,25 +408,63 @@ def _wait_ready(
     )
 
 
+def _not_ready(plan: LaunchPlan, bound_s: float, bound: str, reason: str) -> str:
+    """The message of a start that timed out: what the last probe saw, and for an
+    external engine what that usually means."""
+    name = plan.config.display_name
+    if bound == "startup_timeout_s":
+        return f"{name}: not ready after {bound_s:.0f} s (startup_timeout_s); last check: {reason}"
+    url = redact_url(plan.base_url)
+    text = (
+        f"{name}: {url} accepts connections but was not ready within {bound_s:g} s "
+        f"({bound}); the last probe saw: {reason}"
+    )
+    return text
+
+
+def _speaks_tls(url: str) -> bool:
+    """Whether the server of an ``http://`` URL completes a TLS handshake (certificate not
+    checked): an https server reached over http closes the connection without a word."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        return False
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 80), timeout=2.0) as raw:
+            with ctx.wrap_socket(raw, server_hostname=parts.hostname):
+                return True
+    except (OSError, ValueError):
+        return False
+
+
 def _check_external(
     cfg: EngineConfig, url: str, reason: str, refused_since: float | None
 ) -> float | None:
     """An external endpoint is someone else's running server, not one starting up: a
     refused connection for a few seconds, a rejected key or a TLS failure ends the wait at
-    once instead of after ``startup_timeout_s``. Returns when refusals began (None: not
-    refusing now)."""
+    once instead of after ``external_ready_timeout_s``. Returns when refusals began (None:
+    not refusing now)."""
     name = cfg.display_name
+    shown = redact_url(url)
     if " HTTP 401" in reason or " HTTP 403" in reason:
         var = cfg.api_key_env
         key = "set" if var and os.environ.get(var) else "not set"
         raise EngineStartError(
-            f"{name}: {url} refused the API key ({reason}); the key is read from "
+            f"{name}: {shown} refused the API key ({reason}); the key is read from "
             f"${var or '(none: --api-key-env is empty)'} ({key}): set it, or name another "
             "variable with --api-key-env"
         )
     low = reason.lower()
     if "certificate" in low or "ssl" in low:
-        raise EngineStartError(f"{name}: TLS to {url} failed: {reason}")
+        raise EngineStartError(f"{name}: TLS to {shown} failed: {reason}")
+    if "RemoteProtocolError" in reason and refused_since is None and _speaks_tls(url):
+        https = "https://" + shown.partition("://")[2]
+        raise EngineStartError(
+            f"{name}: {shown} is an https server reached over http:// ({reason}): "
+            f"use --engine-url {https}"
+        )
     if "ConnectError" not in reason and "ConnectTimeout" not in reason:
         return None
     now = time.monotonic()
@@ -377,7 +472,7 @@ def _check_external(
         return now
     if now - refused_since >= EXTERNAL_REFUSED_S:
         raise EngineStartError(
-            f"{name}: nothing answers at {url} ({reason}). An external engine is not "
+            f"{name}: nothing answers at {shown} ({reason}). An external engine is not "
             "started by pytest-llmslo: start the server first, or fix --engine-url"
         )
     return refused_since

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineStartError
+from ..redact import redact_argv, redact_env, redact_text, secret_values
 from . import lifecycle
-from .redact import redact_argv, redact_env, redact_text, secret_values
 
 _PR_SET_PDEATHSIG = 1
 

@@ -2,7 +2,9 @@
 
 A check is ``check(client, base_url) -> None`` when ready, or a short string saying what
 is still missing (shown when the start times out). Checks never raise for connection
-errors: an engine that is still loading refuses connections.
+errors: an engine that is still loading refuses connections. Every request is bounded as a
+whole (``probe.fetch``: the client's read timeout for the exchange, a bound on the body),
+so a server that answers without end cannot hold a check.
 """
 
 from __future__ import annotations
@@ -13,13 +15,20 @@ from typing import Any
 
 import httpx
 
+from ..probe import fetch
+
 ReadyCheck = Callable[[httpx.Client, str], "str | None"]
 VersionProbe = Callable[[httpx.Client, str], "str | None"]
 
 
-def _get(client: httpx.Client, url: str) -> httpx.Response | str:
+#: Model ids a message lists before it says how many more there are.
+_LISTED = 8
+
+
+def get(client: httpx.Client, url: str) -> httpx.Response | str:
+    """``GET url``, bounded (``probe.fetch``), or what went wrong as text."""
     try:
-        return client.get(url)
+        return fetch(client, url)
     except httpx.HTTPError as exc:
         return f"GET {url}: {type(exc).__name__}: {error_text(exc)}"
 
@@ -44,7 +53,7 @@ def http_ok(path: str) -> ReadyCheck:
     """Ready when ``GET path`` answers 2xx."""
 
     def check(client: httpx.Client, base_url: str) -> str | None:
-        r = _get(client, base_url + path)
+        r = get(client, base_url + path)
         if isinstance(r, str):
             return r
         if r.is_success:
@@ -68,7 +77,7 @@ def models_listed(model: str | None = None) -> ReadyCheck:
     """Ready when ``/v1/models`` answers with at least one model (``model`` if given)."""
 
     def check(client: httpx.Client, base_url: str) -> str | None:
-        r = _get(client, base_url + "/v1/models")
+        r = get(client, base_url + "/v1/models")
         if isinstance(r, str):
             return r
         if not r.is_success:
@@ -78,12 +87,18 @@ def models_listed(model: str | None = None) -> ReadyCheck:
         except ValueError:
             return "GET /v1/models: not JSON"
         if not ids:
-            return "GET /v1/models: no model listed yet"
+            return "GET /v1/models lists no model (yet)"
         if model and model not in ids:
-            return f"GET /v1/models: {model!r} not listed (listed: {', '.join(ids)})"
+            return f"GET /v1/models lists {listed(ids)}; --model {model} is not one of them"
         return None
 
     return check
+
+
+def listed(ids: Sequence[str]) -> str:
+    """Model ids for a message: the first few, and how many there are in all."""
+    head = ", ".join(ids[:_LISTED])
+    return head if len(ids) <= _LISTED else f"{head}, ... ({len(ids)} models)"
 
 
 def health_body_healthy(path: str = "/health") -> ReadyCheck:
@@ -94,7 +109,7 @@ def health_body_healthy(path: str = "/health") -> ReadyCheck:
     """
 
     def check(client: httpx.Client, base_url: str) -> str | None:
-        r = _get(client, base_url + path)
+        r = get(client, base_url + path)
         if isinstance(r, str):
             return r
         if not r.is_success:
@@ -129,7 +144,7 @@ def version_from_json(path: str, keys: Sequence[str] = ("version",)) -> VersionP
     """The first of ``keys`` found in the JSON at ``path`` (nested dicts searched too)."""
 
     def probe(client: httpx.Client, base_url: str) -> str | None:
-        r = _get(client, base_url + path)
+        r = get(client, base_url + path)
         if isinstance(r, str) or not r.is_success:
             return None
         try:

@@ -25,6 +25,7 @@ from ._common import (
     served_name,
 )
 from .base import EngineConfig
+from .cache_reset import SGLANG
 from .launch import LaunchPlan, RunningEngine, launch
 from .process import ProcessSpec
 from .readiness import all_of, http_ok, models_listed, version_from_json
@@ -63,6 +64,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         "ready": all_of(http_ok("/health"), http_ok("/health_generate"), models_listed(name)),
         "version_probe": version_from_json("/server_info"),
         "ports": (port,),
+        "cache_resets": (SGLANG,),
     }
     if config.runtime == "docker":
         from .docker import container_spec

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._version import __version__
 from .base import EngineConfig
+from .cache_reset import VLLM
 from .launch import LaunchPlan
 from .process import ProcessSpec, pick_free_port, probe_host
 from .readiness import http_ok, version_from_json
@@ -75,6 +76,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         "ready": http_ok("/health"),
         "version_probe": version_from_json("/version"),
         "ports": (port,),
+        "cache_resets": (VLLM,),
         "meta": {"simulated": simulated_setup(str(config.options.get("profile", DEFAULT_PROFILE)))},
     }
     if config.runtime == "docker":

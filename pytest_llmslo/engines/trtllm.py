@@ -27,6 +27,7 @@ from ._common import (
     require_module,
 )
 from .base import EngineConfig
+from .cache_reset import TRTLLM_CANNOT
 from .launch import LaunchPlan, RunningEngine, launch
 from .process import ProcessSpec
 from .readiness import all_of, http_ok, models_listed, version_from_json
@@ -117,6 +118,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         "ready": all_of(http_ok("/health"), models_listed(model)),
         "version_probe": version_from_json("/version"),
         "ports": (port,),
+        "no_cache_reset": TRTLLM_CANNOT,
     }
     if config.runtime == "docker":
         from .docker import container_spec

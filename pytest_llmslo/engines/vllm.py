@@ -9,6 +9,12 @@ instead, which vLLM reads when the flag is absent (``vllm/entrypoints/openai/api
 it to every user of the machine. Flags are those of vLLM's engine arguments
 (``vllm serve --help``): ``--served-model-name``, ``--tensor-parallel-size``, ``--dtype``,
 ``--quantization``, ``--max-model-len``, ``--gpu-memory-utilization``, ``--host``, ``--port``.
+
+The server runs with ``VLLM_SERVER_DEV_MODE=1`` (unless ``env`` sets it): only then does it
+mount ``POST /reset_prefix_cache`` (vllm/entrypoints/serve/cache/api_router.py,
+``attach_router``; ``api_server.py`` in earlier versions), which empties the prefix cache
+between load levels (``cache_reset.py``). The other dev-mode routes (``/server_info``,
+``/sleep``, ``/collective_rpc``) change nothing the harness measures.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from ._common import (
     take_flag_value,
 )
 from .base import EngineConfig
+from .cache_reset import VLLM
 from .launch import LaunchPlan, RunningEngine, launch
 from .process import ProcessSpec
 from .readiness import all_of, http_ok, models_listed, version_from_json
@@ -68,6 +75,10 @@ def key_env(config: EngineConfig) -> dict[str, str]:
     return {"VLLM_API_KEY": key} if key else {}
 
 
+#: The environment that mounts vLLM's ``/reset_prefix_cache`` (``config.env`` wins).
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
 def process_argv(config: EngineConfig, host: str, port: int) -> list[str]:
     model = require_model(config)
     entry = str(config.options.get("entrypoint", "api_server"))
@@ -96,6 +107,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         "ready": all_of(http_ok("/health"), models_listed(name)),
         "version_probe": version_from_json("/version"),
         "ports": (port,),
+        "cache_resets": (VLLM,),
     }
     if config.runtime == "docker":
         from .docker import container_spec
@@ -107,12 +119,12 @@ def plan(config: EngineConfig) -> LaunchPlan:
             entrypoint=("vllm", "serve"),
             command=(model, *engine_args(config, config.host, port)),
             needs_gpu=True,
-            env=key_env(config),
+            env={**DEV_MODE_ENV, **key_env(config)},
         )
         return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
     proc = ProcessSpec(
         argv=tuple(process_argv(config, config.host, port)),
-        env={**key_env(config), **process_env(config)},
+        env={**DEV_MODE_ENV, **key_env(config), **process_env(config)},
         role="vllm",
     )
     return LaunchPlan(

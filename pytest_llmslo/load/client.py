@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from ..records import FailureKind, RequestRecord
+from ..redact import is_secret_name, redact, remember, url_password
 from ..tls import certificate_hint, make_ssl_context
 from .deadlines import Deadlines
 from .sse import StreamResult, decode_stream, error_excerpt, parse_body, split_events
@@ -179,9 +180,13 @@ class ClientSettings:
         return make_ssl_context(self.ca_bundle, self.verify_tls)
 
     def api_key(self) -> str | None:
+        """The key sent to the server, remembered as a secret (``redact``) in the process
+        that reads it: no error text of this process shows it."""
         if not self.api_key_env:
             return None
-        return os.environ.get(self.api_key_env) or None
+        key = os.environ.get(self.api_key_env) or None
+        remember(key)
+        return key
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but secrets: the key's variable name is kept, its value never."""
@@ -292,6 +297,8 @@ def request_headers(settings: ClientSettings) -> dict[str, str]:
     if settings.fresh_connection:
         headers["Connection"] = "close"
     headers.update(settings.headers)
+    remember(*(v for k, v in settings.headers.items() if is_secret_name(k)))
+    remember(url_password(settings.url))
     return headers
 
 
@@ -358,6 +365,9 @@ def build_record(
             kind, error = stream.error_kind, stream.error
         elif kind == "timeout" and error and error.startswith("stream stalled"):
             error += f"; {len(stream.chunk_ns)} output chunk(s) had arrived"
+    if error:
+        # A server may echo the key or the Authorization header in its error.
+        error = redact(error)
     end_ns = raw.end_ns or (raw.times[-1] if raw.times else raw.sent_ns)
     return RequestRecord(
         index=index,

@@ -332,7 +332,7 @@ class FastTransport:
         self._port = parts.port or (443 if tls else 80)
         self._ssl: ssl.SSLContext | None = settings.ssl_context() if tls else None
         path = parts.path + (f"?{parts.query}" if parts.query else "")
-        hostport = parts.netloc
+        hostport = parts.netloc.rpartition("@")[2]  # never a URL's user:password
         headers = request_headers(settings)
         head = f"POST {path} HTTP/1.1\r\nHost: {hostport}\r\nUser-Agent: pytest-llmslo\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())

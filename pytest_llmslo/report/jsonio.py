@@ -10,7 +10,8 @@ Layout (``SCHEMA_VERSION`` 2)::
       "constants": {...},            # model, precision, hardware, workload, slo, warmup, ...
       "engines": {NAME: {"version": "...", "metadata": {...}}},
       "points": [                    # every measured level, one SweepPoint.to_dict() each
-        {"engine", "test", "level", "summary", "verdict", "samples", "interrupted"}, ...],
+        {"engine", "test", "level", "summary", "verdict", "samples", "interrupted",
+         "cache"}, ...],            # cache: was the prefix cache emptied before the level
       "sweeps": [{"engine", "test", "mode", "levels": ["c1", ...],
                   "points": [0, 1, ...], "knee": {...},
                   "capacity": {...} or null}, ...],   # CapacityResult.to_dict()

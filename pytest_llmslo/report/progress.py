@@ -1,6 +1,8 @@
-"""The live progress line of one load level, for any text stream: updated in place on a
-terminal (every half second), only the final line in a log. The pytest plugin writes it
-through the terminal reporter with capture suspended; ``llmslo run`` to standard error.
+"""The live progress line of one load level (or of an engine's start), for any text
+stream: updated in place on a terminal (every half second), only the final line in a log,
+unless a snapshot asks to be logged now and then (``log_every_s``: a start that waits for
+minutes says so in a CI log too). The pytest plugin writes it through the terminal
+reporter with capture suspended; ``llmslo run`` to standard error.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ __all__ = ["LevelProgress", "progress_text"]
 
 
 def progress_text(p: Any) -> str:
-    """A load generator progress snapshot in a few words."""
+    """A load generator progress snapshot (or an engine's startup phase) in a few words."""
+    if p.phase == "starting":
+        return str(p.text)
     if p.phase == "calibrating":
         text = "calibrating prompt lengths"
     else:
@@ -30,7 +34,8 @@ class LevelProgress:
     """``LevelProgress(label, write=..., tty=...)`` is called with progress snapshots and
     closed with the level's final line. ``write(text)`` writes raw text (``\\r`` and
     ``\\n`` included); ``begin()`` is called once before the first write (the plugin
-    starts a fresh line there); ``enabled=False`` shows nothing."""
+    starts a fresh line there); ``enabled=False`` shows nothing. ``done()`` ends a line
+    that has no final text (an engine's start: the session says it is ready)."""
 
     def __init__(
         self,
@@ -49,6 +54,7 @@ class LevelProgress:
         self.started = False
         self.last = 0.0
         self.width = 0
+        self._first: float | None = None
 
     def _write(self, text: str, *, final: bool) -> None:
         if not self.enabled:
@@ -67,11 +73,31 @@ class LevelProgress:
 
     def __call__(self, p: Any) -> None:
         now = time.monotonic()
-        # On a terminal every half second; in a log only the final line.
-        if not self.tty or (now - self.last < 0.5 and p.phase != "calibrating"):
+        if not self.tty:
+            # In a log only the final line, or a line every ``log_every_s`` when the
+            # snapshot asks (the first one that long after the first snapshot).
+            every = getattr(p, "log_every_s", None)
+            if every is None:
+                return
+            if self._first is None:
+                self._first = self.last = now
+                return
+            if now - self.last < every:
+                return
+            self.last = now
+            self._write(progress_text(p), final=True)
+            return
+        # On a terminal every half second.
+        if now - self.last < 0.5 and p.phase != "calibrating":
             return
         self.last = now
         self._write(progress_text(p), final=False)
 
     def close(self, text: str) -> None:
         self._write(text, final=True)
+
+    def done(self) -> None:
+        """End the line without a final text: on a terminal it is cleared."""
+        if self.enabled and self.tty and self.started and self.width:
+            self._write_raw("\r" + " " * self.width + "\r")
+            self.width = 0

@@ -9,8 +9,12 @@ scrapes or parses: with several client processes the load runs in other processe
 altogether, and in one process the scrapes are an HTTP GET and a parse once a second on
 another thread (benchmarks/bench_signals.py measures what that costs).
 
-Nothing here fails a level: a /metrics that is missing (connection refused, 404), slow
-(``timeout_s``) or malformed leaves the signals absent with a ``note`` that says why.
+Nothing here fails a level, and nothing here can hold one: every scrape is bounded as a
+whole (``deadline_s``: connect, headers and the whole body; ``probe.fetch``) and in size
+(``max_bytes``), so a /metrics whose body never ends (endless or trickling) costs one
+deadline, and is not scraped again in that level. A /metrics that is missing (connection
+refused, 404), slow, endless or malformed leaves the signals absent with a ``note`` that
+says why (secrets masked: ``redact``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..probe import MAX_BYTES, BodyTooLarge, ExchangeTooSlow, fetch
+from ..redact import redact, redact_url
 from .exposition import ExpositionError, Snapshot, parse
 from .gpu import NvmlSampler, from_dcgm
 from .level import LevelSignals, compute
@@ -42,6 +48,8 @@ class Scraper:
         headers: Mapping[str, str] | None = None,
         verify: Any = True,
         nvml: bool = True,
+        deadline_s: float = 5.0,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
         import httpx
 
@@ -52,6 +60,10 @@ class Scraper:
             timeout=timeout_s, trust_env=False, verify=verify, headers=dict(headers or {})
         )
         self._timeout_s = timeout_s
+        self._deadline_s = max(deadline_s, 0.01)
+        self._max_bytes = max_bytes
+        # URLs given up for this level: their body did not end (or was too large).
+        self._dead: set[str] = set()
         self._stop = threading.Event()
         self._measuring = threading.Event()
         self._lock = threading.Lock()
@@ -71,22 +83,32 @@ class Scraper:
     def _get(self, url: str, families: frozenset[str] = _ALL) -> Snapshot | None:
         import httpx
 
+        if url in self._dead:
+            return None
+        shown = redact_url(url)
         try:
-            resp = self._client.get(url)
+            resp = fetch(self._client, url, total_s=self._deadline_s, max_bytes=self._max_bytes)
+        except (BodyTooLarge, ExchangeTooSlow) as exc:
+            self._dead.add(url)
+            self._error(url, f"GET {shown}: {exc}; not scraped again in this level")
+            return None
         except httpx.TimeoutException:
-            self._errors.setdefault(url, f"GET {url} timed out after {self._timeout_s:g} s")
+            self._error(url, f"GET {shown} timed out after {self._timeout_s:g} s")
             return None
         except httpx.HTTPError as exc:
-            self._errors.setdefault(url, f"GET {url} failed: {type(exc).__name__}: {exc}")
+            self._error(url, f"GET {shown} failed: {type(exc).__name__}: {exc}")
             return None
         if resp.status_code != 200:
-            self._errors.setdefault(url, f"GET {url} answered HTTP {resp.status_code}")
+            self._error(url, f"GET {shown} answered HTTP {resp.status_code}")
             return None
         try:
             return parse(resp.text, families)
         except ExpositionError as exc:
-            self._errors.setdefault(url, f"GET {url}: {exc}")
+            self._error(url, f"GET {shown}: {exc}")
             return None
+
+    def _error(self, url: str, text: str) -> None:
+        self._errors.setdefault(url, redact(text))
 
     def _scrape(self, families: frozenset[str] = _ALL) -> Snapshot | None:
         merged: Snapshot | None = None
@@ -158,7 +180,8 @@ class Scraper:
     def _finish(self) -> LevelSignals:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self._timeout_s * (len(self.urls) + 2) + 1)
+            # A scrape in progress ends within its deadline (plus one read timeout).
+            self._thread.join((self._deadline_s + self._timeout_s) * (len(self.urls) + 1) + 1)
         c0 = time.thread_time()
         after = self._scrape()
         dcgm_after = self._get(self.dcgm_url) if self.dcgm_url else None

@@ -433,6 +433,13 @@ class Cluster:
         hits = sum(i.scheduler.stats.prefix_hits for i in self._front)
         return hits / queries if queries else None
 
+    def reset_prefix_cache(self) -> tuple[bool, int]:
+        """Empty every instance's prefix cache of the blocks no request holds: (whether
+        the cache is now empty, as vLLM's reset succeeds only with no request running;
+        blocks evicted)."""
+        freed = sum(i.scheduler.blocks.evict_idle() for i in self.instances)
+        return self.running() == 0 and self.waiting() == 0, freed
+
     def running(self) -> int:
         return sum(len(i.scheduler.running) for i in self.instances)
 

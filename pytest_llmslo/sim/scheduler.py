@@ -202,6 +202,15 @@ class BlockManager:
         req.blocks = 0
         req.registered = 0
 
+    def evict_idle(self) -> int:
+        """Drop every cached block no request holds (vLLM's ``reset_prefix_cache``);
+        returns how many. Blocks of running requests stay theirs."""
+        n = len(self.idle)
+        for h in self.idle:
+            del self.refs[h]
+        self.idle.clear()
+        return n
+
     @property
     def usage(self) -> float:
         """Fraction of blocks held by requests (vLLM's KV-cache usage)."""

@@ -20,7 +20,8 @@ instead of blocking the queue with empty 0-s steps.
 The API follows vLLM's OpenAI server: ``/v1/chat/completions`` and ``/v1/completions``
 (streamed as server-sent events, ``stream_options.include_usage`` with usage in a final
 chunk, ``continuous_usage_stats`` too), ``/v1/models``, ``/health``, ``/metrics``,
-``/version``, and its errors: ``{"error": {"message", "type", "param", "code"}}`` with
+``/version``, its dev-mode ``POST /reset_prefix_cache`` (the prefix cache emptied between
+load levels), and its errors: ``{"error": {"message", "type", "param", "code"}}`` with
 404 for an unknown model and 400 for bad bodies and over-long requests.
 """
 
@@ -464,6 +465,7 @@ class SimServer:
             "/health": ("GET", self.health),
             "/metrics": ("GET", self.metrics),
             "/version": ("GET", self.version),
+            "/reset_prefix_cache": ("POST", self.reset_prefix_cache),
         }
         route = routes.get(req.path.rstrip("/") or "/")
         if route is None:
@@ -487,6 +489,12 @@ class SimServer:
             200,
             {"version": SIM_VERSION, "engine": "pytest-llmslo-sim", "profile": self.profile.name},
         )
+
+    async def reset_prefix_cache(self, req: HttpRequest, conn: HttpConnection) -> None:
+        """vLLM's dev-mode ``POST /reset_prefix_cache``: cached blocks no request holds are
+        dropped; ``success`` is false while requests run (vLLM's reset then fails too)."""
+        ok, freed = self.engine.cluster.reset_prefix_cache()
+        conn.send_json(200, {"success": ok, "evicted_blocks": freed})
 
     async def models(self, req: HttpRequest, conn: HttpConnection) -> None:
         conn.send_json(

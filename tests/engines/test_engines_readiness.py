@@ -35,9 +35,9 @@ def test_models_listed() -> None:
     with _client({"/v1/models": httpx.Response(200, json=models)}) as c:
         assert models_listed()(c, BASE) is None
         assert models_listed("b")(c, BASE) is None
-        assert "'c' not listed" in (models_listed("c")(c, BASE) or "")
+        assert "lists a, b; --model c is not one of them" in (models_listed("c")(c, BASE) or "")
     with _client({"/v1/models": httpx.Response(200, json={"data": []})}) as c:
-        assert "no model listed" in (models_listed()(c, BASE) or "")
+        assert "lists no model" in (models_listed()(c, BASE) or "")
 
 
 def test_connection_refused_is_a_reason_not_an_error() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_llmslo.engines.redact import (
+from pytest_llmslo.redact import (
     redact_argv,
     redact_env,
     redact_text,

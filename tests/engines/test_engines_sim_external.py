@@ -101,7 +101,7 @@ def test_external_wrong_model_is_reported(fake_engine_argv: list[str]) -> None:
     port = pick_free_port()
     server = ManagedProcess(ProcessSpec(argv=(*fake_engine_argv, "--port", str(port))))
     try:
-        with pytest.raises(EngineStartError, match="'other' not listed"):
+        with pytest.raises(EngineStartError, match="lists fake-model; --model other is not one"):
             start_engine(
                 EngineConfig(
                     kind="external",

@@ -79,3 +79,46 @@ def test_a_launcher_bug_becomes_a_start_error() -> None:
     f = EngineFactory({"a": EngineConfig(kind="sim", name="a")}, starter=starter)  # type: ignore[arg-type]
     with pytest.raises(EngineStartError, match="boom"):
         f.get("a")
+
+
+def test_a_start_shows_what_it_waits_for_on_a_line_of_its_own() -> None:
+    from pytest_llmslo.engines import startup
+    from pytest_llmslo.report.progress import LevelProgress
+
+    out: list[str] = []
+    lines: list[LevelProgress] = []
+
+    def progress(label: str, _requests: int, _warmup: int) -> LevelProgress:
+        lines.append(LevelProgress(label, write=out.append, tty=True))
+        return lines[-1]
+
+    def starter(cfg: EngineConfig) -> FakeHandle:
+        startup.report(startup.StartupPhase("a", "waiting for readiness: GET /health: 503", 3, 900))
+        return FakeHandle(cfg)
+
+    f = EngineFactory({"a": EngineConfig(kind="sim", name="a")}, starter=starter, progress=progress)  # type: ignore[arg-type]
+    f.get("a")
+    assert [p.label for p in lines] == ["engine a"]
+    shown = "".join(out)
+    assert "llmslo engine a: waiting for readiness: GET /health: 503; 3 s of 900 s" in shown
+    assert shown.endswith("\r")  # the live line is cleared once the engine is ready
+    f.stop_all()
+
+
+def test_a_long_start_writes_a_line_now_and_then_in_a_log() -> None:
+    from pytest_llmslo.engines.startup import StartupPhase
+    from pytest_llmslo.report.progress import LevelProgress
+
+    out: list[str] = []
+    line = LevelProgress("engine vllm", write=out.append, tty=False)
+    phase = StartupPhase("vllm", "pulling image vllm/vllm-openai", 1, 900, log_every_s=0.0)
+    line(phase)  # the first one starts the clock: a quick start logs nothing
+    assert out == []
+    line(phase)
+    assert out == ["  llmslo engine vllm: pulling image vllm/vllm-openai; 1 s of 900 s "
+                   "(startup_timeout_s)\n"]  # fmt: skip
+    quiet = LevelProgress("engine sim", write=out.append, tty=False)
+    quiet(StartupPhase("sim", "waiting", 1, 900))  # every 30 s by default
+    quiet(StartupPhase("sim", "waiting", 2, 900))
+    quiet.done()
+    assert len(out) == 1

@@ -147,3 +147,22 @@ def test_dcgm_exporter() -> None:
     assert got["energy_j"] == pytest.approx(2000.0)  # (2e6 - 1e6) mJ on each of 2 GPUs
     assert got["util_pct_mean"] == pytest.approx(70)
     assert from_dcgm(parse(vllm(0)), [], parse(vllm(1))) is None
+
+
+@pytest.mark.parametrize(
+    ("mode", "seen"),
+    [("metrics-endless", "is over 1 MiB"), ("metrics-trickle", "did not end within 0.5 s")],
+)
+def test_a_body_that_never_ends_costs_one_deadline(
+    misbehaving: Callable[..., str], mode: str, seen: str
+) -> None:
+    # Before: httpx's per-read timeout never fired, and the scrape (on the main thread
+    # after the load, too) held the session forever.
+    url = misbehaving(mode) + "/metrics"
+    s = Scraper([url], interval_s=0.05, deadline_s=0.5, max_bytes=1024 * 1024, nvml=False)
+    s.start()
+    s.mark_measuring()
+    time.sleep(0.3)
+    sig = s.stop()
+    assert not sig.present
+    assert sig.note is not None and seen in sig.note and "not scraped again" in sig.note

@@ -386,6 +386,27 @@ def test_shared_prefix_hits_the_prefix_cache(sim: SimProc) -> None:
     assert hits >= 256
 
 
+def test_reset_prefix_cache_empties_the_cache(sim: SimProc) -> None:
+    # vLLM's dev-mode endpoint: the same prompt hits the cache again, until it is reset.
+    body = chat_body(2)
+    body["messages"] = [{"role": "user", "content": "You are a careful assistant. " * 60}]
+
+    def hits_of_one_request(c: httpx.Client) -> float:
+        before = sim.metrics()["vllm:prefix_cache_hits_total"]
+        events, _, _ = stream_events(c, "/v1/chat/completions", body)
+        assert events[-1] == "[DONE]"
+        return sim.metrics()["vllm:prefix_cache_hits_total"] - before
+
+    with httpx.Client(base_url=sim.url, timeout=30) as c:
+        hits_of_one_request(c)
+        assert hits_of_one_request(c) >= 256  # warm: served from the cache
+        r = c.post("/reset_prefix_cache")
+        assert r.status_code == 200
+        assert r.json()["success"] is True and r.json()["evicted_blocks"] > 0
+        assert hits_of_one_request(c) == 0  # cold again
+        assert c.get("/reset_prefix_cache").status_code == 405
+
+
 def test_expect_100_continue_is_answered(sim: SimProc) -> None:
     u = urlsplit(sim.url)
     body = json.dumps({"model": MODEL, "prompt": "word " * 400, "max_tokens": 1}).encode()
