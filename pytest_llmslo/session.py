@@ -72,6 +72,7 @@ __all__ = [
     "extend_safely",
     "finish",
     "gate_kwargs",
+    "inconclusive",
     "inconclusive_message",
     "json_path",
     "load_baseline",
@@ -882,7 +883,8 @@ def search_capacity(
         idx = state.run_index[id(run)]
         verdict = slo.evaluate(run, ts.objectives, **gate_kwargs(ts))
         state.set_verdict(idx, verdict, ts.confidence)
-        passed: bool | None = verdict.passed if run.health.valid else None
+        decided = run.health.valid or verdict.failures_decide
+        passed: bool | None = verdict.passed if decided else None
         search.record(level, passed)
         last = (idx, run)
         if passed:
@@ -919,7 +921,7 @@ def run_level(
     record it as a point of the test's sweep. ``stop_early_on``: the objectives an early
     stop watches, for the levels where ``--slo-early-stop=auto`` turns it on (capacity
     probes, sweep extensions)."""
-    from pytest_llmslo import load, metrics, sweep
+    from pytest_llmslo import load, metrics, slo, sweep
     from pytest_llmslo.report import jsonio
 
     ctx = state.contexts.get(node)
@@ -1031,6 +1033,8 @@ def run_level(
             raise KeyboardInterrupt from None
         if run.health.valid or attempt >= ts.retries or not handle.alive():
             break
+        if slo.failures_fail(run, ts.max_error_rate):
+            break  # the failures decide the level (``inconclusive``): no retry can change it
         why = "; ".join(run.health.reasons)
         tries.append(f"try {attempt + 1} was an invalid client run: {why}")
         progress.close(
@@ -1150,7 +1154,7 @@ def record(
             f"{early.get('reason')}"
         )
     notes.extend(tries or ())
-    if not summary.valid and tries:
+    if tries and inconclusive(run, ts):
         notes.append(f"inconclusive after {len(tries) + 1} tries: the client stayed the bottleneck")
     point = sweep.SweepPoint(
         engine=engine,
@@ -1591,6 +1595,17 @@ def write_json(state: Session, *, complete: bool) -> bool:
             state.write_errors.append(msg)
         return False
     return True
+
+
+def inconclusive(run: Run, ts: S.TestSettings) -> bool:
+    """Whether a level ends inconclusive: its client run stayed invalid and its failed
+    requests do not fail it on their own. The failure gates are judged before the client's
+    health (``slo.failures_fail``): a level where every request failed, or more than
+    ``--slo-max-error-rate`` did, is an SLO failure with the error texts, whatever the
+    client's state."""
+    from pytest_llmslo import slo
+
+    return not run.health.valid and not slo.failures_fail(run, ts.max_error_rate)
 
 
 def inconclusive_message(state: Session, run: Run) -> str:
