@@ -983,6 +983,9 @@ def run_level(
     if ts.client_max_stalled != load.HealthThresholds().max_stalled_tokens:
         base = thresholds or load.HealthThresholds()
         thresholds = dataclasses.replace(base, max_stalled_tokens=ts.client_max_stalled)
+    if ts.client_min_load != load.HealthThresholds().min_load_share:
+        base = thresholds or load.HealthThresholds()
+        thresholds = dataclasses.replace(base, min_load_share=ts.client_min_load)
     early = _early_stop(ts, level, stop_early_on)
     warmup = ts.warmup_for(level)
     tries: list[str] = []
@@ -1142,6 +1145,8 @@ def record(
                 # Located at the test (pytest's warning summary).
                 state.warn(node, f"llmslo {engine} {level.label}: {text}")
         notes.append(text)
+    if summary.usage_mismatches and summary.completed:
+        comparable = usage_note(state, node, engine, level, summary, ts, notes) and comparable
     if summary.level_timeout:
         notes.append(
             f"cut by the level's time bound ({ts.level_bound_s():g} s, --level-timeout) "
@@ -1168,6 +1173,38 @@ def record(
         notes=tuple(notes),
     )
     return state.add_point(ctx, run, point)
+
+
+def usage_note(
+    state: Session,
+    node: str | None,
+    engine: str,
+    level: LoadLevel,
+    summary: Any,
+    ts: S.TestSettings,
+    notes: list[str],
+) -> bool:
+    """The level's note on usage counts that disagreed with the stream; False when there
+    were more than ``--max-usage-mismatch`` of them (the level is then not comparable)."""
+    n, done = summary.usage_mismatches, summary.completed
+    share = n / done
+    text = (
+        f"{n} of {done} completed requests ({share:.0%}) reported a usage.completion_tokens "
+        f"that disagrees with the stream ({summary.usage_claimed_tokens} tokens claimed, "
+        f"{summary.usage_streamed_tokens} streamed, which are what is counted)"
+    )
+    ok = share <= ts.max_usage_mismatch
+    if not ok:
+        text += (
+            f", more than the {ts.max_usage_mismatch:.0%} allowed (--max-usage-mismatch): "
+            "not comparable; a server that packs several tokens into a chunk must say how "
+            "many (token ids, or vLLM's stream_options.continuous_usage_stats via "
+            "--extra-body)"
+        )
+        if node is not None:
+            state.warn(node, f"llmslo {engine} {level.label}: {text}")
+    notes.append(text)
+    return ok
 
 
 def _early_stop(
@@ -1219,9 +1256,22 @@ def _run_line(run: Run) -> str:
         top = metrics.failure_messages(run, 1)
         if top:
             line += f" [most failures: {top[0]}]"
+    mismatched = metrics.usage_mismatches(run)[0]
+    if mismatched:
+        line += f" [usage disagreed with the stream in {mismatched} requests]"
     if not run.health.valid:
         line += " [client-limited: " + "; ".join(run.health.reasons) + "]"
-    return line
+    return line + load_text(run.health)
+
+
+def load_text(health: Any) -> str:
+    """The load the client applied against the load asked, for the level's line:
+    `` [3.9 of 4 in flight]`` (a closed loop), `` [9.8 of 10 req/s sent]`` (an open loop)."""
+    if health.load_kind == "in_flight":
+        return f" [{health.load_achieved:.1f} of {health.load_asked:g} in flight]"
+    if health.load_kind == "arrival_rate":
+        return f" [{health.load_achieved:.3g} of {health.load_asked:.3g} req/s sent]"
+    return ""
 
 
 def extend_safely(state: Session, node: str, ctx: TestContext) -> None:

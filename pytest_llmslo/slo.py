@@ -837,6 +837,13 @@ def evaluate(
             "output length (the server ignores ignore_eos/min_tokens?): this run measured "
             "another workload"
         )
+    mismatched, claimed, streamed = metrics.usage_mismatches(run)
+    if mismatched:
+        notes.append(
+            f"{mismatched} of {completed} completed requests reported a usage that disagrees "
+            f"with the stream ({claimed} tokens claimed, {streamed} streamed): the streamed "
+            "tokens are counted, ITL and TPOT come from the chunks that arrived"
+        )
     passed = run.health.valid and not problems and all(r.passed for r in results)
     return Verdict(
         results=results,

@@ -340,7 +340,7 @@ class _Conn(asyncio.Protocol):
         owner = self.owner
         if owner is not None:
             owner._draining.add(self)
-        self.drain = asyncio.get_running_loop().call_later(_DRAIN_S, self._drain_over)
+        self.drain = self.fut.get_loop().call_later(_DRAIN_S, self._drain_over)
         self._done()
 
     def _drain_over(self) -> None:
