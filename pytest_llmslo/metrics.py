@@ -944,6 +944,11 @@ class RunSummary:
     usage_mismatches: int = 0
     usage_claimed_tokens: int = 0
     usage_streamed_tokens: int = 0
+    #: With failed requests: each metric's percentiles over *every* request, a failed one
+    #: as +∞ (``gate_values``, what an upper-bound gate compares), so that a table does not
+    #: show the survivors' P99 next to a gate that failed on ∞; None without failures
+    #: (then they equal ``distributions``). In JSON a null here is +∞.
+    with_failures: Mapping[str, Mapping[float, float]] | None = None
     level_timeout: str | None = None
     throughput_window: str = "measured"
     throughput_window_s: float = 0.0
@@ -1020,6 +1025,12 @@ class RunSummary:
             "usage_mismatches": self.usage_mismatches,
             "usage_claimed_tokens": self.usage_claimed_tokens,
             "usage_streamed_tokens": self.usage_streamed_tokens,
+            "with_failures": None
+            if self.with_failures is None
+            else {
+                m: {qkey(q): (None if math.isinf(v) else v) for q, v in qs.items()}
+                for m, qs in self.with_failures.items()
+            },
             "client_health": None if self.health is None else self.health.to_dict(),
             "level_timeout": self.level_timeout,
             "throughput_window": self.throughput_window,
@@ -1065,6 +1076,12 @@ class RunSummary:
             usage_mismatches=int(d.get("usage_mismatches", 0)),
             usage_claimed_tokens=int(d.get("usage_claimed_tokens", 0)),
             usage_streamed_tokens=int(d.get("usage_streamed_tokens", 0)),
+            with_failures=None
+            if not d.get("with_failures")
+            else {
+                m: {float(q): (math.inf if v is None else float(v)) for q, v in qs.items()}
+                for m, qs in d["with_failures"].items()
+            },
             health=None
             if not d.get("client_health")
             else ClientHealth.from_dict(d["client_health"]),
@@ -1109,6 +1126,12 @@ def summarize(
     win_s = window.seconds
     gp = goodput(run, objs) if objs else None
     mismatched, claimed, streamed = usage_mismatches(run)
+    with_failures = None
+    if completed < arr.n:
+        with_failures = {
+            m: {q: gate_statistic(gate_values(run, m)[0], q)[0] for q in PERCENTILES}
+            for m in METRICS
+        }
     return RunSummary(
         level=run.level,
         requests=arr.n,
@@ -1137,6 +1160,7 @@ def summarize(
         usage_mismatches=mismatched,
         usage_claimed_tokens=claimed,
         usage_streamed_tokens=streamed,
+        with_failures=with_failures,
         health=run.health,
         level_timeout=_timeout_phase(run),
         throughput_window=window.kind,

@@ -214,7 +214,7 @@ class Server:
                 obj = {"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [d]}}]}
                 writer.write(_chunk(_event(obj)))
                 await writer.drain()
-            tail = _event(_delta(None, "tool_calls")) + _event(_usage(8, 12)) + b"data: [DONE]\n\n"
+            tail = _event(_delta(None, "tool_calls")) + _event(_usage(8, 3)) + b"data: [DONE]\n\n"
             writer.write(_chunk(tail) + b"0\r\n\r\n")
             await writer.drain()
             return True

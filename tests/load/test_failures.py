@@ -424,3 +424,14 @@ async def test_a_body_that_ends_after_its_done_keeps_its_connection(transport: s
             await t.aclose()
     assert all(r.ok for r in recs), [r.error for r in recs]
     assert conns == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_gzip_bodies_and_tool_call_streams_from_a_server(misbehaving, transport: str) -> None:
+    err = await one_request(misbehaving("gzip-error"), transport)
+    assert err.error == "HTTP 500: engine overloaded", err.error
+    stream = await one_request(misbehaving("gzip-stream"), transport)
+    assert stream.error_kind == "malformed" and "gzip-compressed body" in (stream.error or "")
+    tools = await one_request(misbehaving("tool-calls"), transport)
+    assert tools.ok and len(tools.chunk_ns) == 3, tools.error
+    assert tools.first_content_ns == tools.chunk_ns[0]
