@@ -1198,8 +1198,8 @@ def usage_note(
         text += (
             f", more than the {ts.max_usage_mismatch:.0%} allowed (--max-usage-mismatch): "
             "not comparable; a server that packs several tokens into a chunk must say how "
-            "many (token ids, or vLLM's stream_options.continuous_usage_stats via "
-            "--extra-body)"
+            "many: token ids, or usage on every chunk (vLLM, SGLang, Dynamo: --extra-body "
+            '\'{"stream_options": {"continuous_usage_stats": true}}\')'
         )
         if node is not None:
             state.warn(node, f"llmslo {engine} {level.label}: {text}")
