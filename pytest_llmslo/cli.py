@@ -409,7 +409,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 state.current = ctx
                 try:
                     run = core.run_test_load(state, node, handle, level, ts)
-                    if not run.health.valid:
+                    if core.inconclusive(run, ts):
                         raise Inconclusive(core.inconclusive_message(state, run))
                     slo.bind_run(run, on_verdict=state.on_verdict)
                     try:

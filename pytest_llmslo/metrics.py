@@ -12,8 +12,10 @@ Per request (completed requests only; a failed request has NaN everywhere):
   reasoning model; equal to ``ttft`` for other models; NaN when no content came)
 - ``e2e``   = last byte − request sent
 - ``tpot``  = (e2e − ttft) / (output_tokens − 1); NaN when output_tokens < 2.
-  ``output_tokens`` is the server's ``usage.completion_tokens`` when it reported one,
-  else the tokens counted in the chunks.
+  ``output_tokens`` is what the request is credited (``RequestRecord.credit``): the
+  server's ``usage.completion_tokens`` when it agrees with the tokens that streamed (the
+  per-chunk counts the server gave, else one per chunk; a tolerance of 2 tokens or 5 %),
+  else the streamed tokens; never more than the ``max_tokens`` the request sent.
 - ``itl``   = the gaps between successive output chunks (content and reasoning alike),
   one value per *token*: a gap is divided evenly over the tokens the later chunk carries
   (see :func:`token_gaps` for the rule when the server's per-chunk counts are inexact).
@@ -41,6 +43,9 @@ Per run:
 - ``short_outputs``: completed requests that returned fewer tokens than they asked for
   while the output length was pinned (``ignore_eos``/``min_tokens``): a server that ignores
   the pin measured another workload.
+- ``usage_mismatches``: completed requests whose ``usage`` disagreed with their stream
+  (counted, not credited: their streamed tokens are), with the tokens usage claimed and
+  the tokens that streamed for them.
 
 Gates (``gate_values``, ``gate_statistic``): the distributions above describe completed
 requests, but an aggregate gate is computed over *every* request. A failed request counts
@@ -122,6 +127,7 @@ __all__ = [
     "token_gaps",
     "upper_confidence_bound",
     "upper_rank",
+    "usage_mismatches",
 ]
 
 
@@ -302,6 +308,7 @@ class _Arrays:
         "requested_output",
         "run",
         "sent",
+        "usage_mismatch",
     )
 
     def __init__(self, run: Run) -> None:
@@ -322,7 +329,9 @@ class _Arrays:
             dtype=np.int64,
             count=n,
         )
-        self.output_tokens = np.fromiter((r.output_tokens for r in recs), dtype=np.int64, count=n)
+        credits = [r.credit() for r in recs]
+        self.output_tokens = np.fromiter((c[0] for c in credits), dtype=np.int64, count=n)
+        self.usage_mismatch = np.fromiter((c[1] for c in credits), dtype=bool, count=n)
         self.requested_output = np.fromiter(
             (r.requested_output_tokens or 0 for r in recs), dtype=np.int64, count=n
         )
@@ -401,9 +410,10 @@ class _Arrays:
             offsets = np.cumsum(counts[sel]) - counts[sel]
             counted[sel] = np.add.reduceat(vals, offsets)
         starts = np.cumsum(counts) - counts
-        # Inexact counts and a server total above them: spread the extra tokens evenly over
-        # the request's chunks (integer shares, floor((j+1)E/m) - floor(jE/m)), so the
-        # request's token count matches usage and each gap is split over its share.
+        # Inexact counts and a credited total above them (usage that agrees with the stream,
+        # within its tolerance): spread the extra tokens evenly over the request's chunks
+        # (integer shares, floor((j+1)E/m) - floor(jE/m)), so the request's token count
+        # matches what it is credited and each gap is split over its share.
         exact = np.fromiter((r.tokens_exact for r in recs), dtype=bool, count=self.n)
         has_usage = np.fromiter((r.completion_tokens is not None for r in recs), bool, count=self.n)
         extra = np.maximum(np.where(~exact & has_usage, self.output_tokens - counted, 0), 0)
@@ -563,12 +573,15 @@ def token_gaps(run: Run) -> np.ndarray:
     A gap g between chunk i−1 and chunk i that carries t_i tokens gives t_i samples of
     g / t_i (speculative decoding and frontends such as Dynamo pack several tokens into
     one chunk). t_i is ``chunk_tokens[i]`` (1 when absent). When ``tokens_exact`` is
-    False and the server's ``completion_tokens`` N exceeds the counted Σ t_i, the E = N −
-    Σ t_i uncounted tokens are spread evenly over the request's m chunks in integer
-    shares (chunk j gets ⌊(j+1)E/m⌋ − ⌊jE/m⌋ more), so the samples of a request add up
-    to its last − first chunk time and their count matches usage. Tokens that arrived in
-    the first chunk have no preceding chunk and give no sample (their time is in TTFT).
-    When usage reports fewer tokens than the chunks show, the chunks win."""
+    False and the request's credited output tokens N (``RequestRecord.credit``: usage
+    only when it agrees with the stream) exceed the counted Σ t_i, the E = N − Σ t_i
+    uncounted tokens are spread evenly over the request's m chunks in integer shares
+    (chunk j gets ⌊(j+1)E/m⌋ − ⌊jE/m⌋ more), so the samples of a request add up to its
+    last − first chunk time and their count matches its credit. A usage that disagrees
+    with the stream is not credited, so it never spreads: the gaps are the chunks' own.
+    Tokens that arrived in the first chunk have no preceding chunk and give no sample
+    (their time is in TTFT). When usage reports fewer tokens than the chunks show, the
+    chunks win."""
     return _arrays(run).gaps.copy()
 
 
@@ -866,6 +879,19 @@ def output_pinned(run: Run) -> bool:
     return bool(isinstance(client, Mapping) and client.get("ignore_eos"))
 
 
+def usage_mismatches(run: Run) -> tuple[int, int, int]:
+    """(completed requests whose usage disagreed with their stream, the completion tokens
+    their usage claimed, the tokens that streamed for them); see ``RequestRecord.credit``."""
+    arr = _arrays(run)
+    bad = np.flatnonzero(arr.ok & arr.usage_mismatch)
+    if not bad.size:
+        return 0, 0, 0
+    recs = run.records
+    claimed = sum(recs[i].completion_tokens or 0 for i in bad)
+    streamed = sum(recs[i].streamed_tokens for i in bad)
+    return int(bad.size), int(claimed), int(streamed)
+
+
 def short_outputs(run: Run) -> int:
     """Completed requests whose output was shorter than requested while the output length
     was pinned (0 when it was not: then a short answer is the model's choice)."""
@@ -886,7 +912,9 @@ class RunSummary:
     CPU, processes). ``errors`` are the most frequent error messages of the failed
     requests; ``short_outputs`` the completed requests shorter than their pinned length
     (``output_pinned``); ``level_timeout`` the phase in which the level's time bound cut
-    the run, if it did."""
+    the run, if it did. ``usage_mismatches`` are the completed requests whose usage
+    disagreed with their stream (``usage_claimed_tokens`` it claimed for them,
+    ``usage_streamed_tokens`` streamed, and credited)."""
 
     level: LoadLevel
     requests: int
@@ -913,6 +941,14 @@ class RunSummary:
     short_outputs: int = 0
     output_pinned: bool = False
     health: ClientHealth | None = None
+    usage_mismatches: int = 0
+    usage_claimed_tokens: int = 0
+    usage_streamed_tokens: int = 0
+    #: With failed requests: each metric's percentiles over *every* request, a failed one
+    #: as +∞ (``gate_values``, what an upper-bound gate compares), so that a table does not
+    #: show the survivors' P99 next to a gate that failed on ∞; None without failures
+    #: (then they equal ``distributions``). In JSON a null here is +∞.
+    with_failures: Mapping[str, Mapping[float, float]] | None = None
     level_timeout: str | None = None
     throughput_window: str = "measured"
     throughput_window_s: float = 0.0
@@ -986,6 +1022,15 @@ class RunSummary:
             "errors": [e.to_dict() for e in self.errors],
             "short_outputs": self.short_outputs,
             "output_pinned": self.output_pinned,
+            "usage_mismatches": self.usage_mismatches,
+            "usage_claimed_tokens": self.usage_claimed_tokens,
+            "usage_streamed_tokens": self.usage_streamed_tokens,
+            "with_failures": None
+            if self.with_failures is None
+            else {
+                m: {qkey(q): (None if math.isinf(v) else v) for q, v in qs.items()}
+                for m, qs in self.with_failures.items()
+            },
             "client_health": None if self.health is None else self.health.to_dict(),
             "level_timeout": self.level_timeout,
             "throughput_window": self.throughput_window,
@@ -1028,6 +1073,15 @@ class RunSummary:
             errors=tuple(ErrorMessage.from_dict(e) for e in d.get("errors") or ()),
             short_outputs=int(d.get("short_outputs", 0)),
             output_pinned=bool(d.get("output_pinned", False)),
+            usage_mismatches=int(d.get("usage_mismatches", 0)),
+            usage_claimed_tokens=int(d.get("usage_claimed_tokens", 0)),
+            usage_streamed_tokens=int(d.get("usage_streamed_tokens", 0)),
+            with_failures=None
+            if not d.get("with_failures")
+            else {
+                m: {float(q): (math.inf if v is None else float(v)) for q, v in qs.items()}
+                for m, qs in d["with_failures"].items()
+            },
             health=None
             if not d.get("client_health")
             else ClientHealth.from_dict(d["client_health"]),
@@ -1071,6 +1125,13 @@ def summarize(
         win_prompt = int(arr.prompt_tokens[sent_in].sum())
     win_s = window.seconds
     gp = goodput(run, objs) if objs else None
+    mismatched, claimed, streamed = usage_mismatches(run)
+    with_failures = None
+    if completed < arr.n:
+        with_failures = {
+            m: {q: gate_statistic(gate_values(run, m)[0], q)[0] for q in PERCENTILES}
+            for m in METRICS
+        }
     return RunSummary(
         level=run.level,
         requests=arr.n,
@@ -1096,6 +1157,10 @@ def summarize(
         errors=failure_messages(run),
         short_outputs=short_outputs(run),
         output_pinned=output_pinned(run),
+        usage_mismatches=mismatched,
+        usage_claimed_tokens=claimed,
+        usage_streamed_tokens=streamed,
+        with_failures=with_failures,
         health=run.health,
         level_timeout=_timeout_phase(run),
         throughput_window=window.kind,

@@ -391,7 +391,7 @@ def slo_run(
     node = request.node.nodeid
     ctx = state.contexts.get(node)
     run = core.run_test_load(state, node, slo_engine, slo_level, slo_settings)
-    if not run.health.valid:
+    if core.inconclusive(run, slo_settings):
         _inconclusive(state, request.node, ctx, run)
     slo.bind_run(run, on_verdict=state.on_verdict)
     try:

@@ -39,6 +39,15 @@ FAILURE_KINDS: tuple[FailureKind, ...] = (
 )
 
 
+#: A server's ``usage.completion_tokens`` agrees with the stream when it is within this many
+#: tokens of the tokens that streamed, or within this share of them, whichever is larger
+#: (an end-of-sequence token that decodes to no text, a reasoning parser's swallowed
+#: ``</think>``, text a detokenizer held back into the next chunk). Beyond it, or above the
+#: ``max_tokens`` the request sent, the count is not credited (``RequestRecord.credit``).
+USAGE_TOLERANCE_TOKENS = 2
+USAGE_TOLERANCE_SHARE = 0.05
+
+
 def _int64s(values: Iterable[int]) -> array[int]:
     return values if isinstance(values, array) and values.typecode == "q" else array("q", values)
 
@@ -101,11 +110,41 @@ class RequestRecord:
         return self.chunk_ns[0] if self.chunk_ns else None
 
     @property
-    def output_tokens(self) -> int:
-        """Server-reported completion tokens, else the tokens counted in the chunks."""
-        if self.completion_tokens is not None:
-            return self.completion_tokens
+    def streamed_tokens(self) -> int:
+        """The tokens the client saw stream: the per-chunk counts when the server gave them
+        (token ids, per-chunk usage), else one per output chunk (each carried at least
+        one; more per chunk cannot be known without the server saying so)."""
         return sum(self.chunk_tokens) if self.chunk_tokens else len(self.chunk_ns)
+
+    def credit(self) -> tuple[int, bool]:
+        """(output tokens credited to the request, whether its usage disagreed).
+
+        The server's ``usage.completion_tokens`` N is credited when it agrees with the S
+        streamed tokens (|N − S| within ``USAGE_TOLERANCE_TOKENS`` or
+        ``USAGE_TOLERANCE_SHARE`` of S) and does not exceed the ``max_tokens`` the
+        request sent; otherwise usage *disagrees* and S is credited, so no number rests on
+        a count the client did not see (a server that streams 4 chunks and claims 1000
+        tokens would read as 1 ms per token). Never more than ``requested_output_tokens``."""
+        streamed = self.streamed_tokens
+        n = self.completion_tokens
+        cap = self.requested_output_tokens
+        mismatch = n is not None and (
+            bool(cap and n > cap)
+            or abs(n - streamed) > max(USAGE_TOLERANCE_TOKENS, USAGE_TOLERANCE_SHARE * streamed)
+        )
+        tokens = streamed if n is None or mismatch or not self.chunk_ns else n
+        return (min(tokens, cap) if cap else tokens), mismatch
+
+    @property
+    def output_tokens(self) -> int:
+        """The output tokens credited to the request (:meth:`credit`): the server's usage
+        when it agrees with the stream, else the streamed tokens."""
+        return self.credit()[0]
+
+    @property
+    def usage_mismatch(self) -> bool:
+        """The server's usage disagreed with the stream (:meth:`credit`)."""
+        return self.credit()[1]
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -356,6 +395,17 @@ class ClientHealth:
     stalled_share: float = 0.0  # ... as a share of every streamed chunk
     receive_stamps: str = "read"  # "kernel": arrival stamps (stamped.py); "read": the read's
     idle_share: float = 0.0  # closed loop: share of slot time spent waiting for the client
+    #: The load applied against the load asked (``load.health.applied_load``): ``in_flight``
+    #: (a closed loop's time-averaged requests in flight) or ``arrival_rate`` (an open
+    #: loop's requests/s); "" when there was too little to say.
+    load_kind: str = ""
+    load_asked: float = 0.0
+    load_achieved: float = 0.0
+
+    @property
+    def load_share(self) -> float:
+        """The load applied as a share of the load asked (1.0 when not measured)."""
+        return self.load_achieved / self.load_asked if self.load_asked > 0 else 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -374,12 +424,17 @@ class ClientHealth:
             "stalled_share": self.stalled_share,
             "receive_stamps": self.receive_stamps,
             "idle_share": self.idle_share,
+            "load_kind": self.load_kind,
+            "load_asked": self.load_asked,
+            "load_achieved": self.load_achieved,
+            "load_share": self.load_share,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ClientHealth:
         kw = dict(d)
         kw["reasons"] = tuple(kw.get("reasons", ()))
+        kw.pop("load_share", None)  # derived
         return cls(**kw)
 
 

@@ -73,6 +73,7 @@ __all__ = [
     "extend_safely",
     "finish",
     "gate_kwargs",
+    "inconclusive",
     "inconclusive_message",
     "json_path",
     "load_baseline",
@@ -923,7 +924,8 @@ def search_capacity(
         idx = state.run_index[id(run)]
         verdict = slo.evaluate(run, ts.objectives, **gate_kwargs(ts))
         state.set_verdict(idx, verdict, ts.confidence)
-        passed: bool | None = verdict.passed if run.health.valid else None
+        decided = run.health.valid or verdict.failures_decide
+        passed: bool | None = verdict.passed if decided else None
         search.record(level, passed)
         last = (idx, run)
         if passed:
@@ -960,7 +962,7 @@ def run_level(
     record it as a point of the test's sweep. ``stop_early_on``: the objectives an early
     stop watches, for the levels where ``--slo-early-stop=auto`` turns it on (capacity
     probes, sweep extensions)."""
-    from pytest_llmslo import load, metrics, sweep
+    from pytest_llmslo import load, metrics, slo, sweep
     from pytest_llmslo.report import jsonio
 
     ctx = state.contexts.get(node)
@@ -1022,6 +1024,9 @@ def run_level(
     if ts.client_max_stalled != load.HealthThresholds().max_stalled_tokens:
         base = thresholds or load.HealthThresholds()
         thresholds = dataclasses.replace(base, max_stalled_tokens=ts.client_max_stalled)
+    if ts.client_min_load != load.HealthThresholds().min_load_share:
+        base = thresholds or load.HealthThresholds()
+        thresholds = dataclasses.replace(base, min_load_share=ts.client_min_load)
     early = _early_stop(ts, level, stop_early_on)
     warmup = ts.warmup_for(level)
     tries: list[str] = []
@@ -1080,6 +1085,8 @@ def run_level(
             raise KeyboardInterrupt from None
         if run.health.valid or attempt >= ts.retries or not handle.alive():
             break
+        if slo.failures_fail(run, ts.max_error_rate):
+            break  # the failures decide the level (``inconclusive``): no retry can change it
         why = "; ".join(run.health.reasons)
         tries.append(f"try {attempt + 1} was an invalid client run: {why}")
         progress.close(
@@ -1244,6 +1251,8 @@ def record(
                 # Located at the test (pytest's warning summary).
                 state.warn(node, f"llmslo {engine} {level.label}: {text}")
         notes.append(text)
+    if summary.usage_mismatches and summary.completed:
+        comparable = usage_note(state, node, engine, level, summary, ts, notes) and comparable
     if summary.level_timeout:
         notes.append(
             f"cut by the level's time bound ({ts.level_bound_s():g} s, --level-timeout) "
@@ -1266,7 +1275,7 @@ def record(
             f"{cache.get('why')}"
         )
     notes.extend(tries or ())
-    if not summary.valid and tries:
+    if tries and inconclusive(run, ts):
         notes.append(f"inconclusive after {len(tries) + 1} tries: the client stayed the bottleneck")
     point = sweep.SweepPoint(
         engine=engine,
@@ -1281,6 +1290,38 @@ def record(
         cache=dict(cache) if cache is not None else None,
     )
     return state.add_point(ctx, run, point)
+
+
+def usage_note(
+    state: Session,
+    node: str | None,
+    engine: str,
+    level: LoadLevel,
+    summary: Any,
+    ts: S.TestSettings,
+    notes: list[str],
+) -> bool:
+    """The level's note on usage counts that disagreed with the stream; False when there
+    were more than ``--max-usage-mismatch`` of them (the level is then not comparable)."""
+    n, done = summary.usage_mismatches, summary.completed
+    share = n / done
+    text = (
+        f"{n} of {done} completed requests ({share:.0%}) reported a usage.completion_tokens "
+        f"that disagrees with the stream ({summary.usage_claimed_tokens} tokens claimed, "
+        f"{summary.usage_streamed_tokens} streamed, which are what is counted)"
+    )
+    ok = share <= ts.max_usage_mismatch
+    if not ok:
+        text += (
+            f", more than the {ts.max_usage_mismatch:.0%} allowed (--max-usage-mismatch): "
+            "not comparable; a server that packs several tokens into a chunk must say how "
+            "many: token ids, or usage on every chunk (vLLM, SGLang, Dynamo: --extra-body "
+            '\'{"stream_options": {"continuous_usage_stats": true}}\')'
+        )
+        if node is not None:
+            state.warn(node, f"llmslo {engine} {level.label}: {text}")
+    notes.append(text)
+    return ok
 
 
 def _early_stop(
@@ -1332,12 +1373,25 @@ def _run_line(run: Run) -> str:
         top = metrics.failure_messages(run, 1)
         if top:
             line += f" [most failures: {top[0]}]"
+    mismatched = metrics.usage_mismatches(run)[0]
+    if mismatched:
+        line += f" [usage disagreed with the stream in {mismatched} requests]"
     if not run.health.valid:
         line += " [client-limited: " + "; ".join(run.health.reasons) + "]"
     cache = run.meta.get("cache")
     if isinstance(cache, Mapping) and cache.get("warning"):
         line += f" [{cache['warning']}]"
-    return line
+    return line + load_text(run.health)
+
+
+def load_text(health: Any) -> str:
+    """The load the client applied against the load asked, for the level's line:
+    `` [3.9 of 4 in flight]`` (a closed loop), `` [9.8 of 10 req/s sent]`` (an open loop)."""
+    if health.load_kind == "in_flight":
+        return f" [{health.load_achieved:.1f} of {health.load_asked:g} in flight]"
+    if health.load_kind == "arrival_rate":
+        return f" [{health.load_achieved:.3g} of {health.load_asked:.3g} req/s sent]"
+    return ""
 
 
 def extend_safely(state: Session, node: str, ctx: TestContext) -> None:
@@ -1711,6 +1765,17 @@ def write_json(state: Session, *, complete: bool) -> bool:
             state.write_errors.append(msg)
         return False
     return True
+
+
+def inconclusive(run: Run, ts: S.TestSettings) -> bool:
+    """Whether a level ends inconclusive: its client run stayed invalid and its failed
+    requests do not fail it on their own. The failure gates are judged before the client's
+    health (``slo.failures_fail``): a level where every request failed, or more than
+    ``--slo-max-error-rate`` did, is an SLO failure with the error texts, whatever the
+    client's state."""
+    from pytest_llmslo import slo
+
+    return not run.health.valid and not slo.failures_fail(run, ts.max_error_rate)
 
 
 def inconclusive_message(state: Session, run: Run) -> str:

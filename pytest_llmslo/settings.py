@@ -947,6 +947,32 @@ SPECS: tuple[Spec, ...] = (
         marker="max_short_outputs",
         metavar="F",
     ),
+    # What a verdict may rest on: a usage count the stream did not show, a load the
+    # client did not apply (docs/metrics.md, docs/load.md).
+    _spec(
+        "max_usage_mismatch",
+        parse_fraction,
+        0.05,
+        "Share of completed requests (0..1 or NN%) allowed a usage.completion_tokens that "
+        "disagrees with the stream (by more than 2 tokens or 5 %, or above max_tokens); "
+        "such a count is never credited, and above this share the level is flagged as not "
+        "comparable.",
+        cli="--max-usage-mismatch",
+        marker="max_usage_mismatch",
+        metavar="F",
+    ),
+    _spec(
+        "client_min_load",
+        parse_fraction,
+        0.9,
+        "Client health: the share of the load asked (0..1 or NN%) the client must have "
+        "applied over the measured window, the time-averaged requests in flight of a closed "
+        "loop or the arrival rate of an open loop; below it the run is invalid, whatever "
+        "the cause (0: no check).",
+        cli="--client-min-load",
+        marker="client_min_load",
+        metavar="F",
+    ),
     _spec(
         "ca_bundle",
         parse_optional_str,
@@ -1434,6 +1460,8 @@ class TestSettings:
     level_timeout_s: float | None = None
     max_error_rate: float = 0.01
     max_short_outputs: float = 0.05
+    max_usage_mismatch: float = 0.05
+    client_min_load: float = 0.9
     ca_bundle: str | None = None
     insecure: bool = False
     client_max_lag_ms: float | None = None
@@ -1662,6 +1690,8 @@ def resolve_test(
         level_timeout_s=vals["level_timeout"],
         max_error_rate=vals["max_error_rate"],
         max_short_outputs=vals["max_short_outputs"],
+        max_usage_mismatch=vals["max_usage_mismatch"],
+        client_min_load=vals["client_min_load"],
         ca_bundle=vals["ca_bundle"],
         insecure=bool(vals["insecure"]),
         client_max_lag_ms=vals["client_max_lag"],

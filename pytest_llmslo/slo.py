@@ -42,7 +42,10 @@ mean ± z_c·s/√n and says so.
 only, plus ``min_attainment``/``min_goodput_tok_s``/``max_error_rate`` when given. A run the
 load generator flagged invalid (it, not the engine, was the bottleneck) is neither a pass
 nor a failure: the helpers raise ``Inconclusive`` with the reason, since its numbers
-would be the client's latency, not the engine's.
+would be the client's latency, not the engine's. The failure gates are judged first,
+though: a run where every request failed, or more than ``max_error_rate`` did, is an SLO
+failure whatever the client's health (``failures_fail``), since failed requests are the
+engine's answers, not the client's numbers.
 
 ``settled`` is the early-stop question: is the verdict of a run still in progress already
 known at the confidence? A violation is, when an objective's confidence bound on the far
@@ -92,6 +95,7 @@ __all__ = [
     "e2e_p99",
     "e2e_p999",
     "evaluate",
+    "failures_fail",
     "itl",
     "itl_mean",
     "itl_p50",
@@ -498,6 +502,13 @@ class Verdict:
     def failed_results(self) -> tuple[ObjectiveResult, ...]:
         return tuple(r for r in self.results if not r.passed)
 
+    @property
+    def failures_decide(self) -> bool:
+        """The requests' failures alone fail this verdict: every request failed, or more
+        than ``max_error_rate`` did (:func:`failures_fail`). Such a verdict is an SLO
+        failure whatever the client's health: the failures are what the engine answered."""
+        return _failures_fail(self.requests, self.completed, self.max_error_rate)
+
     def format(self) -> str:
         """A multi-line table: every objective with threshold, observed value, bound,
         samples and samples needed, pass/fail; then goodput, attainment, failures and
@@ -570,10 +581,16 @@ class Verdict:
             lines.append("  no objectives given: only the failures were checked")
         if not self.run_valid:
             why = "; ".join(self.invalid_reasons) or "no reason given"
-            lines.append(
-                "  INVALID RUN: the load generator was the bottleneck, so these numbers are "
-                f"the client's, not the engine's: {why}"
-            )
+            if self.failures_decide:
+                lines.append(
+                    "  the client was flagged too, but the failed requests decide the "
+                    f"verdict (the failure gates are judged first): {why}"
+                )
+            else:
+                lines.append(
+                    "  INVALID RUN: the load generator was the bottleneck, so these numbers "
+                    f"are the client's, not the engine's: {why}"
+                )
         return "\n".join(lines)
 
     def _goodput_line(self) -> str:
@@ -610,7 +627,7 @@ class Verdict:
         if self.passed:
             return "SLO met"
         bits = []
-        if not self.run_valid:
+        if not self.run_valid and not self.failures_decide:
             bits.append("run invalid (client bottleneck)")
         for r in self.failed_results:
             shown = r.bound if (self.strict and r.bound is not None) else r.observed
@@ -820,6 +837,13 @@ def evaluate(
             "output length (the server ignores ignore_eos/min_tokens?): this run measured "
             "another workload"
         )
+    mismatched, claimed, streamed = metrics.usage_mismatches(run)
+    if mismatched:
+        notes.append(
+            f"{mismatched} of {completed} completed requests reported a usage that disagrees "
+            f"with the stream ({claimed} tokens claimed, {streamed} streamed): the streamed "
+            "tokens are counted, ITL and TPOT come from the chunks that arrived"
+        )
     passed = run.health.valid and not problems and all(r.passed for r in results)
     return Verdict(
         results=results,
@@ -845,6 +869,24 @@ def evaluate(
         notes=tuple(notes),
         attribution=_attribute(run, results),
     )
+
+
+def _failures_fail(requests: int, completed: int, max_error_rate: float | None) -> bool:
+    if requests and not completed:
+        return True
+    if max_error_rate is None or not requests or not completed:
+        return False
+    return (requests - completed) / requests > max_error_rate
+
+
+def failures_fail(run: Run, max_error_rate: float | None) -> bool:
+    """Whether the failure gates alone fail ``run``: every request failed, or more than
+    ``max_error_rate`` (0..1, None: no limit) of them did. They are judged before the
+    client's health: a failed request is the engine's answer (an HTTP error, a reset, a
+    stall until a deadline), which no busy client turns into a pass, so such a level is an
+    SLO failure with the error texts, never inconclusive."""
+    completed = sum(1 for r in run.records if r.ok)
+    return _failures_fail(len(run.records), completed, max_error_rate)
 
 
 def _attribute(run: Run, results: tuple[ObjectiveResult, ...]) -> tuple[str, ...]:
@@ -978,7 +1020,9 @@ def _check(run: Run, objs: tuple[Any, ...], **kwargs: Any) -> Verdict:
     verdict = evaluate(run, objs, **kwargs)
     if _on_verdict is not None:
         _on_verdict(run, verdict)
-    if not verdict.run_valid:
+    # The failure gates come first: a run whose requests failed is the engine's failure,
+    # whatever the client's health says.
+    if not verdict.run_valid and not verdict.failures_decide:
         raise Inconclusive(
             "inconclusive: the load generator, not the engine, was the bottleneck ("
             + "; ".join(verdict.invalid_reasons)

@@ -165,7 +165,11 @@ def point_status(point: SweepPoint) -> PointStatus:
 
 def run_status(summary: RunSummary, verdict: Verdict | None) -> PointStatus:
     """Classify a run. A run whose client was the bottleneck is ``invalid`` whatever its
-    verdict says: its latencies are the client's, not the engine's."""
+    verdict says (its latencies are the client's, not the engine's), unless the verdict's
+    failure gates alone failed it (``Verdict.failures_decide``): failed requests are the
+    engine's, so that run is a ``fail``."""
+    if verdict is not None and verdict.failures_decide:
+        return "fail"
     if not summary.valid or (verdict is not None and not verdict.run_valid):
         return "invalid"
     if verdict is None:

@@ -123,7 +123,7 @@ def _tiny_args(url: str, *extra: str) -> list[str]:
         "--engine=external", f"--engine-url={url}",
         "--warmup=1", "--requests=12", "--isl=16", "--osl=8",
         # This machine is shared and loaded: client health must not flip these tests.
-        "--client-max-lag=2000", "--client-max-cpu=1.5",
+        "--client-max-lag=2000", "--client-max-cpu=1.5", "--client-min-load=0.5",
         *extra,
     ]  # fmt: skip
 

@@ -23,7 +23,19 @@ Modes (a chat completion otherwise streams ``max_tokens`` tokens, 2 ms apart, th
 - ``models-empty``     ``/v1/models`` lists no model;
 - ``models-other``     ``/v1/models`` lists only ``other-model``;
 - ``echo-key``         odd completions answer 401 with the ``Authorization`` header in the error
-                       message, even ones a 200 stream whose error event echoes it too.
+                       message, even ones a 200 stream whose error event echoes it too;
+- ``usage-inflated``   4 tokens 300 ms apart, then usage claims 1000 completion tokens (far
+                       beyond the stream and the request's ``max_tokens``);
+- ``reset-mid``        3 tokens, then 300 ms later the connection is reset (RST);
+- ``close-mid``        3 tokens, then 300 ms later the connection is closed (FIN) in the
+                       middle of the chunked body;
+- ``truncated``        3 tokens, then 300 ms later the body ends without a finish or [DONE];
+- ``gzip-error``       completions answer HTTP 500 with a gzip-encoded JSON error body
+                       (``Content-Encoding: gzip``, though the client asked for identity);
+- ``gzip-stream``      a 200 stream whose whole body is gzip-encoded;
+- ``done-held``        a normal stream up to ``data: [DONE]``, then the body is never ended
+                       (no last chunk, the connection held open);
+- ``tool-calls``       a tool call streamed as ``delta.tool_calls`` deltas, no content.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ import socket
 import ssl
 import struct
 import sys
+import zlib
 
 MODES = (
     "ok",
@@ -55,6 +68,14 @@ MODES = (
     "models-empty",
     "models-other",
     "echo-key",
+    "usage-inflated",
+    "reset-mid",
+    "close-mid",
+    "truncated",
+    "gzip-error",
+    "gzip-stream",
+    "done-held",
+    "tool-calls",
 )
 
 
@@ -69,6 +90,12 @@ def _event(obj: object) -> bytes:
 def _delta(content: str | None, finish: str | None = None) -> dict:
     delta = {} if content is None else {"content": content}
     return {"id": "x", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _gzip(data: str | bytes) -> bytes:
+    raw = data.encode() if isinstance(data, str) else data
+    z = zlib.compressobj(wbits=31)  # the gzip container
+    return z.compress(raw) + z.flush()
 
 
 def _usage(prompt: int, completion: int) -> dict:
@@ -154,6 +181,14 @@ class Server:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
             return False
+        if self.mode == "gzip-error":
+            data = _gzip(json.dumps({"error": {"message": "engine overloaded", "code": 500}}))
+            writer.write(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
+            )
+            await writer.drain()
+            return True
         if self.mode == "http500-every-3" and self.completions % 3 == 0:
             # vLLM's ErrorResponse shape.
             err = {
@@ -163,12 +198,70 @@ class Server:
                 "code": 500,
             }
             return await self.respond(writer, "500 Internal Server Error", err)
+        if self.mode == "gzip-stream":
+            body = b"".join(_event(_delta("tok ")) for _ in range(max_tokens))
+            body += _event(_delta(None, "length")) + b"data: [DONE]\n\n"
+            data = _gzip(body)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
+            )
+            await writer.drain()
+            return True
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
+        if self.mode in ("usage-inflated", "reset-mid", "close-mid", "truncated", "tool-calls"):
+            return await self.odd_stream(writer)
         await self.stream(writer, max_tokens)
-        return True
+        return self.mode != "done-held"
+
+    async def odd_stream(self, writer: asyncio.StreamWriter) -> bool:
+        """The streams that end (or count) wrongly; False: the connection is done."""
+        mode = self.mode
+        if mode == "tool-calls":
+            # vLLM's shape (entrypoints/openai/serving_chat.py): the first delta names the
+            # function, the next ones carry pieces of its JSON arguments.
+            call = {"index": 0, "id": "call-0", "type": "function"}
+            deltas = [{**call, "function": {"name": "get_weather", "arguments": ""}}]
+            deltas += [
+                {"index": 0, "function": {"arguments": a}} for a in ('{"city": ', '"Paris"}')
+            ]
+            for d in deltas:
+                await asyncio.sleep(0.002)
+                obj = {"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [d]}}]}
+                writer.write(_chunk(_event(obj)))
+                await writer.drain()
+            tail = _event(_delta(None, "tool_calls")) + _event(_usage(8, 3)) + b"data: [DONE]\n\n"
+            writer.write(_chunk(tail) + b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        n, gap = (4, 0.3) if mode == "usage-inflated" else (3, 0.002)
+        for _ in range(n):
+            await asyncio.sleep(gap)
+            writer.write(_chunk(_event(_delta("tok "))))
+            await writer.drain()
+        if mode == "usage-inflated":
+            tail = _event(_delta(None, "length")) + _event(_usage(8, 1000)) + b"data: [DONE]\n\n"
+            writer.write(_chunk(tail) + b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        await asyncio.sleep(0.3)
+        if mode == "truncated":
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        if mode == "reset-mid":
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return False
+        writer.write(b"40\r\npartial")  # close-mid: a chunk announced, cut short
+        await writer.drain()
+        writer.close()
+        return False
 
     async def models(self, writer: asyncio.StreamWriter) -> bool:
         ids = {"models-empty": [], "models-other": ["other-model"]}.get(self.mode, ["m"])
@@ -246,6 +339,11 @@ class Server:
         if mode != "empty-choices":
             tail += _event(_delta(None, finish))
         tail += _event(_usage(8, claimed)) + b"data: [DONE]\n\n"
+        if mode == "done-held":
+            writer.write(_chunk(tail))  # and never the last chunk: the body is not ended
+            await writer.drain()
+            await asyncio.sleep(3600)
+            return
         writer.write(_chunk(tail) + b"0\r\n\r\n")
         await writer.drain()
 

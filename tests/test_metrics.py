@@ -77,13 +77,16 @@ def test_ttfot_nan_without_content() -> None:
     assert math.isnan(v["ttfot"][0])
 
 
-def test_tpot_uses_server_usage_and_nan_for_one_token() -> None:
-    # 3 chunks, but the server says 7 tokens: TPOT = (e2e - ttft) / 6.
-    many = rec(0, sent=0, chunks=[10, 40, 70], end=70, completion=7)
+def test_tpot_uses_server_usage_that_agrees_with_the_stream_and_nan_for_one_token() -> None:
+    # 3 chunks and the server says 5 tokens (within 2 of the stream): TPOT = (e2e - ttft) / 4.
+    many = rec(0, sent=0, chunks=[10, 40, 70], end=70, completion=5)
     one = rec(1, sent=0, chunks=[10], end=10, completion=1)
-    v = per_request(make_run([many, one]))
-    assert v["tpot"][0] == pytest.approx(60.0 / 6)
+    # 3 chunks and a claim of 7: usage disagrees, the 3 streamed tokens count.
+    claim = rec(2, sent=0, chunks=[10, 40, 70], end=70, completion=7)
+    v = per_request(make_run([many, one, claim]))
+    assert v["tpot"][0] == pytest.approx(60.0 / 4)
     assert math.isnan(v["tpot"][1])
+    assert v["tpot"][2] == pytest.approx(60.0 / 2)
 
 
 def test_itl_spread_over_multi_token_chunks() -> None:
@@ -95,13 +98,14 @@ def test_itl_spread_over_multi_token_chunks() -> None:
     assert per_request(make_run([r]))["itl"][0] == pytest.approx(38.0 / 4)
 
 
-def test_itl_inexact_counts_spread_extra_usage_tokens() -> None:
-    # 4 chunks counted as 1 token each, usage says 8: E = 4 extra, one more per chunk, so
-    # every gap is split in two.
+def test_itl_inexact_counts_spread_only_usage_that_agrees_with_the_stream() -> None:
+    # 4 chunks counted as 1 token each, usage says 8: it disagrees with the stream (by
+    # more than 2 tokens and 5 %), so nothing is spread and the gaps are the chunks' own.
     r = rec(sent=0, chunks=[10, 30, 50, 70], exact=False, completion=8)
     gaps = token_gaps(make_run([r]))
-    assert gaps.tolist() == pytest.approx([10.0] * 6)
-    # E = 2 over 4 chunks: shares floor((j+1)*2/4) - floor(j*2/4) = 0, 1, 0, 1.
+    assert gaps.tolist() == pytest.approx([20.0] * 3)
+    # Usage of 6 agrees (2 more than the chunks): E = 2 over 4 chunks, shares
+    # floor((j+1)*2/4) - floor(j*2/4) = 0, 1, 0, 1.
     r2 = rec(sent=0, chunks=[10, 30, 50, 70], exact=False, completion=6)
     assert token_gaps(make_run([r2])).tolist() == pytest.approx([10.0, 10.0, 20.0, 10.0, 10.0])
 
@@ -170,15 +174,15 @@ def test_unknown_metric() -> None:
 
 def test_throughput_over_measured_window() -> None:
     recs = [
-        rec(0, sent=0, chunks=[100, 200], end=250, completion=30, prompt=100),
-        rec(1, sent=500, chunks=[600], end=900, completion=10, prompt=50),
+        rec(0, sent=0, chunks=[100, 200], end=250, completion=4, prompt=100),
+        rec(1, sent=500, chunks=[600], end=900, completion=3, prompt=50),
         rec(2, sent=100, chunks=[], end=150, status=503, kind="http", prompt=None),
     ]
     run = make_run(recs, start=0, end=2000)  # 2 s window
     s = summarize(run)
     assert s.duration_s == pytest.approx(2.0)
-    assert s.output_tok_s == pytest.approx(40 / 2.0)
-    assert s.total_tok_s == pytest.approx((40 + 150) / 2.0)
+    assert s.output_tok_s == pytest.approx(7 / 2.0)
+    assert s.total_tok_s == pytest.approx((7 + 150) / 2.0)
     assert s.req_s == pytest.approx(2 / 2.0)
     assert (s.requests, s.completed, s.failed) == (3, 2, 1)
     assert s.failures == {"http": 1}

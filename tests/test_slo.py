@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -298,6 +299,28 @@ def test_an_invalid_run_is_inconclusive_not_an_slo_failure() -> None:
             helper(run, ttft_p99 < 500)
         assert not isinstance(info.value, AssertionError)
         assert str(info.value).startswith("inconclusive: the load generator, not the engine")
+
+
+def test_failed_requests_fail_the_engine_even_when_the_client_was_flagged() -> None:
+    # The failure gates are judged before the client's health: failed requests are the
+    # engine's answers, and no busy client turns them into an inconclusive level.
+    every = [rec(i, sent=0, chunks=(5.0,), end=300, kind="reset") for i in range(8)]
+    some = [steady(i, sent=0, ttft=50, gap=5, n=16) for i in range(8)] + every[:2]
+    for recs, problem in ((every, "every request failed (8 of 8)"), (some, "error rate 20.0%")):
+        run = make_run(recs, valid=False, reasons=("the client was slow",))
+        assert slo.failures_fail(run, 0.01)
+        with pytest.raises(SloViolation, match=re.escape(problem)) as info:
+            assert_slo(run, ttft_p99 < 500)
+        assert "reset 2" in str(info.value) or "reset 8" in str(info.value)
+        assert "the failed requests decide the verdict" in str(info.value)
+        assert evaluate(run, [ttft_p99 < 500], max_error_rate=0.01).failures_decide
+    # Within the allowed error rate the client's health still decides: inconclusive.
+    from pytest_llmslo.errors import Inconclusive
+
+    run = make_run(some, valid=False, reasons=("the client was slow",))
+    assert not slo.failures_fail(run, 0.5)
+    with pytest.raises(Inconclusive):
+        assert_slo(run, ttft_p99 < 500, max_error_rate=0.5)
 
 
 def test_tracebackhide() -> None:

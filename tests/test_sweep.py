@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -42,6 +42,7 @@ class _Verdict:
     attainment: float | None = None
     run_valid: bool = True
     results: tuple[Any, ...] = field(default_factory=tuple)
+    failures_decide: bool = False
 
 
 def dist(name: str, p50: float, p99: float, count: int = 500) -> Distribution:
@@ -127,8 +128,12 @@ def test_point_status() -> None:
     assert point_status(point(1, passed=True)) == "pass"
     assert point_status(point(1, passed=False)) == "fail"
     assert point_status(point(1, passed=None)) == "unchecked"
-    # An invalid client run is invalid whatever the verdict says.
+    # An invalid client run is invalid whatever the verdict says...
     assert point_status(point(1, passed=True, valid=False)) == "invalid"
+    # ... unless its failed requests alone fail it: they are the engine's.
+    p = point(1, passed=False, valid=False)
+    failed = replace(p, verdict=_Verdict(passed=False, failures_decide=True))
+    assert point_status(failed) == "fail"
 
 
 def test_summary_stat_handles_missing_and_empty() -> None:

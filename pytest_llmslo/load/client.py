@@ -55,6 +55,11 @@ _OWN_HEADERS = ("content-type", "content-length", "host", "accept-encoding", "au
 
 # Bytes of an error body kept for the record's message; the rest is read and dropped.
 MAX_ERROR_BODY = 64 * 1024
+# The end of a 2xx stream's last event when it is ``data: [DONE]``: the stream is over.
+DONE_TAILS = (b"[DONE]\n\n", b"[DONE]\r\n\r\n")
+# How long, after a stream's [DONE], the httpx transport waits for the end of the HTTP body
+# (so that the connection can be reused) before it closes the response.
+_DONE_GRACE_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,11 +400,12 @@ def build_record(
 class _Watch:
     """A request in flight on the httpx transport, as its deadline sweeper sees it."""
 
-    __slots__ = ("expired", "last_ns", "raw")
+    __slots__ = ("done_ns", "expired", "last_ns", "raw")
 
     def __init__(self, raw: RawExchange) -> None:
         self.raw = raw
         self.last_ns = 0
+        self.done_ns = 0  # the read that brought the stream's [DONE]
         self.expired: str | None = None
 
 
@@ -484,7 +490,10 @@ class HttpxTransport:
             raw.kind, raw.error = "timeout", watch.expired
         finally:
             self._watch.pop(inner, None)
-        raw.end_ns = raw.times[-1] if raw.times and raw.kind is None else perf_counter_ns()
+        # A stream ends at its [DONE]; without one, when its body ended; a failure, when
+        # it was detected (never at its last data: the wait for the failure would read as
+        # the client's turnaround).
+        raw.end_ns = watch.done_ns if raw.kind is None and watch.done_ns else perf_counter_ns()
 
     async def _stream(
         self, body: bytes, raw: RawExchange, watch: _Watch, headers: Mapping[str, str]
@@ -502,12 +511,21 @@ class HttpxTransport:
             ) as resp:
                 raw.status = resp.status_code
                 if 200 <= resp.status_code < 300:
-                    async for data in resp.aiter_raw():
+                    chunks = resp.aiter_raw()
+                    async for data in chunks:
                         ts = pc()
                         times.append(ts)
                         pieces.append(data)
                         if data[:1] != b":":
                             watch.last_ns = ts
+                            if data.endswith(DONE_TAILS):
+                                watch.done_ns = ts
+                                break
+                    if watch.done_ns:
+                        # The stream is over; its body's end keeps the connection for reuse,
+                        # unless the server holds the body open after [DONE].
+                        with contextlib.suppress(TimeoutError, httpx.HTTPError, OSError):
+                            await asyncio.wait_for(_drain(chunks), _DONE_GRACE_S)
                 else:
                     size = 0
                     async for data in resp.aiter_raw():
@@ -534,6 +552,12 @@ class HttpxTransport:
                 await self._sweeper
         for c in self._clients:
             await c.aclose()
+
+
+async def _drain(chunks: Any) -> None:
+    """Read what is left of a body (after [DONE]: normally only its end)."""
+    async for _ in chunks:
+        pass
 
 
 def _exc_text(exc: BaseException) -> str:

@@ -66,10 +66,12 @@ class Deadlines:
                 )
             return None
         if now_ns - last_data_ns > self.idle_ns:
-            streamed = (last_data_ns - sent_ns) / _NS
+            # No time into the response here: one text for every request that stalled the
+            # same way keeps them one line of the report ("after 0.0 s of response" also
+            # read as if nothing had streamed); the transport adds the chunks that came.
             return (
-                f"stream stalled: no data for {self.idle_ns / _NS:g} s after {streamed:.1f} s "
-                "of response (idle timeout, --idle-timeout; SSE comments and keep-alives do "
-                "not count as data)"
+                f"stream stalled: no data for {self.idle_ns / _NS:g} s since its last data "
+                "(idle timeout, --idle-timeout; SSE comments and keep-alives do not count as "
+                "data)"
             )
         return None

@@ -24,7 +24,14 @@ Each worker measures, during the run:
   reason says when the longest stall was, for how long, and how many tokens it touched;
 - a process's CPU is above ``max_cpu_util`` (no slack left);
 - with read stamps only: the loop lag P99 is above its threshold (every read was dated
-  that late).
+  that late);
+- the load applied fell short of the load asked (``applied_load``), whatever the cause: a
+  closed loop's time-averaged requests in flight over its measured window, or an open
+  loop's achieved arrival rate, below ``min_load_share`` (90 %) of what the level asked.
+  The lag rules above see a client that was late by more than a threshold; this one sees
+  the sum of many small delays (a client descheduled a few milliseconds at every turn, by
+  other work on the machine), which leaves every lag under its threshold while the engine
+  gets a lighter load than asked, and a level that fails at the asked load can pass.
 
 Which stamps a stall can move depends on where they come from (``stamped.py``). A chunk
 stamped when the process *read* it is late by the whole stall, so every chunk read in a
@@ -46,7 +53,14 @@ import numpy as np
 
 from ..records import ClientHealth, RequestRecord
 
-__all__ = ["HealthThresholds", "WorkerMeasures", "assess", "stalled_tokens"]
+__all__ = [
+    "AppliedLoad",
+    "HealthThresholds",
+    "WorkerMeasures",
+    "applied_load",
+    "assess",
+    "stalled_tokens",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +76,9 @@ class HealthThresholds:
       so chunk timestamps, ran that late; a single wake later than it is a stall window;
     - tokens a stall may have moved (``stalled_tokens``) above ``max_stalled_tokens`` of
       all tokens;
-    - CPU above ``max_cpu_util`` of a core in any client process: the loop had no slack.
+    - CPU above ``max_cpu_util`` of a core in any client process: the loop had no slack;
+    - the load applied below ``min_load_share`` of the load asked (``applied_load``): the
+      engine saw a lighter load than the level names (0 turns the check off).
     """
 
     max_schedule_lag_p99_ms: float = 10.0
@@ -70,6 +86,7 @@ class HealthThresholds:
     max_cpu_util: float = 0.9
     max_stalled_tokens: float = 0.001
     max_idle_share: float = 0.01
+    min_load_share: float = 0.9
 
     def to_dict(self) -> dict[str, float]:
         return {
@@ -78,6 +95,7 @@ class HealthThresholds:
             "max_cpu_util": self.max_cpu_util,
             "max_stalled_tokens": self.max_stalled_tokens,
             "max_idle_share": self.max_idle_share,
+            "min_load_share": self.min_load_share,
         }
 
 
@@ -93,6 +111,9 @@ class WorkerMeasures(Protocol):
     t0_ns: int
     kernel_stamps: bool
     closed: bool
+    slots: int
+    multi_turn: bool
+    side_flight: list[tuple[int, int]]
 
 
 def stalled_tokens(
@@ -119,6 +140,89 @@ def stalled_tokens(
     for start, end in stalls:
         total += int(np.searchsorted(flat, end, "right") - np.searchsorted(flat, start, "right"))
     return total
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedLoad:
+    """The load the client applied against the load asked. ``kind`` is ``in_flight`` (a
+    closed loop: time-averaged requests in flight) or ``arrival_rate`` (an open loop:
+    requests per second); ``judged`` is False where the level asks for no such figure
+    (a closed loop of conversations, whose slots think between turns by design)."""
+
+    kind: str
+    asked: float
+    achieved: float
+    judged: bool = True
+
+    @property
+    def share(self) -> float:
+        return self.achieved / self.asked if self.asked > 0 else 1.0
+
+
+def _overlap_ns(sent: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
+    return int(np.clip(np.minimum(end, hi) - np.maximum(sent, lo), 0, None).sum())
+
+
+def applied_load(results: Sequence[WorkerMeasures]) -> AppliedLoad | None:
+    """What the engine got, from the client's send and end times (None: too little to say).
+
+    Closed loop, per worker: over its measured window (its first measured send to its last
+    measured end) the time-averaged number of its requests in flight, warm-up and
+    cool-down requests included (they are load too: the cool-down keeps every slot busy to
+    the last measured end), against its slots; the level's figure is the sum over workers.
+    A slot's time between a response's end and its next send (the client's turnaround)
+    is what it lacks, except after a failed request: a request that failed at once leaves
+    its slot a turnaround that is a large share of the time, and that share is the
+    engine's doing, not the client's (such a gap is counted as in flight). With read
+    stamps a response's end is when the client read it, so a client slow to read shows
+    more in flight than the engine had (the loop-lag rule covers that case).
+
+    Open loop: the measured requests' arrival rate, (n − 1) over the span of their sends,
+    against the rate their schedule asked, (n − 1) over the span of their scheduled times
+    (a cap's waits move the scheduled times: they are the cap's, not the client's)."""
+    closed = [r for r in results if r.closed]
+    if closed:
+        asked = achieved = 0.0
+        for r in closed:
+            if not r.records or r.slots < 1:
+                continue
+            sent = np.fromiter((x.sent_ns for x in r.records), np.int64, len(r.records))
+            end = np.fromiter((x.end_ns for x in r.records), np.int64, len(r.records))
+            lo, hi = int(sent.min()), int(end.max())
+            if hi <= lo:
+                continue
+            busy = _overlap_ns(sent, end, lo, hi)
+            failed_ends = {x.end_ns for x in r.records if not x.ok}
+            if failed_ends:
+                # A slot's next request is due at its previous one's end: that one failed.
+                after = [x for x in r.records if x.scheduled_ns in failed_ends]
+                if after:
+                    busy += _overlap_ns(
+                        np.fromiter((x.scheduled_ns for x in after), np.int64, len(after)),
+                        np.fromiter((x.sent_ns for x in after), np.int64, len(after)),
+                        lo,
+                        hi,
+                    )
+            if r.side_flight:
+                side = np.asarray(r.side_flight, dtype=np.int64)
+                busy += _overlap_ns(side[:, 0], side[:, 1], lo, hi)
+            asked += r.slots
+            achieved += busy / (hi - lo)
+        if asked <= 0:
+            return None
+        judged = not any(r.multi_turn for r in closed)
+        return AppliedLoad("in_flight", asked, achieved, judged)
+    recs = [x for r in results for x in r.records]
+    if len(recs) < 3:
+        return None
+    sent = np.fromiter((x.sent_ns for x in recs), np.int64, len(recs))
+    sched = np.fromiter((x.scheduled_ns for x in recs), np.int64, len(recs))
+    sent_span = int(sent.max() - sent.min())
+    sched_span = int(sched.max() - sched.min())
+    if sent_span <= 0 or sched_span <= 0:
+        return None
+    n = len(recs) - 1
+    return AppliedLoad("arrival_rate", n / sched_span * 1e9, n / sent_span * 1e9)
 
 
 def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) -> ClientHealth:
@@ -181,6 +285,22 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
             )
             + f", so their times are the client's, not the engine's ({cause})"
         )
+    load = applied_load(results)
+    if load is not None and load.judged and load.share < th.min_load_share:
+        if load.kind == "in_flight":
+            did = (
+                f"the closed loop kept {load.achieved:.1f} requests in flight on average over "
+                f"its measured window, {load.share:.0%} of the {load.asked:g} asked"
+            )
+        else:
+            did = (
+                f"the open loop sent {load.achieved:.3g} requests/s where its schedule asked "
+                f"{load.asked:.3g} ({load.share:.0%})"
+            )
+        reasons.append(
+            f"{did} (< {th.min_load_share:.0%}, --client-min-load): the engine got a lighter "
+            f"load than asked, the client was slow to send ({cause})"
+        )
     if util > th.max_cpu_util:
         reasons.append(
             f"client CPU {util:.0%} of a core > {th.max_cpu_util:.0%} in one process: the "
@@ -202,4 +322,7 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
         stalled_share=share,
         receive_stamps="kernel" if kernel else "read",
         idle_share=idle,
+        load_kind="" if load is None else load.kind,
+        load_asked=0.0 if load is None else load.asked,
+        load_achieved=0.0 if load is None else load.achieved,
     )

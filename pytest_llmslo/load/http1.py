@@ -20,7 +20,10 @@ transfer framing, append ``(time, bytes)``. No per-chunk future, task, timer or 
   sweeper task rather than a timer per read. A read whose payload starts with ``:`` (an
   SSE comment, a keep-alive) is not data for them.
 - Failures become ``RawExchange.kind``: ``connect``, ``timeout``, ``reset`` (connection
-  reset, or closed before the HTTP body was complete), ``malformed`` (not HTTP).
+  reset, or closed before the HTTP body was complete), ``malformed`` (not HTTP). A failed
+  exchange ends when the failure was detected (the deadline passed, the reset arrived),
+  as with httpx: dated at its last data instead, the wait for the failure would count as
+  the client's turnaround in a closed loop and blame the client for the server's stall.
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ from ..tls import certificate_hint
 from .client import MAX_ERROR_BODY, ClientSettings, RawExchange, request_headers
 
 _MAX_HEAD = 64 * 1024
+# A 2xx body whose last event is ``data: [DONE]``: the stream is over (as a client library
+# stops there), whether or not the server ends the HTTP body after it.
+_DONE_TAILS = (b"[DONE]\n\n", b"[DONE]\r\n\r\n")
+_DONE_FRAMES = tuple(t + b"\r\n" for t in _DONE_TAILS)  # ... as one whole chunk of a read
+# How long a connection whose stream ended with [DONE] waits for the end of its body (the
+# last chunk) before it is closed instead of reused.
+_DRAIN_S = 1.0
 
 _IDLE, _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE = 0, 1, 2, 3, 4
 
@@ -66,6 +76,9 @@ class _Conn(asyncio.Protocol):
         self.last_ns = 0  # the latest byte
         self.data_ns = 0  # the latest body read that was not an SSE comment (0: none yet)
         self.fast = False  # in a 2xx chunked body between chunks: the one-chunk fast path
+        self.done_ns = 0  # the read that brought a 2xx stream's [DONE] (0: not yet)
+        self.owner: FastTransport | None = None
+        self.drain: asyncio.TimerHandle | None = None  # set while waiting for the body's end
 
     # -- asyncio callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -96,15 +109,25 @@ class _Conn(asyncio.Protocol):
                             ex.pieces.append(data[i + 2 : end])
                             if data[i + 2 : i + 3] != b":":
                                 self.data_ns = ts
+                                if data.endswith(_DONE_FRAMES):
+                                    self.done_ns = ts
+                                    self._stream_over()
                             return
             self._chunked(data, ts)
+            if self.done_ns and self.state == _CHUNKED:
+                self._stream_over()
         elif self.state == _HEAD:
             self.got_bytes = True
             self._head(data, ts)
+            if self.done_ns and self.state == _CHUNKED:
+                self._stream_over()
         elif self.state == _LENGTH:
             self._length(data, ts)
         elif self.state == _UNTIL_CLOSE:
             self._piece(data, ts)
+            if self.done_ns:
+                self.keep = False
+                self._finish(ts)  # over at [DONE]: the close would add nothing
         else:
             # Bytes while no request is in flight: the connection is out of step.
             self.keep = False
@@ -116,17 +139,22 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._drained()
         if self.fut is None or self.fut.done():
             return
         ex = self.ex
         if self.state == _UNTIL_CLOSE and exc is None:
-            self._finish(self.last_ns or perf_counter_ns())
+            # The close ends the body: that is when the response was known to be over.
+            self._finish(perf_counter_ns())
             return
         if self.reused and not self.got_bytes:
             self.fut.set_exception(_Stale())
             return
         if ex is not None and ex.kind is None:
             ex.kind = "reset"
+            # A failure ends when it was detected, not at the last data before it: the
+            # gap would otherwise count as the client's turnaround (health.py).
+            ex.end_ns = perf_counter_ns()
             if exc is None:
                 ex.error = "connection closed before the response was complete"
             else:
@@ -140,6 +168,8 @@ class _Conn(asyncio.Protocol):
             return
         if data[:1] != b":":
             self.data_ns = ts
+            if data.endswith(_DONE_TAILS) and 200 <= ex.status < 300:
+                self.done_ns = ts
         if ex.status and not 200 <= ex.status < 300:
             # Error bodies: keep an excerpt, not megabytes.
             if self.error_size >= MAX_ERROR_BODY:
@@ -285,16 +315,53 @@ class _Conn(asyncio.Protocol):
     def _finish(self, ts: int) -> None:
         self.fast = False
         if self.ex is not None:
-            self.ex.end_ns = ts
+            self.ex.end_ns = self.done_ns or ts
         self.state = _IDLE
         if not self.keep and self.transport is not None:
             self.transport.close()
         self._done()
+        if self.drain is not None:
+            # The body's end came after its [DONE]: the connection can serve again.
+            self._drained()
+            owner = self.owner
+            if self.keep and not self.closed and owner is not None and not owner._closed:
+                owner._idle.append(self)
+
+    def _stream_over(self) -> None:
+        """A 2xx stream's ``[DONE]`` arrived before the end of its HTTP body: the exchange
+        ends now, dated at the ``[DONE]``, and the connection waits (up to ``_DRAIN_S``,
+        off the request's clock) for the body's last chunk to be reused, or is closed. A
+        server that never ends the body thus costs a connection, not a stalled request."""
+        if self.fut is None or self.ex is None:
+            return
+        self.ex.end_ns = self.done_ns
+        self.ex = None  # nothing after [DONE] belongs to the exchange
+        self.fast = False
+        owner = self.owner
+        if owner is not None:
+            owner._draining.add(self)
+        self.drain = self.fut.get_loop().call_later(_DRAIN_S, self._drain_over)
+        self._done()
+
+    def _drain_over(self) -> None:
+        self.drain = None
+        self._drained()
+        self.keep = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def _drained(self) -> None:
+        if self.drain is not None:
+            self.drain.cancel()
+            self.drain = None
+        if self.owner is not None:
+            self.owner._draining.discard(self)
 
     def _fail(self, kind: Literal["malformed", "timeout", "reset"], error: str) -> None:
         ex = self.ex
         if ex is not None and ex.kind is None:
             ex.kind, ex.error = kind, error
+            ex.end_ns = perf_counter_ns()  # detected now (a deadline, a bad byte)
         self.keep = False
         self.state = _IDLE
         self.fast = False
@@ -317,6 +384,7 @@ class _Conn(asyncio.Protocol):
         self.error_size = 0
         self.last_ns = perf_counter_ns()
         self.data_ns = 0
+        self.done_ns = 0
         if self.transport is not None:
             self.transport.write(request)
 
@@ -344,21 +412,23 @@ class FastTransport:
         self.kernel_stamps = not tls and stamped.AVAILABLE and settings.receive_stamps != "read"
         self._idle: list[_Conn] = []
         self._active: set[_Conn] = set()
+        self._draining: set[_Conn] = set()  # streams over at [DONE], bodies not yet ended
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
     async def _connect(self) -> _Conn:
         if self.kernel_stamps:
-            conn = await asyncio.wait_for(
+            conn: _Conn = await asyncio.wait_for(  # type: ignore[assignment]
                 stamped.open_stamped(self._host, self._port, _Conn), self._connect_timeout
             )
-            return conn  # type: ignore[return-value]
-        loop = asyncio.get_running_loop()
-        _, proto = await asyncio.wait_for(
-            loop.create_connection(_Conn, self._host, self._port, ssl=self._ssl),
-            self._connect_timeout,
-        )
-        return proto
+        else:
+            loop = asyncio.get_running_loop()
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(_Conn, self._host, self._port, ssl=self._ssl),
+                self._connect_timeout,
+            )
+        conn.owner = self
+        return conn
 
     def _ensure_sweeper(self) -> None:
         if self._sweeper is None or self._sweeper.done():
@@ -388,6 +458,12 @@ class FastTransport:
             head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1")
         request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
         self._ensure_sweeper()
+        if self._draining and not self._idle:
+            # A stream just ended at its [DONE]; the end of its body is usually in the
+            # socket already: one turn of the loop reads it and frees the connection,
+            # instead of opening a new one. Before the send time: not the server's time.
+            await asyncio.sleep(0)
+            raw.sent_ns = perf_counter_ns()
         for attempt in (0, 1):
             conn: _Conn | None = None
             while self._idle and attempt == 0:
@@ -443,7 +519,8 @@ class FastTransport:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._sweeper
-        for conn in self._idle + list(self._active):
+        for conn in self._idle + list(self._active) + list(self._draining):
+            conn._drained()
             if conn.transport is not None:
                 conn.transport.close()
         self._idle.clear()

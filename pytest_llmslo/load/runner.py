@@ -181,6 +181,11 @@ class _WorkerResult:
     sessions_finished: int = 0  # conversations whose every turn completed
     kernel_stamps: bool = False  # the transport dated reads by the kernel's arrival stamp
     closed: bool = False
+    slots: int = 0  # a closed loop's requests in flight asked of this worker
+    multi_turn: bool = False
+    # (sent, end) of the requests in flight that are not measured (warm-up, cool-down):
+    # the load the engine saw includes them (health.applied_load).
+    side_flight: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Counter:
@@ -324,7 +329,13 @@ async def _drive(
     milliseconds to set up, which would otherwise delay the first requests past their
     scheduled time. ``ship`` takes each finished exchange instead of the local backlog
     (a worker process hands them, undecoded, to the parent)."""
-    res = _WorkerResult(plan.worker, t0_ns=t0_ns, closed=plan.closed)
+    res = _WorkerResult(
+        plan.worker,
+        t0_ns=t0_ns,
+        closed=plan.closed,
+        slots=plan.slots,
+        multi_turn=plan.jobs.workload.multi_turn,
+    )
     res.kernel_stamps = transport.kernel_stamps
     loop = asyncio.get_running_loop()
     ticker = loop.create_task(_loop_ticker(res.loop_lag_ns, res.stalls, plan.stall_ns))
@@ -372,11 +383,14 @@ async def _drive(
         try:
             await transport.send(job.body, raw, headers)
         except asyncio.CancelledError:
+            if job.warmup and raw.sent_ns:
+                res.side_flight.append((raw.sent_ns, perf_counter_ns()))
             cut(job, scheduled, raw)
             raise
         if job.warmup:
             counter.warm_done += 1
             res.warmup_done += 1
+            res.side_flight.append((raw.sent_ns, raw.end_ns or perf_counter_ns()))
             return raw
         counter.done += 1
         if raw.kind is not None or not 200 <= raw.status < 300:
@@ -517,7 +531,8 @@ async def _drive(
                     end = bound.drain_end_ns()
                     if end is not None and perf_counter_ns() >= end:
                         return
-                    f = asyncio.ensure_future(transport.send(source.spare().body, RawExchange()))
+                    spare = RawExchange()
+                    f = asyncio.ensure_future(transport.send(source.spare().body, spare))
                     cooling.add(f)
                     res.cooldown_sent += 1
                     try:
@@ -528,6 +543,9 @@ async def _drive(
                         raise  # this slot itself was cancelled
                     finally:
                         cooling.discard(f)
+                        if spare.sent_ns:
+                            end = spare.end_ns or perf_counter_ns()
+                            res.side_flight.append((spare.sent_ns, end))
 
             measuring = [0]
             tasks = {asyncio.ensure_future(slot()) for _ in range(max(plan.slots, 1))}

@@ -10,8 +10,12 @@ an event's time is the arrival of the piece that completed it. ``decode_stream``
 events into the fields of a ``RequestRecord``:
 
 - a chunk counts as output when it carries content, reasoning (``reasoning_content`` or
-  ``reasoning``), completion text or token ids; role-only, empty and usage-only chunks
-  do not;
+  ``reasoning``), completion text, token ids or a tool call (a non-empty
+  ``delta.tool_calls``, vLLM's ``DeltaToolCall`` list in
+  ``vllm/entrypoints/openai/protocol.py``, whose first delta names the function and the
+  next ones carry pieces of its JSON arguments; or the legacy ``delta.function_call``).
+  A tool call is the answer, not reasoning: it counts as content too (TTFOT). Role-only,
+  empty and usage-only chunks do not count;
 - ``usage`` is taken from whichever chunk carries it (the final usage chunk, or the finish
   chunk); with per-chunk cumulative usage (vLLM ``continuous_usage_stats``) or token id
   lists the tokens of each chunk are exact;
@@ -22,13 +26,19 @@ events into the fields of a ``RequestRecord``:
 - an ``event: error``, an ``{"error": ...}`` object or a bare error object
   (``{"object": "error", "message": ..., "type": ..., "code": ...}``, vLLM's
   ``ErrorResponse``) is a ``stream_error``, even when ``[DONE]`` follows it; a chunk that is
-  not JSON, or JSON of the wrong shape, is ``malformed``.
+  not JSON, or JSON of the wrong shape, is ``malformed``;
+- a body that is gzip-compressed (the client asks for ``Accept-Encoding: identity``; a
+  server or proxy that compresses anyway) is never shown as bytes: an error body is
+  decompressed (up to the error budget) and read as any other, a 2xx stream is
+  ``malformed`` with "gzip-compressed body (N bytes)": its chunks cannot be timed.
+  Other bytes that are not text are "binary body (N bytes)".
 """
 
 from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +47,8 @@ from ..records import FailureKind
 
 _DONE = b"[DONE]"
 _MAX_ERROR_CHARS = 500
+_GZIP = b"\x1f\x8b"
+_MAX_INFLATED = 64 * 1024  # of a compressed error body, the part decompressed
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +151,22 @@ def _event_fields(event: bytes) -> tuple[bytes | None, bytes | None, bool]:
 
 def _excerpt(text: bytes | str, limit: int = _MAX_ERROR_CHARS) -> str:
     if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.start < len(text) - 3:  # not just a character cut at the end
+                return f"binary body ({len(text)} bytes)"
+            text = text.decode("utf-8", "replace")
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _inflate(body: bytes) -> bytes | None:
+    """The start of a gzip body, decompressed (None: it does not decompress)."""
+    try:
+        return zlib.decompressobj(wbits=31).decompress(body, _MAX_INFLATED)
+    except zlib.error:
+        return None
 
 
 def _is_error(obj: dict[str, Any]) -> bool:
@@ -202,6 +227,12 @@ def _chunk_output(obj: dict[str, Any]) -> tuple[bool, bool, int | None] | None:
         content = ch.get("text")
     n_ids = len(ids) if isinstance(ids, list) else None
     has_content = isinstance(content, str) and content != ""
+    if not has_content and isinstance(delta, dict):
+        # A tool call streams as deltas of its name and arguments, with no content.
+        tools = delta.get("tool_calls")
+        has_content = (isinstance(tools, list) and bool(tools)) or bool(
+            isinstance(delta.get("function_call"), dict) and delta["function_call"]
+        )
     has_reasoning = isinstance(reasoning, str) and reasoning != ""
     return has_content or has_reasoning or bool(n_ids), has_content, n_ids
 
@@ -377,6 +408,13 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
 def parse_body(times: Sequence[int], pieces: Sequence[bytes]) -> StreamResult:
     """Split and decode a complete 2xx streaming body. A final event without its blank
     line is still read (some servers omit it after ``[DONE]``)."""
+    if pieces and pieces[0][:2] == _GZIP:
+        size = sum(len(p) for p in pieces)
+        return StreamResult(
+            error_kind="malformed",
+            error=f"gzip-compressed body ({size} bytes) although the request asked for "
+            "Accept-Encoding: identity: a compressed stream's chunks cannot be timed",
+        )
     ev_times, events, rest = split_events(times, pieces)
     if rest.strip():
         ev_times.append(times[-1])
@@ -389,6 +427,11 @@ def error_excerpt(pieces: Sequence[bytes], status: int | None = None) -> str:
     body = b"".join(pieces)
     if not body:
         return ""
+    if body[:2] == _GZIP:
+        inflated = _inflate(body)
+        if inflated is None:
+            return f"gzip body ({len(body)} bytes, not decompressible)"
+        body = inflated
     try:
         obj = json.loads(body)
     except ValueError:

@@ -106,8 +106,10 @@ def testcase_properties(
     ``goodput_tok_s``, ``goodput_req_s``, ``attainment``, ``valid``, ``invalid_reasons``,
     the most frequent error messages (``errors.<n>.{kind,count,message}``), the client's
     health (``client.{schedule_lag_p99_ms,schedule_lag_max_ms,loop_lag_p99_ms,
-    loop_lag_max_ms,cpu_util,processes,idle_share,stalled_share,receive_stamps}``),
-    ``short_outputs``, ``level_timeout``,
+    loop_lag_max_ms,cpu_util,processes,idle_share,stalled_share,receive_stamps,load_kind,
+    load_asked,load_achieved,load_share}``: the load applied against the load asked),
+    ``short_outputs``, ``usage_mismatches`` (completed requests whose usage disagreed with
+    their stream), ``level_timeout``,
     the traffic (``traffic.{offered_req_s,sent_req_s,cap_delayed,cap_wait_max_ms}``,
     multi-turn ``turn.<k>.{ttft_p50_ms,ttft_p99_ms}`` and
     ``sessions.{started,completed,duration_p50_s,duration_p99_s}``),
@@ -192,8 +194,12 @@ def testcase_properties(
             "receive_stamps",
         ):
             add(property_name("client", name), getattr(health, name))
+        if health.load_kind:
+            for name in ("load_kind", "load_asked", "load_achieved", "load_share"):
+                add(property_name("client", name), getattr(health, name))
     if summary.output_pinned:
         add(property_name("short_outputs"), summary.short_outputs)
+    add(property_name("usage_mismatches"), summary.usage_mismatches)
     add(property_name("level_timeout"), summary.level_timeout)
 
     status = run_status(summary, verdict)

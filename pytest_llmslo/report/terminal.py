@@ -4,7 +4,8 @@ The plugin writes them with ``terminalreporter.write_line`` (titles with ``write
 nothing here prints. Layout, for 100 columns:
 
 - ``render_sweep``: per engine and test, the sweep table (load, TTFT P50/P99, ITL P50, TPOT
-  P50, output and goodput tok/s, attainment, verdict) with the knee row marked ``*`` and
+  P50 over every request, a failed one as ∞ as the gates count it; output and goodput
+  tok/s, attainment, verdict) with the knee row marked ``*`` and
   invalid client runs marked ``!``, then a line with the knee level and the goodput there,
   and, for a test that searched its capacity, the capacity with its bracket and probes;
 - ``render_pareto``: across engines, per test, the Pareto frontier of throughput vs TTFT
@@ -372,18 +373,30 @@ def signal_cells(p: SweepPoint) -> list[str]:
     ]
 
 
+def _latency(s: Any, metric: str, q: float) -> str:
+    """A latency cell: over every request, failed ones as +∞, as the gates compare them
+    (``RunSummary.with_failures``), so a P99 that failed on the failures reads ∞, not the
+    survivors' figure; without failures the distribution's."""
+    gated = (s.with_failures or {}).get(metric)
+    if gated is not None and float(q) in gated:
+        v = gated[float(q)]
+        return "∞" if v == float("inf") else fmt_ms(v)
+    return fmt_ms(summary_stat(s, metric, q))
+
+
 def sweep_row_cells(p: SweepPoint) -> list[str]:
-    """The sweep table's cells for one point (the Markdown report's table has the same)."""
+    """The sweep table's cells for one point (the Markdown report's table has the same).
+    Latencies are over every request, a failed one counted as +∞, as the gates take them."""
     s = p.summary
-    tpot = summary_stat(s, "tpot", 50)
-    if tpot is None:
-        tpot = summary_stat(s, "tpot", "mean")
+    tpot = _latency(s, "tpot", 50)
+    if tpot == "-":
+        tpot = fmt_ms(summary_stat(s, "tpot", "mean"))
     return [
         p.level.label,
-        fmt_ms(summary_stat(s, "ttft", 50)),
-        fmt_ms(summary_stat(s, "ttft", 99)),
-        fmt_ms(summary_stat(s, "itl", 50)),
-        fmt_ms(tpot),
+        _latency(s, "ttft", 50),
+        _latency(s, "ttft", 99),
+        _latency(s, "itl", 50),
+        tpot,
         fmt_tok(s.output_tok_s),
         fmt_tok(point_goodput(p)),
         fmt_pct(point_attainment(p)),

@@ -50,6 +50,16 @@ def test_deadline_rules() -> None:
     assert 0.005 <= d.sweep_interval_s <= 0.125
 
 
+def test_a_stall_is_named_by_its_silence_since_the_last_data() -> None:
+    # "after 0.0 s of response" read as if nothing had streamed, for a stream whose data
+    # had all come within 50 ms.
+    d = Deadlines.of(1.0, 2.0, 0.5, 10.0)
+    s = 1_000_000_000
+    why = d.expired(s + s, s, s + 35_000_000) or ""
+    assert why.startswith("stream stalled: no data for 0.5 s since its last data (idle timeout")
+    assert "0.0 s" not in why
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("mode", ["ping-forever", "stall"])
 async def test_a_stalled_stream_ends_as_a_timeout_naming_the_stall(

@@ -319,3 +319,119 @@ async def test_https_with_verification_off(transport: str, tls_context: object) 
         bad = await one_request(url, transport)  # self-signed: refused when verifying
     assert ok.ok and len(ok.chunk_ns) == 1
     assert not bad.ok and bad.error_kind in ("connect", "reset")
+
+
+# -- when a request ended --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("how", ["reset", "idle"])
+async def test_a_failure_ends_when_it_was_detected_not_at_its_last_data(
+    transport: str, how: str
+) -> None:
+    # Dated at its last data, the 300 ms until the reset (or the idle deadline) read as
+    # the client's turnaround in a closed loop, and blamed the client for the server.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a")))
+        await writer.drain()
+        await asyncio.sleep(0.3 if how == "reset" else 5)
+        reset(writer)
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport, idle_timeout_s=0.3 if how == "idle" else 10)
+    assert rec.error_kind == ("reset" if how == "reset" else "timeout"), rec.error
+    assert rec.end_ns - rec.chunk_ns[-1] >= 250_000_000, (rec.end_ns - rec.chunk_ns[-1]) / 1e6
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_truncated_body_ends_when_the_body_ended(transport: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a")))
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.write(b"0\r\n\r\n")  # the body ends without a finish or [DONE]
+        await writer.drain()
+
+    async with scripted_server(handler) as url:
+        rec = await one_request(url, transport)
+    assert rec.error_kind == "truncated"
+    assert rec.end_ns - rec.chunk_ns[-1] >= 250_000_000
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_stream_is_over_at_its_done_even_when_the_body_is_held_open(
+    transport: str,
+) -> None:
+    # The server sends [DONE] and never ends the HTTP body: the request used to wait for
+    # the idle deadline and fail as "stream stalled: ... after 0.0 s of response".
+    conns = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal conns
+        conns += 1
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(ev("a") + ev(finish="stop")))
+        await writer.drain()
+        writer.write(chunk(DONE))
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    async with scripted_server(handler) as url:
+        settings = ClientSettings(url, "m", transport=transport, idle_timeout_s=20)  # type: ignore[arg-type]
+        t = make_transport(settings, 1)
+        recs = []
+        try:
+            for _ in range(2):
+                raw = RawExchange()
+                await asyncio.wait_for(t.send(request_body(settings, "x", 2), raw), 10)
+                recs.append(build_record(0, raw.sent_ns, raw))
+        finally:
+            await t.aclose()
+    assert all(r.ok for r in recs), [r.error for r in recs]
+    # Dated at the [DONE], which came with the last data.
+    assert all(r.end_ns - r.chunk_ns[-1] < 1_000_000_000 for r in recs)
+    assert conns == 2  # the held connection is not reused
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_body_that_ends_after_its_done_keeps_its_connection(transport: str) -> None:
+    conns = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal conns
+        conns += 1
+        while True:
+            await read_request(reader)
+            writer.write(SSE_HEAD + chunk(ev("a") + ev(finish="stop")) + chunk(DONE))
+            await writer.drain()
+            await asyncio.sleep(0.01)  # the last chunk in a write of its own, a little later
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    async with scripted_server(handler) as url:
+        settings = ClientSettings(url, "m", transport=transport)  # type: ignore[arg-type]
+        t = make_transport(settings, 1)
+        recs = []
+        try:
+            for _ in range(3):
+                raw = RawExchange()
+                await t.send(request_body(settings, "x", 2), raw)
+                recs.append(build_record(0, raw.sent_ns, raw))
+                await asyncio.sleep(0.05)
+        finally:
+            await t.aclose()
+    assert all(r.ok for r in recs), [r.error for r in recs]
+    assert conns == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_gzip_bodies_and_tool_call_streams_from_a_server(misbehaving, transport: str) -> None:
+    err = await one_request(misbehaving("gzip-error"), transport)
+    assert err.error == "HTTP 500: engine overloaded", err.error
+    stream = await one_request(misbehaving("gzip-stream"), transport)
+    assert stream.error_kind == "malformed" and "gzip-compressed body" in (stream.error or "")
+    tools = await one_request(misbehaving("tool-calls"), transport)
+    assert tools.ok and len(tools.chunk_ns) == 3, tools.error
+    assert tools.first_content_ns == tools.chunk_ns[0]

@@ -24,12 +24,14 @@ class _FakeTransport:
         self.closed = True
 
 
-PAYLOADS = [b'data: {"a": 1}\n\n', b'data: {"b": 22}\n\n', b"data: [DONE]\n\n"]
+PAYLOADS = [b'data: {"a": 1}\n\n', b'data: {"b": 22}\n\n']
+DONE = b"data: [DONE]\n\n"
 CHUNKED = (
     b"HTTP/1.1 100 Continue\r\n\r\n"
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in PAYLOADS)
     + b"5;ext=1\r\nabcde\r\n"
+    + b"%x\r\n%s\r\n" % (len(DONE), DONE)
     + b"0\r\nTrailer: x\r\n\r\n"
 )
 
@@ -56,13 +58,13 @@ def feed(response: bytes, cuts: list[int]) -> tuple[RawExchange, _Conn, bool]:
 def test_chunked_split_anywhere(cut: int) -> None:
     ex, conn, done = feed(CHUNKED, [cut])
     assert done and ex.kind is None and ex.status == 200
-    assert b"".join(ex.pieces) == b"".join(PAYLOADS) + b"abcde"
+    assert b"".join(ex.pieces) == b"".join(PAYLOADS) + b"abcde" + DONE
     assert conn.keep
 
 
 def test_chunked_byte_by_byte() -> None:
     ex, _, done = feed(CHUNKED, list(range(1, len(CHUNKED))))
-    assert done and b"".join(ex.pieces) == b"".join(PAYLOADS) + b"abcde"
+    assert done and b"".join(ex.pieces) == b"".join(PAYLOADS) + b"abcde" + DONE
 
 
 def test_content_length_and_connection_close() -> None:

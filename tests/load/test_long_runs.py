@@ -80,6 +80,9 @@ def test_a_closed_loop_whose_slots_wait_for_the_client_is_invalid() -> None:
         t0_ns: int = 0
         kernel_stamps: bool = True
         closed: bool = True
+        slots: int = 1
+        multi_turn: bool = False
+        side_flight: list[tuple[int, int]] = field(default_factory=list)
 
     # Requests of 1 s, each sent 20 ms after the one before it ended: 2 % idle.
     recs = [RequestRecord(i, 0, i * 1_020_000_000, i * 1_020_000_000 + 10**9) for i in range(50)]
@@ -91,7 +94,11 @@ def test_a_closed_loop_whose_slots_wait_for_the_client_is_invalid() -> None:
     assert assess([W(recs, [5_000_000] * 50)], HealthThresholds(), 1).valid  # 0.5 %
     # A turnaround under the lag threshold is the client's ordinary cost, even when the
     # requests are so short (failures at once) that it is a large share of the time.
-    short = [RequestRecord(i, 0, i * 10**6, i * 10**6 + 50_000) for i in range(50)]
+    # (A closed loop's request is due when the one before it on its slot ended.)
+    short = [
+        RequestRecord(i, (i - 1) * 10**6 + 50_000 if i else 0, i * 10**6, i * 10**6 + 50_000)
+        for i in range(50)
+    ]
     assert assess([W(short, [500_000] * 50)], HealthThresholds(), 1).valid
     # An open loop is judged by its schedule lag P99, not by idle slots.
     assert not assess([W(recs, lags, closed=False)], HealthThresholds(), 1).valid

@@ -250,3 +250,54 @@ def test_build_record_ok():
     raw.times, raw.pieces = [10, 20], [chat("a"), chat(finish="stop") + usage_chunk(4, 1) + DONE]
     rec = build_record(0, 1, raw)
     assert rec.ok and rec.end_ns == 20 and rec.prompt_tokens == 4 and rec.output_tokens == 1
+
+
+def _gzip(data: bytes) -> bytes:
+    import zlib
+
+    z = zlib.compressobj(wbits=31)
+    return z.compress(data) + z.flush()
+
+
+def test_a_gzip_error_body_is_read_not_dumped_as_bytes() -> None:
+    # A server (or proxy) that compresses though the client asked for identity: the error
+    # message used to be the compressed bytes decoded as text.
+    body = _gzip(b'{"error": {"message": "engine overloaded", "type": "Busy"}}')
+    assert error_excerpt([body[:7], body[7:]], 503) == "Busy: engine overloaded"
+    assert error_excerpt([b"\x1f\x8b\x08garbage"]) == "gzip body (10 bytes, not decompressible)"
+    assert error_excerpt([bytes(range(256))]) == "binary body (256 bytes)"
+    assert error_excerpt(["caf\u00e9".encode()[:-1]]) == "caf\ufffd"  # a character cut at the end
+
+
+def test_a_gzip_stream_is_malformed_and_says_so() -> None:
+    r = parse(_gzip(chat("a") + chat(finish="stop") + DONE))
+    assert r.error_kind == "malformed" and not r.chunk_ns
+    assert r.error is not None and r.error.startswith("gzip-compressed body (")
+    assert "\ufffd" not in r.error
+
+
+def test_tool_call_deltas_are_output() -> None:
+    # vLLM streams a tool call as delta.tool_calls: the name first, then pieces of the
+    # JSON arguments, with no content at all; it used to be a no_output failure.
+    def tool(piece):
+        obj = {"choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]}
+        return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+    first = {"index": 0, "id": "call-0", "type": "function", "function": {"name": "f"}}
+    r = parse(
+        chat(role="assistant", content=""),
+        tool(first),
+        tool({"index": 0, "function": {"arguments": '{"x": 1}'}}),
+        chat(finish="tool_calls"),
+        usage_chunk(5, 4),
+        DONE,
+    )
+    assert r.error_kind is None and r.chunk_ns == (2000, 3000)
+    assert r.first_content_ns == 2000  # TTFT and TTFOT at the first tool-call delta
+    legacy = {"choices": [{"index": 0, "delta": {"function_call": {"name": "f"}}}]}
+    r = parse(b"data: " + json.dumps(legacy).encode() + b"\n\n", chat(finish="stop"), DONE)
+    assert r.error_kind is None and len(r.chunk_ns) == 1
+    # An empty list is no output (vLLM's default on a content delta).
+    empty = {"choices": [{"index": 0, "delta": {"tool_calls": []}, "finish_reason": "stop"}]}
+    r = parse(b"data: " + json.dumps(empty).encode() + b"\n\n", DONE)
+    assert r.error_kind == "no_output"

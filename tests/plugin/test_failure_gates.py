@@ -30,7 +30,7 @@ def args(url: str, *extra: str) -> list[str]:
         "-p", "no:cacheprovider",
         "--engine=external", f"--engine-url={url}",
         "--warmup=0", "--requests=30", "--isl=8", "--osl=16",
-        "--client-max-lag=2000", "--client-max-cpu=1.5",
+        "--client-max-lag=2000", "--client-max-cpu=1.5", "--client-min-load=0.5",
         *extra,
     ]  # fmt: skip
 

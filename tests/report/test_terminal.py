@@ -338,3 +338,31 @@ def test_signal_columns_and_line(point_factory: Callable[..., SweepPoint]) -> No
     lines = render_sweep("sim", [q], width=130)
     assert "queue p99" not in lines[1]
     assert any("c48: no signals: GET /metrics answered HTTP 404" in line for line in lines)
+
+
+def test_the_table_shows_the_latencies_the_gates_compared() -> None:
+    # 10 % of the requests failed: the gate's TTFT P99 is +inf (failures count as the
+    # worst value), and the table used to show the survivors' 50 ms next to "FAIL ttft_p99".
+    from pytest_llmslo.metrics import summarize
+    from pytest_llmslo.report.terminal import sweep_row_cells
+    from tests.metrics_helpers import make_run, rec, steady
+
+    recs = [steady(i, sent=0, ttft=10 + i * 5, gap=5, n=8) for i in range(9)]
+    recs.append(rec(9, sent=0, chunks=(), end=300, kind="reset"))
+    run = make_run(recs)
+    verdict = slo.evaluate(run, [slo.ttft_p99 < 500])
+    s = summarize(run)
+    point = SweepPoint("sim", "t", run.level, s, verdict)
+    cells = sweep_row_cells(point)
+    assert cells[2] == "∞" and verdict.results[0].observed == float("inf")
+    # P50 over all ten, the failure as the highest: the gate's P50, not the survivors' 30.
+    gate_p50 = slo.evaluate(run, [slo.ttft_p50 < 500]).results[0].observed
+    assert cells[1] == f"{gate_p50:.1f}" and gate_p50 != s.distributions["ttft"].p(50)
+    # The same after the JSON round trip (null stands for +inf there).
+    again = RunSummary.from_dict(s.to_dict())
+    assert sweep_row_cells(SweepPoint("sim", "t", run.level, again, verdict))[1:3] == cells[1:3]
+    # Without failures: the distributions, as before.
+    clean = summarize(make_run(recs[:9]))
+    assert clean.with_failures is None
+    shown = sweep_row_cells(SweepPoint("sim", "t", run.level, clean, None))[2]
+    assert shown == f"{clean.distributions['ttft'].p(99):.1f}"
