@@ -161,7 +161,7 @@ def test_run_with_an_engine_url_alone_measures_that_url(fixed_server, in_tmp, ca
 def test_run_prints_the_plan_and_then_the_estimate(fixed_server, in_tmp, capsys) -> None:
     assert cli.main(_run(fixed_server)) == cli.EXIT_OK
     _out, err = capsys.readouterr()
-    plan = err.index("llmslo: plan: 2 levels (1 test x 1 engine); each level 1 warm-up")
+    plan = err.index("llmslo: plan: 2 levels (1 test, 1 engine); each level 1 warm-up")
     first = err.index("llmslo external c1: 8/8 requests ok")
     estimate = err.index("llmslo: estimate: c1 took ")
     second = err.index("llmslo external c2: 8/8 requests ok")
@@ -175,7 +175,7 @@ def test_run_defaults_bound_each_level_in_time(in_tmp, capsys) -> None:
     _out, err = capsys.readouterr()
     assert code == cli.EXIT_FAILED
     assert (
-        "llmslo: plan: 7 levels (1 test x 1 engine); each level 20 warm-up requests (at least "
+        "llmslo: plan: 7 levels (1 test, 1 engine); each level 20 warm-up requests (at least "
         "one wave of a closed loop), then up to 500 measured requests or 30 s;" in err
     )
 

@@ -40,7 +40,8 @@ def _counts(ts: Any) -> str:
         measured = (
             f"up to {measured} or {ts.duration_s:g} s" if ts.requests else f"{ts.duration_s:g} s"
         )
-    warm = f"{ts.warmup} warm-up requests (at least one wave of a closed loop)"
+    plural = "s" if ts.warmup != 1 else ""
+    warm = f"{ts.warmup} warm-up request{plural} (at least one wave of a closed loop)"
     return f"{warm}, then {measured}" if ts.warmup else measured
 
 
@@ -60,7 +61,7 @@ def plan_lines(contexts: Iterable[Any]) -> list[str]:
         what.append(f"{len(searches)} capacity search{'es' if len(searches) != 1 else ''}")
     line = (
         f"llmslo: plan: {' and '.join(what)} ({len(tests)} test{'s' if len(tests) != 1 else ''}"
-        f" x {len(engines)} engine{'s' if len(engines) != 1 else ''}); each level "
+        f", {len(engines)} engine{'s' if len(engines) != 1 else ''}); each level "
     )
     line += counts.pop() if len(counts) == 1 else "its test's requests (see each test's line)"
     extra = []

@@ -480,7 +480,7 @@ def test_the_plan_comes_first_and_the_estimate_after_the_first_level(
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
         [
-            "llmslo: plan: 3 levels (1 test x 1 engine); each level 1 warm-up requests (at "
+            "llmslo: plan: 3 levels (1 test, 1 engine); each level 1 warm-up request (at "
             "least one wave of a closed loop), then 6 measured requests; an estimate follows "
             "the first level",
             "*llmslo external c1: 6/6 requests ok*",
