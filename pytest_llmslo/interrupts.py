@@ -75,6 +75,8 @@ class Interrupts:
                     signal.signal(sig, handler)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # pytest then points at the code the signal interrupted, not at this handler.
+        __tracebackhide__ = True
         name = signal.Signals(signum).name
         self.received.append(name)
         if not self._previous:  # uninstalled, still called by a handler set after ours

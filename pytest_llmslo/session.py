@@ -832,9 +832,10 @@ def check_inputs(state: Session) -> None:
     if session.save:
         label = session.sources.get("slo_save", "--slo-save")
         try:
-            baselines.baseline_path(session.save, baseline_root(state))
+            saved = baselines.baseline_path(session.save, baseline_root(state))
         except ConfigError as exc:
             raise ConfigError(f"{label}: {exc}") from None
+        check_output_path(saved, label)
     check_test_inputs(state, state.defaults, "")
 
 

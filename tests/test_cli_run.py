@@ -224,3 +224,11 @@ def test_run_help_groups_options_by_topic_and_shows_its_defaults(capsys) -> None
     assert "Env: LLMSLO_WARMUP. Default: 20." in flat
     assert "Env: LLMSLO_MIN_ATTAINMENT. Default: 0.9." in flat
     assert "Env: LLMSLO_CLIENT_MAX_LAG. Default: 10 ms." in flat
+
+
+def test_run_refuses_a_baseline_that_cannot_be_saved(in_tmp, capsys) -> None:
+    # The baselines' folder is a file: the baseline could only fail at the end of the run.
+    (in_tmp / ".llmslo").write_text("")
+    assert cli.main(["run", "--slo-save", "nightly"]) == cli.EXIT_USAGE
+    _out, err = capsys.readouterr()
+    assert "--slo-save: " in err and "nightly.json cannot be created" in err
