@@ -10,9 +10,13 @@
 without a test file, through the same session core as the plugin (``session.py``): every
 option is the plugin's (one table of settings, ``settings.SPECS``, with the same names,
 environment variables and meaning), the levels are judged as a test's, and it prints the
-same sweep tables, knees and Pareto summary and writes the same documents. Its exit
-status: 0 every level met the SLO (or, without objectives, no level failed the error
-gate), 1 a level did not, errored or was inconclusive, 2 a usage error.
+same sweep tables, knees and Pareto summary and writes the same documents. Its defaults
+suit a run at a terminal (``settings.RUN_DEFAULTS``: 30 s of measurement per level after 20
+warm-up requests); it prints the plan before the first level and an estimate after it.
+Its exit status: 0 every level met the SLO (or, without objectives, no level failed the
+error gate), 1 a level did not, errored or was inconclusive, 2 a usage error (one line),
+130 interrupted (SIGINT or SIGTERM, once or twice, in any phase: what was measured is
+written, ``complete: false``, and a ``--slo-save`` baseline goes to ``NAME.partial``).
 
 ``report`` prints the tables of the terminal summary (``report/terminal.py``) for a run
 document written with ``--slo-json``, with the capacity of each test that searched it.
@@ -40,25 +44,43 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from pytest_llmslo import baselines
 from pytest_llmslo._version import __version__
 from pytest_llmslo.errors import ConfigError
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REGRESSED", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_REGRESSED",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
 
 EXIT_OK = 0
 EXIT_REGRESSED = 1
 #: ``llmslo run``: a level did not meet the SLO, errored or was inconclusive.
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: ``llmslo run``: stopped by SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C).
+EXIT_INTERRUPTED = 130
 
 PROG = "llmslo"
 
 
 class _UsageError(Exception):
     """A user error found after parsing: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors: its usage block (for ``run``, dozens of lines
+    of options) buries the one line that says what was wrong."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _tolerances(text: str) -> Any:
@@ -111,7 +133,7 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Reports and regression comparisons of pytest-llmslo run documents.",
     )
@@ -323,22 +345,30 @@ def _add_run(sub: Any) -> None:
         "level against the SLO and print the sweep tables, the knee and the Pareto summary, "
         "as `pytest -m slo` does for a test. Every option has the name and meaning of the "
         "plugin's (README 'Options'); LLMSLO_* environment variables apply as they do there. "
+        "Its defaults suit a run at a terminal: 30 s of measurement per level after 20 "
+        "warm-up requests (the plugin's: 200 warm-up and 500 measured requests per level). "
         "Exit status: 0 every level met the SLO, 1 a level did not (or errored, or was "
-        "inconclusive), 2 a usage error.",
+        "inconclusive), 2 a usage error, 130 interrupted (the results so far are written).",
     )
     run.add_argument(
         "--name",
         default="llmslo-run",
         help="the test name the sweep is recorded under (default: llmslo-run)",
     )
-    for spec in S.SPECS:
-        if not spec.cli:
-            continue
-        flag, kw = S.argparse_option(spec)
-        run.add_argument(flag, **kw)
     run.add_argument(
         "--width", type=_width, default=None, help="table width (default: the terminal's)"
     )
+    # One group per topic (settings.TOPICS); the defaults shown are those that apply here.
+    for topic, title in {**S.TOPICS, "": "other"}.items():
+        specs = [
+            sp for sp in S.SPECS if sp.cli and (sp.topic if sp.topic in S.TOPICS else "") == topic
+        ]
+        if not specs:
+            continue
+        group = run.add_argument_group(title)
+        for spec in specs:
+            flag, kw = S.argparse_option(spec, ini=False, defaults=S.RUN_DEFAULTS)
+            group.add_argument(flag, **kw)
 
 
 def _stderr_progress(label: str, stream: TextIO) -> Any:
@@ -356,6 +386,99 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``llmslo run``: one sweep (or capacity search) per engine, judged per level."""
     from pytest_llmslo import session as core
     from pytest_llmslo import settings as S
+    from pytest_llmslo.interrupts import Interrupts
+    from pytest_llmslo.report.plan import plan_lines
+
+    # SIGTERM ends the run as Ctrl-C does from here on, and no signal cuts the writing of
+    # what was measured (interrupts.py).
+    guard = Interrupts()
+    guard.install()
+    try:
+        cli = S.given_cli(lambda d: getattr(args, d, S.UNSET))
+        sources = S.Sources.from_environ(cli, {}, defaults=S.RUN_DEFAULTS)
+        cwd = Path.cwd()
+        try:
+            settings = S.resolve_session(sources)
+            state = core.Session(
+                settings,
+                sources,
+                rootpath=cwd,
+                invocation_dir=cwd,
+                say=lambda msg: print(msg, file=err, flush=True),
+                progress=lambda label, _n, _w: _stderr_progress(label, err),
+            )
+            state.interrupts = guard
+            core.prepare(state)
+            core.plan_test(state, state.defaults, args.name)
+        except ConfigError as exc:
+            raise _UsageError(str(exc)) from None
+        for text in settings.warnings:
+            print(f"{PROG}: warning: {text}", file=err)
+        contexts = _contexts(state, args.name)
+        for line in [*core.tests_overview(state), *plan_lines(state.contexts.values())]:
+            print(line, file=err, flush=True)
+        failed: list[str] = []
+        interrupted = False
+        factory = core.engine_factory(state)
+        try:
+            for engine in settings.engines:
+                _sweep_engine(state, factory, engine, contexts[engine], failed, err)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            with guard.shielded():
+                factory.stop_all()
+        with guard.shielded():
+            interrupted = core.finish(state, interrupted=interrupted)
+            if interrupted:
+                how = guard.describe() or "interrupted"
+                print(f"{PROG}: interrupted ({how}); the levels measured so far are kept", file=err)
+            _print_summary(state, args, out, err, failed)
+    finally:
+        guard.uninstall()
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if failed or state.write_errors or not state.points:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _contexts(state: Any, test: str) -> dict[str, list[tuple[str, Any]]]:
+    """The tests of the run, one per engine and level (``node``, ``TestContext``),
+    registered with the session before anything starts, so the plan and the estimate know
+    them all."""
+    from pytest_llmslo import session as core
+
+    ts = state.defaults
+    levels = [ts.levels[0]] if ts.capacity else list(ts.levels)
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for engine in state.session.engines:
+        for i, level in enumerate(levels):
+            node = f"{test}[{engine}-{'capacity' if ts.capacity else level.label}]"
+            ctx = core.TestContext(
+                test=test,
+                engine=engine,
+                level=level,
+                settings=ts,
+                last_level=i == len(levels) - 1 and not ts.capacity,
+                capacity=ts.capacity,
+            )
+            core.add_test(state, node, ctx)
+            out.setdefault(engine, []).append((node, ctx))
+    return out
+
+
+def _sweep_engine(
+    state: Any,
+    factory: Any,
+    engine: str,
+    tests: list[tuple[str, Any]],
+    failed: list[str],
+    err: TextIO,
+) -> None:
+    """Start ``engine`` and run its levels, each judged as a test's; what failed goes to
+    ``failed``."""
+    from pytest_llmslo import session as core
     from pytest_llmslo import slo
     from pytest_llmslo.errors import (
         EngineDiedError,
@@ -365,71 +488,39 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         SloViolation,
     )
 
-    sources = S.Sources.from_environ(S.given_cli(lambda d: getattr(args, d, S.UNSET)), {})
-    cwd = Path.cwd()
-    try:
-        settings = S.resolve_session(sources)
-        state = core.Session(
-            settings,
-            sources,
-            rootpath=cwd,
-            invocation_dir=cwd,
-            say=lambda msg: print(msg, file=err, flush=True),
-            progress=lambda label, _n, _w: _stderr_progress(label, err),
-        )
-        core.prepare(state)
-        ts = state.defaults
-        core.plan_test(state, ts, args.name)
-    except ConfigError as exc:
-        raise _UsageError(str(exc)) from None
-    test = args.name
-    factory = core.engine_factory(state)
-    failed: list[str] = []
-    interrupted = False
-    try:
-        for engine in settings.engines:
-            unavailable, start_error = factory.try_start(engine)
-            if unavailable or start_error:
-                failed.append(" ".join((unavailable or start_error or "").split()))
-                print(f"llmslo: {unavailable or start_error}", file=err)
-                continue
-            handle = factory.get(engine)
-            levels = [ts.levels[0]] if ts.capacity else list(ts.levels)
-            for i, level in enumerate(levels):
-                node = f"{test}[{engine}-{'capacity' if ts.capacity else level.label}]"
-                ctx = core.TestContext(
-                    test=test,
-                    engine=engine,
-                    level=level,
-                    settings=ts,
-                    last_level=i == len(levels) - 1 and not ts.capacity,
-                    capacity=ts.capacity,
-                )
-                core.add_test(state, node, ctx)
-                state.current = ctx
-                try:
-                    run = core.run_test_load(state, node, handle, level, ts)
-                    if core.inconclusive(run, ts):
-                        raise Inconclusive(core.inconclusive_message(state, run))
-                    slo.bind_run(run, on_verdict=state.on_verdict)
-                    try:
-                        core.after_test(state, node, ctx)
-                    finally:
-                        slo.unbind_run()
-                except (SloViolation, RegressionError, Inconclusive) as exc:
-                    first = str(exc).splitlines()[0]
-                    failed.append(f"{engine} {level.label}: {first}")
-                except (EngineDiedError, LoadError) as exc:
-                    failed.append(f"{engine} {level.label}: {str(exc).splitlines()[0]}")
-                    print(f"llmslo: {engine} {level.label}: {exc}", file=err)
-                finally:
-                    state.current = None
-    except KeyboardInterrupt:
-        interrupted = True
-        print("llmslo: interrupted; the levels measured so far are kept", file=err)
-    finally:
-        factory.stop_all()
-    core.finish(state, interrupted=interrupted)
+    unavailable, start_error = factory.try_start(engine)
+    if unavailable or start_error:
+        failed.append(" ".join((unavailable or start_error or "").split()))
+        print(f"{PROG}: {unavailable or start_error}", file=err)
+        return
+    handle = factory.get(engine)
+    for node, ctx in tests:
+        level, ts = ctx.level, ctx.settings
+        state.current = ctx
+        try:
+            run = core.run_test_load(state, node, handle, level, ts)
+            if core.inconclusive(run, ts):
+                raise Inconclusive(core.inconclusive_message(state, run))
+            slo.bind_run(run, on_verdict=state.on_verdict)
+            try:
+                core.after_test(state, node, ctx)
+            finally:
+                slo.unbind_run()
+        except (SloViolation, RegressionError, Inconclusive) as exc:
+            first = str(exc).splitlines()[0]
+            failed.append(f"{engine} {level.label}: {first}")
+        except (EngineDiedError, LoadError) as exc:
+            failed.append(f"{engine} {level.label}: {str(exc).splitlines()[0]}")
+            print(f"{PROG}: {engine} {level.label}: {exc}", file=err)
+        finally:
+            state.current = None
+
+
+def _print_summary(
+    state: Any, args: argparse.Namespace, out: TextIO, err: TextIO, failed: list[str]
+) -> None:
+    from pytest_llmslo import session as core
+
     width = _terminal_width(args.width)
     for kind, text in core.summary_report(state, width):
         if kind in ("=", "-"):
@@ -437,12 +528,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         else:
             print(text, file=err if kind == "error" else out)
     for line in failed:
-        print(f"llmslo: FAILED {line}", file=err)
-    if interrupted:
-        return 130
-    if failed or state.write_errors or not state.points:
-        return EXIT_FAILED
-    return EXIT_OK
+        print(f"{PROG}: FAILED {line}", file=err)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -473,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

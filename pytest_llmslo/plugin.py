@@ -53,11 +53,14 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("llmslo", "LLM serving SLOs (pytest-llmslo)")
+    # One section of --help per topic (settings.TOPICS), in the topics' order.
+    for topic, title in {**S.TOPICS, "": "other"}.items():
+        group = parser.getgroup(f"llmslo-{topic or 'other'}", f"pytest-llmslo {title}")
+        for spec in S.SPECS:
+            if spec.cli and (spec.topic if spec.topic in S.TOPICS else "") == topic:
+                flag, kw = S.argparse_option(spec)
+                group.addoption(flag, **kw)
     for spec in S.SPECS:
-        if spec.cli:
-            flag, kw = S.argparse_option(spec)
-            group.addoption(flag, **kw)
         parser.addini(spec.ini, help=spec.help, type="string", default="")
 
 
@@ -121,6 +124,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise _usage(exc) from None
     config.stash[STATE_KEY] = state
+    # From here on SIGTERM ends the session as Ctrl-C does, in any phase and with any
+    # engine, and no signal cuts the writing of the results (interrupts.py).
+    state.interrupts.install()
+    for text in session.warnings:
+        config.issue_config_time_warning(LlmSloWarning(text), stacklevel=2)
     from pytest_llmslo.report.junit import SystemOutCollector
 
     config.pluginmanager.register(SystemOutCollector(), JUNIT_PLUGIN)
@@ -173,7 +181,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if state is None:
         return
     if state.factory is not None:
-        state.factory.stop_all()
+        with state.interrupts.shielded():
+            state.factory.stop_all()
+    state.interrupts.uninstall()
     collector = config.pluginmanager.get_plugin(JUNIT_PLUGIN)
     xmlpath = config.getoption("xmlpath", None)
     if collector is not None and xmlpath and not hasattr(config, "workerinput"):
@@ -187,7 +197,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = config.stash.get(STATE_KEY, None)
     if state is None:
         return None
-    line = "llmslo: " + S.describe(state.session, state.defaults)
+    engines = core.engines_text(state, state.session.engines)
+    line = "llmslo: " + S.describe(state.session, state.defaults, engines=engines)
     line += f" (CLI > env > ini > marker; json={state.session.json_path or 'off'})"
     marked = state.session.sources.get("engine", "default") == "default"
     if marked or state.defaults.sources.get("concurrency", "default") == "default":
@@ -205,7 +216,9 @@ def pytest_report_collectionfinish(
     state = config.stash.get(STATE_KEY, None)
     if state is None or not state.contexts:
         return None
-    return [redact(line) for line in core.tests_overview(state)]
+    from pytest_llmslo.report.plan import plan_lines
+
+    return [redact(line) for line in (*core.tests_overview(state), *plan_lines(state.contexts.values()))]
 
 
 # ------------------------------------------------------------------------ parametrization
@@ -324,7 +337,8 @@ def slo_engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory
     try:
         yield factory
     finally:
-        factory.stop_all()
+        with state.interrupts.shielded():
+            factory.stop_all()
 
 
 @pytest.fixture(scope="session")
@@ -350,7 +364,8 @@ def slo_engine(
     finally:
         # pytest tears this down when the next test uses another engine: one engine runs
         # at a time, which is what real engines on one set of GPUs need.
-        slo_engine_factory.stop(name)
+        with state.interrupts.shielded(deferred=True):
+            slo_engine_factory.stop(name)
 
 
 @pytest.fixture
@@ -558,7 +573,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         if state is not None and state.dirty and state.session.json_path:
-            core.write_json(state, complete=False)
+            # A signal now is raised once the document is written.
+            with state.interrupts.shielded(deferred=True):
+                core.write_json(state, complete=False)
 
 
 # ------------------------------------------------------------------------- session end
@@ -569,16 +586,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE_KEY, None)
     if state is None:
         return
-    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-    # On Ctrl-C stop the engines now, before anything else can fail; otherwise the
-    # fixture teardown that follows does it (and pytest_unconfigure as a last resort).
-    if interrupted and state.factory is not None:
-        state.factory.stop_all()
-    if state.suite_property is not None and state.points:
-        for name, value in core.suite_properties(state):
-            state.suite_property(name, value)
-    core.finish(state, interrupted=interrupted)
-    if state.write_errors and session.exitstatus == pytest.ExitCode.OK:
+    guard = state.interrupts
+    # Nothing here is cut by a signal: a second Ctrl-C or SIGTERM is noted, the results
+    # are written (partial), then the session ends as interrupted.
+    with guard.shielded():
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or guard.interrupted
+        if state.suite_property is not None and state.points:
+            for name, value in core.suite_properties(state):
+                state.suite_property(name, value)
+        interrupted = core.finish(state, interrupted=interrupted)
+        # Interrupted, stop the engines now (after the results are safe); otherwise the
+        # fixture teardown that follows does it (and pytest_unconfigure as a last resort).
+        if interrupted and state.factory is not None:
+            state.factory.stop_all()
+    if interrupted:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    elif state.write_errors and session.exitstatus == pytest.ExitCode.OK:
         # Green tests whose numbers were lost are not a success.
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -26,8 +26,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import secrets
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +49,7 @@ from pytest_llmslo.errors import (
     SloViolation,
     WorkloadError,
 )
+from pytest_llmslo.interrupts import Interrupts
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.redact import redact, redact_obj, remember, url_password
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
@@ -81,6 +84,7 @@ __all__ = [
     "output_path",
     "point_notes",
     "primary",
+    "prompt_salt",
     "record",
     "record_engine",
     "resolve_engines",
@@ -482,6 +486,14 @@ class Session:
         self.checked_inputs: set[str] = set()
         self.write_errors: list[str] = []
         self.dirty = False
+        #: SIGINT and SIGTERM of the session (installed by the plugin and ``llmslo run``).
+        self.interrupts = Interrupts()
+        #: The salt of ``--prompt-salt=auto`` prompts: one per session, so a session's
+        #: prompts are its own, also against an engine that served an earlier session.
+        self.prompt_salt = secrets.token_hex(6)
+        #: Seconds each level took (by point index), calibration and warm-up included.
+        self.level_seconds: dict[int, float] = {}
+        self.estimated = False
 
     # ---- points
 
@@ -576,6 +588,9 @@ class Session:
             "dataset": path,
             "isl": d.isl,
             "osl": d.osl,
+            # Not pinned: runs with other salts are compared (their prompts differ in words,
+            # not in lengths); --prompt-salt=<this> repeats the prompts exactly.
+            "prompt_salt": prompt_salt(self, d) or None,
             "slo": [objective_dict(o) for o in d.objectives],
             "strict": d.strict,
             "confidence": d.confidence,
@@ -634,6 +649,14 @@ def workload_text(d: S.TestSettings) -> dict[str, Any]:
     return {k: v for k, v in f.items() if k not in ("kind", "path")}
 
 
+def prompt_salt(state: Session, ts: S.TestSettings) -> str:
+    """The salt of a test's built prompts (``--prompt-salt``): the session's own for
+    ``auto``, none (``""``) for ``none``, else the text given."""
+    if ts.prompt_salt == "auto":
+        return state.prompt_salt
+    return "" if ts.prompt_salt == "none" else ts.prompt_salt
+
+
 def objective_dict(o: Any) -> Any:
     to_dict = getattr(o, "to_dict", None)
     return to_dict() if callable(to_dict) else str(o)
@@ -684,7 +707,61 @@ def resolve_engines(state: Session) -> dict[str, EngineConfig]:
     for ename, items in opts.items():
         if ename in out:
             out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
+    if session.engine_url and not any(c.kind == "external" for c in out.values()):
+        url_label = session.sources.get("engine_url", "--engine-url")
+        raise ConfigError(
+            f"{url_label} {S.shown_url(session.engine_url)}: {where} chose "
+            f"{', '.join(out)}, none of them external, so the URL would not be measured. "
+            "Leave --engine out (--engine-url alone means --engine=external), give "
+            "--engine=external, or drop --engine-url."
+        )
+    for name, cfg in out.items():
+        check_sim_profile(state, name, cfg)
     return out
+
+
+def check_sim_profile(state: Session, name: str, cfg: EngineConfig) -> None:
+    """A sim engine's profile must be one the sim knows (unless its extra arguments give a
+    ``--profile-file``): found out when the engine starts, it would fail every test."""
+    if cfg.kind != "sim" or "--profile-file" in " ".join(cfg.extra_args):
+        return
+    profile = cfg.options.get("profile")
+    if not profile:
+        return
+    from pytest_llmslo.sim.profiles import PROFILES
+
+    if str(profile) in PROFILES:
+        return
+    session = state.session
+    label = (
+        session.sources.get("sim_profile", "--sim-profile")
+        if profile == session.sim_profile
+        else f"engine {name}: options.profile"
+    )
+    raise ConfigError(
+        f"{label}: {profile!r} is not a sim profile. Profiles: {', '.join(sorted(PROFILES))} "
+        "(python -m pytest_llmslo.sim --list-profiles)."
+    )
+
+
+def engine_target(state: Session, name: str) -> str:
+    """What engine ``name`` measures, in a few words: the URL of an external engine (a
+    password in it masked), the built-in sim and its profile, or the kind and runtime."""
+    cfg = state.engine_configs.get(name)
+    if cfg is None:
+        return name
+    if cfg.kind == "external":
+        return S.shown_url(cfg.url or "") or "external"
+    if cfg.kind == "sim":
+        from pytest_llmslo.engines.sim import DEFAULT_PROFILE
+
+        return f"built-in sim, {cfg.options.get('profile') or DEFAULT_PROFILE}"
+    return f"{cfg.kind}, {cfg.runtime}"
+
+
+def engines_text(state: Session, names: Sequence[str]) -> str:
+    """Engine names with what each measures: ``external (http://127.0.0.1:8000)``."""
+    return ", ".join(f"{n} ({engine_target(state, n)})" for n in names)
 
 
 def engine_config(state: Session, name: str, where: str) -> EngineConfig:
@@ -744,6 +821,7 @@ def engines_of_test(state: Session, ts: S.TestSettings, where: str) -> tuple[lis
             items = state.engine_opts.get(name)
             if items:
                 cfg = apply_overrides(cfg, items, where=f"--engine-opt {name}")
+            check_sim_profile(state, name, cfg)
             state.engine_configs[name] = cfg
     src = session.sources.get("engine", "default")
     if not (src.startswith("--") or src.startswith(S.ENV_PREFIX)):
@@ -769,6 +847,20 @@ def check_output_path(path: Path, label: str) -> None:
         raise ConfigError(f"{label}: {path} cannot be created: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(f"{label}: {path} is not writable")
+    # Permissions do not tell everything (root passes every access check; a read-only or
+    # special file system such as /proc refuses at the write): try it, with a file that
+    # is removed at once, in the nearest folder that exists.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".llmslo-probe-", dir=parent)
+    except OSError as exc:
+        raise ConfigError(
+            f"{label}: {path} cannot be written: {exc.strerror or exc} in {parent}"
+        ) from None
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
 
 
 def check_inputs(state: Session) -> None:
@@ -782,9 +874,10 @@ def check_inputs(state: Session) -> None:
     if session.save:
         label = session.sources.get("slo_save", "--slo-save")
         try:
-            baselines.baseline_path(session.save, baseline_root(state))
+            saved = baselines.baseline_path(session.save, baseline_root(state))
         except ConfigError as exc:
             raise ConfigError(f"{label}: {exc}") from None
+        check_output_path(saved, label)
     check_test_inputs(state, state.defaults, "")
 
 
@@ -857,13 +950,16 @@ def baseline_root(state: Session) -> str:
     return str(state.rootpath / ".llmslo" / "baselines")
 
 
-def constants_of_test(ts: S.TestSettings) -> dict[str, Any]:
+def constants_of_test(ts: S.TestSettings, salt: str | None = None) -> dict[str, Any]:
+    """A test's own constants of the results document; ``salt``: its prompts' salt
+    (``prompt_salt``)."""
     kind, path = ts.dataset_kind()
     return {
         "workload": {"kind": kind, "path": path, **workload_text(ts)},
         "dataset": path,
         "isl": ts.isl,
         "osl": ts.osl,
+        "prompt_salt": salt or None,
         "slo": [objective_dict(o) for o in ts.objectives],
         "levels": [lv.label for lv in ts.levels],
         "warmup": ts.warmup,
@@ -1001,8 +1097,10 @@ def run_level(
         extra_body=dict(ts.extra_body or {}),
     )
     try:
-        # Levels never share prompts, a trace's blocks included (``for_level``).
-        workload = load.WorkloadSpec(**ts.workload_fields()).for_level(level.mode, level.value)
+        # Levels never share prompts, a trace's blocks included (``for_level``); nor do
+        # sessions, unless they share a salt (``--prompt-salt``).
+        fields = {**ts.workload_fields(), "salt": prompt_salt(state, ts)}
+        workload = load.WorkloadSpec(**fields).for_level(level.mode, level.value)
     except (TypeError, ValueError, WorkloadError) as exc:
         raise ConfigError(f"{test}: bad workload: {exc}") from None
     meta = {
@@ -1033,6 +1131,7 @@ def run_level(
     for attempt in range(ts.retries + 1):
         label = f"{engine} {level.label}" + (f" (retry {attempt})" if attempt else "")
         progress = state.progress(label, ts.requests or 0, warmup)
+        started = time.monotonic()
         partial: Run | None = None
         measured: Run | None = None  # this try's load, once it returned
         signame: str | None = None
@@ -1079,6 +1178,9 @@ def run_level(
                 )  # fmt: skip
                 kept = len(partial.records)
             by = f" by {signame}" if signame else ""
+            if signame:
+                # The load generator's handler took the signal: the session is stopping.
+                state.interrupts.note(signame)
             progress.close(f"interrupted{by}; the {kept} measured requests are kept")
             # Ctrl-C and SIGTERM stop the session (pytest's own handling); the partial run
             # is kept, and the results document is written at session end.
@@ -1093,7 +1195,15 @@ def run_level(
             f"invalid client run, retrying ({attempt + 1} of {ts.retries}, --slo-retries): {why}"
         )
     progress.close(_run_line(run))
-    record(state, node, ctx, engine, test, level, run, ts, metrics, sweep, jsonio, tries)
+    idx = record(state, node, ctx, engine, test, level, run, ts, metrics, sweep, jsonio, tries)
+    state.level_seconds[idx] = time.monotonic() - started
+    if not state.estimated:
+        state.estimated = True
+        from pytest_llmslo.report.plan import estimate_line
+
+        line = estimate_line(state.contexts.values(), ctx, run, warmup, state.level_seconds[idx])
+        if line:
+            state.say(line)
     if not handle.alive():
         restart = (
             "it is restarted for the next test"
@@ -1731,7 +1841,9 @@ def write_reports(state: Session, *, complete: bool) -> None:
                     jsonio.load_points(doc), document_knees(doc), title="pytest-llmslo"
                 )
             jsonio.write_atomic_text(path, text)
-            state.notes.append(f"{kind} report written to {path}")
+            note = f"{kind} report written to {path}"
+            if note not in state.notes:
+                state.notes.append(note)
         except Exception as exc:
             state.write_errors.append(
                 f"ERROR: could not write the {kind} report to {path}: {exc!r}"
@@ -1829,13 +1941,28 @@ def save_session_baseline(state: Session, *, interrupted: bool) -> None:
         state.write_errors.append(f"ERROR: could not save baseline {name!r}: {exc!r}")
 
 
-def finish(state: Session, *, interrupted: bool = False) -> None:
+def finish(state: Session, *, interrupted: bool = False) -> bool:
     """The session's outputs: the results document, the Markdown, SVG and CSV reports and
-    the saved baseline. What could not be written is in ``state.write_errors``."""
+    the saved baseline. What could not be written is in ``state.write_errors``.
+
+    No stop signal cuts them (``state.interrupts.shielded``); one that arrived before or
+    while they were written makes them partial (``complete: false``, the baseline saved
+    as ``NAME.partial``). Returns whether the session was interrupted."""
+    guard = state.interrupts
+    with guard.shielded():
+        interrupted = interrupted or guard.interrupted
+        _write_outputs(state, interrupted=interrupted)
+        if not interrupted and guard.interrupted:
+            interrupted = True  # a signal while they were written: they are partial now
+            _write_outputs(state, interrupted=True)
+        save_session_baseline(state, interrupted=interrupted)
+    return interrupted
+
+
+def _write_outputs(state: Session, *, interrupted: bool) -> None:
     if state.session.json_path:
         write_json(state, complete=not interrupted)
     write_reports(state, complete=not interrupted)
-    save_session_baseline(state, interrupted=interrupted)
 
 
 def run_test_load(
@@ -1909,7 +2036,7 @@ def tests_overview(state: Session, limit: int = 20) -> list[str]:
         if label not in levels:
             levels.append(label)
     lines = [
-        f"llmslo: {test}: {', '.join(engines) or 'no engine'} x {','.join(levels)}; "
+        f"llmslo: {test}: {engines_text(state, engines) or 'no engine'} x {','.join(levels)}; "
         + S.describe_workload(ts)
         for test, (engines, levels, ts) in tests.items()
     ]
@@ -1993,7 +2120,8 @@ def plan_test(state: Session, ts: S.TestSettings, where: str) -> tuple[list[str]
 def add_test(state: Session, node: str, ctx: TestContext) -> None:
     """Register the collected test ``node`` (one engine, one level) with the session."""
     state.contexts[node] = ctx
-    state.test_constants.setdefault(ctx.test, constants_of_test(ctx.settings))
+    salt = prompt_salt(state, ctx.settings)
+    state.test_constants.setdefault(ctx.test, constants_of_test(ctx.settings, salt))
 
 
 def other_load(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_llmslo.engines.base import ENGINE_KINDS
+from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
@@ -81,9 +82,21 @@ def _split_list(text: str) -> list[str]:
     return [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
 
 
+def _split_items(text: str, example: str) -> list[str]:
+    """The items of a comma list, none of them empty: ``1,,2`` is a typo (a level left
+    out), not the list ``1,2``."""
+    parts = [p.strip() for p in str(text).replace(";", ",").split(",")]
+    if len(parts) > 1 and not all(parts):
+        raise ValueError(
+            f"Could not parse value: {text!r}. An item is empty (two commas in a row, or one "
+            f"at an end); expected a comma list like {example}."
+        )
+    return [p for p in parts if p]
+
+
 def parse_int_list(text: str) -> tuple[int, ...]:
     """``"1,4,8"`` -> ``(1, 4, 8)``; every value a positive integer."""
-    parts = _split_list(text)
+    parts = _split_items(text, "1,4,8")
     if not parts:
         raise ValueError(f"Could not parse value: {text!r}. Expected a comma list like 1,4,8.")
     out = []
@@ -103,7 +116,7 @@ def parse_int_list(text: str) -> tuple[int, ...]:
 
 def parse_float_list(text: str) -> tuple[float, ...]:
     """``"1,2.5,4"`` -> ``(1.0, 2.5, 4.0)``; every value positive and finite."""
-    parts = _split_list(text)
+    parts = _split_items(text, "1,2,4")
     if not parts:
         raise ValueError(f"Could not parse value: {text!r}. Expected a comma list like 1,2,4.")
     out = []
@@ -177,11 +190,18 @@ def parse_level_timeout(text: str) -> float | None:
 
 
 def parse_optional_request_cap(text: str) -> int | None:
-    """A count > 0, or ``none``/``0`` for no cap."""
+    """A count > 0, or ``none``/``off`` for no cap. ``0`` is refused: a cap of no request
+    in flight would send nothing, and reading it as "no cap" hides the typo."""
     t = str(text).strip().lower()
-    if t in ("none", "0", "off", ""):
+    if t in ("none", "off", ""):
         return None
-    return parse_positive_int(t)
+    v = parse_int(t)
+    if v == 0:
+        raise ValueError(
+            f"Could not parse value: {text!r}. A cap of 0 lets no request start; give a "
+            "count > 0, or none for no cap."
+        )
+    return v
 
 
 def parse_optional_duration(text: str) -> float | None:
@@ -245,8 +265,63 @@ def parse_optional_str(text: str) -> str | None:
     return s or None
 
 
+def parse_optional_url(text: str) -> str | None:
+    """An ``http://`` or ``https://`` URL with a host (or empty for none). Checked here,
+    before anything starts: ``localhost:8000`` would only fail when the engine starts."""
+    from urllib.parse import urlsplit
+
+    s = str(text).strip()
+    if not s:
+        return None
+    try:
+        parts = urlsplit(s)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"Could not parse value: {s!r}. Not a URL: {exc}.") from None
+    if parts.scheme not in ("http", "https"):
+        hint = s.split("://", 1)[-1]
+        raise ValueError(
+            f"Could not parse value: {s!r}. A URL starts with http:// or https://, "
+            f"e.g. http://{hint}."
+        )
+    if not host:
+        raise ValueError(f"Could not parse value: {s!r}. The URL names no host.")
+    return s
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be shown or written: a password in it masked (``user:***@``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def parse_prompt_salt(text: str) -> str:
+    """``auto`` (a salt drawn per session), ``none`` (no salt) or the salt itself."""
+    s = str(text).strip()
+    if s.lower() in ("auto", ""):
+        return "auto"
+    if s.lower() in ("none", "off", "0"):
+        return "none"
+    if len(s) > 64 or any(c.isspace() for c in s):
+        raise ValueError(
+            f"Could not parse value: {text!r}. A salt is up to 64 characters without spaces "
+            "(or auto, or none)."
+        )
+    return s
+
+
 def parse_name_list(text: str) -> tuple[str, ...]:
-    parts = tuple(_split_list(text))
+    parts = tuple(_split_items(text, "sim,vllm"))
     if not parts:
         raise ValueError(f"Could not parse value: {text!r}. Expected names like sim,vllm.")
     return parts
@@ -436,6 +511,11 @@ class Spec:
     flag: bool = False  # a CLI switch without a value
     repeatable: bool = False  # the CLI flag may be given several times
     choices: tuple[str, ...] = ()
+    #: The ``TOPICS`` key its option is listed under in ``--help``.
+    topic: str = ""
+    #: What the default means where the value does not say it (``None`` that stands for
+    #: 0.9, 10 ms, ``auto`` or a sim profile): ``--help`` shows this.
+    shown_default: str | None = None
 
     @property
     def ini(self) -> str:
@@ -457,6 +537,26 @@ def _spec(name: str, parse: Callable[[str], Any], default: Any, help: str, **kw:
     return Spec(name=name, parse=parse, default=default, help=help, **kw)
 
 
+#: The topics the options are grouped by in ``--help`` (``Spec.topic``), in their order.
+TOPICS: dict[str, str] = {
+    "engines": "engines (what is measured)",
+    "load": "load (levels, arrivals, request counts)",
+    "workload": "workload (prompts and their lengths)",
+    "traffic": "traffic (traces, conversations)",
+    "requests": "requests (endpoint, shaping, deadlines, TLS)",
+    "slo": "SLO (objectives, gates, extension, capacity)",
+    "client": "client health (when the load generator was the bottleneck)",
+    "signals": "engine signals",
+    "outputs": "outputs (results document, reports)",
+    "regression": "regression (baselines)",
+}
+
+#: ``llmslo run``'s own defaults, where an interactive run wants another than a suite of SLO
+#: tests: each level ends after 30 s of measurement (or its --requests, whichever comes
+#: first), after a warm-up of 20 requests (at least one wave of a closed loop). With the
+#: plugin's 200 + 500 requests per level, the default sweep took over 40 minutes.
+RUN_DEFAULTS: dict[str, Any] = {"duration": 30.0, "warmup": 20}
+
 SPECS: tuple[Spec, ...] = (
     # session-wide
     _spec(
@@ -466,24 +566,28 @@ SPECS: tuple[Spec, ...] = (
         "Engines to test: configured engine names or bare kinds "
         f"({', '.join(ENGINE_KINDS)}); comma list or repeated.",
         cli="--engine",
+        topic="engines",
         metavar="NAME[,NAME]",
         repeatable=True,
     ),
     _spec(
         "engine_url",
-        parse_optional_str,
+        parse_optional_url,
         None,
-        "Base URL of an already running OpenAI-compatible server (engine kind 'external').",
+        "Base URL of an already running OpenAI-compatible server (engine kind 'external'); "
+        "without --engine it means --engine=external.",
         cli="--engine-url",
+        topic="engines",
         metavar="URL",
     ),
     _spec(
         "engine_config",
         parse_optional_str,
         None,
-        "TOML file with [engines.NAME] tables (or [tool.llmslo.engines.NAME]). "
-        "Default: [tool.llmslo.engines.*] of the rootdir's pyproject.toml.",
+        "TOML file with [engines.NAME] tables (or [tool.llmslo.engines.NAME]).",
         cli="--engine-config",
+        topic="engines",
+        shown_default="the rootdir's pyproject.toml [tool.llmslo.engines.*]",
         metavar="PATH",
     ),
     _spec(
@@ -492,6 +596,7 @@ SPECS: tuple[Spec, ...] = (
         (),
         "Override one engine config key: NAME.key=value (repeatable).",
         cli="--engine-opt",
+        topic="engines",
         metavar="NAME.KEY=VALUE",
         repeatable=True,
     ),
@@ -502,6 +607,7 @@ SPECS: tuple[Spec, ...] = (
         "Restarts of an engine that died during the session: it is started again for the "
         "next test, at most this many times (0: never; its later tests then error).",
         cli="--engine-restarts",
+        topic="engines",
         metavar="N",
     ),
     _spec(
@@ -510,6 +616,8 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Profile of the sim engine (python -m pytest_llmslo.sim --list-profiles).",
         cli="--sim-profile",
+        topic="engines",
+        shown_default=SIM_DEFAULT_PROFILE,
         metavar="NAME",
     ),
     _spec(
@@ -518,6 +626,7 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Write the session's results document (versioned JSON) to PATH, atomically.",
         cli="--slo-json",
+        topic="outputs",
         metavar="PATH",
     ),
     _spec(
@@ -526,6 +635,7 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Write the session's sweeps, knees and Pareto summary as Markdown to PATH.",
         cli="--slo-markdown",
+        topic="outputs",
         metavar="PATH",
     ),
     _spec(
@@ -535,6 +645,7 @@ SPECS: tuple[Spec, ...] = (
         "Write the chart of the session's sweeps (throughput vs TTFT P99 with the Pareto "
         "frontier, goodput per level) as SVG to PATH.",
         cli="--slo-svg",
+        topic="outputs",
         metavar="PATH",
     ),
     _spec(
@@ -544,6 +655,7 @@ SPECS: tuple[Spec, ...] = (
         "Write one CSV row per engine x test x load level (latencies, throughput, goodput, "
         "outcome, knee) to PATH.",
         cli="--slo-csv",
+        topic="outputs",
         metavar="PATH",
     ),
     _spec(
@@ -552,6 +664,7 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Save the session's results as the named baseline (under .llmslo/baselines).",
         cli="--slo-save",
+        topic="regression",
         metavar="NAME",
     ),
     _spec(
@@ -560,6 +673,7 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Compare each test against a saved baseline (a name or a JSON path).",
         cli="--slo-compare",
+        topic="regression",
         metavar="NAME|PATH",
     ),
     _spec(
@@ -568,6 +682,8 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Regression tolerances per metric, e.g. goodput:5%,ttft_p99:10%.",
         cli="--slo-compare-fail",
+        topic="regression",
+        shown_default="goodput:5%,throughput:5%,attainment:2pp, latencies 10%",
         metavar="SPEC",
     ),
     # per test (marker keywords too)
@@ -577,6 +693,7 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Closed-loop sweep: concurrent requests per level.",
         cli="--concurrency",
+        topic="load",
         marker="concurrency",
         metavar="N[,N]",
     ),
@@ -586,6 +703,7 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Open-loop sweep: requests per second per level (instead of --concurrency).",
         cli="--rate",
+        topic="load",
         marker="rate",
         metavar="R[,R]",
     ),
@@ -595,6 +713,7 @@ SPECS: tuple[Spec, ...] = (
         "poisson",
         "Arrivals of an open-loop (--rate) level.",
         cli="--arrival",
+        topic="load",
         marker="arrival",
         choices=ARRIVALS,
     ),
@@ -602,8 +721,10 @@ SPECS: tuple[Spec, ...] = (
         "model",
         parse_str,
         "",
-        "Model to serve and request (default: the engine config's model).",
+        "Model to serve and request.",
         cli="--model",
+        topic="engines",
+        shown_default="the engine config's",
         marker="model",
         metavar="NAME",
     ),
@@ -613,6 +734,7 @@ SPECS: tuple[Spec, ...] = (
         512,
         "Input sequence length (prompt tokens) of synthetic requests.",
         cli="--isl",
+        topic="workload",
         marker="isl",
         metavar="N",
     ),
@@ -622,6 +744,7 @@ SPECS: tuple[Spec, ...] = (
         256,
         "Output sequence length (max tokens, ignore_eos) of every request.",
         cli="--osl",
+        topic="workload",
         marker="osl",
         metavar="N",
     ),
@@ -631,6 +754,7 @@ SPECS: tuple[Spec, ...] = (
         0.0,
         "Standard deviation of the input length (0: fixed).",
         cli="--isl-stddev",
+        topic="workload",
         marker="isl_stddev",
         metavar="X",
     ),
@@ -640,6 +764,7 @@ SPECS: tuple[Spec, ...] = (
         0.0,
         "Standard deviation of the output length (0: fixed).",
         cli="--osl-stddev",
+        topic="workload",
         marker="osl_stddev",
         metavar="X",
     ),
@@ -647,8 +772,10 @@ SPECS: tuple[Spec, ...] = (
         "distribution",
         _choice("distribution", DISTRIBUTIONS),
         None,
-        "Length distribution when a stddev is set (default: normal).",
+        "Length distribution when a stddev is set.",
         cli="--length-distribution",
+        topic="workload",
+        shown_default="normal with a stddev, else fixed",
         marker="distribution",
         choices=DISTRIBUTIONS,
     ),
@@ -659,6 +786,7 @@ SPECS: tuple[Spec, ...] = (
         "Dataset instead of synthetic prompts: a ShareGPT .json or a .jsonl path "
         "(prefix sharegpt: or jsonl: to force the format).",
         cli="--dataset",
+        topic="workload",
         marker="dataset",
         metavar="PATH",
     ),
@@ -666,8 +794,10 @@ SPECS: tuple[Spec, ...] = (
         "workload",
         _choice("workload", WORKLOADS),
         None,
-        "Workload kind (default: synthetic, or the dataset's kind).",
+        "Workload kind.",
         cli="--workload",
+        topic="workload",
+        shown_default="synthetic, or the dataset's kind",
         marker="workload",
         choices=WORKLOADS,
     ),
@@ -677,6 +807,7 @@ SPECS: tuple[Spec, ...] = (
         0,
         "shared_prefix workload: number of distinct shared prefixes.",
         cli="--num-prefixes",
+        topic="workload",
         marker="num_prefixes",
         metavar="N",
     ),
@@ -686,6 +817,7 @@ SPECS: tuple[Spec, ...] = (
         0,
         "shared_prefix workload: tokens in each shared prefix.",
         cli="--prefix-len",
+        topic="workload",
         marker="prefix_len",
         metavar="N",
     ),
@@ -695,8 +827,23 @@ SPECS: tuple[Spec, ...] = (
         0,
         "Seed of prompts, lengths and Poisson arrivals.",
         cli="--seed",
+        topic="workload",
         marker="seed",
         metavar="N",
+    ),
+    _spec(
+        "prompt_salt",
+        parse_prompt_salt,
+        "auto",
+        "Salt of the words of built prompts (synthetic, shared-prefix, trace blocks): 'auto' "
+        "draws one per session, so a second run against an engine that stayed up does not "
+        "hit the prefix cache the first one filled (prompt lengths and shared prefixes "
+        "within the session stay as they are); 'none' for the seed's prompts alone; any "
+        "other text repeats a session's prompts exactly (the results document records it).",
+        cli="--prompt-salt",
+        topic="workload",
+        marker="prompt_salt",
+        metavar="auto|none|TEXT",
     ),
     _spec(
         "warmup",
@@ -705,6 +852,7 @@ SPECS: tuple[Spec, ...] = (
         "Warm-up requests per level, sent first and discarded (at least one wave, the "
         "concurrency, of a closed loop; 0 for none).",
         cli="--warmup",
+        topic="load",
         marker="warmup",
         metavar="N",
     ),
@@ -715,6 +863,7 @@ SPECS: tuple[Spec, ...] = (
         "Measured requests per level; 'none' with --duration for a level bounded by time "
         "alone (its prompts are built as they are needed).",
         cli="--requests",
+        topic="load",
         marker="requests",
         metavar="N",
     ),
@@ -725,6 +874,7 @@ SPECS: tuple[Spec, ...] = (
         "Time bound of the measurement per level in seconds (0: none); the level ends at "
         "--requests or here, and requests in flight get min(30 s, this) to finish.",
         cli="--duration",
+        topic="load",
         marker="duration",
         metavar="S",
     ),
@@ -734,6 +884,7 @@ SPECS: tuple[Spec, ...] = (
         "chat",
         "OpenAI endpoint: chat (/v1/chat/completions) or completions (/v1/completions).",
         cli="--endpoint",
+        topic="requests",
         marker="endpoint",
         choices=ENDPOINTS,
     ),
@@ -743,6 +894,7 @@ SPECS: tuple[Spec, ...] = (
         (),
         'SLO of every SLO test, e.g. "ttft_p99<500,itl_p50<30" (ms).',
         cli="--slo",
+        topic="slo",
         marker="objectives",
         coerce=coerce_objectives,
         metavar="SPEC",
@@ -753,6 +905,7 @@ SPECS: tuple[Spec, ...] = (
         False,
         "Gate on the upper confidence bound of each percentile, not the point estimate.",
         cli="--slo-strict",
+        topic="slo",
         marker="strict",
         coerce=_coerce_bool,
         flag=True,
@@ -763,6 +916,7 @@ SPECS: tuple[Spec, ...] = (
         DEFAULT_CONFIDENCE,
         "Confidence of the percentile upper bounds.",
         cli="--slo-confidence",
+        topic="slo",
         marker="confidence",
         metavar="C",
     ),
@@ -773,6 +927,7 @@ SPECS: tuple[Spec, ...] = (
         "Extend each sweep past its last level until goodput < 50% of its best "
         f"(at most {MAX_EXTEND_LEVELS} extra levels).",
         cli="--slo-extend",
+        topic="slo",
         marker="extend",
         coerce=_coerce_bool,
         flag=True,
@@ -785,6 +940,7 @@ SPECS: tuple[Spec, ...] = (
         "objectives (exponential probe from the first level, then bisection; one test per "
         "engine, id ENGINE-capacity).",
         cli="--slo-capacity",
+        topic="slo",
         marker="capacity",
         coerce=_coerce_bool,
         flag=True,
@@ -793,9 +949,10 @@ SPECS: tuple[Spec, ...] = (
         "capacity_max",
         parse_optional_duration,
         None,
-        "Highest load a capacity search probes (concurrency or rate; default: no bound, "
-        "12 levels at most).",
+        "Highest load a capacity search probes (concurrency or rate).",
         cli="--slo-capacity-max",
+        topic="slo",
+        shown_default="none (12 levels at most)",
         marker="capacity_max",
         metavar="N",
     ),
@@ -807,6 +964,7 @@ SPECS: tuple[Spec, ...] = (
         "bottleneck); still invalid after them, the test ends as inconclusive, an error of "
         "its own kind, never an SLO failure.",
         cli="--slo-retries",
+        topic="slo",
         marker="retries",
         metavar="N",
     ),
@@ -818,6 +976,7 @@ SPECS: tuple[Spec, ...] = (
         "by a confidence bound, or (strict) a pass; 'auto' is on for capacity searches and "
         "sweep extensions and off for the levels a comparison reads.",
         cli="--slo-early-stop",
+        topic="slo",
         marker="early_stop",
         choices=EARLY_STOP_MODES,
     ),
@@ -827,6 +986,7 @@ SPECS: tuple[Spec, ...] = (
         100,
         "Completed requests a level needs before an early stop may end it.",
         cli="--slo-early-stop-min",
+        topic="slo",
         marker="early_stop_min",
         metavar="N",
     ),
@@ -834,8 +994,10 @@ SPECS: tuple[Spec, ...] = (
         "min_attainment",
         parse_fraction,
         None,
-        "Minimum share of good requests (0..1 or NN%) of the configured SLO (default 0.9).",
+        "Minimum share of good requests (0..1 or NN%) of the configured SLO.",
         cli="--slo-min-attainment",
+        topic="slo",
+        shown_default="0.9",
         marker="min_attainment",
         metavar="F",
     ),
@@ -845,6 +1007,8 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Minimum goodput in output tok/s of the configured SLO.",
         cli="--slo-min-goodput",
+        topic="slo",
+        shown_default="none",
         marker="min_goodput_tok_s",
         metavar="TOK_S",
     ),
@@ -853,8 +1017,10 @@ SPECS: tuple[Spec, ...] = (
         parse_float,
         None,
         "Client health: schedule and event-loop lag P99 (ms) above which a run is marked "
-        "invalid (the load generator was the bottleneck). Default: the load generator's 10 ms.",
+        "invalid (the load generator was the bottleneck).",
         cli="--client-max-lag",
+        topic="client",
+        shown_default="10 ms",
         marker="client_max_lag",
         metavar="MS",
     ),
@@ -865,6 +1031,7 @@ SPECS: tuple[Spec, ...] = (
         "Client health: share of streamed tokens (0..1 or NN%) timestamped inside an "
         "event-loop stall (a wake later than --client-max-lag) above which a run is invalid.",
         cli="--client-max-stalled",
+        topic="client",
         marker="client_max_stalled",
         metavar="F",
     ),
@@ -874,6 +1041,8 @@ SPECS: tuple[Spec, ...] = (
         None,
         "Client health: CPU share of a core (e.g. 0.9) above which a run is marked invalid.",
         cli="--client-max-cpu",
+        topic="client",
+        shown_default="0.9",
         marker="client_max_cpu",
         metavar="F",
     ),
@@ -883,6 +1052,7 @@ SPECS: tuple[Spec, ...] = (
         600.0,
         "Total deadline of one request in seconds, from send to its last byte.",
         cli="--request-timeout",
+        topic="requests",
         marker="request_timeout",
         metavar="S",
     ),
@@ -892,6 +1062,7 @@ SPECS: tuple[Spec, ...] = (
         10.0,
         "Deadline of a connection (TCP and TLS) in seconds.",
         cli="--connect-timeout",
+        topic="requests",
         marker="connect_timeout",
         metavar="S",
     ),
@@ -902,6 +1073,7 @@ SPECS: tuple[Spec, ...] = (
         "Deadline of a request's first response data in seconds (a loaded engine may queue "
         "a request for minutes before its prefill).",
         cli="--first-byte-timeout",
+        topic="requests",
         marker="first_byte_timeout",
         metavar="S",
     ),
@@ -912,6 +1084,7 @@ SPECS: tuple[Spec, ...] = (
         "A stream that sends no data for this many seconds has stalled and fails as a "
         "timeout; SSE comments and keep-alives do not count as data.",
         cli="--idle-timeout",
+        topic="requests",
         marker="idle_timeout",
         metavar="S",
     ),
@@ -920,9 +1093,11 @@ SPECS: tuple[Spec, ...] = (
         parse_level_timeout,
         None,
         "Wall-clock bound of one load level in seconds: calibration, warm-up, measurement "
-        "and drain together ('none' for no bound). Default 'auto': 3 x --duration when "
-        "--duration is set, else no bound (each request has its deadlines).",
+        "and drain together ('none' for no bound; 'auto': 3 x --duration when --duration is "
+        "set, else no bound, each request has its deadlines).",
         cli="--level-timeout",
+        topic="load",
+        shown_default="auto",
         marker="level_timeout",
         metavar="S",
     ),
@@ -933,6 +1108,7 @@ SPECS: tuple[Spec, ...] = (
         "Highest share of failed requests (0..1 or NN%) with which a level can pass; a "
         "level where every request failed always fails, with or without objectives.",
         cli="--slo-max-error-rate",
+        topic="slo",
         marker="max_error_rate",
         metavar="F",
     ),
@@ -944,6 +1120,7 @@ SPECS: tuple[Spec, ...] = (
         "pinned output length; above it the level is flagged as not comparable (the server "
         "ignores ignore_eos/min_tokens, so it ran another workload).",
         cli="--max-short-outputs",
+        topic="slo",
         marker="max_short_outputs",
         metavar="F",
     ),
@@ -977,9 +1154,10 @@ SPECS: tuple[Spec, ...] = (
         "ca_bundle",
         parse_optional_str,
         None,
-        "PEM file of the CAs to trust for https engines (load generator and readiness "
-        "probes). Default: the system store (SSL_CERT_FILE and SSL_CERT_DIR honoured).",
+        "PEM file of the CAs to trust for https engines (load generator and readiness probes).",
         cli="--ca-bundle",
+        topic="requests",
+        shown_default="the system store (SSL_CERT_FILE and SSL_CERT_DIR honoured)",
         marker="ca_bundle",
         metavar="PATH",
     ),
@@ -989,6 +1167,7 @@ SPECS: tuple[Spec, ...] = (
         False,
         "Accept any TLS certificate (self-signed test servers).",
         cli="--insecure",
+        topic="requests",
         marker="insecure",
         coerce=_coerce_bool,
         flag=True,
@@ -1000,6 +1179,7 @@ SPECS: tuple[Spec, ...] = (
         "Send ignore_eos and min_tokens so that every output is --osl tokens long (false for "
         "a server that rejects unknown request fields).",
         cli="--pin-output",
+        topic="requests",
         marker="pin_output",
         coerce=_coerce_bool,
         metavar="BOOL",
@@ -1010,6 +1190,7 @@ SPECS: tuple[Spec, ...] = (
         "auto",
         "HTTP client of the load generator: auto (the fast HTTP/1.1 client), fast, or httpx.",
         cli="--transport",
+        topic="requests",
         marker="transport",
         choices=TRANSPORTS,
     ),
@@ -1020,6 +1201,7 @@ SPECS: tuple[Spec, ...] = (
         "When a chunk arrived: auto (the kernel's arrival stamp where the fast client can "
         "read it, plain http on Linux; see docs/load.md) or read (when the client read it).",
         cli="--receive-stamps",
+        topic="requests",
         marker="receive_stamps",
         choices=RECEIVE_STAMPS,
     ),
@@ -1030,6 +1212,8 @@ SPECS: tuple[Spec, ...] = (
         "Environment variable whose value is sent as the bearer API key (never logged); "
         "empty for none.",
         cli="--api-key-env",
+        topic="requests",
+        shown_default="OPENAI_API_KEY",
         marker="api_key_env",
         metavar="VAR",
     ),
@@ -1040,6 +1224,7 @@ SPECS: tuple[Spec, ...] = (
         "Gamma arrivals' shape (--arrival=gamma): 1 is Poisson, below 1 burstier, above 1 "
         "more regular (vLLM bench's --burstiness).",
         cli="--burstiness",
+        topic="load",
         marker="burstiness",
         metavar="K",
     ),
@@ -1050,6 +1235,7 @@ SPECS: tuple[Spec, ...] = (
         "One open-loop level whose rate goes linearly from START to END requests/s over "
         "SECONDS (instead of --rate or --concurrency).",
         cli="--ramp",
+        topic="load",
         marker="ramp",
         metavar="START:END:SECONDS",
     ),
@@ -1060,6 +1246,7 @@ SPECS: tuple[Spec, ...] = (
         "One open-loop level that holds each rate for SECONDS in turn (instead of --rate or "
         "--concurrency).",
         cli="--steps",
+        topic="load",
         marker="steps",
         metavar="R,R,...:SECONDS",
     ),
@@ -1070,6 +1257,8 @@ SPECS: tuple[Spec, ...] = (
         "Cap on the requests in flight of an open loop (rate, ramp, steps, trace): an "
         "arrival that finds it reached waits for a slot (vLLM bench's --max-concurrency).",
         cli="--max-concurrency",
+        topic="load",
+        shown_default="none",
         marker="max_concurrency",
         metavar="N",
     ),
@@ -1080,6 +1269,7 @@ SPECS: tuple[Spec, ...] = (
         "Replay a timestamped trace (Mooncake JSONL, Azure or BurstGPT CSV, JSONL with "
         "'timestamp'): its rows are the requests, sent at their times (see --trace-speed).",
         cli="--trace-file",
+        topic="traffic",
         marker="trace",
         metavar="PATH",
     ),
@@ -1089,6 +1279,7 @@ SPECS: tuple[Spec, ...] = (
         "auto",
         "The trace's format (auto: by its header or first line).",
         cli="--trace-format",
+        topic="traffic",
         marker="trace_format",
         choices=TRACE_FORMATS,
     ),
@@ -1096,9 +1287,11 @@ SPECS: tuple[Spec, ...] = (
         "trace_speed",
         parse_float_list,
         None,
-        "Replay speed-ups, one level each: 2 sends the trace twice as fast (default 1 with "
-        "--trace-file; a concurrency or rate instead sends its rows as a dataset).",
+        "Replay speed-ups, one level each: 2 sends the trace twice as fast (a concurrency or "
+        "rate instead sends its rows as a dataset).",
         cli="--trace-speed",
+        topic="traffic",
+        shown_default="1 with --trace-file",
         marker="trace_speed",
         metavar="X[,X]",
     ),
@@ -1108,6 +1301,7 @@ SPECS: tuple[Spec, ...] = (
         0.0,
         "Start of the trace window, in seconds from its first request.",
         cli="--trace-start",
+        topic="traffic",
         marker="trace_start",
         metavar="SECONDS",
     ),
@@ -1115,8 +1309,10 @@ SPECS: tuple[Spec, ...] = (
         "trace_window",
         parse_optional_duration,
         None,
-        "Length of the trace window in seconds (default: to the end).",
+        "Length of the trace window in seconds.",
         cli="--trace-window",
+        topic="traffic",
+        shown_default="to the end of the trace",
         marker="trace_window",
         metavar="SECONDS",
     ),
@@ -1126,6 +1322,7 @@ SPECS: tuple[Spec, ...] = (
         512,
         "Tokens per hash id of a Mooncake trace (its release uses 512).",
         cli="--block-tokens",
+        topic="traffic",
         marker="block_tokens",
         metavar="N",
     ),
@@ -1137,6 +1334,7 @@ SPECS: tuple[Spec, ...] = (
         "the history (earlier messages and the replies streamed) plus --isl new tokens; "
         "with ShareGPT, up to this many of each conversation's human turns.",
         cli="--turns",
+        topic="traffic",
         marker="turns",
         metavar="N",
     ),
@@ -1146,6 +1344,7 @@ SPECS: tuple[Spec, ...] = (
         0.0,
         "Seconds a user thinks between a reply and the next turn (mean, see --think-distribution).",
         cli="--think-time",
+        topic="traffic",
         marker="think_time",
         metavar="SECONDS",
     ),
@@ -1155,6 +1354,7 @@ SPECS: tuple[Spec, ...] = (
         "fixed",
         "Think times: fixed, exponential or uniform over [0, 2 x mean], seeded.",
         cli="--think-distribution",
+        topic="traffic",
         marker="think_distribution",
         choices=THINK_DISTRIBUTIONS,
     ),
@@ -1164,6 +1364,7 @@ SPECS: tuple[Spec, ...] = (
         0,
         "Turns of history each prompt carries (0: all of them).",
         cli="--history-turns",
+        topic="traffic",
         marker="history_turns",
         metavar="N",
     ),
@@ -1174,6 +1375,7 @@ SPECS: tuple[Spec, ...] = (
         "Header that carries each conversation's id on its turns (sticky routing), e.g. "
         "X-Session-ID.",
         cli="--session-header",
+        topic="traffic",
         marker="session_header",
         metavar="NAME",
     ),
@@ -1184,6 +1386,7 @@ SPECS: tuple[Spec, ...] = (
         "Extra HTTP header on every request: 'NAME: VALUE' (repeatable; ';' between several "
         "in env and ini).",
         cli="--header",
+        topic="requests",
         marker="headers",
         coerce=coerce_headers,
         metavar="'NAME: VALUE'",
@@ -1195,6 +1398,7 @@ SPECS: tuple[Spec, ...] = (
         None,
         "JSON object merged into every request body, e.g. '{\"top_k\": 20}'.",
         cli="--extra-body",
+        topic="requests",
         marker="extra_body",
         coerce=coerce_json_object,
         metavar="JSON",
@@ -1206,6 +1410,7 @@ SPECS: tuple[Spec, ...] = (
         "Each request asks for one of these models, drawn by weight: NAME[:WEIGHT],... "
         "(LoRA adapters an engine serves beside its base model).",
         cli="--models",
+        topic="traffic",
         marker="models",
         coerce=coerce_models,
         metavar="NAME[:W],...",
@@ -1218,6 +1423,7 @@ SPECS: tuple[Spec, ...] = (
         "each level: queue, KV cache, preemptions, engine-side latencies, GPU; a failed "
         "objective names the signal that explains it.",
         cli="--slo-signals",
+        topic="signals",
         marker="signals",
         coerce=_coerce_bool,
         metavar="BOOL",
@@ -1228,16 +1434,18 @@ SPECS: tuple[Spec, ...] = (
         1.0,
         "Seconds between /metrics scrapes during a level.",
         cli="--signals-interval",
+        topic="signals",
         marker="signals_interval",
         metavar="SECONDS",
     ),
     _spec(
         "dcgm_url",
-        parse_optional_str,
+        parse_optional_url,
         None,
         "A DCGM exporter's /metrics URL: GPU utilisation, memory, power and energy (J/token) "
         "per level instead of NVML.",
         cli="--dcgm-url",
+        topic="signals",
         marker="dcgm_url",
         metavar="URL",
     ),
@@ -1303,19 +1511,41 @@ def given_cli(getoption: Callable[[str], Any]) -> dict[str, Any]:
     return {s.name: v for s, v in given if cli_given(s, v)}
 
 
-def argparse_option(spec: Spec) -> tuple[str, dict[str, Any]]:
+def default_text(spec: Spec, defaults: Mapping[str, Any] | None = None) -> str:
+    """The default of ``spec`` as ``--help`` shows it: the value that applies when nothing
+    sets it (``defaults``: ``llmslo run``'s own, ``RUN_DEFAULTS``), never a bare None."""
+    if defaults and spec.name in defaults:
+        value = defaults[spec.name]
+    elif spec.shown_default is not None:
+        return spec.shown_default
+    elif spec.name == "concurrency":
+        value = DEFAULT_CONCURRENCY
+    else:
+        value = spec.default
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "none"
+    if isinstance(value, bool):
+        return ("on" if value else "off") if spec.flag else str(value).lower()
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def argparse_option(
+    spec: Spec, *, ini: bool = True, defaults: Mapping[str, Any] | None = None
+) -> tuple[str, dict[str, Any]]:
     """The command-line flag of ``spec`` and its ``add_argument`` keywords: the same for the
     pytest plugin (``parser.addoption``) and ``llmslo run``, so an option has one name and
     one meaning everywhere. The value lands in ``llmslo_<name>``; an option not given is
-    ``UNSET`` (``None`` for a repeatable one), which ``cli_given`` tells apart."""
+    ``UNSET`` (``None`` for a repeatable one), which ``cli_given`` tells apart. ``ini``:
+    the help names the ini key (``llmslo run`` reads no ini file); ``defaults``: the
+    defaults that apply instead of the spec's (``RUN_DEFAULTS``)."""
     if not spec.cli:
         raise ValueError(f"setting {spec.name!r} has no command-line flag")
-    default = spec.default
-    if isinstance(default, tuple):
-        default = ",".join(str(v) for v in default) or "none"
-    if spec.name == "concurrency":
-        default = ",".join(str(v) for v in DEFAULT_CONCURRENCY)
-    helptext = f"{spec.help} Ini: {spec.ini}, env: {spec.env}. Default: {default}."
+    where = f"Ini: {spec.ini}, env: {spec.env}" if ini else f"Env: {spec.env}"
+    helptext = f"{spec.help} {where}. Default: {default_text(spec, defaults)}."
     kw: dict[str, Any] = {
         "dest": f"llmslo_{spec.name}",
         "default": None if spec.repeatable else UNSET,
@@ -1346,12 +1576,23 @@ class Sources:
     cli: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     ini: Mapping[str, Any] = field(default_factory=dict)
+    #: Parsed values that replace the specs' defaults (``llmslo run``: ``RUN_DEFAULTS``).
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_environ(
-        cls, cli: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str, str] | None = None
+        cls,
+        cli: Mapping[str, Any],
+        ini: Mapping[str, Any],
+        env: Mapping[str, str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
     ) -> Sources:
-        return cls(cli=cli, env=dict(os.environ if env is None else env), ini=ini)
+        return cls(
+            cli=cli,
+            env=dict(os.environ if env is None else env),
+            ini=ini,
+            defaults=dict(defaults or {}),
+        )
 
 
 def _flatten_cli(spec: Spec, value: Any) -> Any:
@@ -1386,7 +1627,7 @@ def _lookup(
             return spec.coerce_marker(marker[spec.marker]), label, True
         except ValueError as exc:
             raise ConfigError(f"{label}: {exc}") from None
-    return spec.default, "default", False
+    return sources.defaults.get(spec.name, spec.default), "default", False
 
 
 def _parse_from(spec: Spec, raw: str, label: str) -> Any:
@@ -1418,6 +1659,8 @@ class SessionSettings:
     compare_fail: str | None = None
     external_ready_timeout_s: float = 60.0
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: Problems worth a warning that stop nothing (an ``LLMSLO_*`` variable no setting reads).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1438,6 +1681,7 @@ class TestSettings:
     num_prefixes: int = 0
     prefix_len: int = 0
     seed: int = 0
+    prompt_salt: str = "auto"
     warmup: int = 200
     requests: int | None = 500
     duration_s: float | None = None
@@ -1567,8 +1811,53 @@ class TestSettings:
         return ", ".join(getattr(o, "label", str(o)) for o in self.objectives)
 
 
+#: ``LLMSLO_*`` variables the package reads besides the settings' own: where the engine
+#: suites find their installs (``engines/local.py``, ``.ci/engines.sh``) and CI switches.
+OTHER_ENV: frozenset[str] = frozenset(
+    {
+        "LLMSLO_ENGINES_HOME",
+        "LLMSLO_ENGINES_STRICT",
+        "LLMSLO_REQUIRE_ENGINES",
+        "LLMSLO_VLLM_PYTHON",
+        "LLMSLO_DYNAMO_PYTHON",
+        "LLMSLO_TINY_MODEL",
+        "LLMSLO_SIM_IMAGE",
+        "LLMSLO_IMAGE_PYTHON",
+        "LLMSLO_CI_VENV",
+    }
+)
+
+
+def check_environment(env: Mapping[str, str], also: Iterable[str] = ()) -> list[str]:
+    """Warnings for the ``LLMSLO_*`` variables that nothing reads (``also``: names read
+    elsewhere, such as the API key variable). One that is a near miss of a setting's own
+    (``LLMSLO_CONCURENCY``) is a ``ConfigError`` naming it: the typo would silently run
+    the defaults, a sweep of seven levels instead of the one asked for."""
+    import difflib
+
+    known = {s.env for s in SPECS} | OTHER_ENV | set(also)
+    suffixes = {s.env.removeprefix(ENV_PREFIX): s.env for s in SPECS}
+    out: list[str] = []
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX) or name in known:
+            continue
+        close = difflib.get_close_matches(
+            name.removeprefix(ENV_PREFIX), list(suffixes), n=1, cutoff=0.8
+        )
+        if close:
+            raise ConfigError(
+                f"{name} is set, but no setting reads it: did you mean {suffixes[close[0]]}? "
+                "(README 'Options' lists every variable.)"
+            )
+        out.append(f"{name} is set, but no pytest-llmslo setting reads it; it is ignored")
+    return out
+
+
 def resolve_session(sources: Sources) -> SessionSettings:
-    """Resolve the session-wide settings; raises ``ConfigError`` naming the source."""
+    """Resolve the session-wide settings; raises ``ConfigError`` naming the source.
+
+    ``--engine-url`` without ``--engine`` (from any source) means the external engine:
+    a URL is never left unused while the built-in sim is measured."""
     vals: dict[str, Any] = {}
     where: dict[str, str] = {}
     for spec in SPECS:
@@ -1577,8 +1866,14 @@ def resolve_session(sources: Sources) -> SessionSettings:
         v, label, _found = _lookup(spec, sources, None, "")
         vals[spec.name] = v
         where[spec.name] = label
+    api_key_env, _, _ = _lookup(SPEC_BY_NAME["api_key_env"], sources, None, "")
+    warnings = check_environment(sources.env, (api_key_env,))
+    engines = tuple(dict.fromkeys(vals["engine"]))  # de-duplicated, order kept
+    if vals["engine_url"] and where["engine"] == "default":
+        engines = ("external",)
+        where["engine"] = where["engine_url"]
     return SessionSettings(
-        engines=tuple(dict.fromkeys(vals["engine"])),  # de-duplicated, order kept
+        engines=engines,
         engine_url=vals["engine_url"],
         engine_config=vals["engine_config"],
         engine_opts=tuple(vals["engine_opt"]),
@@ -1593,6 +1888,7 @@ def resolve_session(sources: Sources) -> SessionSettings:
         compare_fail=vals["slo_compare_fail"],
         external_ready_timeout_s=vals["external_ready_timeout"],
         sources=where,
+        warnings=tuple(warnings),
     )
 
 
@@ -1668,6 +1964,7 @@ def resolve_test(
         num_prefixes=vals["num_prefixes"],
         prefix_len=vals["prefix_len"],
         seed=vals["seed"],
+        prompt_salt=vals["prompt_salt"],
         warmup=vals["warmup"],
         requests=vals["requests"],
         duration_s=vals["duration"],
@@ -1844,13 +2141,14 @@ def describe_workload(test: TestSettings) -> str:
     return " ".join(parts)
 
 
-def describe(session: SessionSettings, test: TestSettings) -> str:
-    """One line of the active settings (for the report header)."""
+def describe(session: SessionSettings, test: TestSettings, engines: str | None = None) -> str:
+    """One line of the active settings (for the report header); ``engines``: the engines
+    with what each measures (``session.engines_text``), in place of their names."""
     levels = ",".join(lv.label for lv in test.levels)
     kind, path = test.dataset_kind()
     wl = f"{kind} isl={test.isl} osl={test.osl}" if path is None else f"{kind}:{path}"
     parts = [
-        f"engines={','.join(session.engines)}",
+        f"engines={engines or ','.join(session.engines)}",
         f"levels={levels}",
         f"workload={wl}",
         f"warmup={test.warmup}",

@@ -59,6 +59,7 @@ __all__ = [
     "split_sweeps",
     "summary_stat",
     "sweep_knees",
+    "unjudged",
 ]
 
 #: Throughput growth below which a step counts as saturated (DESIGN "Knee and Pareto").
@@ -175,6 +176,23 @@ def run_status(summary: RunSummary, verdict: Verdict | None) -> PointStatus:
     if verdict is None:
         return "unchecked"
     return "pass" if verdict.passed else "fail"
+
+
+def unjudged(points: Sequence[SweepPoint]) -> list[str]:
+    """The levels of a sweep that neither passed nor failed, with why (``c8 interrupted``,
+    ``c16 inconclusive``, ``c32 no verdict``: the level errored), in level order: a knee
+    whose judged levels all passed says it of them, not of every level."""
+    out = []
+    for i in level_order(points):
+        p = points[i]
+        status = point_status(p)
+        if p.interrupted:
+            out.append(f"{p.level.label} interrupted")
+        elif status == "invalid":
+            out.append(f"{p.level.label} inconclusive")
+        elif status == "unchecked":
+            out.append(f"{p.level.label} no verdict")
+    return out
 
 
 def summary_stat(summary: RunSummary, metric: str, stat: float | str) -> float | None:

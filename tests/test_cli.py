@@ -367,3 +367,19 @@ def test_compare_warns_about_an_incomplete_baseline(tmp_path, capsys):
     code, out, _ = run(["compare", old, new, "--fail", "ttft_p50:1000%"], capsys)
     assert code == 0
     assert "warning: old is incomplete (its session was interrupted)" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--concurrency", "abc"],
+        ["run", "--no-such-option"],
+        ["run", "--slo-confidence"],
+        ["report"],
+    ],
+)
+def test_usage_errors_are_one_line(argv, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()  # not argparse's usage block (~40 lines for run)
+    assert line.startswith("llmslo") and ": error: " in line and line.endswith("--help)")

@@ -144,3 +144,91 @@ def test_run_and_the_plugin_share_every_option() -> None:
     for spec in S.SPECS:
         if spec.cli:
             assert spec.cli in flags, spec.cli
+
+
+def test_run_with_an_engine_url_alone_measures_that_url(fixed_server, in_tmp, capsys) -> None:
+    argv = [a for a in _run(fixed_server) if a not in ("--engine", "external")]
+    assert "--engine" not in argv
+    code = cli.main([*argv, "--slo-json", "run.json"])
+    out, err = capsys.readouterr()
+    assert code == cli.EXIT_OK, err
+    assert f"llmslo: llmslo-run: external ({fixed_server}) x c1,c2;" in err
+    assert "external | llmslo-run | concurrency sweep, 2 levels" in out
+    doc = json.loads((in_tmp / "run.json").read_text())
+    assert doc["engines"]["external"]["metadata"]["base_url"] == fixed_server
+
+
+def test_run_prints_the_plan_and_then_the_estimate(fixed_server, in_tmp, capsys) -> None:
+    assert cli.main(_run(fixed_server)) == cli.EXIT_OK
+    _out, err = capsys.readouterr()
+    plan = err.index("llmslo: plan: 2 levels (1 test, 1 engine); each level 1 warm-up")
+    first = err.index("llmslo external c1: 8/8 requests ok")
+    estimate = err.index("llmslo: estimate: c1 took ")
+    second = err.index("llmslo external c2: 8/8 requests ok")
+    assert plan < first < estimate < second
+    assert "the 1 level left take about" in err
+
+
+def test_run_defaults_bound_each_level_in_time(in_tmp, capsys) -> None:
+    # The plugin's 200 + 500 requests per level made the README's example a 40-minute run.
+    code = cli.main(["run", "--engine", "external", "--engine-url", "http://127.0.0.1:9"])
+    _out, err = capsys.readouterr()
+    assert code == cli.EXIT_FAILED
+    assert (
+        "llmslo: plan: 7 levels (1 test, 1 engine); each level 20 warm-up requests (at least "
+        "one wave of a closed loop), then up to 500 measured requests or 30 s;" in err
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--engine", "sim", "--engine-url", "http://127.0.0.1:9"], "none of them external"),
+        (["run", "--engine-url", "localhost:8000"], "e.g. http://localhost:8000"),
+        (["run", "--concurrency", "1,,2"], "An item is empty"),
+        (["run", "--rate", "1", "--max-concurrency", "0"], "A cap of 0 lets no request start"),
+        (["run", "--sim-profile", "llama-9000"], "'llama-9000' is not a sim profile. Profiles: "),
+        (["run", "--slo-json", "/proc/llmslo-run.json"], "/proc/llmslo-run.json cannot be written"),
+        (["run", "--slo-markdown", "/proc/x/run.md"], "/proc/x/run.md cannot be written"),
+    ],
+)
+def test_run_refuses_a_typo_before_anything_starts(argv, message, in_tmp, capsys) -> None:
+    assert cli.main(argv) == cli.EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert message in err
+    assert len(err.strip().splitlines()) == 1, err  # one line, no usage block or traceback
+    assert "starting engine" not in out + err
+
+
+def test_run_names_the_setting_a_mistyped_variable_meant(in_tmp, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("LLMSLO_CONCURENCY", "4")
+    assert cli.main(["run"]) == cli.EXIT_USAGE
+    _out, err = capsys.readouterr()
+    assert (
+        "LLMSLO_CONCURENCY is set, but no setting reads it: did you mean LLMSLO_CONCURRENCY?" in err
+    )
+
+
+def test_run_help_groups_options_by_topic_and_shows_its_defaults(capsys) -> None:
+    assert cli.main(["run", "--help"]) == cli.EXIT_OK
+    out, _err = capsys.readouterr()
+    from pytest_llmslo import settings as S
+
+    titles = [line[:-1] for line in out.splitlines() if line.endswith(":") and line[0] != " "]
+    assert [t for t in titles if t in S.TOPICS.values()] == list(S.TOPICS.values())
+    assert "Default: None" not in out
+    assert "llmslo_" not in out and "Ini:" not in out  # run reads no ini file
+    flat = " ".join(out.split())
+    assert "--duration S Time bound of the measurement per level" in flat
+    assert "Env: LLMSLO_DURATION. Default: 30." in flat
+    assert "Env: LLMSLO_WARMUP. Default: 20." in flat
+    assert "Env: LLMSLO_MIN_ATTAINMENT. Default: 0.9." in flat
+    assert "Env: LLMSLO_CLIENT_MAX_LAG. Default: 10 ms." in flat
+
+
+def test_run_refuses_a_baseline_that_cannot_be_saved(in_tmp, capsys) -> None:
+    # The baselines' folder is a file: the baseline could only fail at the end of the run.
+    (in_tmp / ".llmslo").write_text("")
+    assert cli.main(["run", "--slo-save", "nightly"]) == cli.EXIT_USAGE
+    _out, err = capsys.readouterr()
+    assert "--slo-save: " in err and "nightly.json cannot be created" in err

@@ -48,7 +48,8 @@ the run. They count in the error rate and are never good for goodput or attainme
 ``run.meta["cancelled"]`` says how many there were. On Ctrl-C or task cancellation the
 requests in flight are cut at once, recorded the same way, and ``LoadInterrupted``
 carries the partial run. SIGTERM (how CI systems stop a job) is handled like Ctrl-C:
-the level in progress is cut and kept; a second signal interrupts at once.
+the level in progress is cut and kept, also when a second signal follows while it is cut;
+a third interrupts at once.
 
 Early stop: ``early_stop`` is a callback that sees the decoded records about twice a
 second and returns why the level's verdict is settled (or None); the level then drains like
@@ -1300,7 +1301,8 @@ def run_load_sync(
     """``run_load`` on its own event loop, for synchronous callers (fixtures, scripts).
 
     Ctrl-C and SIGTERM cancel the load cleanly (``LoadInterrupted`` with the partial run,
-    its ``signal`` naming which); a second one interrupts at once. Called from a thread
+    its ``signal`` naming which); a second one while the load is being cut is noted (the
+    partial run is still kept), a third interrupts at once. Called from a thread
     that already runs a loop, the load runs on a helper thread.
     """
     kwargs: dict[str, Any] = {
@@ -1351,11 +1353,20 @@ def _run_on_new_loop(
 
         def on_signal(signum: int, frame: Any) -> None:
             received.append(signal.Signals(signum).name)
-            loop.call_soon_threadsafe(main.cancel)
-            # A second signal gets the handlers of before: Ctrl-C is the usual
-            # KeyboardInterrupt, SIGTERM the engines' teardown (engines/lifecycle.py).
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
+            if len(received) == 1:
+                loop.call_soon_threadsafe(main.cancel)
+                return
+            # A second signal while the load is being cut is noted: raised in the middle
+            # of the cut, it would lose the partial run (collecting it is bounded by
+            # _RESULT_TIMEOUT_S). A third gets the handlers of before at once.
+            if len(received) >= 3:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+                previous = old.get(signum)
+                if callable(previous):
+                    previous(signum, frame)
+                elif previous == signal.SIG_DFL:
+                    os.kill(os.getpid(), signum)
 
         for sig in _STOP_SIGNALS:
             with contextlib.suppress(ValueError, OSError):

@@ -43,10 +43,21 @@ numbers to the server's reported ``prompt_tokens`` for a few probe prompts befor
 (``runner.py``), so lengths land close to the requested ones on any tokenizer.
 Everything is seeded: the same spec gives the same prompts. Prompts are built lazily, one
 index at a time (``PromptSource``): prompt i depends on the seed and i alone.
+
+Salt (``salt``): the same seed gives the same prompts in every session, so a second session
+against an engine that stayed up would find its prompts in the engine's prefix cache (a
+97 % hit rate and a third of the TTFT, measured on the sim). A salt changes the *words* of
+built prompts (synthetic and shared-prefix prompts, conversation turns, trace blocks and
+tails), never their lengths: the lengths are drawn from the unsalted generator, and a salted
+prompt has as many words (with a tokenizer, exactly as many tokens) as the unsalted one.
+Shared prefixes and trace blocks take the salt too, so they are still shared within a
+session and no longer across sessions with other salts. Dataset prompts are the dataset's
+text and take no salt. An empty salt gives the prompts of the seed alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -124,6 +135,7 @@ class WorkloadSpec:
     think_time_s: float = 0.0
     think_distribution: ThinkDistribution = "fixed"
     history_turns: int = 0
+    salt: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in WORKLOAD_KINDS:
@@ -418,8 +430,16 @@ _PREFIX_STREAM = 1 << 40
 _ORDER_STREAM = (1 << 40) + 1
 _BLOCK_STREAM = (1 << 40) + 2
 _TURN_STREAM = (1 << 40) + 3
+_SALT_STREAM = (1 << 40) + 4
 #: Trace blocks kept built (shared blocks are built once while they recur).
 _BLOCK_CACHE = 512
+
+
+def _salt_key(salt: str) -> int | None:
+    """A 64-bit number for ``salt`` (None for no salt), to seed the words' generators."""
+    if not salt:
+        return None
+    return int.from_bytes(hashlib.blake2b(salt.encode(), digest_size=8).digest(), "little")
 
 
 class PromptSource:
@@ -442,6 +462,7 @@ class PromptSource:
         self._prefixes: list[str] = []
         self.trace: Trace | None = None
         self._blocks: OrderedDict[int, str] = OrderedDict()
+        self._salt = _salt_key(spec.salt)
         if spec.kind in ("sharegpt", "jsonl"):
             path = os.fspath(spec.path or "")
             if spec.kind == "sharegpt":
@@ -455,7 +476,7 @@ class PromptSource:
         elif spec.kind == "trace":
             self.trace = _read_trace(spec)
         elif spec.kind == "shared_prefix":
-            rng = np.random.default_rng([spec.seed, _PREFIX_STREAM])
+            rng = np.random.default_rng(self._salted([spec.seed, _PREFIX_STREAM]))
             overhead = round(self.lm.overhead) if self._tok else 0
             prefix_tokens = max(1, spec.prefix_len - overhead)
             for _ in range(spec.num_prefixes):
@@ -465,13 +486,26 @@ class PromptSource:
                 else:
                     self._prefixes.append(" ".join(_words(rng, self.lm.words_for(spec.prefix_len))))
 
+    def _salted(self, key: list[int]) -> list[int]:
+        """The seed of a generator of words: ``key``, with the salt when there is one."""
+        return key if self._salt is None else [*key, _SALT_STREAM, self._salt]
+
+    def _word_rng(self, i: int, rng: np.random.Generator) -> np.random.Generator:
+        """The generator of prompt ``i``'s words: ``rng`` (which drew its lengths) without a
+        salt, so the prompts of an unsalted spec stay what they were; its own with one."""
+        if self._salt is None:
+            return rng
+        return np.random.default_rng(self._salted([self.spec.seed, i]))
+
     def _block(self, h: int) -> str:
-        """The text of trace block ``h``: ``block_tokens`` tokens seeded by the id alone."""
+        """The text of trace block ``h``: ``block_tokens`` tokens seeded by the id alone
+        (and the salt)."""
         text = self._blocks.get(h)
         if text is not None:
             self._blocks.move_to_end(h)
             return text
-        rng = np.random.default_rng([self.spec.seed, _BLOCK_STREAM, h & ((1 << 62) - 1)])
+        key = [self.spec.seed, _BLOCK_STREAM, h & ((1 << 62) - 1)]
+        rng = np.random.default_rng(self._salted(key))
         n = self.spec.block_tokens
         if self._tok:
             text = self._tok.exact(_words(rng, n * 2 + 8), n)
@@ -492,7 +526,7 @@ class PromptSource:
         given = trace.prompt(row)
         if given is not None:
             return Prompt(given, isl, osl)
-        rng = np.random.default_rng([self.spec.seed, i])
+        rng = np.random.default_rng(self._salted([self.spec.seed, i]))
         tok = self._tok
         lm = self.lm
         overhead = max(0, round(lm.overhead))
@@ -542,6 +576,7 @@ class PromptSource:
             isl = tok.count(text) if tok else len(text.split())
             return Prompt(text, isl, row_osl if row_osl is not None else osl)
         isl = int(draw_lengths(rng, spec.isl, spec.isl_stddev, spec.distribution, 1)[0])
+        rng = self._word_rng(i, rng)
         # With a tokenizer: the tokens the server adds around the text (chat template, BOS),
         # measured by the runner; the text itself is that much shorter. Like the fitted
         # overhead of the word model, it comes off the prefix first.
@@ -621,9 +656,16 @@ def build_prompts(
     return [source.prompt(i) for i in range(n)]
 
 
+def _probe_rng(spec: WorkloadSpec) -> np.random.Generator:
+    """The generator of calibration probes: seeded apart from the workload, salted with it
+    (a probe left in a prefix cache by an earlier session would be a hit in this one)."""
+    key = _salt_key(spec.salt)
+    return np.random.default_rng(spec.seed + 7919 if key is None else [spec.seed + 7919, key])
+
+
 def calibration_prompts(spec: WorkloadSpec, sizes: Sequence[int]) -> list[str]:
     """Probe prompts of the given word counts (seeded apart from the workload)."""
-    rng = np.random.default_rng(spec.seed + 7919)
+    rng = _probe_rng(spec)
     return [" ".join(_words(rng, max(1, s))) for s in sizes]
 
 
@@ -633,5 +675,5 @@ def overhead_prompts(spec: WorkloadSpec, sizes: Sequence[int]) -> list[str]:
     if spec.tokenizer is None:
         raise WorkloadError("overhead probes need a tokenizer")
     tok = _Tokenizer(spec.tokenizer)
-    rng = np.random.default_rng(spec.seed + 7919)
+    rng = _probe_rng(spec)
     return [tok.exact(_words(rng, max(1, s) * 2 + 8), max(1, s)) for s in sizes]

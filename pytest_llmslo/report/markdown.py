@@ -43,6 +43,7 @@ from pytest_llmslo.sweep import (
     point_goodput,
     point_status,
     summary_stat,
+    unjudged,
 )
 
 if TYPE_CHECKING:
@@ -199,11 +200,15 @@ def _verdict(p: SweepPoint) -> str:
     return "**FAIL** " + ", ".join(failed) if failed else "**FAIL**"
 
 
-def _knee_sentence(knee: Knee) -> str:
+def _knee_sentence(knee: Knee, others: Sequence[str] = ()) -> str:
+    """The knee in a sentence; ``others``: the sweep's levels that were not judged
+    (``sweep.unjudged``)."""
     if knee.level is None:
         return f"Knee: none ({knee.note})" if knee.note else "Knee: none"
     text = f"{KNEE_MARK} Knee: **{knee.level.label}**, goodput {fmt_tok(knee.goodput_tok_s)} tok/s"
-    if knee.status == "all_passed":
+    if knee.status == "all_passed" and others:
+        text += f" (every judged level passed; not judged: {', '.join(others)})"
+    elif knee.status == "all_passed":
         text += " (every level passed: capacity may be higher)"
     elif knee.first_failure is not None:
         text += f" ({knee.first_failure.label} failed)"
@@ -268,7 +273,7 @@ def render_sweeps(
             else:
                 lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
             lines.append("")
-            lines.append(_knee_sentence(knee))
+            lines.append(_knee_sentence(knee, unjudged(pts)))
             traffic = [
                 "- " + escape_cell(text.strip())
                 for i in level_order(pts)

@@ -35,6 +35,7 @@ from pytest_llmslo.sweep import (
     split_sweeps,
     summary_stat,
     sweep_knees,
+    unjudged,
 )
 
 if TYPE_CHECKING:
@@ -450,7 +451,13 @@ def _knee_line(sweep: Sequence[SweepPoint], knee: Knee) -> str:
             f"{KNEE_MARK} knee: {knee.level.label}, goodput {fmt_tok(knee.goodput_tok_s)} tok/s,"
             f" attainment {att}"
         )
-        if knee.status == "all_passed":
+        others = unjudged(sweep)
+        if knee.status == "all_passed" and others:
+            text += (
+                f" (every judged level passed; not judged: {', '.join(others)}: capacity may "
+                "be higher, rerun those levels or extend the sweep)"
+            )
+        elif knee.status == "all_passed":
             text += " (every level passed: capacity may be higher, extend the sweep)"
         elif knee.first_failure is not None:
             text += f" ({knee.first_failure.label} failed)"

@@ -192,3 +192,17 @@ async def test_no_probe_without_calibrate(byte_bpe: str) -> None:
         run = await run_load(cs, spec, LoadLevel.concurrency(1), requests=2, warmup=0)
     assert not run.meta["calibration"]["fitted"] and len(seen) == 2
     assert all(r.prompt_tokens == 44 for r in run.records)  # the template's 4 on top
+
+
+def test_a_salt_keeps_shared_prefixes_and_lengths_exact(byte_bpe: str) -> None:
+    count = counter(byte_bpe)
+    spec = WorkloadSpec(
+        kind="shared_prefix", isl=48, num_prefixes=2, prefix_len=32, tokenizer=byte_bpe, salt="s1"
+    )
+    prompts = build_prompts(spec, 20)
+    for p in prompts:
+        assert p.isl == 48 and count(p.text) == 48, p.text
+    heads = [shared_head([p.text for p in prompts[k::2]]) for k in (0, 1)]
+    assert [count(h) for h in heads] == [32, 32]
+    plain = build_prompts(WorkloadSpec(**{**spec.to_dict(), "salt": ""}), 2)
+    assert not plain[0].text.startswith(heads[0])

@@ -236,3 +236,77 @@ def test_schedule_rejects_closed_loop() -> None:
 def test_splits() -> None:
     assert split_concurrency(10, 3) == [4, 3, 3] and split_concurrency(2, 4) == [1, 1]
     assert split_round_robin(5, 2) == [[0, 2, 4], [1, 3]]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        WorkloadSpec(isl=64, osl=8, isl_stddev=16, osl_stddev=4),
+        WorkloadSpec(kind="shared_prefix", isl=64, osl=8, num_prefixes=2, prefix_len=32),
+        WorkloadSpec(isl=16, osl=8, turns=3),
+    ],
+    ids=["synthetic", "shared_prefix", "conversation"],
+)
+def test_a_salt_changes_the_words_never_the_lengths(spec: WorkloadSpec) -> None:
+    from dataclasses import replace
+
+    from pytest_llmslo.load.workload import PromptSource
+
+    def prompts(salt: str) -> list[tuple[str, int, int]]:
+        source = PromptSource(replace(spec, salt=salt))
+        if spec.multi_turn:
+            turns = [t for s in range(4) for t in source.conversation(s).turns]
+        else:
+            turns = [source.prompt(i) for i in range(8)]
+        return [(p.text, p.isl, p.osl) for p in turns]
+
+    plain, salted, again, other = prompts(""), prompts("run-a"), prompts("run-a"), prompts("run-b")
+    assert salted == again  # the same salt repeats the prompts exactly
+    for a, b, c in zip(plain, salted, other, strict=True):
+        assert a[1:] == b[1:] == c[1:]  # the lengths asked for
+        assert len(a[0].split()) == len(b[0].split()) == len(c[0].split())  # as many words
+        assert len({a[0], b[0], c[0]}) == 3  # other words
+    if not spec.multi_turn:  # no salt: the seed's prompts, as they always were
+        assert plain == [(p.text, p.isl, p.osl) for p in build_prompts(spec, 8)]
+
+
+def test_salted_shared_prefixes_are_still_shared_within_the_session() -> None:
+    spec = WorkloadSpec(
+        kind="shared_prefix", isl=64, osl=8, num_prefixes=2, prefix_len=32, salt="run-a"
+    )
+    prompts = build_prompts(spec, 6)
+    heads = {p.text.split()[:32].__repr__() for p in prompts}
+    assert len(heads) == 2  # two prefixes, each shared by half of the requests
+    unsalted = build_prompts(WorkloadSpec(**{**spec.to_dict(), "salt": ""}), 6)
+    assert prompts[0].text.split()[:32] != unsalted[0].text.split()[:32]
+
+
+def test_salted_trace_blocks_are_shared_by_the_rows_that_share_their_ids(tmp_path: Path) -> None:
+    rows = [
+        {"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [1, 2]},
+        {"timestamp": 10, "input_length": 40, "output_length": 4, "hash_ids": [1, 3]},
+    ]
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = WorkloadSpec(kind="trace", path=str(path), block_tokens=16, trace_format="mooncake")
+
+    def first_block(salt: str) -> list[list[str]]:
+        return [
+            p.text.split()[:16]
+            for p in build_prompts(WorkloadSpec(**{**spec.to_dict(), "salt": salt}), 2)
+        ]
+
+    a, b = first_block("run-a"), first_block("run-b")
+    assert a[0] == a[1] and b[0] == b[1]  # block 1 is shared within a session
+    assert a[0] != b[0]  # and not across salts
+
+
+def test_tokenizer_lengths_stay_exact_with_a_salt(tiny_tokenizer: str) -> None:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tiny_tokenizer)
+    spec = WorkloadSpec(
+        isl=64, osl=4, isl_stddev=20, distribution="uniform", tokenizer=tiny_tokenizer, salt="x"
+    )
+    for p in build_prompts(spec, 20):
+        assert len(tok.encode(p.text, add_special_tokens=False).ids) == p.isl

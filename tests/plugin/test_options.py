@@ -19,17 +19,28 @@ def test_plain():
 """
 
 
-def test_help_lists_the_option_group(slo_pytester: pytest.Pytester) -> None:
+def test_help_lists_the_options_by_topic(slo_pytester: pytest.Pytester) -> None:
     result = slo_pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(
         [
-            "LLM serving SLOs (pytest-llmslo):",
+            "pytest-llmslo engines (what is measured):",
             "*--engine=NAME*",
-            "*--slo-compare-fail=SPEC*",
+            "*--sim-profile=NAME*",
+            "*llama3-70b-fp8-4xh100-vllm.",
+            "pytest-llmslo load (levels, arrivals, request counts):",
             "*--concurrency=N*",
+            "pytest-llmslo client health (when the load generator was the bottleneck):",
+            "*--client-max-lag=MS*",
+            "pytest-llmslo regression (baselines):",
+            "*--slo-compare-fail=SPEC*",
             "*llmslo_concurrency (string)*",
         ]
     )
+    text = " ".join(result.stdout.str().split())
+    assert "Default: None" not in text
+    assert "Ini: llmslo_min_attainment, env: LLMSLO_MIN_ATTAINMENT. Default: 0.9." in text
+    # The plugin keeps the defaults of a suite of SLO tests (llmslo run has its own).
+    assert "Ini: llmslo_warmup, env: LLMSLO_WARMUP. Default: 200." in text
 
 
 def test_ids_are_engine_and_level(slo_pytester: pytest.Pytester) -> None:
@@ -158,6 +169,12 @@ def test_client_settings_reach_the_load_generator(slo_pytester: pytest.Pytester)
         (["--engine=external"], {}, "ERROR: --engine: engine 'external' is external and needs*"),
         (["--engine-opt=vllm.port=1"], {}, "ERROR: --engine-opt*is not an engine of this*"),
         ([], {"LLMSLO_WARMUP": "-1"}, "ERROR: LLMSLO_WARMUP: Could not parse value*"),
+        (["--concurrency=1,,2"], {}, "*--concurrency: Could not parse value: '1,,2'. An item*"),
+        (["--rate=1", "--max-concurrency=0"], {}, "*A cap of 0 lets no request start*"),
+        (["--engine-url=localhost:8000"], {}, "*e.g. http://localhost:8000*"),
+        (["--sim-profile=llama-9000"], {}, "ERROR: --sim-profile: 'llama-9000' is not a sim*"),
+        (["--slo-json=/proc/x.json"], {}, "ERROR: --slo-json: /proc/x.json cannot be written*"),
+        ([], {"LLMSLO_CONCURENCY": "4"}, "ERROR: LLMSLO_CONCURENCY is set*LLMSLO_CONCURRENCY?*"),
     ],
 )
 def test_bad_values_are_usage_errors(
@@ -209,7 +226,10 @@ def test_report_header_has_the_settings(slo_pytester: pytest.Pytester) -> None:
         "--collect-only", "--concurrency=2,4", "--slo=ttft_p99<500", "--requests=50"
     )
     result.stdout.fnmatch_lines(
-        ["llmslo: engines=sim levels=c2,c4 workload=synthetic*requests=50*slo=ttft_p99 < 500 ms*"]
+        [
+            "llmslo: engines=sim (built-in sim, llama3-70b-fp8-4xh100-vllm) levels=c2,c4 "
+            "workload=synthetic*requests=50*slo=ttft_p99 < 500 ms*"
+        ]
     )
 
 
@@ -236,7 +256,7 @@ def test_engine_config_file_and_overrides(slo_pytester: pytest.Pytester) -> None
         "-s",
         "--engine-config=engines.toml",
         "--engine=big",
-        "--engine-opt=big.options.profile=tiny",
+        "--engine-opt=big.options.profile=llama3-8b-fp8-1xh100-vllm",
         "--collect-only",
         "-q",
     )

@@ -175,3 +175,91 @@ def test_receive_stamps_reach_the_client() -> None:
     assert resolve(cli={"receive_stamps": "read"}).receive_stamps == "read"
     with pytest.raises(ConfigError, match="receive_stamps"):
         resolve(marker={"receive_stamps": "kernel"})
+
+
+@pytest.mark.parametrize(
+    ("spec", "text", "message"),
+    [
+        ("concurrency", "1,,2", "An item is empty"),
+        ("concurrency", "1,2,", "An item is empty"),
+        ("rate", "1,,2", "An item is empty"),
+        ("engine", "sim,,vllm", "An item is empty"),
+        ("max_concurrency", "0", "A cap of 0 lets no request start"),
+        ("engine_url", "localhost:8000", "starts with http:// or https://, e.g. http://localhost"),
+        ("engine_url", "127.0.0.1:8000/v1", "e.g. http://127.0.0.1:8000/v1"),
+        ("engine_url", "http://", "names no host"),
+        ("engine_url", "http://host:port", "Not a URL"),
+        ("dcgm_url", "dcgm:9400/metrics", "starts with http://"),
+        ("prompt_salt", "two words", "without spaces"),
+    ],
+)
+def test_typos_are_refused_at_parse_time(spec: str, text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        S.SPEC_BY_NAME[spec].parse(text)
+
+
+def test_lists_urls_caps_and_salts_that_are_right_still_parse() -> None:
+    assert S.parse_int_list("1, 4 ,8") == (1, 4, 8)
+    assert S.parse_optional_request_cap("none") is None
+    assert S.parse_optional_request_cap("16") == 16
+    assert S.parse_optional_url("https://user:pw@host:8443/v1") == "https://user:pw@host:8443/v1"
+    assert S.parse_optional_url("") is None
+    assert [S.parse_prompt_salt(t) for t in ("AUTO", "none", "run-7")] == ["auto", "none", "run-7"]
+
+
+def test_a_url_password_is_masked_where_it_is_shown() -> None:
+    assert S.shown_url("http://bob:s3cret@host:8000/v1") == "http://bob:***@host:8000/v1"
+    assert S.shown_url("http://host:8000") == "http://host:8000"
+
+
+def test_a_mistyped_environment_variable_names_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"LLMSLO_CONCURENCY .*did you mean LLMSLO_CONCURRENCY"):
+        S.resolve_session(S.Sources(env={"LLMSLO_CONCURENCY": "4"}))
+    # Unknown and not near any setting: a warning; the engine suites' own variables and the
+    # API key variable are known.
+    env = {"LLMSLO_NOTHING_LIKE_IT": "1", "LLMSLO_REQUIRE_ENGINES": "1", "LLMSLO_MY_KEY": "k"}
+    settings = S.resolve_session(S.Sources(env={**env, "LLMSLO_API_KEY_ENV": "LLMSLO_MY_KEY"}))
+    assert settings.warnings == (
+        "LLMSLO_NOTHING_LIKE_IT is set, but no pytest-llmslo setting reads it; it is ignored",
+    )
+
+
+def test_an_engine_url_alone_means_the_external_engine() -> None:
+    settings = S.resolve_session(S.Sources(cli={"engine_url": "http://127.0.0.1:9"}))
+    assert settings.engines == ("external",)
+    assert settings.sources["engine"] == "--engine-url"
+    env = {"LLMSLO_ENGINE_URL": "http://127.0.0.1:9", "LLMSLO_ENGINE": "sim"}
+    assert S.resolve_session(S.Sources(env=env)).engines == ("sim",)  # the session checks it
+
+
+def test_every_option_has_a_topic() -> None:
+    assert all(spec.topic in S.TOPICS for spec in S.SPECS if spec.cli), [
+        spec.name for spec in S.SPECS if spec.cli and spec.topic not in S.TOPICS
+    ]
+
+
+def test_help_shows_the_default_that_applies() -> None:
+    from pytest_llmslo import slo
+    from pytest_llmslo.engines.sim import DEFAULT_PROFILE
+    from pytest_llmslo.load import HealthThresholds
+
+    shown = {spec.name: S.default_text(spec) for spec in S.SPECS if spec.cli}
+    assert "None" not in shown.values()
+    assert shown["min_attainment"] == f"{slo.DEFAULT_MIN_ATTAINMENT:g}"
+    assert shown["client_max_lag"] == f"{HealthThresholds().max_schedule_lag_p99_ms:g} ms"
+    assert shown["client_max_cpu"] == f"{HealthThresholds().max_cpu_util:g}"
+    assert shown["sim_profile"] == DEFAULT_PROFILE
+    assert shown["level_timeout"] == "auto"
+    assert shown["concurrency"] == "1,4,8,16,32,48,64"
+    assert (shown["slo_strict"], shown["pin_output"]) == ("off", "true")
+    # llmslo run's own defaults, where it has them.
+    assert S.default_text(S.SPEC_BY_NAME["duration"], S.RUN_DEFAULTS) == "30"
+    assert S.default_text(S.SPEC_BY_NAME["warmup"], S.RUN_DEFAULTS) == "20"
+
+
+def test_run_defaults_sit_below_every_source() -> None:
+    src = S.Sources(defaults=S.RUN_DEFAULTS)
+    ts = S.resolve_test(src, {}, "")
+    assert (ts.duration_s, ts.warmup, ts.requests) == (30.0, 20, 500)
+    ts = S.resolve_test(S.Sources(env={"LLMSLO_WARMUP": "5"}, defaults=S.RUN_DEFAULTS), {}, "")
+    assert ts.warmup == 5 and ts.sources["warmup"] == "LLMSLO_WARMUP"

@@ -102,6 +102,28 @@ def test_all_passed_says_capacity_may_be_higher(
     assert "capacity may be higher" in " ".join(lines)
 
 
+def test_a_knee_over_passes_names_the_levels_that_were_not_judged(
+    point_factory: Callable[..., SweepPoint],
+) -> None:
+    """A level that errored (no verdict) or was inconclusive is no pass: "every level
+    passed" beside it was false."""
+    import dataclasses
+
+    from pytest_llmslo.report.markdown import render_sweeps
+
+    sweep = [
+        point_factory(1, ttft_ms=10.0),
+        dataclasses.replace(point_factory(4, ttft_ms=10.0), verdict=None),
+        point_factory(8, ttft_ms=10.0, valid=False),
+    ]
+    text = " ".join(" ".join(render_sweep("sim", sweep)).split())
+    assert "every level passed" not in text
+    assert "every judged level passed; not judged: c4 no verdict, c8 inconclusive" in text
+    md = "\n".join(render_sweeps(sweep))
+    assert "every level passed" not in md
+    assert "not judged: c4 no verdict, c8 inconclusive" in md
+
+
 def test_given_knee_is_used(sweep_factory: Callable[..., list[SweepPoint]]) -> None:
     pts = sweep_factory("sim")
     forced = Knee(LoadLevel.concurrency(1), 0, 1.0, None)
