@@ -218,7 +218,8 @@ def pytest_report_collectionfinish(
         return None
     from pytest_llmslo.report.plan import plan_lines
 
-    return [redact(line) for line in (*core.tests_overview(state), *plan_lines(state.contexts.values()))]
+    lines = [*core.tests_overview(state), *plan_lines(state.contexts.values())]
+    return [redact(line) for line in lines]
 
 
 # ------------------------------------------------------------------------ parametrization
