@@ -1135,6 +1135,7 @@ SPECS: tuple[Spec, ...] = (
         "such a count is never credited, and above this share the level is flagged as not "
         "comparable.",
         cli="--max-usage-mismatch",
+        topic="slo",
         marker="max_usage_mismatch",
         metavar="F",
     ),
@@ -1147,6 +1148,7 @@ SPECS: tuple[Spec, ...] = (
         "loop or the arrival rate of an open loop; below it the run is invalid, whatever "
         "the cause (0: no check).",
         cli="--client-min-load",
+        topic="client",
         marker="client_min_load",
         metavar="F",
     ),
@@ -1457,6 +1459,7 @@ SPECS: tuple[Spec, ...] = (
         "Total deadline of one /metrics scrape (connect, headers, the whole body): a body "
         "that does not end in time is given up, and not scraped again in that level.",
         cli="--signals-timeout",
+        topic="signals",
         marker="signals_timeout",
         metavar="SECONDS",
     ),
@@ -1467,6 +1470,7 @@ SPECS: tuple[Spec, ...] = (
         "How long an external engine (already running) may take to answer ready "
         "(/v1/models listing the model) before the session says what it saw and stops.",
         cli="--external-ready-timeout",
+        topic="engines",
         metavar="SECONDS",
     ),
     _spec(
@@ -1477,6 +1481,7 @@ SPECS: tuple[Spec, ...] = (
         "SGLang /flush_cache, Dynamo /clear_kv_blocks, the sim): 'auto' where the harness "
         "started the engine, 'on' also for an external engine, 'off' never.",
         cli="--reset-cache",
+        topic="engines",
         marker="reset_cache",
         choices=RESET_CACHE_MODES,
     ),
