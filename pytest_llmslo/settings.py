@@ -24,6 +24,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pytest_llmslo.choices import (
+    CAPACITY_MODES as CAPACITY_MODES,  # re-exported: S.CAPACITY_MODES
+)
+from pytest_llmslo.choices import (
+    DISTRIBUTIONS,
+    EARLY_STOP_MODES,
+    ENDPOINTS,
+    RECEIVE_STAMPS,
+    RESET_CACHE_MODES,
+    THINK_DISTRIBUTIONS,
+    TRACE_FORMATS,
+    TRANSPORTS,
+    WORKLOAD_KINDS,
+)
 from pytest_llmslo.engines.base import ENGINE_KINDS
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
 from pytest_llmslo.errors import ConfigError
@@ -34,19 +48,8 @@ ENV_PREFIX = "LLMSLO_"
 INI_PREFIX = "llmslo_"
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48, 64)
 ARRIVALS = ("poisson", "constant", "gamma")
-# Copies of load.traces.TRACE_FORMATS and load.workload.THINK_DISTRIBUTIONS.
-TRACE_FORMATS = ("auto", "mooncake", "azure", "burstgpt", "jsonl")
-THINK_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
-# Copies of load.client.Endpoint and TransportName (a test keeps them equal): reading the
-# options must not import the load generator.
-ENDPOINTS = ("chat", "completions")
-TRANSPORTS = ("auto", "fast", "httpx")
-RECEIVE_STAMPS = ("auto", "read")
-WORKLOADS = ("synthetic", "sharegpt", "jsonl", "shared_prefix", "trace")
-DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
-CAPACITY_MODES = ("concurrency", "rate")
-EARLY_STOP_MODES = ("auto", "on", "off")
-RESET_CACHE_MODES = ("auto", "on", "off")
+#: The ``--workload`` choices (``choices.WORKLOAD_KINDS``, under the name settings gave them).
+WORKLOADS = WORKLOAD_KINDS
 # Past the last planned level, at most this many extra levels are run by --slo-extend, so a
 # curve that never drops (an engine far from saturation) cannot extend a session forever.
 MAX_EXTEND_LEVELS = 6

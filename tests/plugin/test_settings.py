@@ -140,16 +140,39 @@ def test_describe_is_one_line() -> None:
     assert "engines=sim" in line and "slo=ttft_p99 < 500 ms" in line
 
 
-def test_choices_match_the_load_generator() -> None:
-    # settings keeps its own copies so that reading options never imports the load
-    # generator; they must name exactly what ClientSettings accepts.
+def test_settings_and_the_load_generator_take_their_choices_from_one_module() -> None:
+    # One definition each (pytest_llmslo.choices), not copies kept equal: the options offer
+    # exactly what ClientSettings and WorkloadSpec accept.
     import typing
 
-    from pytest_llmslo.load import client
+    from pytest_llmslo import choices
+    from pytest_llmslo.load import client, traces, workload
 
-    assert S.ENDPOINTS == typing.get_args(client.Endpoint)
-    assert S.TRANSPORTS == typing.get_args(client.TransportName)
-    assert S.RECEIVE_STAMPS == typing.get_args(client.ReceiveStamps)
+    assert S.ENDPOINTS is choices.ENDPOINTS == typing.get_args(client.Endpoint)
+    assert S.TRANSPORTS is choices.TRANSPORTS == typing.get_args(client.TransportName)
+    assert S.RECEIVE_STAMPS is choices.RECEIVE_STAMPS == typing.get_args(client.ReceiveStamps)
+    assert S.TRACE_FORMATS is choices.TRACE_FORMATS is traces.TRACE_FORMATS
+    assert S.WORKLOADS is choices.WORKLOAD_KINDS is workload.WORKLOAD_KINDS
+    assert S.THINK_DISTRIBUTIONS is choices.THINK_DISTRIBUTIONS is workload.THINK_DISTRIBUTIONS
+    assert S.DISTRIBUTIONS is choices.DISTRIBUTIONS == typing.get_args(workload.Distribution)
+    by_choices = {s.name: s.choices for s in S.SPECS if s.choices}
+    assert by_choices["endpoint"] is choices.ENDPOINTS
+    assert by_choices["slo_early_stop"] is choices.EARLY_STOP_MODES
+    assert by_choices["reset_cache"] is choices.RESET_CACHE_MODES
+    with pytest.raises(ConfigError, match="Valid transports: auto, fast, httpx"):
+        client.ClientSettings(base_url="http://h:1", model="m", transport="h2")  # type: ignore[arg-type]
+
+
+def test_reading_the_settings_never_imports_the_load_generator() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import pytest_llmslo.settings; "
+        "print(sorted(m for m in sys.modules if m.startswith('pytest_llmslo.load')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_cli_value_that_parses_to_none_overrides_the_ini() -> None:
