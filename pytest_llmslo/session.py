@@ -1077,30 +1077,11 @@ def run_level(
     model = handle.model
     if ts.model and ts.sources.get("model", "").startswith("@pytest"):
         model = ts.model
-    client = load.ClientSettings(
-        base_url=handle.base_url,
-        model=model,
-        endpoint=ts.endpoint,  # type: ignore[arg-type]
-        timeout_s=ts.request_timeout_s,
-        connect_timeout_s=ts.connect_timeout_s,
-        first_byte_timeout_s=ts.first_byte_timeout_s,
-        idle_timeout_s=ts.idle_timeout_s,
-        ignore_eos=ts.pin_output,
-        transport=ts.transport,  # type: ignore[arg-type]
-        receive_stamps=ts.receive_stamps,  # type: ignore[arg-type]
-        api_key_env=ts.api_key_env or None,
-        verify_tls=not ts.insecure,
-        ca_bundle=ts.ca_bundle,
-        headers=dict(ts.headers),
-        models=tuple(ts.models or ()),
-        session_header=ts.session_header,
-        extra_body=dict(ts.extra_body or {}),
-    )
+    client = ts.client_settings(handle.base_url, model)
     try:
         # Levels never share prompts, a trace's blocks included (``for_level``); nor do
         # sessions, unless they share a salt (``--prompt-salt``).
-        fields = {**ts.workload_fields(), "salt": prompt_salt(state, ts)}
-        workload = load.WorkloadSpec(**fields).for_level(level.mode, level.value)
+        workload = ts.workload_spec(prompt_salt(state, ts)).for_level(level.mode, level.value)
     except (TypeError, ValueError, WorkloadError) as exc:
         raise ConfigError(f"{test}: bad workload: {exc}") from None
     meta = {
@@ -1109,22 +1090,7 @@ def run_level(
         "engine_version": state.engine_meta.get(engine, {}).get("version"),
         "extended": extended,
     }
-    thresholds = None
-    if ts.client_max_lag_ms is not None or ts.client_max_cpu is not None:
-        base = load.HealthThresholds()
-        lag = ts.client_max_lag_ms
-        thresholds = dataclasses.replace(
-            base,
-            max_schedule_lag_p99_ms=base.max_schedule_lag_p99_ms if lag is None else lag,
-            max_loop_lag_p99_ms=base.max_loop_lag_p99_ms if lag is None else lag,
-            max_cpu_util=base.max_cpu_util if ts.client_max_cpu is None else ts.client_max_cpu,
-        )
-    if ts.client_max_stalled != load.HealthThresholds().max_stalled_tokens:
-        base = thresholds or load.HealthThresholds()
-        thresholds = dataclasses.replace(base, max_stalled_tokens=ts.client_max_stalled)
-    if ts.client_min_load != load.HealthThresholds().min_load_share:
-        base = thresholds or load.HealthThresholds()
-        thresholds = dataclasses.replace(base, min_load_share=ts.client_min_load)
+    thresholds = ts.health_thresholds()
     early = _early_stop(ts, level, stop_early_on)
     warmup = ts.warmup_for(level)
     tries: list[str] = []
@@ -1521,17 +1487,7 @@ def primary(state: Session, ctx: TestContext) -> int | None:
 
 
 def gate_kwargs(ts: S.TestSettings) -> dict[str, Any]:
-    from pytest_llmslo import slo
-
-    return {
-        "strict": ts.strict,
-        "confidence": ts.confidence,
-        "min_attainment": (
-            slo.DEFAULT_MIN_ATTAINMENT if ts.min_attainment is None else ts.min_attainment
-        ),
-        "min_goodput_tok_s": ts.min_goodput_tok_s,
-        "max_error_rate": ts.max_error_rate,
-    }
+    return ts.gate_kwargs()
 
 
 def configured_gate(state: Session, ctx: TestContext) -> None:

@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "redact",
         "probe",
         "interrupts",
+        "choices",
     ),
     ("traffic", "signals", "metrics", "load", "engines", "sim"),
     ("slo",),

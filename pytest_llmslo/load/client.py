@@ -31,17 +31,22 @@ from time import perf_counter_ns
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
+from ..choices import (
+    ENDPOINTS,
+    EVENT_LOOPS,
+    RECEIVE_STAMPS,
+    TRANSPORTS,
+    Endpoint,
+    LoopName,
+    ReceiveStamps,
+    TransportName,
+)
 from ..errors import ConfigError
 from ..records import FailureKind, RequestRecord
 from ..redact import is_secret_name, redact, remember, url_password
 from ..tls import certificate_hint, make_ssl_context
 from .deadlines import Deadlines
 from .sse import StreamResult, decode_stream, error_excerpt, parse_body, split_events
-
-Endpoint = Literal["chat", "completions"]
-TransportName = Literal["auto", "fast", "httpx"]
-LoopName = Literal["auto", "asyncio", "uvloop"]
-ReceiveStamps = Literal["auto", "read"]
 
 ENDPOINT_PATHS: dict[str, str] = {
     "chat": "/v1/chat/completions",
@@ -137,25 +142,28 @@ class ClientSettings:
                 raise ConfigError("a model in the weighted list has no name")
         if self.endpoint not in ENDPOINT_PATHS:
             raise ConfigError(
-                f"{self.endpoint!r} is not a valid endpoint. Valid endpoints: chat, completions."
+                f"{self.endpoint!r} is not a valid endpoint. "
+                f"Valid endpoints: {', '.join(ENDPOINTS)}."
             )
-        if self.transport not in ("auto", "fast", "httpx"):
+        if self.transport not in TRANSPORTS:
             raise ConfigError(
-                f"{self.transport!r} is not a valid transport. Valid transports: auto, fast, httpx."
+                f"{self.transport!r} is not a valid transport. "
+                f"Valid transports: {', '.join(TRANSPORTS)}."
             )
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"base_url must be http(s)://host[:port], got {self.base_url!r}")
         if self.base_url.rstrip("/").endswith("/v1"):
             raise ConfigError(f"base_url must not end in /v1, got {self.base_url!r}")
-        if self.receive_stamps not in ("auto", "read"):
+        if self.receive_stamps not in RECEIVE_STAMPS:
             raise ConfigError(
-                f"{self.receive_stamps!r} is not a valid receive_stamps. Valid: auto, read."
+                f"{self.receive_stamps!r} is not a valid receive_stamps. "
+                f"Valid: {', '.join(RECEIVE_STAMPS)}."
             )
-        if self.event_loop not in ("auto", "asyncio", "uvloop"):
+        if self.event_loop not in EVENT_LOOPS:
             raise ConfigError(
                 f"{self.event_loop!r} is not a valid event_loop. "
-                "Valid loops: auto, asyncio, uvloop."
+                f"Valid loops: {', '.join(EVENT_LOOPS)}."
             )
         if self.processes is not None and self.processes < 1:
             raise ConfigError(f"processes must be >= 1, got {self.processes!r}")

@@ -37,14 +37,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from ..choices import TRACE_FORMATS
 from ..errors import WorkloadError
-
-TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "jsonl"]
-TRACE_FORMATS: tuple[str, ...] = ("auto", "mooncake", "azure", "burstgpt", "jsonl")
 
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")

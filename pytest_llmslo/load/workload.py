@@ -66,18 +66,21 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from ..choices import (
+    DISTRIBUTIONS,
+    THINK_DISTRIBUTIONS,
+    WORKLOAD_KINDS,
+    ThinkDistribution,
+    WorkloadKind,
+)
+from ..choices import LengthDistribution as Distribution
 from ..errors import WorkloadError
 from .traces import Trace, json_lines, read_trace
 
-WorkloadKind = Literal["synthetic", "sharegpt", "jsonl", "shared_prefix", "trace"]
-WORKLOAD_KINDS: tuple[str, ...] = ("synthetic", "sharegpt", "jsonl", "shared_prefix", "trace")
-Distribution = Literal["fixed", "normal", "lognormal", "uniform"]
-ThinkDistribution = Literal["fixed", "exponential", "uniform"]
-THINK_DISTRIBUTIONS: tuple[str, ...] = ("fixed", "exponential", "uniform")
 #: Kinds whose prompts are built here from words (so a calibration can fit them).
 _BUILT_KINDS = ("synthetic", "shared_prefix", "trace")
 
@@ -161,10 +164,10 @@ class WorkloadSpec:
             raise WorkloadError(f"history_turns must be >= 0 (0: all), got {self.history_turns}")
         if self.block_tokens < 1:
             raise WorkloadError(f"block_tokens must be >= 1, got {self.block_tokens}")
-        if self.distribution not in ("fixed", "normal", "lognormal", "uniform"):
+        if self.distribution not in DISTRIBUTIONS:
             raise WorkloadError(
                 f"{self.distribution!r} is not a valid distribution. "
-                "Valid distributions: fixed, normal, lognormal, uniform."
+                f"Valid distributions: {', '.join(DISTRIBUTIONS)}."
             )
         if self.isl < 1 or self.osl < 1:
             raise WorkloadError(f"isl and osl must be >= 1, got {self.isl}, {self.osl}")

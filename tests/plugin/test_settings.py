@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
@@ -140,16 +141,39 @@ def test_describe_is_one_line() -> None:
     assert "engines=sim" in line and "slo=ttft_p99 < 500 ms" in line
 
 
-def test_choices_match_the_load_generator() -> None:
-    # settings keeps its own copies so that reading options never imports the load
-    # generator; they must name exactly what ClientSettings accepts.
+def test_settings_and_the_load_generator_take_their_choices_from_one_module() -> None:
+    # One definition each (pytest_llmslo.choices), not copies kept equal: the options offer
+    # exactly what ClientSettings and WorkloadSpec accept.
     import typing
 
-    from pytest_llmslo.load import client
+    from pytest_llmslo import choices
+    from pytest_llmslo.load import client, traces, workload
 
-    assert S.ENDPOINTS == typing.get_args(client.Endpoint)
-    assert S.TRANSPORTS == typing.get_args(client.TransportName)
-    assert S.RECEIVE_STAMPS == typing.get_args(client.ReceiveStamps)
+    assert S.ENDPOINTS is choices.ENDPOINTS == typing.get_args(client.Endpoint)
+    assert S.TRANSPORTS is choices.TRANSPORTS == typing.get_args(client.TransportName)
+    assert S.RECEIVE_STAMPS is choices.RECEIVE_STAMPS == typing.get_args(client.ReceiveStamps)
+    assert S.TRACE_FORMATS is choices.TRACE_FORMATS is traces.TRACE_FORMATS
+    assert S.WORKLOADS is choices.WORKLOAD_KINDS is workload.WORKLOAD_KINDS
+    assert S.THINK_DISTRIBUTIONS is choices.THINK_DISTRIBUTIONS is workload.THINK_DISTRIBUTIONS
+    assert S.DISTRIBUTIONS is choices.DISTRIBUTIONS == typing.get_args(workload.Distribution)
+    by_choices = {s.name: s.choices for s in S.SPECS if s.choices}
+    assert by_choices["endpoint"] is choices.ENDPOINTS
+    assert by_choices["slo_early_stop"] is choices.EARLY_STOP_MODES
+    assert by_choices["reset_cache"] is choices.RESET_CACHE_MODES
+    with pytest.raises(ConfigError, match="Valid transports: auto, fast, httpx"):
+        client.ClientSettings(base_url="http://h:1", model="m", transport="h2")  # type: ignore[arg-type]
+
+
+def test_reading_the_settings_never_imports_the_load_generator() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import pytest_llmslo.settings; "
+        "print(sorted(m for m in sys.modules if m.startswith('pytest_llmslo.load')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_cli_value_that_parses_to_none_overrides_the_ini() -> None:
@@ -263,3 +287,155 @@ def test_run_defaults_sit_below_every_source() -> None:
     assert (ts.duration_s, ts.warmup, ts.requests) == (30.0, 20, 500)
     ts = S.resolve_test(S.Sources(env={"LLMSLO_WARMUP": "5"}, defaults=S.RUN_DEFAULTS), {}, "")
     assert ts.warmup == 5 and ts.sources["warmup"] == "LLMSLO_WARMUP"
+
+
+# ----------------------------------------------------------------- fields and groups
+
+
+def test_every_spec_names_the_field_it_fills() -> None:
+    test_fields = {f.name for f in dataclasses.fields(S.TestSettings)}
+    session_fields = {f.name for f in dataclasses.fields(S.SessionSettings)}
+    filled: dict[str, list[str]] = {}
+    for spec in S.SPECS:
+        if spec.field is None:
+            assert spec.name in S.LEVEL_SPECS, f"{spec.name} fills no field"
+            continue
+        fields = test_fields if spec.scope == "test" else session_fields
+        assert spec.field in fields, f"{spec.name}: no field {spec.field!r}"
+        filled.setdefault(f"{spec.scope}.{spec.field}", []).append(spec.name)
+    assert all(len(names) == 1 for names in filled.values()), filled
+    # Every field is some spec's, but for what resolution itself makes.
+    assert {k for k in filled if k.startswith("test.")} == {
+        f"test.{f}" for f in test_fields - {"levels", "engines", "sources"}
+    }
+    assert {k for k in filled if k.startswith("session.")} == {
+        f"session.{f}" for f in session_fields - {"sources", "warnings"}
+    }
+
+
+def test_each_value_reaches_its_field_through_the_one_loop() -> None:
+    # Sources.defaults stand in for any source: a token per setting comes out in the field
+    # the spec names. The settings the levels and the request check read get real values.
+    read = {
+        "seed": 7,
+        "burstiness": 0.5,
+        "max_concurrency": 4,
+        "arrival": "gamma",
+        "requests": 3,
+        "duration": 2.0,
+        "trace": None,
+        "engine": ("sim",),
+        "engine_url": None,
+    }
+    tokens = {s.name: object() for s in S.SPECS if s.field and s.name not in read}
+    src = S.Sources(env={"LLMSLO_RATE": "2"}, defaults={**tokens, **read})
+    ts = S.resolve_test(src, {}, "t")
+    session = S.resolve_session(src)
+    for spec in S.SPECS:
+        if spec.field is None:
+            continue
+        got = getattr(ts if spec.scope == "test" else session, spec.field)
+        if spec.name in tokens:
+            assert got is tokens[spec.name], spec.name
+        else:
+            assert got == read[spec.name], spec.name
+    assert ts.levels == (LoadLevel.rate(2.0, "gamma", 7, max_concurrency=4, burstiness=0.5),)
+
+
+def test_test_settings_are_made_of_the_groups_the_components_take() -> None:
+    ts = resolve(marker={"isl": 100, "objectives": "ttft_p99<500"})
+    for group in S.GROUPS:
+        assert isinstance(ts, group)
+        for f in dataclasses.fields(group):
+            if f.name not in ("isl", "objectives"):
+                assert getattr(ts, f.name) == getattr(group(), f.name), f.name
+    # Flat attributes, dataclasses.replace (slo_load's overrides) and fields() as before.
+    assert (ts.isl, ts.osl, ts.slo_text) == (100, 256, "ttft_p99 < 500 ms")
+    assert dataclasses.replace(ts, isl=64, requests=None).isl == 64
+    names = [f.name for f in dataclasses.fields(S.TestSettings)]
+    assert names[:2] == ["levels", "warmup"] and names[-1] == "sources"
+    assert len(names) == len(set(names))
+
+
+def test_client_options_become_the_load_generators_client_settings() -> None:
+    from pytest_llmslo.load import ClientSettings
+
+    env = {
+        "LLMSLO_ENDPOINT": "completions",
+        "LLMSLO_REQUEST_TIMEOUT": "30",
+        "LLMSLO_CONNECT_TIMEOUT": "3",
+        "LLMSLO_FIRST_BYTE_TIMEOUT": "20",
+        "LLMSLO_IDLE_TIMEOUT": "7",
+        "LLMSLO_PIN_OUTPUT": "false",
+        "LLMSLO_TRANSPORT": "httpx",
+        "LLMSLO_RECEIVE_STAMPS": "read",
+        "LLMSLO_INSECURE": "1",
+        "LLMSLO_CA_BUNDLE": "ca.pem",
+        "LLMSLO_HEADER": "X-Tenant: a",
+        "LLMSLO_MODELS": "base:2,lora",
+        "LLMSLO_SESSION_HEADER": "X-Session",
+        "LLMSLO_EXTRA_BODY": '{"top_k": 20}',
+    }
+    ts = resolve(env=env, marker={"api_key_env": ""})
+    got = ts.client_settings("http://127.0.0.1:9", "served")
+    assert got == ClientSettings(
+        base_url="http://127.0.0.1:9",
+        model="served",
+        endpoint="completions",
+        timeout_s=30.0,
+        connect_timeout_s=3.0,
+        first_byte_timeout_s=20.0,
+        idle_timeout_s=7.0,
+        ignore_eos=False,
+        transport="httpx",
+        receive_stamps="read",
+        api_key_env=None,  # empty: no key
+        verify_tls=False,
+        ca_bundle="ca.pem",
+        headers={"X-Tenant": "a"},
+        models=(("base", 2.0), ("lora", 1.0)),
+        session_header="X-Session",
+        extra_body={"top_k": 20},
+    )
+    # A group alone hands over the same: the defaults are the client's.
+    assert S.ClientOptions().client_settings("http://h:1", "m") == ClientSettings("http://h:1", "m")
+
+
+def test_health_options_become_the_health_thresholds() -> None:
+    from pytest_llmslo.load import HealthThresholds
+
+    assert resolve().health_thresholds() == HealthThresholds()
+    env = {
+        "LLMSLO_CLIENT_MAX_LAG": "25",
+        "LLMSLO_CLIENT_MAX_CPU": "0.5",
+        "LLMSLO_CLIENT_MAX_STALLED": "1%",
+        "LLMSLO_CLIENT_MIN_LOAD": "0",
+    }
+    assert resolve(env=env).health_thresholds() == HealthThresholds(
+        max_schedule_lag_p99_ms=25.0,
+        max_loop_lag_p99_ms=25.0,
+        max_cpu_util=0.5,
+        max_stalled_tokens=0.01,
+        min_load_share=0.0,
+    )
+    lag_only = resolve(env={"LLMSLO_CLIENT_MAX_LAG": "40"}).health_thresholds()
+    assert lag_only.max_cpu_util == HealthThresholds().max_cpu_util
+
+
+def test_workload_and_gate_options_hand_over_whole() -> None:
+    from pytest_llmslo import slo
+    from pytest_llmslo.load import WorkloadSpec
+
+    ts = resolve(marker={"workload": "shared_prefix", "num_prefixes": 2, "prefix_len": 64})
+    spec = ts.workload_spec("salt-1")
+    assert spec == WorkloadSpec(**ts.workload_fields(), salt="salt-1")
+    assert (spec.kind, spec.num_prefixes, spec.salt) == ("shared_prefix", 2, "salt-1")
+    assert resolve().gate_kwargs() == {
+        "strict": False,
+        "confidence": 0.95,
+        "min_attainment": slo.DEFAULT_MIN_ATTAINMENT,
+        "min_goodput_tok_s": None,
+        "max_error_rate": 0.01,
+    }
+    gate = resolve(cli={"slo_strict": True, "min_attainment": 0.8}).gate_kwargs()
+    assert (gate["strict"], gate["min_attainment"]) == (True, 0.8)

@@ -1,0 +1,69 @@
+"""What resolution gives: ``SessionSettings``, one per session, and ``TestSettings``, one per
+SLO test, made of the groups that the components take (``groups.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pytest_llmslo.choices import ResetCacheMode
+
+from .groups import (
+    ClientOptions,
+    GateOptions,
+    HealthOptions,
+    LoadOptions,
+    SignalsOptions,
+    SweepOptions,
+    WorkloadOptions,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """Session-wide settings (engines, files, regression); one per pytest session."""
+
+    engines: tuple[str, ...] = ("sim",)
+    engine_url: str | None = None
+    engine_config: str | None = None
+    engine_opts: tuple[str, ...] = ()
+    engine_restarts: int = 1
+    sim_profile: str | None = None
+    json_path: str | None = None
+    markdown_path: str | None = None
+    svg_path: str | None = None
+    csv_path: str | None = None
+    save: str | None = None
+    compare: str | None = None
+    compare_fail: str | None = None
+    external_ready_timeout_s: float = 60.0
+    sources: Mapping[str, str] = field(default_factory=dict)
+    #: Problems worth a warning that stop nothing (an ``LLMSLO_*`` variable no setting reads).
+    warnings: tuple[str, ...] = ()
+
+
+# The bases are listed last group first: a dataclass orders the fields of its bases from the
+# last base to the first, so the fields read in the order of ``groups.GROUPS``.
+@dataclass(frozen=True)
+class TestSettings(
+    SignalsOptions,
+    SweepOptions,
+    GateOptions,
+    HealthOptions,
+    ClientOptions,
+    WorkloadOptions,
+    LoadOptions,
+):
+    """What one SLO test runs: its load levels, workload, requests and SLO. Every group's
+    fields are its own (``ts.isl``, ``ts.objectives``); ``ts.client_settings(url, model)``,
+    ``ts.workload_spec(salt)``, ``ts.health_thresholds()`` and ``ts.gate_kwargs()`` hand them
+    to the load generator and the gates."""
+
+    __test__ = False  # not a test class, despite the name
+
+    #: The model to serve and request (``--model``; the engine config's when empty).
+    model: str = ""
+    reset_cache: ResetCacheMode = "auto"
+    #: The test's own engines (``engines=`` on its marker); empty: the session's.
+    engines: tuple[str, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
