@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import catalog as _catalog
 from ._version import __version__
 from .catalog import SYMBOLS as _SYMBOLS
 
@@ -65,15 +66,10 @@ _EXPORTS: dict[str, str] = {
     "LlmSloWarning": "pytest_llmslo.errors",
 }
 
-__all__ = [  # noqa: RUF022 - grouped by kind, not sorted
+__all__ = [  # grouped by kind, not sorted
     "__version__",
-    # the DSL
-    "ttft", "ttfot", "itl", "tpot", "e2e",
-    "ttft_p50", "ttft_p90", "ttft_p95", "ttft_p99", "ttft_p999", "ttft_mean",
-    "ttfot_p50", "ttfot_p90", "ttfot_p95", "ttfot_p99", "ttfot_p999", "ttfot_mean",
-    "itl_p50", "itl_p90", "itl_p95", "itl_p99", "itl_p999", "itl_mean",
-    "tpot_p50", "tpot_p90", "tpot_p95", "tpot_p99", "tpot_p999", "tpot_mean",
-    "e2e_p50", "e2e_p90", "e2e_p95", "e2e_p99", "e2e_p999", "e2e_mean",
+    # the DSL: its flat names come from the metric catalogue (catalog.SYMBOLS)
+    *_SYMBOLS,
     "Objective", "ObjectiveResult", "Verdict",
     "assert_goodput", "assert_slo", "evaluate", "parse_objectives", "current_run", "bind_run",
     # runs and summaries
@@ -92,6 +88,8 @@ __all__ = [  # noqa: RUF022 - grouped by kind, not sorted
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
+    if module is None and name in _catalog.SYMBOLS:  # a metric registered after import
+        module = "pytest_llmslo.slo"
     if module is None:
         raise AttributeError(f"module 'pytest_llmslo' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
@@ -120,6 +118,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pytest_llmslo.metrics import Distribution, RunSummary, summarize
     from pytest_llmslo.records import ClientHealth, LoadLevel, RequestRecord, Run
     from pytest_llmslo.settings import TestSettings
+
+    # The DSL's flat names (ttft_p99, ...) are generated from the catalogue: type checkers
+    # see them through the module __getattr__ of pytest_llmslo.slo (MetricSymbol or
+    # StatSymbol) and of this package.
     from pytest_llmslo.slo import (
         Objective,
         ObjectiveResult,
@@ -128,42 +130,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         assert_slo,
         bind_run,
         current_run,
-        e2e,
-        e2e_mean,
-        e2e_p50,
-        e2e_p90,
-        e2e_p95,
-        e2e_p99,
-        e2e_p999,
         evaluate,
-        itl,
-        itl_mean,
-        itl_p50,
-        itl_p90,
-        itl_p95,
-        itl_p99,
-        itl_p999,
         parse_objectives,
-        tpot,
-        tpot_mean,
-        tpot_p50,
-        tpot_p90,
-        tpot_p95,
-        tpot_p99,
-        tpot_p999,
-        ttfot,
-        ttfot_mean,
-        ttfot_p50,
-        ttfot_p90,
-        ttfot_p95,
-        ttfot_p99,
-        ttfot_p999,
-        ttft,
-        ttft_mean,
-        ttft_p50,
-        ttft_p90,
-        ttft_p95,
-        ttft_p99,
-        ttft_p999,
     )
     from pytest_llmslo.sweep import CapacitySearch, Knee, SweepPoint, find_knee, pareto_front

@@ -77,3 +77,16 @@ def steady(
     the rest every ``gap`` ms; it ends at its last chunk."""
     chunks = [sent + ttft + i * gap for i in range(n)]
     return rec(index, sent=sent, chunks=chunks, completion=n if completion is None else completion)
+
+
+class Obj:
+    """A minimal threshold (metrics must not depend on slo)."""
+
+    def __init__(self, metric: str, stat: float | str, op: str, threshold: float) -> None:
+        self.metric, self.stat, self.op, self.threshold = metric, stat, op, threshold
+
+
+def uniform_run(n: int, *, ttft_ms: float = 100.0, gap: float = 10.0, tokens: int = 11, **kw):
+    """n requests, TTFT spread evenly over [ttft_ms, 2*ttft_ms), constant token gaps."""
+    recs = [steady(i, sent=0, ttft=ttft_ms + ttft_ms * i / n, gap=gap, n=tokens) for i in range(n)]
+    return make_run(recs, start=0, end=1000, **kw)

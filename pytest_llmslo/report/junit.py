@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_llmslo.catalog import CATALOGUE, parse_stat
 from pytest_llmslo.sweep import OUTCOMES, run_status, summary_stat
 
 if TYPE_CHECKING:
@@ -34,20 +35,15 @@ PREFIX = "llmslo."
 
 _BAD = re.compile(r"[^A-Za-z0-9_.]+")
 
-# (property, metric, stat): the latency figures each test case carries.
-_LATENCIES: tuple[tuple[str, str, float | str], ...] = (
-    ("ttft_p50_ms", "ttft", 50),
-    ("ttft_p90_ms", "ttft", 90),
-    ("ttft_p99_ms", "ttft", 99),
-    ("ttfot_p99_ms", "ttfot", 99),
-    ("itl_p50_ms", "itl", 50),
-    ("itl_p99_ms", "itl", 99),
-    ("tpot_p50_ms", "tpot", 50),
-    ("tpot_p99_ms", "tpot", 99),
-    ("tpot_mean_ms", "tpot", "mean"),
-    ("e2e_p50_ms", "e2e", 50),
-    ("e2e_p99_ms", "e2e", 99),
-)
+
+def _latencies() -> list[tuple[str, str, float | str]]:
+    """(property, metric, stat): the latency figures each test case carries, each catalogue
+    metric's headline statistics (``catalog.Metric.headline``): ``ttft_p99_ms``, ..."""
+    return [
+        (f"{m.name}_{st}_ms", m.name, parse_stat(st))
+        for m in CATALOGUE.values()
+        for st in m.headline
+    ]
 
 
 #: The engine signals a test case's properties carry (``signals.<name>``).
@@ -142,7 +138,7 @@ def testcase_properties(
         add(property_name("errors", i, "count"), err.count)
         add(property_name("errors", i, "message"), err.message)
     add(property_name("duration_s"), summary.duration_s)
-    for name, metric, stat in _LATENCIES:
+    for name, metric, stat in _latencies():
         add(property_name(name), summary_stat(summary, metric, stat))
     add(property_name("output_tok_s"), summary.output_tok_s)
     add(property_name("total_tok_s"), summary.total_tok_s)
