@@ -51,9 +51,8 @@ deriving each engine's constants from its recorded metadata.
 
 Writing is atomic (``write_atomic``: a temporary file in the same directory, fsync,
 ``os.replace``), so an interrupted session leaves either the previous document or the new
-one, never half a file. ``DocumentBuilder`` collects points as tests finish and can rewrite
-the partial document after each one. NaN and infinities become ``null``: the file is strict
-JSON that any parser reads.
+one, never half a file. NaN and infinities become ``null``: the file is strict JSON that
+any parser reads.
 """
 
 from __future__ import annotations
@@ -89,7 +88,6 @@ __all__ = [
     "HARNESS",
     "SCHEMA",
     "SCHEMA_VERSION",
-    "DocumentBuilder",
     "DocumentError",
     "build_document",
     "compact_samples",
@@ -376,93 +374,6 @@ def _assemble(
         "results_at_knee": at_knee,
         "reports": reports,
     }
-
-
-class DocumentBuilder:
-    """Collects a session's points as tests finish, so that partial results can be written
-    at any moment (``save(complete=False)`` on interrupt) and the full document at the end.
-
-    With ``path`` and ``autosave=True``, every ``add_point``/``set_point`` rewrites the
-    partial document atomically: a session killed outright still leaves every point
-    measured before it. Each point is converted to JSON data once, when it is added.
-    """
-
-    __slots__ = ("_constants", "_engines", "_point_dicts", "_points", "autosave", "path")
-
-    def __init__(
-        self,
-        constants: Mapping[str, Any] | None = None,
-        *,
-        path: str | os.PathLike[str] | None = None,
-        autosave: bool = False,
-    ) -> None:
-        self._constants: dict[str, Any] = dict(constants or {})
-        self._engines: dict[str, dict[str, Any]] = {}
-        self._points: list[SweepPoint] = []
-        self._point_dicts: list[Any] = []
-        self.path = None if path is None else Path(path)
-        self.autosave = autosave
-
-    @property
-    def points(self) -> tuple[SweepPoint, ...]:
-        return tuple(self._points)
-
-    def update_constants(self, constants: Mapping[str, Any]) -> None:
-        self._constants.update(constants)
-
-    def add_engine(self, name: str, engine: Any) -> None:
-        """Record an engine's metadata: an ``EngineHandle`` or a mapping (read now, while
-        the engine still runs)."""
-        self._engines[name] = _engine_entry(engine)
-
-    def add_point(self, point: SweepPoint) -> int:
-        """Add a measured point; returns its index (for ``set_point``)."""
-        self._points.append(point)
-        self._point_dicts.append(jsonable(point.to_dict()))
-        self._autosave()
-        return len(self._points) - 1
-
-    def set_point(self, index: int, point: SweepPoint) -> None:
-        """Replace point ``index``, e.g. with its verdict once the test evaluated one."""
-        self._points[index] = point
-        self._point_dicts[index] = jsonable(point.to_dict())
-        self._autosave()
-
-    def _autosave(self) -> None:
-        if self.autosave and self.path is not None:
-            self.save(complete=False)
-
-    def build(
-        self,
-        *,
-        complete: bool = True,
-        knees: Mapping[Any, Knee] | None = None,
-        capacities: Mapping[tuple[str, str], Any] | None = None,
-    ) -> dict[str, Any]:
-        return _assemble(
-            self._constants,
-            self._engines,
-            self._points,
-            self._point_dicts,
-            knees,
-            complete=complete,
-            created_utc=None,
-            capacities=capacities,
-        )
-
-    def save(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        complete: bool = True,
-        knees: Mapping[Any, Knee] | None = None,
-        capacities: Mapping[tuple[str, str], Any] | None = None,
-    ) -> Path:
-        target = Path(path) if path is not None else self.path
-        if target is None:
-            raise ValueError("DocumentBuilder.save() needs a path (none was given at creation)")
-        doc = self.build(complete=complete, knees=knees, capacities=capacities)
-        return write_atomic(target, doc)
 
 
 def load_points(doc: Mapping[str, Any]) -> list[SweepPoint]:

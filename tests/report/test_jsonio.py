@@ -1,5 +1,5 @@
 """The JSON run document: round trip, validation errors with field paths, atomic writes,
-incremental (partial) documents."""
+partial documents."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.report import jsonio
 from pytest_llmslo.report.jsonio import (
     SCHEMA_VERSION,
-    DocumentBuilder,
     DocumentError,
     build_document,
     jsonable,
@@ -366,55 +365,6 @@ def test_write_creates_the_directory_and_keeps_the_mode(
     os.chmod(path, 0o600)
     write_atomic(path, doc)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-
-
-# --------------------------------------------------------------------------- incremental
-
-
-def test_builder_autosaves_partial_documents(tmp_path: Path, points: list[SweepPoint]) -> None:
-    path = tmp_path / "out" / "run.json"
-    builder = DocumentBuilder(CONSTANTS, path=path, autosave=True)
-    builder.add_engine("sim", FakeHandle())
-    builder.add_engine("vllm", {"version": "0.11.0"})
-    for n, p in enumerate(points[:3], start=1):
-        builder.add_point(p)
-        partial = read_document(path)
-        assert partial["complete"] is False
-        assert len(partial["points"]) == n
-        assert partial["engines"]["sim"]["version"] == "sim-1.2"
-    # An interrupt here leaves the three points; the end of the session completes it.
-    for p in points[3:]:
-        builder.add_point(p)
-    builder.save(complete=True)
-    final = read_document(path)
-    assert final["complete"] is True
-    assert len(final["points"]) == len(points)
-    expected = build_document(
-        CONSTANTS, {"sim": FakeHandle(), "vllm": {"version": "0.11.0"}}, points
-    )
-    for key in ("points", "sweeps", "results_at_knee", "engines", "constants"):
-        assert final[key] == json.loads(json.dumps(expected[key])), key
-    assert builder.points == tuple(points)
-
-
-def test_builder_without_path(points: list[SweepPoint], tmp_path: Path) -> None:
-    builder = DocumentBuilder()
-    builder.update_constants({"model": "m"})
-    builder.add_point(points[0])
-    assert builder.build(complete=False)["constants"] == {"model": "m"}
-    with pytest.raises(ValueError, match="needs a path"):
-        builder.save()
-    assert read_document(builder.save(tmp_path / "x.json"))["complete"] is True
-
-
-def test_builder_set_point_replaces_a_point(tmp_path: Path, points: list[SweepPoint]) -> None:
-    path = tmp_path / "run.json"
-    builder = DocumentBuilder(path=path, autosave=True)
-    bare = dataclasses.replace(points[0], verdict=None)
-    index = builder.add_point(bare)
-    assert read_document(path)["points"][0]["verdict"] is None
-    builder.set_point(index, points[0])
-    assert read_document(path)["points"][0]["verdict"]["passed"] is True
 
 
 def test_engine_handle_that_cannot_answer(points: list[SweepPoint]) -> None:
