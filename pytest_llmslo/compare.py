@@ -13,7 +13,7 @@ hardware are an engine's (``constants.ENGINE_CONSTANTS``, kept per engine in
 ``constants["per_engine"]``, see ``constants.engine_constants``): a run of one engine pairs with
 that engine's points in a baseline of several.
 
-A test that searched its capacity (``sweep.CapacitySearch``) is compared by that capacity
+A test that searched its capacity (``capacity.CapacitySearch``) is compared by that capacity
 (``compare_capacity``): the ``capacity`` metric, better higher, with the tolerance
 ``DEFAULT_CAPACITY_TOLERANCE`` unless one is given; and, when both searches ended at the
 same level, the metrics of the two points there.

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from pytest_llmslo import baselines, constants, tolerances
 from pytest_llmslo import settings as S
 from pytest_llmslo._version import __version__
+from pytest_llmslo.capacity import CapacityResult, CapacitySearch, CapacitySpec
 from pytest_llmslo.catalog import METRICS
 from pytest_llmslo.engines.base import EngineConfig, EngineHandle
 from pytest_llmslo.errors import (
@@ -997,21 +998,22 @@ def search_capacity(
     handle: EngineHandle,
     ts: S.TestSettings,
     objectives: tuple[Any, ...],
-    mode: str,
-    **kw: Any,
-) -> tuple[Any, Run | None]:
-    """Run ``sweep.CapacitySearch`` with this test's settings: every probe is a point of the
-    test's sweep with its verdict. Returns the result and the run at the capacity (the last
-    probe when no level passed), which becomes the test's primary point."""
-    from pytest_llmslo import slo, sweep
+    spec: CapacitySpec,
+) -> tuple[CapacityResult, Run | None]:
+    """Run ``capacity.CapacitySearch`` with this test's settings (``spec``; a probe budget
+    of 12 levels unless it sets one): every probe is a point of the test's sweep with its
+    verdict. Returns the result and the run at the capacity (the last probe when no level
+    passed), which becomes the test's primary point."""
+    from pytest_llmslo import slo
 
     if not objectives:
         raise ConfigError(
             "a capacity search needs objectives: pass them (slo_capacity(ttft_p99 < 500)) or "
             "configure --slo / the marker's objectives="
         )
-    kw.setdefault("max_probes", 12)
-    search = sweep.CapacitySearch(mode, **kw)  # type: ignore[arg-type]
+    if spec.max_probes is None:
+        spec = dataclasses.replace(spec, max_probes=12)
+    search = CapacitySearch(spec)
     ts = dataclasses.replace(ts, objectives=tuple(objectives))
     best: tuple[int, Run] | None = None
     last: tuple[int, Run] | None = None
@@ -1973,11 +1975,8 @@ def run_test_load(
     ctx = state.contexts.get(node)
     if ctx is None or not ctx.capacity:
         return run_level(state, node, handle, level, ts)
-    lv = ts.levels[0]
-    kw: dict[str, Any] = {"start": lv.value, "max_value": ts.capacity_max}
-    if lv.mode == "rate":
-        kw.update(arrival=lv.arrival, seed=lv.seed, template=lv)
-    _result, found = search_capacity(state, node, handle, ts, ts.objectives, lv.mode, **kw)
+    spec = CapacitySpec.from_level(ts.levels[0], max_value=ts.capacity_max)
+    _result, found = search_capacity(state, node, handle, ts, ts.objectives, spec)
     if found is None:
         raise LoadError(f"{ctx.test}: the capacity search ran no level")
     return found

@@ -325,9 +325,9 @@ def test_console_entry_point_in_a_subprocess(docs, tmp_path):
 
 
 def capacity_doc(path: Path, capacity: int, *, complete: bool = True) -> Path:
-    from pytest_llmslo.sweep import CapacitySearch
+    from pytest_llmslo.capacity import CapacitySearch, CapacitySpec
 
-    search = CapacitySearch("concurrency", max_value=16)
+    search = CapacitySearch(CapacitySpec("concurrency", max_value=16))
     while (level := search.next_level()) is not None:
         search.record(level, level.value <= capacity)
     points = [sweep_point("vllm", c, 1.0, c) for c in (1, 4, 8)]

@@ -637,7 +637,7 @@ def test_few_samples_are_judged_too():
 
 
 def capacity(value: int | None, probes: Sequence[tuple[int, bool]], mode: str = "concurrency"):
-    from pytest_llmslo.sweep import CapacityResult
+    from pytest_llmslo.capacity import CapacityResult
 
     history = tuple((LoadLevel.concurrency(c), passed) for c, passed in probes)
     failed = [c for c, passed in probes if not passed]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.report.terminal import (
     SIGNAL_COLUMNS,
     fmt_ms,
@@ -31,7 +32,6 @@ from pytest_llmslo.report.terminal import (
     traffic_lines,
 )
 from pytest_llmslo.sweep import (
-    CapacityResult,
     Knee,
     SweepPoint,
     find_knee,

@@ -22,8 +22,8 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.sweep import (
-    CapacityResult,
     Knee,
     SweepPoint,
     knee_of,

@@ -398,9 +398,9 @@ def test_samples_check_accepts_numpy_numbers_and_rejects_booleans(doc: dict[str,
 
 def _capacity_result() -> Any:
     from pytest_llmslo.records import LoadLevel
-    from pytest_llmslo.sweep import CapacitySearch
+    from pytest_llmslo.capacity import CapacitySearch, CapacitySpec
 
-    search = CapacitySearch("concurrency", max_probes=12)
+    search = CapacitySearch(CapacitySpec("concurrency", max_probes=12))
     while (level := search.next_level()) is not None:
         search.record(level, level.value <= 6)
     assert search.result.capacity == LoadLevel.concurrency(6)
@@ -408,7 +408,7 @@ def _capacity_result() -> Any:
 
 
 def test_capacity_is_stored_on_its_sweep(tmp_path: Path, points: list[SweepPoint]) -> None:
-    from pytest_llmslo.sweep import CapacityResult
+    from pytest_llmslo.capacity import CapacityResult
 
     result = _capacity_result()
     doc = build_document(

@@ -146,9 +146,9 @@ def test_comparison_lists_unmatched_points(sweep_factory):
 
 
 def test_report_shows_the_capacity_search(sweep_factory):
-    from pytest_llmslo.sweep import CapacitySearch
+    from pytest_llmslo.capacity import CapacitySearch, CapacitySpec
 
-    search = CapacitySearch("concurrency")
+    search = CapacitySearch(CapacitySpec("concurrency"))
     while (level := search.next_level()) is not None:
         search.record(level, level.value <= 4)
     doc = jsonio.build_document(

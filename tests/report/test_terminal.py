@@ -316,9 +316,9 @@ def test_capacity_is_shown_under_its_sweep(
     sweep_factory: Callable[..., list[SweepPoint]],
 ) -> None:
     from pytest_llmslo.report.terminal import render_summary
-    from pytest_llmslo.sweep import CapacitySearch
+    from pytest_llmslo.capacity import CapacitySearch, CapacitySpec
 
-    search = CapacitySearch("concurrency")
+    search = CapacitySearch(CapacitySpec("concurrency"))
     while (level := search.next_level()) is not None:
         search.record(level, level.value <= 4)
     points = sweep_factory("sim") + sweep_factory("vllm")
