@@ -3,7 +3,7 @@
 
 A name is letters, digits, ``.``, ``_`` and ``-``; a document from an interrupted session
 is saved as ``NAME.partial`` and never replaces the baseline. Reading validates and
-upgrades the document (``report.jsonio``), so a baseline written by an older version
+upgrades the document (``document.files``), so a baseline written by an older version
 compares with a new run.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_llmslo.document import DocumentError, read_document, write_atomic
 from pytest_llmslo.errors import ConfigError
-from pytest_llmslo.report.jsonio import DocumentError, read_document, write_atomic
 
 __all__ = [
     "DEFAULT_BASELINE_ROOT",
@@ -89,7 +89,7 @@ def load_baseline(
     name_or_path: str | os.PathLike[str], root: str | os.PathLike[str] = DEFAULT_BASELINE_ROOT
 ) -> dict[str, Any]:
     """Read a baseline by name (``ROOT/NAME.json``) or by path (anything with a ``/`` or
-    ending in ``.json``, or an existing file). Raises ``jsonio.DocumentError`` (a
+    ending in ``.json``, or an existing file). Raises ``document.DocumentError`` (a
     ``ConfigError``) for a missing or malformed document; a missing name lists the saved
     ones."""
     text = os.fspath(name_or_path)

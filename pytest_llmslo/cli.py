@@ -44,11 +44,14 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from pytest_llmslo import baselines
 from pytest_llmslo._version import __version__
 from pytest_llmslo.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_llmslo.document import Results
 
 __all__ = [
     "EXIT_FAILED",
@@ -207,12 +210,11 @@ def _read(source: str, root: str | None = None) -> dict[str, Any]:
         raise _UsageError(str(exc)) from None
 
 
-def _points_and_knees(doc: dict[str, Any], source: str) -> tuple[list[Any], dict[Any, Any]]:
-    from pytest_llmslo.report.jsonio import load_points
-    from pytest_llmslo.report.markdown import document_knees
+def _results(doc: dict[str, Any], source: str) -> Results:
+    from pytest_llmslo.document import Results
 
     try:
-        return load_points(doc), document_knees(doc)
+        return Results.from_document(doc, source=source)
     except (KeyError, TypeError, ValueError) as exc:
         raise _UsageError(f"{source}: a point cannot be read: {exc!r}") from None
 
@@ -261,31 +263,28 @@ def _emit(
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_llmslo.report import terminal
-    from pytest_llmslo.report.markdown import document_capacities
 
-    doc = _read(args.run, root=None)
-    points, knees = _points_and_knees(doc, args.run)
+    results = _results(_read(args.run, root=None), args.run)
     width = _terminal_width(args.width)
-    capacities = document_capacities(doc)
-    lines = terminal.render_summary(points, knees, width, capacities) if points else []
-    if not points:
+    lines = terminal.render_summary(results, width) if results.points else []
+    if not results.points:
         lines = [f"{args.run}: no load level was measured"]
-    if not doc.get("complete", True):
+    if not results.complete:
         lines.insert(0, f"{args.run}: partial results (the session was interrupted)")
     markdown = svg = None
     if args.markdown:
         from pytest_llmslo.report.markdown import render_report
 
-        markdown = render_report(doc)
+        markdown = render_report(results)
     if args.svg:
         from pytest_llmslo.report.svg import render_svg
 
-        svg = render_svg(points, knees, title=Path(args.run).name)
+        svg = render_svg(results, title=Path(args.run).name)
     _emit(args, "\n".join(lines), markdown, svg, out)
     if args.csv:
         from pytest_llmslo.report.csvexport import render_csv
 
-        _write_text(args.csv, render_csv(doc), append=False)
+        _write_text(args.csv, render_csv(results), append=False)
     return EXIT_OK
 
 
@@ -317,10 +316,9 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
     if args.svg and result.comparable:
         from pytest_llmslo.report.svg import render_svg
 
-        old_points, _ = _points_and_knees(old_doc, args.old)
-        new_points, knees = _points_and_knees(new_doc, args.new)
+        baseline = _results(old_doc, args.old)
         svg = render_svg(
-            new_points, knees, baseline=old_points, title=f"{labels[0]} -> {labels[1]}"
+            _results(new_doc, args.new), baseline=baseline, title=f"{labels[0]} -> {labels[1]}"
         )
     _emit(args, result.format(), markdown, svg, out)
     if args.svg and not result.comparable:

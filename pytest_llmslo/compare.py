@@ -58,7 +58,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_llmslo.catalog import METRIC_SPECS, MetricSpec, qkey
-from pytest_llmslo.constants import ENGINE_CONSTANTS, constants_for_test, constants_mismatch
+from pytest_llmslo.document.constants import (
+    ENGINE_CONSTANTS,
+    constants_for_test,
+    constants_mismatch,
+)
 from pytest_llmslo.errors import RegressionError
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE

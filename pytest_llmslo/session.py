@@ -33,11 +33,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_llmslo import baselines, constants, tolerances
+from pytest_llmslo import baselines, tolerances
 from pytest_llmslo import settings as S
 from pytest_llmslo._version import __version__
 from pytest_llmslo.capacity import CapacityResult, CapacitySearch, CapacitySpec
 from pytest_llmslo.catalog import METRICS
+from pytest_llmslo.document import (
+    Results,
+    build_document,
+    constants,
+    write_atomic,
+    write_atomic_text,
+)
 from pytest_llmslo.engines.base import EngineConfig, EngineHandle
 from pytest_llmslo.errors import (
     ConfigError,
@@ -473,7 +480,7 @@ class Session:
         self.contexts: dict[str, TestContext] = {}
         self.current: TestContext | None = None
         self.engine_meta: dict[str, Any] = {}
-        self.capacities: dict[tuple[str, str], Any] = {}  # (engine, test) -> CapacityResult
+        self.capacities: dict[tuple[str, str], CapacityResult] = {}  # by (engine, test)
         self.test_constants: dict[str, dict[str, Any]] = {}
         self.marker_errors: list[str] = []
         self.notes: list[str] = []
@@ -605,19 +612,21 @@ class Session:
             "tests": self.test_constants,
         }
 
+    def results(self, *, complete: bool = True) -> Results:
+        """What the session measured so far, as every report takes it: its points, capacity
+        searches, constants and engines (``complete=False``: partial results)."""
+        return Results.of(
+            self.points,
+            constants=self.constants(),
+            engines=self.engine_meta,
+            capacities=self.capacities,
+            complete=complete,
+        )
+
     def document(self, *, complete: bool) -> dict[str, Any]:
         """The results document, with the machine and the commit it was measured from
         (``machine_info``, ``commit_info``), after ``hooks.document`` changed it."""
-        from pytest_llmslo.report import jsonio
-
-        doc = jsonio.build_document(
-            self.constants(),
-            self.engine_meta,
-            self.points,
-            None,
-            complete=complete,
-            capacities={k: r.to_dict() for k, r in self.capacities.items()},
-        )
+        doc = build_document(self.results(complete=complete))
         if self._machine is None:
             self._machine = machine_info()
             self._commit = commit_info(self.rootpath)
@@ -1820,9 +1829,9 @@ def write_reports(state: Session, *, complete: bool) -> None:
     }
     if all(p is None for p in paths.values()) or not state.points:
         return
-    from pytest_llmslo.report import jsonio
-
-    doc = state.document(complete=complete)
+    # Made from what the document says: its secrets masked, in the constants and the
+    # engines' metadata as in every text written.
+    results = state.results(complete=complete).redacted()
     for kind, path in paths.items():
         if path is None:
             continue
@@ -1830,19 +1839,16 @@ def write_reports(state: Session, *, complete: bool) -> None:
             if kind == "CSV":
                 from pytest_llmslo.report.csvexport import render_csv
 
-                text = render_csv(doc)
+                text = render_csv(results)
             elif kind == "Markdown":
                 from pytest_llmslo.report.markdown import render_report
 
-                text = render_report(doc)
+                text = render_report(results)
             else:
-                from pytest_llmslo.report.markdown import document_knees
                 from pytest_llmslo.report.svg import render_svg
 
-                text = render_svg(
-                    jsonio.load_points(doc), document_knees(doc), title="pytest-llmslo"
-                )
-            jsonio.write_atomic_text(path, text)
+                text = render_svg(results, title="pytest-llmslo")
+            write_atomic_text(path, redact(text))
             note = f"{kind} report written to {path}"
             if note not in state.notes:
                 state.notes.append(note)
@@ -1865,13 +1871,11 @@ def resolve_path(state: Session, text: str, name: str) -> Path:
 
 def write_json(state: Session, *, complete: bool) -> bool:
     """Write the results document; False (and an error note) when it could not be."""
-    from pytest_llmslo.report import jsonio
-
     path = json_path(state)
     if path is None:
         return True
     try:
-        jsonio.write_atomic(path, state.document(complete=complete))
+        write_atomic(path, state.document(complete=complete))
         state.dirty = False
     except Exception as exc:
         msg = f"ERROR: could not write the results to {path}: {exc!r}"
@@ -2056,9 +2060,8 @@ def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = [("=", "llmslo: SLO sweeps")]
     if state.points:
         try:
-            lines = terminal.render_summary(
-                state.points, None, width=width, capacities=state.capacities
-            )
+            results = Results(tuple(state.points), capacities=state.capacities)
+            lines = terminal.render_summary(results, width=width)
         except Exception as exc:  # a renderer bug must not hide the test results
             lines = [f"(could not render the sweep tables: {exc!r})"]
         out.extend(("line", ln) for ln in lines)

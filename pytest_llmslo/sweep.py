@@ -86,7 +86,7 @@ OUTCOMES: dict[str, str] = {
 class SweepPoint:
     """One load level of one test on one engine: its summary and, when the test asserted an
     SLO, its verdict. ``samples`` optionally holds compact per-request values
-    (``{"ttft_ms": [...], ...}``, see ``report.jsonio.compact_samples``) so a later
+    (``{"ttft_ms": [...], ...}``, see ``document.compact_samples``) so a later
     comparison can run rank tests; it is carried into the JSON document as is.
     ``interrupted``: the load was stopped (Ctrl-C, SIGTERM) before it finished; the point
     holds the requests measured until then. ``comparable`` is False when the run measured

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from pytest_llmslo import baselines, compare, constants, metrics, slo, tolerances
+from pytest_llmslo import document as jsonio
+from pytest_llmslo.capacity import CapacityResult
+from pytest_llmslo.document import Results
 from pytest_llmslo.errors import ConfigError, RegressionError
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
-from pytest_llmslo.report import jsonio
 from pytest_llmslo.sweep import SweepPoint
 
 MS = 1_000_000
@@ -100,7 +102,18 @@ def document(
     points: Sequence[SweepPoint], constants: dict[str, Any] | None = None, version: str = "0.9"
 ) -> dict[str, Any]:
     engines = {p.engine: {"version": version} for p in points}
-    return jsonio.build_document(constants or CONSTANTS, engines, points)
+    return build(constants or CONSTANTS, engines, points)
+
+
+def build(
+    constants: dict[str, Any],
+    engines: dict[str, Any],
+    points: Sequence[SweepPoint],
+    capacities: dict[tuple[str, str], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    caps = {k: CapacityResult.from_dict(v) for k, v in (capacities or {}).items()}
+    results = Results.of(points, constants=constants, engines=engines, capacities=caps)
+    return jsonio.build_document(results)
 
 
 def normal(mean: float, sd: float, n: int, seed: int) -> list[float]:
@@ -637,8 +650,6 @@ def test_few_samples_are_judged_too():
 
 
 def capacity(value: int | None, probes: Sequence[tuple[int, bool]], mode: str = "concurrency"):
-    from pytest_llmslo.capacity import CapacityResult
-
     history = tuple((LoadLevel.concurrency(c), passed) for c, passed in probes)
     failed = [c for c, passed in probes if not passed]
     return CapacityResult(
@@ -738,9 +749,7 @@ def test_capacity_tolerance_parses_and_is_not_a_point_metric():
 
 def test_find_capacity_and_its_point():
     pts = sweep("vllm", 1.0, (1, 4, 8))
-    doc = jsonio.build_document(
-        CONSTANTS, {"vllm": {}}, pts, capacities={("vllm", "test_chat"): capacity(8, CAP8)}
-    )
+    doc = build(CONSTANTS, {"vllm": {}}, pts, capacities={("vllm", "test_chat"): capacity(8, CAP8)})
     cap = compare.find_capacity(doc, "test_chat", "vllm", "concurrency")
     assert cap is not None and cap["capacity"]["value"] == 8.0
     assert compare.find_capacity(doc, "test_chat", "vllm", "rate") is None
@@ -753,11 +762,9 @@ def test_find_capacity_and_its_point():
 def test_compare_documents_compares_capacities():
     old_pts, new_pts = sweep("vllm", 1.0, (1, 4, 8)), sweep("vllm", 1.0, (1, 4))
     key = ("vllm", "test_chat")
-    old = jsonio.build_document(
-        CONSTANTS, {"vllm": {}}, old_pts, capacities={key: capacity(8, CAP8)}
-    )
+    old = build(CONSTANTS, {"vllm": {}}, old_pts, capacities={key: capacity(8, CAP8)})
     cap4 = capacity(4, [(1, True), (2, True), (4, True), (8, False), (6, False), (5, False)])
-    new = jsonio.build_document(CONSTANTS, {"vllm": {}}, new_pts, capacities={key: cap4})
+    new = build(CONSTANTS, {"vllm": {}}, new_pts, capacities={key: cap4})
     dc = compare.compare_documents(old, new, "ttft_p50:1000%")
     caps = [c for c in dc.comparisons if any(r.metric == "capacity" for r in c.rows)]
     assert len(caps) == 1 and caps[0].regressed and dc.regressed

@@ -28,8 +28,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("traffic", "signals", "metrics", "load", "engines", "sim"),
     ("slo",),
-    ("constants", "sweep", "capacity", "settings"),
-    ("report.jsonio",),
+    ("sweep", "capacity", "settings"),
+    # "constants": the old path of document.constants, a re-export until every import moved.
+    ("document", "constants"),
     ("baselines", "tolerances", "compare"),
     ("report",),
     ("session",),
