@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from pytest_llmslo import metrics
+from pytest_llmslo.document import Results, build_document
 from pytest_llmslo.load.sse import decode_stream, split_events
 from pytest_llmslo.records import LoadLevel, Run
-from pytest_llmslo.document import Results, build_document
 from pytest_llmslo.report import csvexport, markdown, svg, terminal
 from pytest_llmslo.sim.offline import Workload
 from pytest_llmslo.sim.profiles import PROFILES

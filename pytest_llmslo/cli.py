@@ -23,7 +23,7 @@ document written with ``--slo-json``, with the capacity of each test that search
 ``compare`` compares every point of ``B`` with the same test, engine and load level in
 ``A`` (paths of run documents, or names of baselines saved with ``--slo-save`` under
 ``--root``, default ``.llmslo/baselines``) and prints the per-point comparison
-(``compare.py`` has the rule), and the capacity of each test that searched it on both
+(``regression`` has the rule), and the capacity of each test that searched it on both
 sides.
 
 ``--markdown PATH`` writes a Markdown summary too; ``-`` prints it to standard output in
@@ -46,9 +46,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from pytest_llmslo import baselines
 from pytest_llmslo._version import __version__
 from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.regression import baselines
 
 if TYPE_CHECKING:
     from pytest_llmslo.document import Results
@@ -87,7 +87,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _tolerances(text: str) -> Any:
-    from pytest_llmslo.tolerances import parse_tolerances
+    from pytest_llmslo.regression.tolerances import parse_tolerances
 
     try:
         tols = parse_tolerances(text)
@@ -294,16 +294,16 @@ def _label(source: str) -> str:
 
 
 def _compare(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_llmslo import compare
+    from pytest_llmslo.regression import compare_documents
 
-    old_doc = _read(args.old, args.root)
-    new_doc = _read(args.new, args.root)
+    old = _results(_read(args.old, args.root), args.old)
+    new = _results(_read(args.new, args.root), args.new)
     labels = (_label(args.old), _label(args.new))
     if labels[0] == labels[1]:
         labels = (f"{labels[0]} (baseline)", f"{labels[1]} (new)")
-    result = compare.compare_documents(
-        old_doc,
-        new_doc,
+    result = compare_documents(
+        old,
+        new,
         args.fail,
         engines=dict(args.engine) if args.engine else None,
         labels=labels,
@@ -316,10 +316,7 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
     if args.svg and result.comparable:
         from pytest_llmslo.report.svg import render_svg
 
-        baseline = _results(old_doc, args.old)
-        svg = render_svg(
-            _results(new_doc, args.new), baseline=baseline, title=f"{labels[0]} -> {labels[1]}"
-        )
+        svg = render_svg(new, baseline=old, title=f"{labels[0]} -> {labels[1]}")
     _emit(args, result.format(), markdown, svg, out)
     if args.svg and not result.comparable:
         print(f"{PROG}: no chart written: the runs are not comparable", file=sys.stderr)

@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_llmslo import baselines, tolerances
 from pytest_llmslo import settings as S
 from pytest_llmslo._version import __version__
 from pytest_llmslo.capacity import CapacityResult, CapacitySearch, CapacitySpec
@@ -60,6 +59,7 @@ from pytest_llmslo.errors import (
 from pytest_llmslo.interrupts import Interrupts
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.redact import redact, redact_obj, remember, url_password
+from pytest_llmslo.regression import Judging, Pairing, baselines, compare_test, tolerances
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 __all__ = [
@@ -486,7 +486,7 @@ class Session:
         self.notes: list[str] = []
         self.comparisons: list[tuple[str, Any]] = []
         self.mismatches: list[str] = []
-        self.baseline: dict[str, Any] | None = None
+        self.baseline: Results | None = None
         self.baseline_source: str | None = None
         self.tolerances: Any = None
         self.suite_property: Callable[[str, object], None] | None = None
@@ -945,11 +945,15 @@ def load_baseline(state: Session) -> None:
     if session.compare:
         label = session.sources.get("slo_compare", "--slo-compare")
         try:
-            state.baseline = baselines.load_baseline(session.compare, root=baseline_root(state))
+            doc = baselines.load_baseline(session.compare, root=baseline_root(state))
         except (ConfigError, OSError, ValueError) as exc:
             raise ConfigError(f"{label}: {exc}") from None
+        try:
+            state.baseline = Results.from_document(doc, source=session.compare)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{label}: a point cannot be read: {exc!r}") from None
         state.baseline_source = session.compare
-        if state.baseline.get("complete") is False:
+        if not state.baseline.complete:
             state.notes.append(
                 f"warning: baseline {session.compare!r} is incomplete (its session was "
                 "interrupted): tests it lacks are not compared"
@@ -1661,73 +1665,42 @@ def compare_with_baseline(state: Session, ctx: TestContext) -> None:
     """``--slo-compare``: the same test, engine and level in the baseline; a regression
     beyond the tolerance fails this test. A test that searched its capacity is compared
     with the baseline's search of the same test and engine: by the capacity itself, and by
-    the points at the capacity when both searches ended at the same level."""
+    the points at the capacity when both searches ended at the same level
+    (``regression.compare_test``)."""
     if state.baseline is None:
         return
-    from pytest_llmslo import compare
-    from pytest_llmslo.report import jsonio
-
     idx = primary(state, ctx)
     if idx is None:
         return
     point = state.points[idx]
-    baseline, source = state.baseline, state.baseline_source
+    source = state.baseline_source
     capacity = ctx.capacity_result
     if not point.comparable:
         key = f"{ctx.engine} {ctx.test} {point.level.label}"
         reason = "the level is not comparable: " + "; ".join(point.notes)
         _not_compared(state, ctx, key, reason, f"not compared, {reason}")
         return
-    old_capacity = None
+    # The level the test is judged by (a slo_load level may differ from its parameter).
+    key = f"{ctx.engine} {ctx.test} {'capacity' if capacity is not None else point.level.label}"
+    judging = Judging.of(state.tolerances or None, confidence=ctx.settings.confidence)
+    pairing = Pairing(state.baseline, state.results(), judging)
     if capacity is not None:
-        key = f"{ctx.engine} {ctx.test} capacity"
-        old_capacity = compare.find_capacity(baseline, ctx.test, ctx.engine, capacity.mode)
-        if old_capacity is None:
-            reason = f"the baseline {source} has no capacity search of this test"
-            _not_compared(state, ctx, key, reason, reason)
-            return
-        at = compare.capacity_point(baseline, old_capacity)
-        old = None if at is None else compare.find_point(baseline, ctx.test, ctx.engine, at)
+        tested = compare_test(
+            pairing, ctx.engine, ctx.test, (), capacity=capacity, at_capacity=point
+        )
+        comparison = tested.capacity
+        missing = f"the baseline {source} has no capacity search of this test"
     else:
-        # The level the test is judged by (a slo_load level may differ from its parameter).
-        key = f"{ctx.engine} {ctx.test} {point.level.label}"
-        old = compare.find_point(baseline, ctx.test, ctx.engine, point.level)
-        if old is None:
-            reason = f"not in the baseline {source}"
-            _not_compared(state, ctx, key, reason, reason)
-            return
-    old_consts = constants.constants_for_test(baseline.get("constants", {}), ctx.test, ctx.engine)
-    new_consts = constants.constants_for_test(state.constants(), ctx.test, ctx.engine)
-    diff = constants.constants_mismatch(old_consts, new_consts)
-    if diff:
-        reason = f"constants differ: {'; '.join(diff)}"
+        tested = compare_test(pairing, ctx.engine, ctx.test, (point,))
+        comparison = tested.points[0][1]
+        missing = f"not in the baseline {source}"
+    if comparison is None:
+        _not_compared(state, ctx, key, missing, missing)
+        return
+    if comparison.constants_differ:
+        reason = f"constants differ: {'; '.join(comparison.problems)}"
         _not_compared(state, ctx, key, reason, f"not compared, {reason}")
         return
-    old_version = (baseline.get("engines", {}).get(ctx.engine) or {}).get("version")
-    new_version = state.engine_meta.get(ctx.engine, {}).get("version")
-    new_point = jsonio.jsonable(point.to_dict())
-    if capacity is not None and old_capacity is not None:
-        comparison = compare.compare_capacity(
-            old_capacity,
-            jsonio.jsonable(capacity.to_dict()),
-            old,
-            new_point,
-            state.tolerances or None,
-            engine=ctx.engine,
-            test=ctx.test,
-            confidence=ctx.settings.confidence,
-            labels=("baseline", "new"),
-            versions=(old_version, new_version),
-        )
-    else:
-        comparison = compare.compare_points(
-            old or {},
-            new_point,
-            state.tolerances or None,
-            confidence=ctx.settings.confidence,
-            labels=("baseline", "new"),
-            versions=(old_version, new_version),
-        )
     if not comparison.comparable:
         reason = "; ".join(comparison.problems)
         _not_compared(state, ctx, key, reason, f"not compared: {reason}")

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_llmslo import baselines, cli, compare, metrics, slo
+from pytest_llmslo import cli, metrics, regression, slo
 from pytest_llmslo.document import (
     SCHEMA,
     Results,
@@ -23,6 +23,7 @@ from pytest_llmslo.document import (
     write_atomic,
 )
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
+from pytest_llmslo.regression import baselines
 from pytest_llmslo.report import terminal
 from pytest_llmslo.sweep import SweepPoint
 
@@ -180,8 +181,10 @@ def test_compare_regression_exits_1_with_old_and_new(docs, capsys):
     assert code == 1
     assert "REGRESSED" in out
     assert "ttft_p50" in out and "base" in out and "slow" in out
-    old = compare.find_point(read_document(docs["base"]), "test_chat", "vllm", "c4")
-    assert f"{compare.metric_value(old, 'ttft_p50'):.1f} ms" in out
+    base = Results.from_document(read_document(docs["base"]))
+    old = regression.find_point(base, "test_chat", "vllm", "c4")
+    assert old is not None
+    assert f"{regression.metric_value(old, 'ttft_p50'):.1f} ms" in out
 
 
 def test_compare_regression_is_reported_in_markdown_and_svg(docs, tmp_path, capsys):

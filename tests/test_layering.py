@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sweep", "capacity", "settings"),
     # "constants": the old path of document.constants, a re-export until every import moved.
     ("document", "constants"),
-    ("baselines", "tolerances", "compare"),
+    # "baselines", "tolerances", "compare": old paths of regression's modules, re-exports.
+    ("regression", "baselines", "tolerances", "compare"),
     ("report",),
     ("session",),
     ("plugin", "cli", "hookspecs"),

@@ -6,7 +6,7 @@ renderers that return one string.
   and test the sweep table (the columns of the terminal summary) with the knee row in
   bold and marked, the knee sentence, the capacity of a test that searched it (with its
   probes), then the Pareto summary across engines;
-- ``render_comparison(result)``: a ``compare.DocumentComparison`` as a heading with the
+- ``render_comparison(result)``: a ``regression.DocumentComparison`` as a heading with the
   outcome, the differing constants when the runs are not comparable, otherwise one table
   per compared point (metric, baseline, new, delta, delta %, tolerance, status) with the
   regressions in bold and the noise judgements under it.
@@ -49,7 +49,7 @@ from pytest_llmslo.sweep import (
 )
 
 if TYPE_CHECKING:
-    from pytest_llmslo.compare import Comparison, DocumentComparison
+    from pytest_llmslo.regression import Comparison, DocumentComparison
 
 __all__ = [
     "escape_cell",
@@ -376,7 +376,7 @@ def render_report(results: Results, *, title: str | None = None) -> str:
 
 
 def _comparison_block(c: Comparison) -> list[str]:
-    from pytest_llmslo.compare import ROW_HEADERS, row_cells
+    from pytest_llmslo.regression import ROW_HEADERS, row_cells
 
     level = "-" if c.level is None else c.level.label
     head = f"### {escape_cell(c.engine)} · `{escape_cell(c.test)}` · {level} · {c.status}"
@@ -427,7 +427,7 @@ def _comparison_block(c: Comparison) -> list[str]:
 
 def render_comparison(result: DocumentComparison, *, title: str | None = None) -> str:
     """A document comparison as Markdown (see the module docstring)."""
-    from pytest_llmslo.compare import RULE
+    from pytest_llmslo.regression import RULE
 
     status = result.status
     icon = {"regressed": "❌", "not comparable": "⚠️"}.get(status, "✅")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_llmslo import compare
+from pytest_llmslo import regression
 from pytest_llmslo.document import Results, build_document
 from pytest_llmslo.report import markdown
 
@@ -104,14 +104,14 @@ def _docs(sweep_factory, scale: float, constants: dict[str, Any] | None = None):
     old = sweep_factory("vllm", samples=True)
     new = sweep_factory("vllm", samples=True, ttft=lambda c: 50.0 * c * scale)
     return (
-        _doc(old, CONSTANTS, {"vllm": {"version": "0.9"}}),
-        _doc(new, constants or CONSTANTS, {"vllm": {"version": "0.10"}}),
+        Results.of(old, constants=CONSTANTS, engines={"vllm": {"version": "0.9"}}),
+        Results.of(new, constants=constants or CONSTANTS, engines={"vllm": {"version": "0.10"}}),
     )
 
 
 def test_comparison_tables_regressions_first(sweep_factory):
     old, new = _docs(sweep_factory, 1.5)
-    result = compare.compare_documents(old, new, "ttft_p50:10%,ttft_p99:10%,itl_p50:2ms")
+    result = regression.compare_documents(old, new, "ttft_p50:10%,ttft_p99:10%,itl_p50:2ms")
     text = markdown.render_comparison(result)
     assert text.startswith("## pytest-llmslo comparison: baseline → new\n")
     assert "❌ **regressed**" in text
@@ -126,14 +126,14 @@ def test_comparison_tables_regressions_first(sweep_factory):
 
 def test_comparison_unchanged(sweep_factory):
     old, new = _docs(sweep_factory, 1.0)
-    text = markdown.render_comparison(compare.compare_documents(old, new))
+    text = markdown.render_comparison(regression.compare_documents(old, new))
     assert "✅ **unchanged**" in text
     assert "5 points compared: 5 unchanged" in text
 
 
 def test_comparison_of_mismatched_constants(sweep_factory):
     old, new = _docs(sweep_factory, 1.0, {**CONSTANTS, "model": "llama-3.1-8b"})
-    text = markdown.render_comparison(compare.compare_documents(old, new))
+    text = markdown.render_comparison(regression.compare_documents(old, new))
     assert "⚠️ **not comparable**" in text
     assert "Not compared: the pinned constants differ." in text
     assert '- model: "llama-3.1-70b" (baseline) != "llama-3.1-8b" (new)' in text
@@ -141,9 +141,9 @@ def test_comparison_of_mismatched_constants(sweep_factory):
 
 
 def test_comparison_lists_unmatched_points(sweep_factory):
-    old = _doc(sweep_factory("vllm", levels=(1, 4)), CONSTANTS)
-    new = _doc(sweep_factory("vllm", levels=(4, 8)), CONSTANTS)
-    text = markdown.render_comparison(compare.compare_documents(old, new))
+    old = Results.of(sweep_factory("vllm", levels=(1, 4)), constants=CONSTANTS)
+    new = Results.of(sweep_factory("vllm", levels=(4, 8)), constants=CONSTANTS)
+    text = markdown.render_comparison(regression.compare_documents(old, new))
     assert "Only in baseline: vllm \\| test_chat \\| c1" in text
     assert "Only in new: vllm \\| test_chat \\| c8" in text
     assert "1 point compared" in text
