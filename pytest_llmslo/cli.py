@@ -120,19 +120,34 @@ def _width(text: str) -> int:
     return value
 
 
-def _add_outputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--markdown",
-        metavar="PATH",
-        help="also write a Markdown summary to PATH ('-': print it instead of the text)",
-    )
+def _add_append(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--append",
         action="store_true",
         help="append the Markdown to PATH instead of replacing it "
         "(automatic when PATH is $GITHUB_STEP_SUMMARY)",
     )
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    """``llmslo compare``'s outputs: the comparison as Markdown, the chart of both runs."""
+    p.add_argument(
+        "--markdown",
+        metavar="PATH",
+        help="also write a Markdown summary to PATH ('-': print it instead of the text)",
+    )
+    _add_append(p)
     p.add_argument("--svg", metavar="PATH", help="also write an SVG chart to PATH")
+
+
+def _add_formats(p: argparse.ArgumentParser) -> None:
+    """``llmslo report``'s outputs: one flag per report format (``report.formats``)."""
+    from pytest_llmslo.report.formats import FORMATS
+
+    for fmt in FORMATS.values():
+        p.add_argument(fmt.report_flag, dest=fmt.dest, metavar="PATH", help=fmt.report_help)
+        if fmt.summary:
+            _add_append(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,10 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(written with --slo-json or saved with --slo-save).",
     )
     rep.add_argument("run", metavar="RUN.json", help="a run document")
-    _add_outputs(rep)
-    rep.add_argument(
-        "--csv", metavar="PATH", help="also write one CSV row per engine, test and level"
-    )
+    _add_formats(rep)
     rep.add_argument(
         "--width",
         type=_width,
@@ -225,7 +237,7 @@ def _terminal_width(requested: int | None) -> int:
     return max(80, min(shutil.get_terminal_size((100, 24)).columns, 160))
 
 
-def _write_text(path: str, text: str, *, append: bool) -> None:
+def _write_text(path: str, text: str | bytes, *, append: bool) -> None:
     target = Path(path)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary and os.path.abspath(summary) == os.path.abspath(path):
@@ -233,6 +245,10 @@ def _write_text(path: str, text: str, *, append: bool) -> None:
     try:
         if target.parent and not target.parent.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            with target.open("ab" if append else "wb") as fb:
+                fb.write(text)
+            return
         with target.open("a" if append else "w", encoding="utf-8") as f:
             if append and target.stat().st_size > 0:
                 f.write("\n")
@@ -263,6 +279,7 @@ def _emit(
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_llmslo.report import terminal
+    from pytest_llmslo.report.formats import FORMATS
 
     results = _results(_read(args.run, root=None), args.run)
     width = _terminal_width(args.width)
@@ -271,20 +288,17 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
         lines = [f"{args.run}: no load level was measured"]
     if not results.complete:
         lines.insert(0, f"{args.run}: partial results (the session was interrupted)")
-    markdown = svg = None
-    if args.markdown:
-        from pytest_llmslo.report.markdown import render_report
-
-        markdown = render_report(results)
-    if args.svg:
-        from pytest_llmslo.report.svg import render_svg
-
-        svg = render_svg(results, title=Path(args.run).name)
-    _emit(args, "\n".join(lines), markdown, svg, out)
-    if args.csv:
-        from pytest_llmslo.report.csvexport import render_csv
-
-        _write_text(args.csv, render_csv(results), append=False)
+    asked = [(fmt, path) for fmt in FORMATS.values() if (path := getattr(args, fmt.dest, None))]
+    made = [(fmt, path, fmt.render(results)) for fmt, path in asked]
+    # A summary format given '-' is printed in place of the tables.
+    printed = next((text for fmt, path, text in made if fmt.summary and path == "-"), None)
+    if printed is not None:
+        out.write(printed if isinstance(printed, str) else printed.decode("utf-8"))
+    else:
+        out.write("\n".join(lines).rstrip("\n") + "\n")
+    for fmt, path, text in made:
+        if path != "-" or not fmt.summary:
+            _write_text(path, text, append=bool(fmt.summary and args.append))
     return EXIT_OK
 
 

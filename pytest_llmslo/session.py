@@ -42,6 +42,7 @@ from pytest_llmslo.document import (
     build_document,
     constants,
     write_atomic,
+    write_atomic_bytes,
     write_atomic_text,
 )
 from pytest_llmslo.engines.base import EngineConfig, EngineHandle
@@ -89,6 +90,7 @@ __all__ = [
     "json_path",
     "load_baseline",
     "objective_dict",
+    "output_flags",
     "output_path",
     "point_notes",
     "primary",
@@ -877,7 +879,7 @@ def check_inputs(state: Session) -> None:
     """Paths, names and files of the session, checked in ``pytest_configure``: a usage error
     before any engine starts, naming the option and the fix."""
     session = state.session
-    for name, flag in OUTPUT_FLAGS.items():
+    for name, flag in output_flags().items():
         path = output_path(state, name)
         if path is not None:
             check_output_path(path, session.sources.get(name, flag))
@@ -1765,13 +1767,12 @@ def _fmt_pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-#: The output settings of a session and their command-line flags.
-OUTPUT_FLAGS: dict[str, str] = {
-    "slo_json": "--slo-json",
-    "slo_markdown": "--slo-markdown",
-    "slo_svg": "--slo-svg",
-    "slo_csv": "--slo-csv",
-}
+def output_flags() -> dict[str, str]:
+    """The output settings of a session and their command-line flags: the results
+    document's and each report format's (``report.formats.FORMATS``)."""
+    from pytest_llmslo.report.formats import FORMATS
+
+    return {"slo_json": "--slo-json", **{f.option: f.flag for f in FORMATS.values()}}
 
 
 def json_path(state: Session) -> Path | None:
@@ -1779,55 +1780,40 @@ def json_path(state: Session) -> Path | None:
 
 
 def output_path(state: Session, name: str) -> Path | None:
-    """The resolved path of output setting ``name`` (``OUTPUT_FLAGS``)."""
-    s = state.session
-    p = {
-        "slo_json": s.json_path,
-        "slo_markdown": s.markdown_path,
-        "slo_svg": s.svg_path,
-        "slo_csv": s.csv_path,
-    }[name]
+    """The resolved path of output setting ``name`` (``output_flags``)."""
+    p = state.session.outputs.get(name)
     if not p:
         return None
     return resolve_path(state, p, name)
 
 
 def write_reports(state: Session, *, complete: bool) -> None:
-    """The Markdown summary, the SVG chart and the CSV table, when asked for (errors are
-    noted, and fail the session as a lost results file does)."""
-    paths = {
-        "Markdown": output_path(state, "slo_markdown"),
-        "SVG": output_path(state, "slo_svg"),
-        "CSV": output_path(state, "slo_csv"),
-    }
-    if all(p is None for p in paths.values()) or not state.points:
+    """The report formats asked for (``report.formats``: the Markdown summary, the SVG
+    chart, the CSV table), each written whole or not at all; errors are noted, and fail
+    the session as a lost results file does."""
+    from pytest_llmslo.report.formats import FORMATS
+
+    paths = [(fmt, output_path(state, fmt.option)) for fmt in FORMATS.values()]
+    if all(p is None for _, p in paths) or not state.points:
         return
     # Made from what the document says: its secrets masked, in the constants and the
     # engines' metadata as in every text written.
     results = state.results(complete=complete).redacted()
-    for kind, path in paths.items():
+    for fmt, path in paths:
         if path is None:
             continue
         try:
-            if kind == "CSV":
-                from pytest_llmslo.report.csvexport import render_csv
-
-                text = render_csv(results)
-            elif kind == "Markdown":
-                from pytest_llmslo.report.markdown import render_report
-
-                text = render_report(results)
+            out = fmt.render(results)
+            if isinstance(out, bytes):
+                write_atomic_bytes(path, out)
             else:
-                from pytest_llmslo.report.svg import render_svg
-
-                text = render_svg(results, title="pytest-llmslo")
-            write_atomic_text(path, redact(text))
-            note = f"{kind} report written to {path}"
+                write_atomic_text(path, redact(out))
+            note = f"{fmt.label} report written to {path}"
             if note not in state.notes:
                 state.notes.append(note)
         except Exception as exc:
             state.write_errors.append(
-                f"ERROR: could not write the {kind} report to {path}: {exc!r}"
+                f"ERROR: could not write the {fmt.label} report to {path}: {exc!r}"
             )
 
 

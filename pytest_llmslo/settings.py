@@ -1664,6 +1664,9 @@ class SessionSettings:
     compare_fail: str | None = None
     external_ready_timeout_s: float = 60.0
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: The path of every output setting (topic ``outputs``: ``slo_json`` and each report
+    #: format's ``slo_<name>``) by setting name; None where none was asked for.
+    outputs: Mapping[str, str | None] = field(default_factory=dict)
     #: Problems worth a warning that stop nothing (an ``LLMSLO_*`` variable no setting reads).
     warnings: tuple[str, ...] = ()
 
@@ -1893,6 +1896,9 @@ def resolve_session(sources: Sources) -> SessionSettings:
         compare_fail=vals["slo_compare_fail"],
         external_ready_timeout_s=vals["external_ready_timeout"],
         sources=where,
+        outputs={
+            s.name: vals[s.name] for s in SPECS if s.scope == "session" and s.topic == "outputs"
+        },
         warnings=tuple(warnings),
     )
 
