@@ -25,9 +25,10 @@ from pathlib import Path
 import pytest
 
 from pytest_llmslo import metrics
+from pytest_llmslo.document import Results, build_document
 from pytest_llmslo.load.sse import decode_stream, split_events
 from pytest_llmslo.records import LoadLevel, Run
-from pytest_llmslo.report import csvexport, jsonio, markdown, svg, terminal
+from pytest_llmslo.report import csvexport, markdown, svg, terminal
 from pytest_llmslo.sim.offline import Workload
 from pytest_llmslo.sim.profiles import PROFILES
 from pytest_llmslo.sim.scheduler import Scheduler, SimRequest
@@ -126,17 +127,16 @@ def document() -> dict:
             summary = metrics.summarize(run, (ttft_p99 < 500 * scale * 2,))
             points.append(SweepPoint(engine=f"engine-{e}", test="t.py::test_chat", level=run.level,
                                      summary=summary))  # fmt: skip
-    return jsonio.build_document({"model": "m"}, {}, points)
+    return build_document(Results.of(points, constants={"model": "m"}))
 
 
 def test_render_reports(benchmark, document) -> None:
     def render():
-        points = jsonio.load_points(document)
-        knees = markdown.document_knees(document)
-        lines = terminal.render_summary(points, knees, width=100)
-        md = markdown.render_report(document)
-        chart = svg.render_svg(points, knees, title="bench")
-        table = csvexport.render_csv(document)
+        results = Results.from_document(document)
+        lines = terminal.render_summary(results, width=100)
+        md = markdown.render_report(results)
+        chart = svg.render_svg(results, title="bench")
+        table = csvexport.render_csv(results)
         return lines, md, chart, table
 
     lines, md, chart, table = benchmark(render)

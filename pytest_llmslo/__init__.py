@@ -43,7 +43,8 @@ _EXPORTS: dict[str, str] = {
     "summarize": "pytest_llmslo.metrics",
     "SweepPoint": "pytest_llmslo.sweep",
     "Knee": "pytest_llmslo.sweep",
-    "CapacitySearch": "pytest_llmslo.sweep",
+    "CapacitySearch": "pytest_llmslo.capacity",
+    "CapacitySpec": "pytest_llmslo.capacity",
     "find_knee": "pytest_llmslo.sweep",
     "pareto_front": "pytest_llmslo.sweep",
     "WorkloadSpec": "pytest_llmslo.load",
@@ -76,7 +77,7 @@ __all__ = [  # grouped by kind, not sorted
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
     # sweeps
-    "SweepPoint", "Knee", "CapacitySearch", "find_knee", "pareto_front",
+    "SweepPoint", "Knee", "CapacitySearch", "CapacitySpec", "find_knee", "pareto_front",
     # the load generator and engines
     "WorkloadSpec", "ClientSettings", "run_load", "run_load_sync",
     "EngineConfig", "EngineHandle", "start_engine", "TestSettings",
@@ -102,6 +103,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from pytest_llmslo.capacity import CapacitySearch, CapacitySpec
     from pytest_llmslo.engines import start_engine
     from pytest_llmslo.engines.base import EngineConfig, EngineHandle
     from pytest_llmslo.errors import (
@@ -133,4 +135,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         evaluate,
         parse_objectives,
     )
-    from pytest_llmslo.sweep import CapacitySearch, Knee, SweepPoint, find_knee, pareto_front
+    from pytest_llmslo.sweep import Knee, SweepPoint, find_knee, pareto_front

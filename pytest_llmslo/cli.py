@@ -23,7 +23,7 @@ document written with ``--slo-json``, with the capacity of each test that search
 ``compare`` compares every point of ``B`` with the same test, engine and load level in
 ``A`` (paths of run documents, or names of baselines saved with ``--slo-save`` under
 ``--root``, default ``.llmslo/baselines``) and prints the per-point comparison
-(``compare.py`` has the rule), and the capacity of each test that searched it on both
+(``regression`` has the rule), and the capacity of each test that searched it on both
 sides.
 
 ``--markdown PATH`` writes a Markdown summary too; ``-`` prints it to standard output in
@@ -44,11 +44,14 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from pytest_llmslo import baselines
 from pytest_llmslo._version import __version__
 from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.regression import baselines
+
+if TYPE_CHECKING:
+    from pytest_llmslo.document import Results
 
 __all__ = [
     "EXIT_FAILED",
@@ -84,7 +87,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _tolerances(text: str) -> Any:
-    from pytest_llmslo.tolerances import parse_tolerances
+    from pytest_llmslo.regression.tolerances import parse_tolerances
 
     try:
         tols = parse_tolerances(text)
@@ -117,19 +120,34 @@ def _width(text: str) -> int:
     return value
 
 
-def _add_outputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--markdown",
-        metavar="PATH",
-        help="also write a Markdown summary to PATH ('-': print it instead of the text)",
-    )
+def _add_append(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--append",
         action="store_true",
         help="append the Markdown to PATH instead of replacing it "
         "(automatic when PATH is $GITHUB_STEP_SUMMARY)",
     )
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    """``llmslo compare``'s outputs: the comparison as Markdown, the chart of both runs."""
+    p.add_argument(
+        "--markdown",
+        metavar="PATH",
+        help="also write a Markdown summary to PATH ('-': print it instead of the text)",
+    )
+    _add_append(p)
     p.add_argument("--svg", metavar="PATH", help="also write an SVG chart to PATH")
+
+
+def _add_formats(p: argparse.ArgumentParser) -> None:
+    """``llmslo report``'s outputs: one flag per report format (``report.formats``)."""
+    from pytest_llmslo.report.formats import FORMATS
+
+    for fmt in FORMATS.values():
+        p.add_argument(fmt.report_flag, dest=fmt.dest, metavar="PATH", help=fmt.report_help)
+        if fmt.summary:
+            _add_append(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,10 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(written with --slo-json or saved with --slo-save).",
     )
     rep.add_argument("run", metavar="RUN.json", help="a run document")
-    _add_outputs(rep)
-    rep.add_argument(
-        "--csv", metavar="PATH", help="also write one CSV row per engine, test and level"
-    )
+    _add_formats(rep)
     rep.add_argument(
         "--width",
         type=_width,
@@ -207,12 +222,11 @@ def _read(source: str, root: str | None = None) -> dict[str, Any]:
         raise _UsageError(str(exc)) from None
 
 
-def _points_and_knees(doc: dict[str, Any], source: str) -> tuple[list[Any], dict[Any, Any]]:
-    from pytest_llmslo.report.jsonio import load_points
-    from pytest_llmslo.report.markdown import document_knees
+def _results(doc: dict[str, Any], source: str) -> Results:
+    from pytest_llmslo.document import Results
 
     try:
-        return load_points(doc), document_knees(doc)
+        return Results.from_document(doc, source=source)
     except (KeyError, TypeError, ValueError) as exc:
         raise _UsageError(f"{source}: a point cannot be read: {exc!r}") from None
 
@@ -223,7 +237,7 @@ def _terminal_width(requested: int | None) -> int:
     return max(80, min(shutil.get_terminal_size((100, 24)).columns, 160))
 
 
-def _write_text(path: str, text: str, *, append: bool) -> None:
+def _write_text(path: str, text: str | bytes, *, append: bool) -> None:
     target = Path(path)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary and os.path.abspath(summary) == os.path.abspath(path):
@@ -231,6 +245,10 @@ def _write_text(path: str, text: str, *, append: bool) -> None:
     try:
         if target.parent and not target.parent.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            with target.open("ab" if append else "wb") as fb:
+                fb.write(text)
+            return
         with target.open("a" if append else "w", encoding="utf-8") as f:
             if append and target.stat().st_size > 0:
                 f.write("\n")
@@ -261,31 +279,26 @@ def _emit(
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_llmslo.report import terminal
-    from pytest_llmslo.report.markdown import document_capacities
+    from pytest_llmslo.report.formats import FORMATS
 
-    doc = _read(args.run, root=None)
-    points, knees = _points_and_knees(doc, args.run)
+    results = _results(_read(args.run, root=None), args.run)
     width = _terminal_width(args.width)
-    capacities = document_capacities(doc)
-    lines = terminal.render_summary(points, knees, width, capacities) if points else []
-    if not points:
+    lines = terminal.render_summary(results, width) if results.points else []
+    if not results.points:
         lines = [f"{args.run}: no load level was measured"]
-    if not doc.get("complete", True):
+    if not results.complete:
         lines.insert(0, f"{args.run}: partial results (the session was interrupted)")
-    markdown = svg = None
-    if args.markdown:
-        from pytest_llmslo.report.markdown import render_report
-
-        markdown = render_report(doc)
-    if args.svg:
-        from pytest_llmslo.report.svg import render_svg
-
-        svg = render_svg(points, knees, title=Path(args.run).name)
-    _emit(args, "\n".join(lines), markdown, svg, out)
-    if args.csv:
-        from pytest_llmslo.report.csvexport import render_csv
-
-        _write_text(args.csv, render_csv(doc), append=False)
+    asked = [(fmt, path) for fmt in FORMATS.values() if (path := getattr(args, fmt.dest, None))]
+    made = [(fmt, path, fmt.render(results)) for fmt, path in asked]
+    # A summary format given '-' is printed in place of the tables.
+    printed = next((text for fmt, path, text in made if fmt.summary and path == "-"), None)
+    if printed is not None:
+        out.write(printed if isinstance(printed, str) else printed.decode("utf-8"))
+    else:
+        out.write("\n".join(lines).rstrip("\n") + "\n")
+    for fmt, path, text in made:
+        if path != "-" or not fmt.summary:
+            _write_text(path, text, append=bool(fmt.summary and args.append))
     return EXIT_OK
 
 
@@ -295,16 +308,16 @@ def _label(source: str) -> str:
 
 
 def _compare(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_llmslo import compare
+    from pytest_llmslo.regression import compare_documents
 
-    old_doc = _read(args.old, args.root)
-    new_doc = _read(args.new, args.root)
+    old = _results(_read(args.old, args.root), args.old)
+    new = _results(_read(args.new, args.root), args.new)
     labels = (_label(args.old), _label(args.new))
     if labels[0] == labels[1]:
         labels = (f"{labels[0]} (baseline)", f"{labels[1]} (new)")
-    result = compare.compare_documents(
-        old_doc,
-        new_doc,
+    result = compare_documents(
+        old,
+        new,
         args.fail,
         engines=dict(args.engine) if args.engine else None,
         labels=labels,
@@ -317,11 +330,7 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
     if args.svg and result.comparable:
         from pytest_llmslo.report.svg import render_svg
 
-        old_points, _ = _points_and_knees(old_doc, args.old)
-        new_points, knees = _points_and_knees(new_doc, args.new)
-        svg = render_svg(
-            new_points, knees, baseline=old_points, title=f"{labels[0]} -> {labels[1]}"
-        )
+        svg = render_svg(new, baseline=old, title=f"{labels[0]} -> {labels[1]}")
     _emit(args, result.format(), markdown, svg, out)
     if args.svg and not result.comparable:
         print(f"{PROG}: no chart written: the runs are not comparable", file=sys.stderr)

@@ -53,5 +53,5 @@ def pytest_llmslo_level_result(config: pytest.Config, point: SweepPoint, run: Ru
 def pytest_llmslo_update_document(config: pytest.Config, document: dict[str, Any]) -> None:
     """Change the results document before it is written (``--slo-json``, partial ones
     after each test, baselines, Markdown/SVG/CSV): add fields under keys of your own
-    (the document's own keys keep their meaning; ``report.jsonio.validate_document``
+    (the document's own keys keep their meaning; ``document.validate_document``
     must still accept it)."""

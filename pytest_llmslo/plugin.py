@@ -24,6 +24,7 @@ import pytest
 from pytest_llmslo import session as core
 from pytest_llmslo import settings as S
 from pytest_llmslo import slo
+from pytest_llmslo.capacity import CapacitySpec
 from pytest_llmslo.engines.base import EngineHandle
 from pytest_llmslo.errors import (
     ConfigError,
@@ -454,17 +455,18 @@ def slo_load(
 def slo_capacity(
     request: pytest.FixtureRequest, slo_engine: EngineHandle, slo_settings: S.TestSettings
 ) -> Callable[..., Any]:
-    """Search the highest load that meets the SLO (``sweep.CapacitySearch``: exponential
+    """Search the highest load that meets the SLO (``capacity.CapacitySearch``: exponential
     probe, then bisection). ``slo_capacity(*objectives, mode="concurrency", start=1,
-    max_value=None, max_probes=12)`` returns the ``CapacityResult``; every probed level is
-    recorded as a point of this test's sweep (so its knee is the capacity), and the run at
-    the capacity is bound as the current run."""
+    max_value=None, max_probes=12)`` (the fields of ``capacity.CapacitySpec``) returns the
+    ``CapacityResult``; every probed level is recorded as a point of this test's sweep (so
+    its knee is the capacity), and the run at the capacity is bound as the current run."""
     state = _state(request.config)
 
     def search(*objectives: Any, mode: str = "concurrency", **kw: Any) -> Any:
         objs = tuple(objectives) or slo_settings.objectives
+        spec = CapacitySpec(mode, **kw)  # type: ignore[arg-type]
         result, run = core.search_capacity(
-            state, request.node.nodeid, slo_engine, slo_settings, objs, mode, **kw
+            state, request.node.nodeid, slo_engine, slo_settings, objs, spec
         )
         if run is not None:
             slo.bind_run(run, on_verdict=state.on_verdict)

@@ -33,10 +33,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_llmslo import baselines, constants, tolerances
 from pytest_llmslo import settings as S
 from pytest_llmslo._version import __version__
+from pytest_llmslo.capacity import CapacityResult, CapacitySearch, CapacitySpec
 from pytest_llmslo.catalog import METRICS
+from pytest_llmslo.document import (
+    Results,
+    build_document,
+    constants,
+    write_atomic,
+    write_atomic_bytes,
+    write_atomic_text,
+)
 from pytest_llmslo.engines.base import EngineConfig, EngineHandle
 from pytest_llmslo.errors import (
     ConfigError,
@@ -52,6 +60,7 @@ from pytest_llmslo.errors import (
 from pytest_llmslo.interrupts import Interrupts
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.redact import redact, redact_obj, remember, url_password
+from pytest_llmslo.regression import Judging, Pairing, baselines, compare_test, tolerances
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 __all__ = [
@@ -81,6 +90,7 @@ __all__ = [
     "json_path",
     "load_baseline",
     "objective_dict",
+    "output_flags",
     "output_path",
     "point_notes",
     "primary",
@@ -472,13 +482,13 @@ class Session:
         self.contexts: dict[str, TestContext] = {}
         self.current: TestContext | None = None
         self.engine_meta: dict[str, Any] = {}
-        self.capacities: dict[tuple[str, str], Any] = {}  # (engine, test) -> CapacityResult
+        self.capacities: dict[tuple[str, str], CapacityResult] = {}  # by (engine, test)
         self.test_constants: dict[str, dict[str, Any]] = {}
         self.marker_errors: list[str] = []
         self.notes: list[str] = []
         self.comparisons: list[tuple[str, Any]] = []
         self.mismatches: list[str] = []
-        self.baseline: dict[str, Any] | None = None
+        self.baseline: Results | None = None
         self.baseline_source: str | None = None
         self.tolerances: Any = None
         self.suite_property: Callable[[str, object], None] | None = None
@@ -604,19 +614,21 @@ class Session:
             "tests": self.test_constants,
         }
 
+    def results(self, *, complete: bool = True) -> Results:
+        """What the session measured so far, as every report takes it: its points, capacity
+        searches, constants and engines (``complete=False``: partial results)."""
+        return Results.of(
+            self.points,
+            constants=self.constants(),
+            engines=self.engine_meta,
+            capacities=self.capacities,
+            complete=complete,
+        )
+
     def document(self, *, complete: bool) -> dict[str, Any]:
         """The results document, with the machine and the commit it was measured from
         (``machine_info``, ``commit_info``), after ``hooks.document`` changed it."""
-        from pytest_llmslo.report import jsonio
-
-        doc = jsonio.build_document(
-            self.constants(),
-            self.engine_meta,
-            self.points,
-            None,
-            complete=complete,
-            capacities={k: r.to_dict() for k, r in self.capacities.items()},
-        )
+        doc = build_document(self.results(complete=complete))
         if self._machine is None:
             self._machine = machine_info()
             self._commit = commit_info(self.rootpath)
@@ -867,7 +879,7 @@ def check_inputs(state: Session) -> None:
     """Paths, names and files of the session, checked in ``pytest_configure``: a usage error
     before any engine starts, naming the option and the fix."""
     session = state.session
-    for name, flag in OUTPUT_FLAGS.items():
+    for name, flag in output_flags().items():
         path = output_path(state, name)
         if path is not None:
             check_output_path(path, session.sources.get(name, flag))
@@ -935,11 +947,15 @@ def load_baseline(state: Session) -> None:
     if session.compare:
         label = session.sources.get("slo_compare", "--slo-compare")
         try:
-            state.baseline = baselines.load_baseline(session.compare, root=baseline_root(state))
+            doc = baselines.load_baseline(session.compare, root=baseline_root(state))
         except (ConfigError, OSError, ValueError) as exc:
             raise ConfigError(f"{label}: {exc}") from None
+        try:
+            state.baseline = Results.from_document(doc, source=session.compare)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{label}: a point cannot be read: {exc!r}") from None
         state.baseline_source = session.compare
-        if state.baseline.get("complete") is False:
+        if not state.baseline.complete:
             state.notes.append(
                 f"warning: baseline {session.compare!r} is incomplete (its session was "
                 "interrupted): tests it lacks are not compared"
@@ -997,21 +1013,22 @@ def search_capacity(
     handle: EngineHandle,
     ts: S.TestSettings,
     objectives: tuple[Any, ...],
-    mode: str,
-    **kw: Any,
-) -> tuple[Any, Run | None]:
-    """Run ``sweep.CapacitySearch`` with this test's settings: every probe is a point of the
-    test's sweep with its verdict. Returns the result and the run at the capacity (the last
-    probe when no level passed), which becomes the test's primary point."""
-    from pytest_llmslo import slo, sweep
+    spec: CapacitySpec,
+) -> tuple[CapacityResult, Run | None]:
+    """Run ``capacity.CapacitySearch`` with this test's settings (``spec``; a probe budget
+    of 12 levels unless it sets one): every probe is a point of the test's sweep with its
+    verdict. Returns the result and the run at the capacity (the last probe when no level
+    passed), which becomes the test's primary point."""
+    from pytest_llmslo import slo
 
     if not objectives:
         raise ConfigError(
             "a capacity search needs objectives: pass them (slo_capacity(ttft_p99 < 500)) or "
             "configure --slo / the marker's objectives="
         )
-    kw.setdefault("max_probes", 12)
-    search = sweep.CapacitySearch(mode, **kw)  # type: ignore[arg-type]
+    if spec.max_probes is None:
+        spec = dataclasses.replace(spec, max_probes=12)
+    search = CapacitySearch(spec)
     ts = dataclasses.replace(ts, objectives=tuple(objectives))
     best: tuple[int, Run] | None = None
     last: tuple[int, Run] | None = None
@@ -1606,73 +1623,42 @@ def compare_with_baseline(state: Session, ctx: TestContext) -> None:
     """``--slo-compare``: the same test, engine and level in the baseline; a regression
     beyond the tolerance fails this test. A test that searched its capacity is compared
     with the baseline's search of the same test and engine: by the capacity itself, and by
-    the points at the capacity when both searches ended at the same level."""
+    the points at the capacity when both searches ended at the same level
+    (``regression.compare_test``)."""
     if state.baseline is None:
         return
-    from pytest_llmslo import compare
-    from pytest_llmslo.report import jsonio
-
     idx = primary(state, ctx)
     if idx is None:
         return
     point = state.points[idx]
-    baseline, source = state.baseline, state.baseline_source
+    source = state.baseline_source
     capacity = ctx.capacity_result
     if not point.comparable:
         key = f"{ctx.engine} {ctx.test} {point.level.label}"
         reason = "the level is not comparable: " + "; ".join(point.notes)
         _not_compared(state, ctx, key, reason, f"not compared, {reason}")
         return
-    old_capacity = None
+    # The level the test is judged by (a slo_load level may differ from its parameter).
+    key = f"{ctx.engine} {ctx.test} {'capacity' if capacity is not None else point.level.label}"
+    judging = Judging.of(state.tolerances or None, confidence=ctx.settings.confidence)
+    pairing = Pairing(state.baseline, state.results(), judging)
     if capacity is not None:
-        key = f"{ctx.engine} {ctx.test} capacity"
-        old_capacity = compare.find_capacity(baseline, ctx.test, ctx.engine, capacity.mode)
-        if old_capacity is None:
-            reason = f"the baseline {source} has no capacity search of this test"
-            _not_compared(state, ctx, key, reason, reason)
-            return
-        at = compare.capacity_point(baseline, old_capacity)
-        old = None if at is None else compare.find_point(baseline, ctx.test, ctx.engine, at)
+        tested = compare_test(
+            pairing, ctx.engine, ctx.test, (), capacity=capacity, at_capacity=point
+        )
+        comparison = tested.capacity
+        missing = f"the baseline {source} has no capacity search of this test"
     else:
-        # The level the test is judged by (a slo_load level may differ from its parameter).
-        key = f"{ctx.engine} {ctx.test} {point.level.label}"
-        old = compare.find_point(baseline, ctx.test, ctx.engine, point.level)
-        if old is None:
-            reason = f"not in the baseline {source}"
-            _not_compared(state, ctx, key, reason, reason)
-            return
-    old_consts = constants.constants_for_test(baseline.get("constants", {}), ctx.test, ctx.engine)
-    new_consts = constants.constants_for_test(state.constants(), ctx.test, ctx.engine)
-    diff = constants.constants_mismatch(old_consts, new_consts)
-    if diff:
-        reason = f"constants differ: {'; '.join(diff)}"
+        tested = compare_test(pairing, ctx.engine, ctx.test, (point,))
+        comparison = tested.points[0][1]
+        missing = f"not in the baseline {source}"
+    if comparison is None:
+        _not_compared(state, ctx, key, missing, missing)
+        return
+    if comparison.constants_differ:
+        reason = f"constants differ: {'; '.join(comparison.problems)}"
         _not_compared(state, ctx, key, reason, f"not compared, {reason}")
         return
-    old_version = (baseline.get("engines", {}).get(ctx.engine) or {}).get("version")
-    new_version = state.engine_meta.get(ctx.engine, {}).get("version")
-    new_point = jsonio.jsonable(point.to_dict())
-    if capacity is not None and old_capacity is not None:
-        comparison = compare.compare_capacity(
-            old_capacity,
-            jsonio.jsonable(capacity.to_dict()),
-            old,
-            new_point,
-            state.tolerances or None,
-            engine=ctx.engine,
-            test=ctx.test,
-            confidence=ctx.settings.confidence,
-            labels=("baseline", "new"),
-            versions=(old_version, new_version),
-        )
-    else:
-        comparison = compare.compare_points(
-            old or {},
-            new_point,
-            state.tolerances or None,
-            confidence=ctx.settings.confidence,
-            labels=("baseline", "new"),
-            versions=(old_version, new_version),
-        )
     if not comparison.comparable:
         reason = "; ".join(comparison.problems)
         _not_compared(state, ctx, key, reason, f"not compared: {reason}")
@@ -1737,13 +1723,12 @@ def _fmt_pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-#: The output settings of a session and their command-line flags.
-OUTPUT_FLAGS: dict[str, str] = {
-    "slo_json": "--slo-json",
-    "slo_markdown": "--slo-markdown",
-    "slo_svg": "--slo-svg",
-    "slo_csv": "--slo-csv",
-}
+def output_flags() -> dict[str, str]:
+    """The output settings of a session and their command-line flags: the results
+    document's and each report format's (``report.formats.FORMATS``)."""
+    from pytest_llmslo.report.formats import FORMATS
+
+    return {"slo_json": "--slo-json", **{f.option: f.flag for f in FORMATS.values()}}
 
 
 def json_path(state: Session) -> Path | None:
@@ -1751,58 +1736,40 @@ def json_path(state: Session) -> Path | None:
 
 
 def output_path(state: Session, name: str) -> Path | None:
-    """The resolved path of output setting ``name`` (``OUTPUT_FLAGS``)."""
-    s = state.session
-    p = {
-        "slo_json": s.json_path,
-        "slo_markdown": s.markdown_path,
-        "slo_svg": s.svg_path,
-        "slo_csv": s.csv_path,
-    }[name]
+    """The resolved path of output setting ``name`` (``output_flags``)."""
+    p = state.session.outputs.get(name)
     if not p:
         return None
     return resolve_path(state, p, name)
 
 
 def write_reports(state: Session, *, complete: bool) -> None:
-    """The Markdown summary, the SVG chart and the CSV table, when asked for (errors are
-    noted, and fail the session as a lost results file does)."""
-    paths = {
-        "Markdown": output_path(state, "slo_markdown"),
-        "SVG": output_path(state, "slo_svg"),
-        "CSV": output_path(state, "slo_csv"),
-    }
-    if all(p is None for p in paths.values()) or not state.points:
-        return
-    from pytest_llmslo.report import jsonio
+    """The report formats asked for (``report.formats``: the Markdown summary, the SVG
+    chart, the CSV table), each written whole or not at all; errors are noted, and fail
+    the session as a lost results file does."""
+    from pytest_llmslo.report.formats import FORMATS
 
-    doc = state.document(complete=complete)
-    for kind, path in paths.items():
+    paths = [(fmt, output_path(state, fmt.option)) for fmt in FORMATS.values()]
+    if all(p is None for _, p in paths) or not state.points:
+        return
+    # Made from what the document says: its secrets masked, in the constants and the
+    # engines' metadata as in every text written.
+    results = state.results(complete=complete).redacted()
+    for fmt, path in paths:
         if path is None:
             continue
         try:
-            if kind == "CSV":
-                from pytest_llmslo.report.csvexport import render_csv
-
-                text = render_csv(doc)
-            elif kind == "Markdown":
-                from pytest_llmslo.report.markdown import render_report
-
-                text = render_report(doc)
+            out = fmt.render(results)
+            if isinstance(out, bytes):
+                write_atomic_bytes(path, out)
             else:
-                from pytest_llmslo.report.markdown import document_knees
-                from pytest_llmslo.report.svg import render_svg
-
-                text = render_svg(
-                    jsonio.load_points(doc), document_knees(doc), title="pytest-llmslo"
-                )
-            jsonio.write_atomic_text(path, text)
-            note = f"{kind} report written to {path}"
+                write_atomic_text(path, redact(out))
+            note = f"{fmt.label} report written to {path}"
             if note not in state.notes:
                 state.notes.append(note)
         except Exception as exc:
             state.write_errors.append(
-                f"ERROR: could not write the {kind} report to {path}: {exc!r}"
+                f"ERROR: could not write the {fmt.label} report to {path}: {exc!r}"
             )
 
 
@@ -1819,13 +1786,11 @@ def resolve_path(state: Session, text: str, name: str) -> Path:
 
 def write_json(state: Session, *, complete: bool) -> bool:
     """Write the results document; False (and an error note) when it could not be."""
-    from pytest_llmslo.report import jsonio
-
     path = json_path(state)
     if path is None:
         return True
     try:
-        jsonio.write_atomic(path, state.document(complete=complete))
+        write_atomic(path, state.document(complete=complete))
         state.dirty = False
     except Exception as exc:
         msg = f"ERROR: could not write the results to {path}: {exc!r}"
@@ -1929,11 +1894,8 @@ def run_test_load(
     ctx = state.contexts.get(node)
     if ctx is None or not ctx.capacity:
         return run_level(state, node, handle, level, ts)
-    lv = ts.levels[0]
-    kw: dict[str, Any] = {"start": lv.value, "max_value": ts.capacity_max}
-    if lv.mode == "rate":
-        kw.update(arrival=lv.arrival, seed=lv.seed, template=lv)
-    _result, found = search_capacity(state, node, handle, ts, ts.objectives, lv.mode, **kw)
+    spec = CapacitySpec.from_level(ts.levels[0], max_value=ts.capacity_max)
+    _result, found = search_capacity(state, node, handle, ts, ts.objectives, spec)
     if found is None:
         raise LoadError(f"{ctx.test}: the capacity search ran no level")
     return found
@@ -2013,9 +1975,8 @@ def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = [("=", "llmslo: SLO sweeps")]
     if state.points:
         try:
-            lines = terminal.render_summary(
-                state.points, None, width=width, capacities=state.capacities
-            )
+            results = Results(tuple(state.points), capacities=state.capacities)
+            lines = terminal.render_summary(results, width=width)
         except Exception as exc:  # a renderer bug must not hide the test results
             lines = [f"(could not render the sweep tables: {exc!r})"]
         out.extend(("line", ln) for ln in lines)

@@ -1,5 +1,6 @@
-"""Sweeps over load levels: the points they produce, the knee, the Pareto frontier, how far
-to extend a sweep, and a search for the maximum load that meets the SLO.
+"""Sweeps over load levels: the points they produce, the knee, the Pareto frontier and how
+far to extend a sweep (the search for the maximum load that meets the SLO is
+``capacity.py``'s).
 
 A *sweep* is the set of ``SweepPoint``s of one test on one engine, one per load level. From
 it come:
@@ -10,9 +11,7 @@ it come:
 - the **Pareto frontier** (``pareto_front``): across engines and configs, throughput up and
   TTFT P99 down; use it on the knee points (``knee_points``) or on every point;
 - the **extension** (``extend_levels``, ``extend_sweep``): the next concurrency or rate
-  past the last level, until goodput falls below half of its best;
-- the **capacity search** (``CapacitySearch``): an exponential probe then a bisection,
-  as a state machine with no I/O.
+  past the last level, until goodput falls below half of its best.
 
 Everything here is pure and depends only on the fields of ``RunSummary`` and ``Verdict``
 that the contract names, so it can be fed synthetic summaries.
@@ -25,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_llmslo.records import Arrival, LoadLevel, LoadMode
+from pytest_llmslo.records import LoadLevel
 
 if TYPE_CHECKING:
     from pytest_llmslo.metrics import RunSummary
@@ -35,8 +34,6 @@ __all__ = [
     "EXTEND_DROP",
     "EXTEND_FACTOR",
     "SATURATION_GAIN",
-    "CapacityResult",
-    "CapacitySearch",
     "Knee",
     "KneeStatus",
     "PointStatus",
@@ -55,6 +52,7 @@ __all__ = [
     "point_attainment",
     "point_goodput",
     "point_status",
+    "round_significant",
     "run_status",
     "split_sweeps",
     "summary_stat",
@@ -88,7 +86,7 @@ OUTCOMES: dict[str, str] = {
 class SweepPoint:
     """One load level of one test on one engine: its summary and, when the test asserted an
     SLO, its verdict. ``samples`` optionally holds compact per-request values
-    (``{"ttft_ms": [...], ...}``, see ``report.jsonio.compact_samples``) so a later
+    (``{"ttft_ms": [...], ...}``, see ``document.compact_samples``) so a later
     comparison can run rank tests; it is carried into the JSON document as is.
     ``interrupted``: the load was stopped (Ctrl-C, SIGTERM) before it finished; the point
     holds the requests measured until then. ``comparable`` is False when the run measured
@@ -563,7 +561,7 @@ def extend_levels(
     if last.mode == "concurrency":
         value = float(max(math.ceil(last.value * factor - 1e-9), int(last.value) + 1))
     else:
-        value = _round_sig(last.value * factor, 3)
+        value = round_significant(last.value * factor, 3)
     if max_value is not None:
         value = min(value, float(max_value))
     return last.scaled(value)
@@ -582,306 +580,8 @@ def extend_sweep(points: Sequence[SweepPoint], **kwargs: Any) -> LoadLevel | Non
     return extend_levels([p.level for p in points], best, last, **kwargs)
 
 
-def _round_sig(x: float, digits: int) -> float:
+def round_significant(x: float, digits: int) -> float:
+    """``x`` rounded to ``digits`` significant digits (a rounder level reads better)."""
     if x == 0:
         return 0.0
     return round(x, digits - 1 - math.floor(math.log10(abs(x))))
-
-
-# --------------------------------------------------------------------------- capacity search
-
-
-@dataclass(frozen=True, slots=True)
-class CapacityResult:
-    """Where a ``CapacitySearch`` stands. ``capacity`` is the highest level that passed
-    (None when none did); the true capacity lies in ``[lower, upper)`` (``upper`` None: no
-    level failed, capacity is at least ``lower``). ``probes`` is the number of levels run.
-    ``client_limited``: some level was recorded as invalid (``passed=None``) and bounded the
-    search from above."""
-
-    mode: LoadMode
-    capacity: LoadLevel | None
-    lower: float | None
-    upper: float | None
-    probes: int
-    history: tuple[tuple[LoadLevel, bool | None], ...]
-    done: bool
-    reason: str
-    client_limited: bool = False
-
-    @property
-    def value(self) -> float:
-        """The capacity as a number for comparisons: its level's value, 0 when no level
-        passed (the engine meets the SLO at no load that was tried)."""
-        return 0.0 if self.capacity is None else float(self.capacity.value)
-
-    def _label(self, value: float | None) -> str:
-        if value is None:
-            return "-"
-        for level, _ in self.history:
-            if level.value == value:
-                return level.label
-        if self.mode == "concurrency":
-            return LoadLevel.concurrency(int(value)).label
-        return LoadLevel("rate", value).label
-
-    def describe(self) -> str:
-        """One sentence: the capacity, its bracket, the number of levels and why the search
-        stopped (``capacity c8 (c9 failed), 5 levels: bracketed to the resolution``)."""
-        if self.capacity is None:
-            text = "capacity: none"
-        else:
-            text = f"capacity: {self.capacity.label}"
-        if self.upper is not None:
-            text += f" ({self._label(self.upper)} failed)"
-        elif self.capacity is not None:
-            text += " (no level failed: at least that)"
-        plural = "s" if self.probes != 1 else ""
-        text += f", {self.probes} level{plural}"
-        if self.reason:
-            text += f": {self.reason}"
-        if self.client_limited:
-            text += "; an invalid client run bounded the search"
-        return text
-
-    def probes_text(self) -> str:
-        """The probed levels in order with their outcome (``c1 pass, c2 pass, c4 FAIL``)."""
-        outcome = {True: "pass", False: "FAIL", None: "invalid"}
-        return ", ".join(f"{lv.label} {outcome[passed]}" for lv, passed in self.history)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "capacity": None if self.capacity is None else self.capacity.to_dict(),
-            "lower": self.lower,
-            "upper": self.upper,
-            "probes": self.probes,
-            "history": [
-                {"level": level.to_dict(), "passed": passed} for level, passed in self.history
-            ],
-            "done": self.done,
-            "reason": self.reason,
-            "client_limited": self.client_limited,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CapacityResult:
-        capacity = d.get("capacity")
-        history = tuple(
-            (LoadLevel.from_dict(h["level"]), h.get("passed")) for h in d.get("history", ())
-        )
-        return cls(
-            mode=d.get("mode", "concurrency"),
-            capacity=None if capacity is None else LoadLevel.from_dict(capacity),
-            lower=finite_or_none(d.get("lower")),
-            upper=finite_or_none(d.get("upper")),
-            probes=int(d.get("probes", len(history))),
-            history=history,
-            done=bool(d.get("done", True)),
-            reason=str(d.get("reason", "")),
-            client_limited=bool(d.get("client_limited", False)),
-        )
-
-
-class CapacitySearch:
-    """The maximum concurrency (integers) or rate that meets the SLO, with few levels.
-
-    Exponential probe from ``start`` (1, 2, 4, ... with ``factor=2``) until a level fails,
-    then bisection between the highest pass and the lowest failure until they are within the
-    resolution: 1 for concurrency (the exact integer), ``max(resolution, rel_resolution *
-    lower)`` for a rate (defaults 0.01 req/s and 5 %). If the first level fails, a rate
-    search probes downwards (``start / factor``, ...) to ``min_value``; a concurrency search
-    at 1 stops with no capacity. The search also stops at ``max_value`` (capacity is at least
-    that) and after ``max_probes`` levels.
-
-    Use::
-
-        search = CapacitySearch("concurrency")
-        while (level := search.next_level()) is not None:
-            search.record(level, passed=run_and_check(level))
-        search.result.capacity
-
-    ``record(level, None)`` marks an invalid run (the client was the bottleneck): it bounds
-    the search from above like a failure, and the result says so. The search assumes that
-    passing is monotone in load; on a noisy curve it returns a level that passed with a
-    failure within the resolution above it, somewhere inside the noisy band.
-    """
-
-    __slots__ = (
-        "_arrival",
-        "_client_limited",
-        "_factor",
-        "_hi",
-        "_history",
-        "_lo",
-        "_max_probes",
-        "_max_value",
-        "_min_value",
-        "_mode",
-        "_pending",
-        "_reason",
-        "_rel_resolution",
-        "_resolution",
-        "_seed",
-        "_start",
-        "_template",
-    )
-
-    def __init__(
-        self,
-        mode: LoadMode = "concurrency",
-        *,
-        start: float = 1,
-        factor: float = 2.0,
-        resolution: float | None = None,
-        rel_resolution: float | None = None,
-        max_value: float | None = None,
-        min_value: float | None = None,
-        max_probes: int = 40,
-        arrival: Arrival = "poisson",
-        seed: int = 0,
-        template: LoadLevel | None = None,
-    ) -> None:
-        if mode not in ("concurrency", "rate"):
-            raise ValueError(f"mode must be 'concurrency' or 'rate', got {mode!r}")
-        if not factor > 1:
-            raise ValueError(f"factor must be > 1, got {factor!r}")
-        if not start > 0:
-            raise ValueError(f"start must be > 0, got {start!r}")
-        if mode == "concurrency" and float(start) != int(start):
-            raise ValueError(f"a concurrency search starts at an integer, got {start!r}")
-        if max_value is not None and max_value < start:
-            raise ValueError(f"max_value {max_value!r} is below start {start!r}")
-        if max_probes < 1:
-            raise ValueError(f"max_probes must be >= 1, got {max_probes!r}")
-        self._mode: LoadMode = mode
-        self._start = float(start)
-        self._factor = float(factor)
-        if mode == "concurrency":
-            self._resolution = max(1.0, float(resolution or 1.0))
-            self._rel_resolution = float(rel_resolution or 0.0)
-            self._min_value = max(1.0, float(min_value or 1.0))
-        else:
-            self._resolution = 0.01 if resolution is None else float(resolution)
-            self._rel_resolution = 0.05 if rel_resolution is None else float(rel_resolution)
-            self._min_value = 0.01 if min_value is None else float(min_value)
-        if max_value is None:
-            self._max_value: float | None = None
-        elif mode == "concurrency":
-            self._max_value = float(math.floor(max_value))  # the highest integer allowed
-        else:
-            self._max_value = float(max_value)
-        self._max_probes = int(max_probes)
-        self._arrival: Arrival = "closed" if mode == "concurrency" else arrival
-        self._seed = int(seed)
-        # A rate probe keeps the shape of the test's level (gamma burstiness, a cap, a
-        # profile): ``template.scaled(value)``.
-        self._template = template if template is not None and template.mode == mode else None
-        self._lo: float | None = None
-        self._hi: float | None = None
-        self._pending: LoadLevel | None = None
-        self._history: list[tuple[LoadLevel, bool | None]] = []
-        self._reason = ""
-        self._client_limited = False
-
-    @property
-    def done(self) -> bool:
-        return bool(self._reason)
-
-    @property
-    def probes(self) -> int:
-        return len(self._history)
-
-    def next_level(self) -> LoadLevel | None:
-        """The next level to run, or None when the search is over. Asking again before
-        ``record`` returns the same level."""
-        if self._pending is not None or self.done:
-            return self._pending
-        value = self._next_value()
-        if value is None:
-            return None
-        self._pending = self._level(value)
-        return self._pending
-
-    def record(self, level: LoadLevel, passed: bool | None) -> None:
-        """Record the outcome of the level ``next_level`` returned: True (every objective
-        held), False (one failed) or None (invalid run: the client was the bottleneck)."""
-        if self._pending is None:
-            raise ValueError("record() without a pending level: call next_level() first")
-        if level.mode != self._pending.mode or level.value != self._pending.value:
-            raise ValueError(
-                f"recorded {level.label}, but the pending level is {self._pending.label}"
-            )
-        self._pending = None
-        self._history.append((level, passed))
-        if passed is True:
-            self._lo = level.value if self._lo is None else max(self._lo, level.value)
-        else:
-            self._client_limited |= passed is None
-            self._hi = level.value if self._hi is None else min(self._hi, level.value)
-
-    @property
-    def result(self) -> CapacityResult:
-        return CapacityResult(
-            mode=self._mode,
-            capacity=None if self._lo is None else self._level(self._lo),
-            lower=self._lo,
-            upper=self._hi,
-            probes=len(self._history),
-            history=tuple(self._history),
-            done=self.done,
-            reason=self._reason,
-            client_limited=self._client_limited,
-        )
-
-    def _level(self, value: float) -> LoadLevel:
-        if self._mode == "concurrency":
-            return LoadLevel.concurrency(int(value))
-        if self._template is not None:
-            return self._template.scaled(value)
-        return LoadLevel("rate", value, self._arrival, self._seed)
-
-    def _stop(self, reason: str) -> None:
-        self._reason = reason
-
-    def _next_value(self) -> float | None:
-        value, reason = self._candidate()
-        if value is not None and len(self._history) >= self._max_probes:
-            value, reason = None, f"probe budget of {self._max_probes} levels spent"
-        if value is None:
-            self._stop(reason)
-        return value
-
-    def _candidate(self) -> tuple[float | None, str]:
-        """The next value to probe, or None and why the search is over."""
-        lo, hi = self._lo, self._hi
-        if hi is None:  # probing up: everything so far passed (or nothing was run yet)
-            if lo is None:
-                return self._start, ""
-            if self._max_value is not None and lo >= self._max_value:
-                return None, "every level passed up to max_value: capacity is at least that"
-            up = self._up(lo)
-            return (up if self._max_value is None else min(up, self._max_value)), ""
-        if lo is None:  # probing down: everything so far failed
-            down = self._down(hi)
-            return down, "" if down is not None else "even the lowest level failed: no capacity"
-        if hi - lo <= max(self._resolution, self._rel_resolution * lo):
-            return None, "bracketed to the resolution"
-        if self._mode == "concurrency":
-            return float((int(lo) + int(hi)) // 2), ""
-        mid = (lo + hi) / 2.0
-        # A rounder rate reads better in test ids and tables, as long as it stays inside.
-        nice = _round_sig(mid, 3)
-        return (nice if lo < nice < hi else mid), ""
-
-    def _up(self, lo: float) -> float:
-        if self._mode == "concurrency":
-            return float(max(math.ceil(lo * self._factor - 1e-9), int(lo) + 1))
-        return lo * self._factor
-
-    def _down(self, hi: float) -> float | None:
-        if self._mode == "concurrency":
-            nxt = float(int(hi / self._factor))
-            return nxt if nxt >= self._min_value and nxt < hi else None
-        nxt = hi / self._factor
-        return nxt if nxt >= self._min_value else None

@@ -13,10 +13,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_llmslo import baselines, cli, compare, metrics, slo
+from pytest_llmslo import cli, metrics, regression, slo
+from pytest_llmslo.document import (
+    SCHEMA,
+    Results,
+    build_document,
+    compact_samples,
+    read_document,
+    write_atomic,
+)
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
-from pytest_llmslo.report import jsonio, terminal
-from pytest_llmslo.report.markdown import document_knees
+from pytest_llmslo.regression import baselines
+from pytest_llmslo.report import terminal
 from pytest_llmslo.sweep import SweepPoint
 
 MS = 1_000_000
@@ -58,7 +66,7 @@ def sweep_point(engine: str, c: int, scale: float, seed: int, n: int = 300) -> S
     run = Run(level, tuple(records), records[0].sent_ns, max(r.end_ns for r in records))
     summary = metrics.summarize(run, OBJECTIVES)
     verdict = slo.evaluate(run, OBJECTIVES)
-    return SweepPoint(engine, "test_chat", level, summary, verdict, jsonio.compact_samples(run))
+    return SweepPoint(engine, "test_chat", level, summary, verdict, compact_samples(run))
 
 
 def write_doc(
@@ -75,10 +83,9 @@ def write_doc(
         for i, e in enumerate(engines)
         for c in (1, 4, 8)
     ]
-    doc = jsonio.build_document(
-        constants or CONSTANTS, {e: {"version": version} for e in engines}, points
-    )
-    return jsonio.write_atomic(path, doc)
+    engine_entries = {e: {"version": version} for e in engines}
+    results = Results.of(points, constants=constants or CONSTANTS, engines=engine_entries)
+    return write_atomic(path, build_document(results))
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +111,7 @@ def run(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def test_report_prints_the_terminal_tables(docs, capsys):
     code, out, err = run(["report", docs["base"], "--width", "100"], capsys)
     assert code == 0 and err == ""
-    doc = jsonio.read_document(docs["base"])
-    expected = terminal.render_summary(jsonio.load_points(doc), document_knees(doc), 100)
+    expected = terminal.render_summary(Results.from_document(read_document(docs["base"])), 100)
     assert out.splitlines() == expected
     assert any(line.startswith("vllm | test_chat") for line in expected)
     assert any(line.startswith("Pareto | test_chat") for line in expected)
@@ -151,7 +157,7 @@ def test_markdown_replaces_a_plain_file_unless_append(docs, tmp_path, capsys):
 
 
 def test_report_of_a_document_without_points(tmp_path, capsys):
-    path = jsonio.write_atomic(tmp_path / "empty.json", jsonio.build_document(CONSTANTS, {}, []))
+    path = write_atomic(tmp_path / "empty.json", build_document(Results.of([])))
     code, out, _ = run(["report", path], capsys)
     assert code == 0 and "no load level was measured" in out
 
@@ -175,8 +181,10 @@ def test_compare_regression_exits_1_with_old_and_new(docs, capsys):
     assert code == 1
     assert "REGRESSED" in out
     assert "ttft_p50" in out and "base" in out and "slow" in out
-    old = compare.find_point(jsonio.read_document(docs["base"]), "test_chat", "vllm", "c4")
-    assert f"{compare.metric_value(old, 'ttft_p50'):.1f} ms" in out
+    base = Results.from_document(read_document(docs["base"]))
+    old = regression.find_point(base, "test_chat", "vllm", "c4")
+    assert old is not None
+    assert f"{regression.metric_value(old, 'ttft_p50'):.1f} ms" in out
 
 
 def test_compare_regression_is_reported_in_markdown_and_svg(docs, tmp_path, capsys):
@@ -205,7 +213,7 @@ def test_compare_mismatched_constants_exits_2(docs, capsys):
 
 def test_compare_by_baseline_name(docs, tmp_path, capsys):
     root = tmp_path / "baselines"
-    baselines.save_baseline(jsonio.read_document(docs["base"]), "vllm-0.9", root=root)
+    baselines.save_baseline(read_document(docs["base"]), "vllm-0.9", root=root)
     code, out, _ = run(["compare", "vllm-0.9", docs["slow"], "--root", root], capsys)
     assert code == 1
     assert out.startswith("llmslo compare: vllm-0.9 -> slow")
@@ -257,7 +265,7 @@ def test_malformed_documents_exit_2(tmp_path, capsys):
     code, _, err = run(["report", wrong], capsys)
     assert code == 2 and "not a pytest-llmslo run document" in err
     newer = tmp_path / "newer.json"
-    newer.write_text(json.dumps({"schema": jsonio.SCHEMA, "schema_version": 99}))
+    newer.write_text(json.dumps({"schema": SCHEMA, "schema_version": 99}))
     code, _, err = run(["report", newer], capsys)
     assert code == 2 and "schema version 99" in err
 
@@ -325,20 +333,20 @@ def test_console_entry_point_in_a_subprocess(docs, tmp_path):
 
 
 def capacity_doc(path: Path, capacity: int, *, complete: bool = True) -> Path:
-    from pytest_llmslo.sweep import CapacitySearch
+    from pytest_llmslo.capacity import CapacitySearch, CapacitySpec
 
-    search = CapacitySearch("concurrency", max_value=16)
+    search = CapacitySearch(CapacitySpec("concurrency", max_value=16))
     while (level := search.next_level()) is not None:
         search.record(level, level.value <= capacity)
     points = [sweep_point("vllm", c, 1.0, c) for c in (1, 4, 8)]
-    doc = jsonio.build_document(
-        CONSTANTS,
-        {"vllm": {"version": "0.9"}},
+    results = Results.of(
         points,
+        constants=CONSTANTS,
+        engines={"vllm": {"version": "0.9"}},
         complete=complete,
         capacities={("vllm", "test_chat"): search.result},
     )
-    return jsonio.write_atomic(path, doc)
+    return write_atomic(path, build_document(results))
 
 
 def test_report_shows_the_capacity_search(tmp_path, capsys):

@@ -29,9 +29,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("traffic", "signals", "metrics", "load", "engines", "sim"),
     ("slo",),
-    ("constants", "sweep", "capacity", "settings"),
-    ("report.jsonio",),
-    ("baselines", "tolerances", "compare"),
+    ("sweep", "capacity", "settings"),
+    # "constants": the old path of document.constants, a re-export until every import moved.
+    ("document", "constants"),
+    # "baselines", "tolerances", "compare": old paths of regression's modules, re-exports.
+    ("regression", "baselines", "tolerances", "compare"),
     ("report",),
     ("session",),
     ("plugin", "cli", "hookspecs"),

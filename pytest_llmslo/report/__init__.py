@@ -2,6 +2,9 @@
 pytest.
 
 - ``terminal``: sweep tables with the knee marked and the Pareto summary, as lines;
-- ``junit``: flat ``llmslo.*`` properties for test cases and the suite;
-- ``jsonio``: the versioned, reproducible JSON document, written atomically.
+- ``markdown``, ``svg``, ``csvexport``: the report formats, each from a session's
+  ``document.Results``;
+- ``junit``: flat ``llmslo.*`` properties for test cases and the suite.
+
+The results document itself is ``document``'s (``jsonio`` is its old path).
 """

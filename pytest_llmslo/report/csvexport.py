@@ -1,5 +1,5 @@
-"""CSV export of a run document: one row per engine x test x load level, for a spreadsheet
-or a plotting script (``--slo-csv PATH``, ``llmslo run --csv PATH``, ``llmslo report
+"""CSV export of a session's results: one row per engine x test x load level, for a
+spreadsheet or a plotting script (``--slo-csv PATH``, ``llmslo run --csv PATH``, ``llmslo report
 --csv PATH``).
 
 Columns (``COLUMNS``): what was run (engine and version, test, load mode, level and its
@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_llmslo.catalog import METRICS, qkey
-from pytest_llmslo.records import LoadLevel
+from pytest_llmslo.catalog import METRICS
+from pytest_llmslo.document.jsonable import jsonable
+from pytest_llmslo.document.results import Results
+
+if TYPE_CHECKING:
+    from pytest_llmslo.metrics import RunSummary
+    from pytest_llmslo.sweep import SweepPoint
 
 __all__ = ["COLUMNS", "render_csv"]
 
@@ -56,69 +60,65 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def _stat(summary: Mapping[str, Any], metric: str, stat: float | str) -> Any:
-    dist = (summary.get("distributions") or {}).get(metric) or {}
-    if not dist.get("count"):
+def _stat(summary: RunSummary, metric: str, stat: float | str) -> Any:
+    dist = summary.distributions.get(metric)
+    if dist is None or not dist.count:
         return None
     if stat == "mean":
-        return dist.get("mean")
-    return (dist.get("percentiles") or {}).get(qkey(float(stat)))
+        return jsonable(dist.mean)
+    return jsonable(dist.percentiles.get(float(stat)))
 
 
-def _knee_points(doc: Mapping[str, Any]) -> set[int]:
-    """Indices into ``points`` of each sweep's knee level."""
-    out: set[int] = set()
-    for sweep in doc.get("sweeps") or ():
-        knee = sweep.get("knee") or {}
-        idx = knee.get("index")
-        indices = sweep.get("points") or []
-        if isinstance(idx, int) and 0 <= idx < len(indices):
-            out.add(int(indices[idx]))
-    return out
-
-
-def _row(doc: Mapping[str, Any], i: int, p: Mapping[str, Any], knees: set[int]) -> list[Any]:
-    summary = p.get("summary") or {}
-    level = p.get("level") or {}
-    verdict = p.get("verdict") or {}
-    engine = str(p.get("engine", ""))
-    version = ((doc.get("engines") or {}).get(engine) or {}).get("version")
-    goodput = verdict.get("goodput_tok_s", summary.get("goodput_tok_s"))
-    attainment = verdict.get("attainment", summary.get("attainment"))
+def _row(results: Results, p: SweepPoint, knee: bool) -> list[Any]:
+    s = p.summary
+    # The verdict's goodput is computed from the objectives the test asserted.
+    judged = p.verdict if p.verdict is not None else s
     values: dict[str, Any] = {
-        "engine": engine,
-        "engine_version": version,
-        "test": p.get("test"),
-        "mode": level.get("mode"),
-        "level": None if level.get("value") is None else f"{float(level['value']):g}",
-        "label": LoadLevel.from_dict(level).label if level else "",
-        "outcome": p.get("outcome"),
-        "knee": 1 if i in knees else 0,
-        "interrupted": 1 if p.get("interrupted") else 0,
-        "valid": 1 if summary.get("valid", True) else 0,
-        "requests": summary.get("requests"),
-        "completed": summary.get("completed"),
-        "failed": summary.get("failed"),
-        "error_rate": summary.get("error_rate"),
-        "duration_s": summary.get("duration_s"),
-        "output_tok_s": summary.get("output_tok_s"),
-        "total_tok_s": summary.get("total_tok_s"),
-        "req_s": summary.get("req_s"),
-        "goodput_tok_s": goodput,
-        "attainment": attainment,
+        "engine": p.engine,
+        "engine_version": results.engine_version(p.engine),
+        "test": p.test,
+        "mode": p.level.mode,
+        "level": f"{float(p.level.value):g}",
+        "label": p.level.label,
+        "outcome": p.outcome,
+        "knee": 1 if knee else 0,
+        "interrupted": 1 if p.interrupted else 0,
+        "valid": 1 if s.valid else 0,
+        "requests": s.requests,
+        "completed": s.completed,
+        "failed": s.failed,
+        "error_rate": s.error_rate,
+        "duration_s": s.duration_s,
+        "output_tok_s": s.output_tok_s,
+        "total_tok_s": s.total_tok_s,
+        "req_s": s.req_s,
+        "goodput_tok_s": judged.goodput_tok_s,
+        "attainment": judged.attainment,
     }
     for m in METRICS:
         for name, stat in _STATS:
-            values[f"{m}_{name}_ms"] = _stat(summary, m, stat)
-    return ["" if values[c] is None else values[c] for c in COLUMNS]
+            values[f"{m}_{name}_ms"] = _stat(s, m, stat)
+    cells = (jsonable(values[c]) for c in COLUMNS)  # NaN and infinities: no value
+    return ["" if v is None else v for v in cells]
 
 
-def render_csv(doc: Mapping[str, Any]) -> str:
-    """The document's points as CSV text (header row first), in the document's order."""
+def _knee_points(results: Results) -> set[int]:
+    """Indices into ``results.points`` of each sweep's knee level (``knee.index``)."""
+    out: set[int] = set()
+    for sweep in results.sweeps():
+        idx = sweep.knee.index
+        if isinstance(idx, int) and 0 <= idx < len(sweep.indices):
+            out.add(sweep.indices[idx])
+    return out
+
+
+def render_csv(results: Results) -> str:
+    """The points of ``results`` as CSV text (header row first), in the order they were
+    measured."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
-    knees = _knee_points(doc)
-    for i, p in enumerate(doc.get("points") or ()):
-        writer.writerow(_row(doc, i, p, knees))
+    knees = _knee_points(results)
+    for i, p in enumerate(results.points):
+        writer.writerow(_row(results, p, i in knees))
     return buf.getvalue()

@@ -112,13 +112,33 @@ def testcase_properties(
     ``verdict`` (pass/fail/invalid/unchecked), ``strict``, and per objective
     ``slo.<metric_stat>.{objective,op,threshold_ms,observed_ms,bound_ms,count,samples_needed,passed}``.
     """
-    out: list[tuple[str, str]] = []
+    out = _Properties()
+    _level(out, summary, engine, test)
+    _traffic(out, summary)
+    _signals(out, summary)
+    _health(out, summary, verdict)
+    _verdict(out, summary, verdict)
+    return out.items
 
-    def add(name: str, value: object) -> None:
+
+class _Properties:
+    """The properties of one test case, in order; an undefined value is left out."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, name: str, value: object) -> None:
         text = _value(value)
         if text is not None:
-            out.append((name, text))
+            self.items.append((name, text))
 
+
+def _level(out: _Properties, summary: RunSummary, engine: str | None, test: str | None) -> None:
+    """What ran and what came of its requests: the level, the counts, the most frequent
+    errors, the latencies and the throughput."""
+    add = out.add
     level = summary.level
     add(property_name("engine"), engine)
     add(property_name("test"), test)
@@ -143,6 +163,11 @@ def testcase_properties(
     add(property_name("output_tok_s"), summary.output_tok_s)
     add(property_name("total_tok_s"), summary.total_tok_s)
     add(property_name("req_s"), summary.req_s)
+
+
+def _traffic(out: _Properties, summary: RunSummary) -> None:
+    """The offered against the sent rate, a cap's waits, TTFT by turn."""
+    add = out.add
     traffic = summary.traffic or {}
     for name in ("offered_req_s", "sent_req_s"):
         add(property_name("traffic", name), traffic.get(name))
@@ -154,6 +179,11 @@ def testcase_properties(
         k = int(turn["turn"]) + 1
         add(property_name("turn", k, "ttft_p50_ms"), turn.get("ttft_p50_ms"))
         add(property_name("turn", k, "ttft_p99_ms"), turn.get("ttft_p99_ms"))
+
+
+def _signals(out: _Properties, summary: RunSummary) -> None:
+    """The engine's own signals and GPU figures, then the conversations' (multi-turn)."""
+    add = out.add
     signals = summary.signals or {}
     if signals:
         add(property_name("signals", "engines"), "+".join(signals.get("engines") or ()) or None)
@@ -164,12 +194,16 @@ def testcase_properties(
         if isinstance(gpu, Mapping):
             for name in ("util_pct_mean", "mem_used_mib_max", "power_w_mean", "energy_j"):
                 add(property_name("gpu", name), gpu.get(name))
-    sessions = traffic.get("sessions")
+    sessions = (summary.traffic or {}).get("sessions")
     if isinstance(sessions, Mapping):
         for name in ("started", "completed", "duration_p50_s", "duration_p99_s"):
             add(property_name("sessions", name), sessions.get(name))
 
-    # The verdict's goodput is computed from the objectives this test asserted.
+
+def _health(out: _Properties, summary: RunSummary, verdict: Verdict | None) -> None:
+    """Goodput (the verdict's, from the objectives the test asserted), the client's
+    health, and what the requests' outputs and usage said."""
+    add = out.add
     for name in ("goodput_tok_s", "goodput_req_s", "attainment"):
         value = None if verdict is None else getattr(verdict, name)
         add(property_name(name), getattr(summary, name) if value is None else value)
@@ -198,6 +232,10 @@ def testcase_properties(
     add(property_name("usage_mismatches"), summary.usage_mismatches)
     add(property_name("level_timeout"), summary.level_timeout)
 
+
+def _verdict(out: _Properties, summary: RunSummary, verdict: Verdict | None) -> None:
+    """The outcome, and per objective what it asked and what was observed."""
+    add = out.add
     status = run_status(summary, verdict)
     add(property_name("verdict"), status)
     add(property_name("outcome"), OUTCOMES[status])
@@ -205,7 +243,7 @@ def testcase_properties(
         add(property_name("early_stop"), summary.early_stop)
     add(property_name("throughput_window"), summary.throughput_window)
     if verdict is None:
-        return out
+        return
     add(property_name("strict"), verdict.strict)
     add(property_name("min_attainment"), verdict.min_attainment)
     add(property_name("min_goodput_tok_s"), verdict.min_goodput_tok_s)
@@ -223,7 +261,6 @@ def testcase_properties(
         add(property_name("slo", key, "count"), r.count)
         add(property_name("slo", key, "samples_needed"), r.samples_needed)
         add(property_name("slo", key, "passed"), r.passed)
-    return out
 
 
 # Its name starts with "test": keep pytest from collecting it where a test module imports it.

@@ -1,11 +1,12 @@
 """Markdown summaries for CI step summaries (GitHub ``$GITHUB_STEP_SUMMARY``): pure
 renderers that return one string.
 
-- ``render_report(doc)``: a run document as a heading, its pinned constants, per engine
+- ``render_report(results)``: a session's ``document.Results`` as a heading, its pinned
+  constants, per engine
   and test the sweep table (the columns of the terminal summary) with the knee row in
   bold and marked, the knee sentence, the capacity of a test that searched it (with its
   probes), then the Pareto summary across engines;
-- ``render_comparison(result)``: a ``compare.DocumentComparison`` as a heading with the
+- ``render_comparison(result)``: a ``regression.DocumentComparison`` as a heading with the
   outcome, the differing constants when the runs are not comparable, otherwise one table
   per compared point (metric, baseline, new, delta, delta %, tolerance, status) with the
   regressions in bold and the noise judgements under it.
@@ -19,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_llmslo.capacity import CapacityResult
+from pytest_llmslo.document.results import EngineEntry, Results
 from pytest_llmslo.report.terminal import (
     SIGNAL_COLUMNS,
     fmt_ms,
@@ -31,7 +34,6 @@ from pytest_llmslo.report.terminal import (
     traffic_lines,
 )
 from pytest_llmslo.sweep import (
-    CapacityResult,
     Knee,
     SweepPoint,
     find_knee,
@@ -47,11 +49,9 @@ from pytest_llmslo.sweep import (
 )
 
 if TYPE_CHECKING:
-    from pytest_llmslo.compare import Comparison, DocumentComparison
+    from pytest_llmslo.regression import Comparison, DocumentComparison
 
 __all__ = [
-    "document_capacities",
-    "document_knees",
     "escape_cell",
     "render_comparison",
     "render_constants",
@@ -95,35 +95,6 @@ def table(
     ]
     lines.extend("| " + " | ".join(escape_cell(c) for c in r) + " |" for r in rows)
     return lines
-
-
-def document_knees(doc: Mapping[str, Any]) -> dict[tuple[str, str], Knee]:
-    """The knees stored in a run document's ``sweeps``, keyed by ``(engine, test)``; a
-    test swept in more than one load mode has no single knee and is left out (renderers
-    compute one per mode)."""
-    found: dict[tuple[str, str], list[Knee]] = {}
-    for s in doc.get("sweeps", ()):
-        try:
-            knee = Knee.from_dict(s["knee"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        found.setdefault((str(s["engine"]), str(s["test"])), []).append(knee)
-    return {k: v[0] for k, v in found.items() if len(v) == 1}
-
-
-def document_capacities(doc: Mapping[str, Any]) -> dict[tuple[str, str], CapacityResult]:
-    """The capacity search results stored on a run document's ``sweeps``, keyed by
-    ``(engine, test)``; documents without them (schema version 1) give none."""
-    found: dict[tuple[str, str], CapacityResult] = {}
-    for s in doc.get("sweeps", ()):
-        cap = s.get("capacity") if isinstance(s, Mapping) else None
-        if not isinstance(cap, Mapping):
-            continue
-        try:
-            found[(str(s["engine"]), str(s["test"]))] = CapacityResult.from_dict(cap)
-        except (KeyError, TypeError, ValueError):
-            continue
-    return found
 
 
 def _constants_items(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -356,13 +327,12 @@ def render_pareto(
     return lines
 
 
-def _setups(engines: Mapping[str, Any]) -> dict[str, str]:
+def _setups(engines: Mapping[str, EngineEntry]) -> dict[str, str]:
     """A short description of each engine that has one: a sim engine's simulated setup
     (hardware, engine, deployment); empty when none has."""
     out: dict[str, str] = {}
     for name, entry in engines.items():
-        meta = (entry or {}).get("metadata") or {}
-        sim = meta.get("simulated")
+        sim = entry.metadata.get("simulated")
         if isinstance(sim, Mapping) and sim.get("hardware"):
             out[name] = (
                 f"{sim.get('hardware')} {sim.get('precision', '')}, {sim.get('engine', '')}-like, "
@@ -371,26 +341,22 @@ def _setups(engines: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def render_report(doc: Mapping[str, Any], *, title: str | None = None) -> str:
-    """A run document as Markdown: heading, constants, sweep tables, Pareto summary."""
-    from pytest_llmslo.report.jsonio import load_points
-
-    points = load_points(doc)
-    knees = document_knees(doc)
-    capacities = document_capacities(doc)
-    constants = doc.get("constants") or {}
-    harness = doc.get("harness") or {}
+def render_report(results: Results, *, title: str | None = None) -> str:
+    """A session's results as Markdown: heading, constants, sweep tables, Pareto summary."""
+    points = results.points
+    knees = results.test_knees()
+    capacities = results.capacities
+    constants = results.constants
+    harness = results.harness
     lines = [f"## {escape_cell(title or 'pytest-llmslo sweep')}", ""]
     meta = f"{harness.get('name', 'pytest-llmslo')} {harness.get('version', '')}".strip()
-    created = doc.get("created_utc")
+    created = results.created_utc
     lines.append(f"_{escape_cell(meta)}" + (f", {escape_cell(created)}" if created else "") + "_")
-    if not doc.get("complete", True):
+    if not results.complete:
         lines.append("")
         lines.append("> **Partial results**: the session was interrupted.")
-    engines = doc.get("engines") or {}
-    versions = [
-        f"{name} {entry.get('version')}" for name, entry in engines.items() if entry.get("version")
-    ]
+    engines = results.engines
+    versions = [f"{name} {entry.version}" for name, entry in engines.items() if entry.version]
     if versions:
         lines.append("")
         lines.append(f"Engines: {escape_cell(', '.join(versions))}")
@@ -410,7 +376,7 @@ def render_report(doc: Mapping[str, Any], *, title: str | None = None) -> str:
 
 
 def _comparison_block(c: Comparison) -> list[str]:
-    from pytest_llmslo.compare import ROW_HEADERS, row_cells
+    from pytest_llmslo.regression import ROW_HEADERS, row_cells
 
     level = "-" if c.level is None else c.level.label
     head = f"### {escape_cell(c.engine)} · `{escape_cell(c.test)}` · {level} · {c.status}"
@@ -461,7 +427,7 @@ def _comparison_block(c: Comparison) -> list[str]:
 
 def render_comparison(result: DocumentComparison, *, title: str | None = None) -> str:
     """A document comparison as Markdown (see the module docstring)."""
-    from pytest_llmslo.compare import RULE
+    from pytest_llmslo.regression import RULE
 
     status = result.status
     icon = {"regressed": "❌", "not comparable": "⚠️"}.get(status, "✅")

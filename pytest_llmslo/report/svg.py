@@ -9,7 +9,7 @@ For every test (and load mode, when a test was swept in both), one row of two pa
 - **load vs goodput**: the load level (concurrency or rate, x) against goodput tok/s
   (y), one line per engine, the knee ringed.
 
-With ``baseline`` points (``llmslo compare``) each engine's baseline sweep is drawn in
+With ``baseline`` results (``llmslo compare``) each engine's baseline sweep is drawn in
 the same colour, dashed and lighter, so old and new can be seen together. Points of an
 inconclusive (client-limited) run are hollow; they are not on the frontier. Axes have "nice" ticks
 (1, 2, 5 x 10^k) and labels; a legend heads each row. The output is one standalone SVG
@@ -19,10 +19,11 @@ document (valid XML, all text escaped) with no scripts and no external reference
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from pytest_llmslo.document.results import Results
 from pytest_llmslo.report.terminal import signal_bits
 from pytest_llmslo.sweep import (
     Knee,
@@ -409,17 +410,14 @@ def _legend(
 
 
 def render_svg(
-    points: Iterable[SweepPoint],
-    knees: Mapping[Any, Knee] | None = None,
-    *,
-    baseline: Iterable[SweepPoint] | None = None,
-    title: str | None = None,
+    results: Results, *, baseline: Results | None = None, title: str | None = None
 ) -> str:
-    """The chart of ``points`` as an SVG document (a string). ``knees`` is keyed by
-    ``(engine, test)`` or engine name; missing knees are computed. ``baseline`` points
-    are drawn dashed under the new ones, paired by engine and test."""
-    pts = list(points)
-    base = list(baseline or ())
+    """The chart of ``results`` as an SVG document (a string); the knees are the stored
+    ones or computed. The points of ``baseline`` are drawn dashed under the new ones,
+    paired by engine and test."""
+    pts = list(results.points)
+    knees = results.test_knees()
+    base = list(baseline.points) if baseline is not None else []
     engines = list(dict.fromkeys([p.engine for p in pts] + [p.engine for p in base]))
     colors = {e: PALETTE[i % len(PALETTE)] for i, e in enumerate(engines)}
     # One row per test and load mode: a concurrency and a rate share no x axis.

@@ -10,7 +10,9 @@ nothing here prints. Layout, for 100 columns:
   and, for a test that searched its capacity, the capacity with its bracket and probes;
 - ``render_pareto``: across engines, per test, the Pareto frontier of throughput vs TTFT
   P99 at each engine's knee and over all points;
-- ``render_verdict``: a verdict's table, for failure messages and ``system-out``.
+- ``render_verdict``: a verdict's table, for failure messages and ``system-out``;
+- ``render_summary``: all of a session's sweeps and the Pareto summary, from its
+  ``document.Results``.
 
 Numbers: milliseconds with 1 decimal, tok/s as integers, attainment as a percentage with 1
 decimal, ``-`` where a value is undefined (no samples, no objectives).
@@ -19,11 +21,12 @@ decimal, ``-`` where a value is undefined (no samples, no objectives).
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_llmslo.capacity import CapacityResult
+from pytest_llmslo.document.results import Results
 from pytest_llmslo.sweep import (
-    CapacityResult,
     Knee,
     SweepPoint,
     knee_of,
@@ -573,16 +576,13 @@ def render_verdict(verdict: Verdict) -> list[str]:
     return lines
 
 
-def render_summary(
-    points: Iterable[SweepPoint],
-    knees: Mapping[Any, Knee] | None = None,
-    width: int = DEFAULT_WIDTH,
-    capacities: Mapping[tuple[str, str], CapacityResult] | None = None,
-) -> list[str]:
-    """Everything the terminal summary shows: each engine's sweep tables (with the
-    capacity of a test that searched it, ``capacities`` keyed by ``(engine, test)``), then
-    the Pareto summary when more than one engine or configuration was measured."""
-    pts = list(points)
+def render_summary(results: Results, width: int = DEFAULT_WIDTH) -> list[str]:
+    """Everything the terminal summary shows of ``results``: each engine's sweep tables
+    (with the capacity of a test that searched it), then the Pareto summary when more than
+    one engine or configuration was measured."""
+    pts = list(results.points)
+    knees = results.test_knees()
+    capacities = results.capacities
     by_engine: dict[str, list[SweepPoint]] = {}
     for p in pts:
         by_engine.setdefault(p.engine, []).append(p)

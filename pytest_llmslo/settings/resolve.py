@@ -43,7 +43,8 @@ def resolve_session(sources: Sources) -> SessionSettings:
         engines = ("external",)
         where["engine"] = where["engine_url"]
     fields["engines"] = engines
-    return SessionSettings(**fields, sources=where, warnings=tuple(warnings))
+    outputs = {s.name: vals[s.name] for s in SPECS if s.scope == "session" and s.topic == "outputs"}
+    return SessionSettings(**fields, sources=where, outputs=outputs, warnings=tuple(warnings))
 
 
 def split_marker(args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:

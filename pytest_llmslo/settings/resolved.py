@@ -37,6 +37,9 @@ class SessionSettings:
     compare: str | None = None
     compare_fail: str | None = None
     external_ready_timeout_s: float = 60.0
+    #: The path of every output setting (topic ``outputs``: ``slo_json`` and each report
+    #: format's ``slo_<name>``) by setting name; None where none was asked for.
+    outputs: Mapping[str, str | None] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
     #: Problems worth a warning that stop nothing (an ``LLMSLO_*`` variable no setting reads).
     warnings: tuple[str, ...] = ()

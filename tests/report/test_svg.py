@@ -10,10 +10,20 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from pytest_llmslo.document import Results
 from pytest_llmslo.report.svg import PALETTE, nice_ticks, render_svg
-from pytest_llmslo.sweep import find_knee, pareto_front
+from pytest_llmslo.sweep import SweepPoint, find_knee, pareto_front
 
 NS = "{http://www.w3.org/2000/svg}"
+
+
+def chart(
+    points: list[SweepPoint], *, baseline: list[SweepPoint] | None = None, title: str | None = None
+) -> str:
+    """The chart of a session that measured ``points`` (against one that measured
+    ``baseline``)."""
+    base = None if baseline is None else Results.of(baseline)
+    return render_svg(Results.of(points), baseline=base, title=title)
 
 
 def parse(svg: str) -> ET.Element:
@@ -36,7 +46,7 @@ def texts(root: ET.Element) -> list[str]:
 
 def test_two_engines_two_panels(sweep_factory):
     points = sweep_factory("vllm") + sweep_factory("sglang", ttft=lambda c: 40.0 * c)
-    root = parse(render_svg(points, title="nightly"))
+    root = parse(chart(points, title="nightly"))
     panels = groups(root, "panel")
     assert [p.get("class") for p in panels] == ["panel latency", "panel goodput"]
     for panel in panels:
@@ -56,7 +66,7 @@ def test_knee_is_marked_on_both_panels(sweep_factory):
     points = sweep_factory("vllm")
     knee = find_knee(points)
     assert knee.level is not None
-    root = parse(render_svg(points))
+    root = parse(chart(points))
     rings = [c for c in root.iter(f"{NS}circle") if c.get("class") == "knee"]
     assert len(rings) == 2
     assert texts(root).count(f"knee {knee.level.label}") == 2
@@ -64,14 +74,14 @@ def test_knee_is_marked_on_both_panels(sweep_factory):
 
 def test_pareto_frontier_marks_the_frontier_points(sweep_factory):
     points = sweep_factory("vllm") + sweep_factory("sglang", ttft=lambda c: 40.0 * c)
-    root = parse(render_svg(points))
+    root = parse(chart(points))
     (pareto,) = groups(root, "pareto")
     assert len(pareto.findall(f"{NS}rect")) == sum(pareto_front(points))
     assert pareto.find(f"{NS}polyline").get("stroke-dasharray")
 
 
 def test_axes_have_ticks_and_labels(sweep_factory):
-    root = parse(render_svg(sweep_factory("vllm")))
+    root = parse(chart(sweep_factory("vllm")))
     labels = texts(root)
     for label in ("output throughput (tok/s)", "TTFT P99 (ms)", "concurrency", "goodput (tok/s)"):
         assert label in labels
@@ -83,7 +93,7 @@ def test_axes_have_ticks_and_labels(sweep_factory):
 def test_legend_names_engines_baseline_knee_and_frontier(sweep_factory):
     points = sweep_factory("vllm")
     base = sweep_factory("vllm", ttft=lambda c: 45.0 * c)
-    root = parse(render_svg(points, baseline=base))
+    root = parse(chart(points, baseline=base))
     (legend,) = groups(root, "legend")
     assert [t.text for t in legend.iter(f"{NS}text")] == [
         "vllm",
@@ -97,20 +107,20 @@ def test_legend_names_engines_baseline_knee_and_frontier(sweep_factory):
 
 
 def test_rate_sweep_axis_label(sweep_factory):
-    root = parse(render_svg(sweep_factory("vllm", levels=(1, 2, 4), rate=True)))
+    root = parse(chart(sweep_factory("vllm", levels=(1, 2, 4), rate=True)))
     assert "rate (req/s)" in texts(root)
 
 
 def test_invalid_points_are_hollow(point_factory):
     points = [point_factory(1, ttft_ms=50.0), point_factory(4, ttft_ms=80.0, valid=False)]
-    root = parse(render_svg(points))
+    root = parse(chart(points))
     markers = [c for c in root.iter(f"{NS}circle") if c.get("r") == "4"]
     assert sorted(c.get("fill") for c in markers) == [PALETTE[0]] * 2 + ["white"] * 2
 
 
 def test_text_is_escaped(point_factory):
     p = point_factory(1, ttft_ms=50.0, engine="a<b>&c", test="test_x[\"q\" & 'r']")
-    svg = render_svg([p], title="<script>alert(1)</script>")
+    svg = chart([p], title="<script>alert(1)</script>")
     root = parse(svg)
     assert "<script>" not in svg
     assert "<script>alert(1)</script>" in texts(root)
@@ -119,16 +129,16 @@ def test_text_is_escaped(point_factory):
 
 
 def test_empty_and_degenerate_inputs(point_factory):
-    parse(render_svg([]))
-    one = parse(render_svg([point_factory(1, ttft_ms=50.0)]))
+    parse(chart([]))
+    one = parse(chart([point_factory(1, ttft_ms=50.0)]))
     assert "nan" not in ET.tostring(one, encoding="unicode").lower()
-    no_goodput = parse(render_svg([point_factory(1, ttft_ms=50.0, objectives=None)]))
+    no_goodput = parse(chart([point_factory(1, ttft_ms=50.0, objectives=None)]))
     assert "no data" in texts(no_goodput)
 
 
 def test_several_tests_stack_rows(sweep_factory):
     points = sweep_factory("vllm") + sweep_factory("vllm", test="test_long")
-    root = parse(render_svg(points))
+    root = parse(chart(points))
     assert len(groups(root, "panel")) == 4
     titles = [t.text for t in root.iter(f"{NS}text") if t.get("class") == "test-title"]
     assert titles == ["test_chat", "test_long"]
@@ -159,7 +169,7 @@ def test_nice_ticks_rejects_non_finite():
 def test_legend_lists_only_the_series_drawn(sweep_factory):
     points = sweep_factory("vllm")
     base = sweep_factory("vllm") + sweep_factory("sglang")
-    root = parse(render_svg(points, baseline=base))
+    root = parse(chart(points, baseline=base))
     (legend,) = groups(root, "legend")
     assert [t.text for t in legend.iter(f"{NS}text")] == [
         "vllm",
@@ -172,7 +182,7 @@ def test_legend_lists_only_the_series_drawn(sweep_factory):
 
 def test_a_test_swept_in_two_modes_gets_two_rows(sweep_factory):
     points = sweep_factory("vllm") + sweep_factory("vllm", levels=(1, 2, 4), rate=True)
-    root = parse(render_svg(points))
+    root = parse(chart(points))
     titles = [t.text for t in root.iter(f"{NS}text") if t.get("class") == "test-title"]
     assert titles == ["test_chat (concurrency)", "test_chat (rate)"]
     labels = texts(root)
@@ -186,7 +196,7 @@ def test_a_points_hover_title_has_its_engine_signals(point_factory):
     sig = {"engines": ["vllm"], "queue_time_p99_ms": 530.0, "kv_usage_max": 0.97,
            "preemptions": 38.0, "energy_j_per_token": 0.41}  # fmt: skip
     p = dataclasses.replace(p, summary=dataclasses.replace(p.summary, signals=sig))
-    titles = [t.text or "" for t in parse(render_svg([p])).iter(f"{NS}title")]
+    titles = [t.text or "" for t in parse(chart([p])).iter(f"{NS}title")]
     assert any(
         "engine: queue P99 530.0 ms, KV 97 %, 38 preemptions, 0.41 J/token" in t for t in titles
     ), titles

@@ -8,6 +8,7 @@ import pytest
 
 from pytest_llmslo import slo
 from pytest_llmslo.catalog import PERCENTILES
+from pytest_llmslo.document import Results
 from pytest_llmslo.metrics import Distribution, RunSummary
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.report.terminal import (
@@ -183,7 +184,7 @@ def test_summary_fits_100_columns_with_long_names(
             123456, ttft_ms=90000.0, engine="vllm", test=long_test, valid=False, requests=5
         )
     )
-    lines = render_summary(pts)
+    lines = render_summary(Results.of(pts))
     assert max(len(line) for line in lines) <= WIDTH
     assert any("Pareto |" in line for line in lines)
     assert any(line.startswith("vllm | rate_test | rate sweep, 1 level") for line in lines)
@@ -192,7 +193,7 @@ def test_summary_fits_100_columns_with_long_names(
 def test_summary_single_engine_has_no_pareto(
     sweep_factory: Callable[..., list[SweepPoint]],
 ) -> None:
-    lines = render_summary(sweep_factory("sim"))
+    lines = render_summary(Results.of(sweep_factory("sim")))
     assert not any("Pareto" in line for line in lines)
 
 
@@ -220,7 +221,7 @@ def test_narrow_terminals_drop_columns_not_the_knee(
 ) -> None:
     pts = sweep_factory("sim") + sweep_factory("vllm", ttft=lambda c: 20.0 * c)
     pts.append(point_factory(48, ttft_ms=60.0, valid=False))
-    lines = render_summary(pts, width=width)
+    lines = render_summary(Results.of(pts), width=width)
     assert max(len(line) for line in lines) <= width
     sim = render_sweep("sim", pts, width=width)
     rows = table_rows(sim)
@@ -242,7 +243,7 @@ def test_concurrency_and_rate_levels_of_one_test_are_two_sweeps(
     assert "sim | test_chat | rate sweep, 3 levels" in lines
     assert sum(1 for line in lines if "knee:" in line) == 2
     assert table_rows(lines)["r5"].startswith("*")
-    assert render_summary(pts)
+    assert render_summary(Results.of(pts))
 
 
 def _exact_point(
@@ -315,14 +316,14 @@ def test_sweep_table_golden() -> None:
 def test_capacity_is_shown_under_its_sweep(
     sweep_factory: Callable[..., list[SweepPoint]],
 ) -> None:
-    from pytest_llmslo.report.terminal import render_summary
-    from pytest_llmslo.sweep import CapacitySearch
+    from pytest_llmslo.capacity import CapacitySearch, CapacitySpec
 
-    search = CapacitySearch("concurrency")
+    search = CapacitySearch(CapacitySpec("concurrency"))
     while (level := search.next_level()) is not None:
         search.record(level, level.value <= 4)
     points = sweep_factory("sim") + sweep_factory("vllm")
-    lines = render_summary(points, None, 100, {("sim", "test_chat"): search.result})
+    results = Results.of(points, capacities={("sim", "test_chat"): search.result})
+    lines = render_summary(results, 100)
     text = "\n".join(lines)
     assert text.count("capacity: c4 (c5 failed), 6 levels: bracketed to the resolution") == 1
     assert "  probes: c1 pass, c2 pass, c4 pass, c8 FAIL, c6 FAIL, c5 FAIL" in text

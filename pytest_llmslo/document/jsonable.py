@@ -1,0 +1,36 @@
+"""Plain JSON data of any value the package holds: what the results document is made of."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["jsonable"]
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data: mappings with str keys, lists, finite floats (NaN and
+    infinities become None), objects with ``to_dict()`` or dataclasses expanded, numpy
+    scalars and arrays converted, paths as strings; anything else becomes ``str()``."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):  # also numpy float64, made a plain float here
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict) and not isinstance(value, type):
+        return jsonable(to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
+    if callable(tolist):
+        return jsonable(tolist())
+    return str(value)
