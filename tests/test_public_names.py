@@ -29,7 +29,7 @@ ROOT = [
     "assert_goodput", "assert_slo", "evaluate", "parse_objectives", "current_run", "bind_run",
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
-    "SweepPoint", "Knee", "CapacitySearch", "find_knee", "pareto_front",
+    "SweepPoint", "Knee", "CapacitySearch", "CapacitySpec", "find_knee", "pareto_front",
     "WorkloadSpec", "ClientSettings", "run_load", "run_load_sync",
     "EngineConfig", "EngineHandle", "start_engine", "TestSettings",
     "LlmSloError", "ConfigError", "EngineUnavailable", "EngineStartError", "EngineDiedError",
