@@ -306,13 +306,16 @@ def signal_bits(s: Mapping[str, Any]) -> list[str]:
 def signal_lines(p: SweepPoint) -> list[str]:
     """What the engine said about itself over a level, under its row: queue time, waiting
     and running requests, KV cache, preemptions, prefix hits, its own TTFT against the
-    client's, and GPU figures; or why there are no signals. None when signals were off."""
+    client's, and GPU figures; or why there are no engine signals, with the GPU figures that
+    were read all the same. None when signals were off."""
     s = p.summary.signals
     if not s:
         return []
     label = p.level.label
     if not s.get("engines"):
-        return [f"  {label}: {s.get('note') or 'no engine signals'}"]
+        # The GPU figures (NVML, DCGM) do not depend on the engine's /metrics.
+        gpu = ", ".join(signal_bits(s))
+        return [f"  {label}: {s.get('note') or 'no engine signals'}" + (f"; {gpu}" if gpu else "")]
     bits = signal_bits(s)
     engines = "+".join(s.get("engines") or ())
     return [f"  {label}: {engines} signals: " + ", ".join(bits)] if bits else []

@@ -90,7 +90,7 @@ def compute(
     engines = detect(after.names() | before.names())
     if not engines:
         why = note or (
-            "no signals: /metrics has none of the known engine names (vllm:, sglang:, "
+            "no engine signals: /metrics has none of the known engine names (vllm:, sglang:, "
             "trtllm_, dynamo_frontend_): see docs/signals.md to map this engine's"
         )
         return LevelSignals(sources=tuple(sources), scrapes=len(during) + 2, note=why, gpu=gpu)

@@ -198,5 +198,5 @@ class Scraper:
         note = "; ".join(dict.fromkeys(self._errors.values())) or None
         if before is None or after is None:
             why = note or "no scrape of /metrics succeeded"
-            return LevelSignals(sources=tuple(self.urls), note=f"no signals: {why}", gpu=gpu)
+            return LevelSignals(sources=tuple(self.urls), note=f"no engine signals: {why}", gpu=gpu)
         return compute(before, during, after, self.urls, note=note, gpu=gpu)

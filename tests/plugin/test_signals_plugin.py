@@ -83,7 +83,7 @@ def test_a_server_without_metrics_still_runs(slo_pytester: pytest.Pytester) -> N
             "-p", "no:cacheprovider", "--engine=external", f"--engine-url={url}"
         )
         result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines(["*c2: no signals: GET */metrics answered HTTP 404*"])
+        result.stdout.fnmatch_lines(["*c2: no engine signals: GET */metrics answered HTTP 404*"])
     finally:
         proc.terminate()
         proc.wait(10)

@@ -356,11 +356,27 @@ def test_signal_columns_and_line(point_factory: Callable[..., SweepPoint]) -> No
     assert "queue p99" not in narrow[1] and "TPOT p50" in narrow[1]
     assert any("vllm signals: queue P99 530.0 ms" in line for line in narrow)
     # Absent signals: a note, and no columns.
-    none = {"sources": ["http://e/metrics"], "note": "no signals: GET /metrics answered HTTP 404"}
+    none = {
+        "sources": ["http://e/metrics"],
+        "note": "no engine signals: GET /metrics answered HTTP 404",
+    }
     q = dataclasses.replace(p, summary=dataclasses.replace(p.summary, signals=none))
     lines = render_sweep("sim", [q], width=130)
     assert "queue p99" not in lines[1]
-    assert any("c48: no signals: GET /metrics answered HTTP 404" in line for line in lines)
+    assert any("c48: no engine signals: GET /metrics answered HTTP 404" in line for line in lines)
+    # No /metrics, but NVML read the card: its figures are shown all the same.
+    gpu = {"source": "nvml", "devices": 1, "util_pct_mean": 71.0, "power_w_mean": 412.0}
+    g = dataclasses.replace(
+        p,
+        summary=dataclasses.replace(
+            p.summary, signals={**none, "gpu": gpu, "energy_j_per_token": 0.8}
+        ),
+    )
+    text = " ".join(line.strip() for line in render_sweep("sim", [g], width=200))
+    assert (
+        "c48: no engine signals: GET /metrics answered HTTP 404; GPU 71 %, 412 W, 0.80 J/token"
+        in text
+    )
 
 
 def test_the_table_shows_the_latencies_the_gates_compared() -> None:

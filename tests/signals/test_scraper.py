@@ -78,7 +78,7 @@ def test_bad_metrics_leave_a_note_never_an_error(respond: Callable, why: str) ->
         time.sleep(0.1)
         sig = s.stop()
         assert not sig.present and sig.note is not None and why in sig.note
-        assert sig.note.startswith("no signals:")
+        assert sig.note.startswith("no engine signals:")
 
 
 def test_nothing_listening() -> None:
