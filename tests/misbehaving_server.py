@@ -18,6 +18,7 @@ Modes (a chat completion otherwise streams ``max_tokens`` tokens, 2 ms apart, th
 - ``short-output``     ignores ``min_tokens``/``ignore_eos``: 2 tokens, ``finish_reason=stop``;
 - ``metrics-endless``  ``/metrics`` answers 200 and sends comment lines as fast as it can, forever;
 - ``metrics-trickle``  ``/metrics`` answers 200 and sends one comment line every 0.2 s, forever;
+- ``metrics-silent``   ``/metrics`` accepts the request and never answers;
 - ``models-silent``    ``/v1/models`` accepts the request and never answers;
 - ``models-slow``      ``/v1/models`` sends its headers, then one byte of the body every 0.5 s;
 - ``models-empty``     ``/v1/models`` lists no model;
@@ -63,6 +64,7 @@ MODES = (
     "short-output",
     "metrics-endless",
     "metrics-trickle",
+    "metrics-silent",
     "models-silent",
     "models-slow",
     "models-empty",
@@ -164,6 +166,8 @@ class Server:
             return await self.respond(writer, "401 Unauthorized", unauthorized)
         if path == "/metrics" and self.mode in ("metrics-endless", "metrics-trickle"):
             return await self.endless_metrics(writer)
+        if path == "/metrics" and self.mode == "metrics-silent":
+            await asyncio.sleep(3600)
         if path == "/v1/models":
             return await self.models(writer)
         if path not in ("/v1/chat/completions", "/v1/completions"):

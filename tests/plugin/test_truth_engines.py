@@ -5,6 +5,7 @@ but never ready, a second run against a warm engine, a server that echoes the ke
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -57,6 +58,27 @@ def test_a_metrics_body_that_never_ends_does_not_hold_the_session(
     assert len(point["samples"]["ttft_ms"]) == 4
     note = point["summary"]["signals"]["note"]
     assert seen in note and "not scraped again in this level" in note
+
+
+def test_a_metrics_endpoint_that_never_answers_is_bounded_by_the_level(
+    slo_pytester, misbehaving
+) -> None:
+    # A scrape's own deadline (--signals-timeout) is never past the level's bound
+    # (--level-timeout): with a scrape deadline of 10 minutes, a /metrics that never answers
+    # costs the level's few seconds, not the scrape's ten minutes.
+    slo_pytester.makepyfile(test_chat=CHAT)
+    url = misbehaving("metrics-silent")
+    t0 = time.monotonic()
+    result = slo_pytester.runpytest_subprocess(
+        *args(url, "--signals-timeout=600", "--level-timeout=6", "--slo-json=r.json"),
+        timeout=120,
+    )
+    took = time.monotonic() - t0
+    result.assert_outcomes(passed=1)
+    assert took < 60, f"the session took {took:.0f} s"
+    point = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]
+    assert len(point["samples"]["ttft_ms"]) == 4
+    assert "no engine signals" in point["summary"]["signals"]["note"]
 
 
 def test_ctrl_c_after_the_load_keeps_and_counts_its_requests(slo_pytester, fixed_server) -> None:
