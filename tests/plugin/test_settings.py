@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
 import pytest
 
@@ -439,3 +440,16 @@ def test_workload_and_gate_options_hand_over_whole() -> None:
     }
     gate = resolve(cli={"slo_strict": True, "min_attainment": 0.8}).gate_kwargs()
     assert (gate["strict"], gate["min_attainment"]) == (True, 0.8)
+
+
+def test_pytest_help_groups_the_options_by_topic_with_the_defaults_that_apply(
+    pytester: pytest.Pytester,
+) -> None:
+    # What a user reads in `pytest --help`, not only what default_text returns.
+    result = pytester.runpytest_subprocess("--help")
+    out = result.stdout.str()
+    groups = [line for line in out.splitlines() if line.startswith("pytest-llmslo ")]
+    assert len(groups) == len({spec.topic for spec in S.SPECS if spec.cli}), groups
+    assert "pytest-llmslo engines (what is measured):" in groups
+    assert "Default: None" not in out
+    assert re.search(r"--concurrency=\S+\s.*?Default:\s+1,4,8,16,32,48,64", out, re.S)
