@@ -100,7 +100,7 @@ class HealthThresholds:
 
 
 class WorkerMeasures(Protocol):
-    """What each worker hands over (``runner._WorkerResult`` has these)."""
+    """What each worker hands over (``drive.WorkerResult`` has these)."""
 
     records: list[RequestRecord]
     schedule_lag_ns: list[int]
