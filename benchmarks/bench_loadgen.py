@@ -51,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.records import LoadLevel, Run
 
 try:
@@ -128,12 +128,14 @@ def run_level(args: argparse.Namespace, url: str, c: int, transport: str = "fast
     server_stats(url, reset=True)
     t = time.monotonic()
     run = run_load_sync(
-        client,
-        WorkloadSpec(isl=64, osl=args.tokens, calibrate=False),
-        LoadLevel.concurrency(c),
-        requests=requests,
-        warmup=warmup,
-        duration_s=args.seconds * 3,
+        LoadJob(
+            client,
+            WorkloadSpec(isl=64, osl=args.tokens, calibrate=False),
+            LoadLevel.concurrency(c),
+            requests=requests,
+            warmup=warmup,
+            duration_s=args.seconds * 3,
+        )
     )
     wall = time.monotonic() - t
     st = server_stats(url)
@@ -249,12 +251,14 @@ def soak(args: argparse.Namespace, url: str, c: int, seconds: float, stamps: str
     server_stats(url, reset=True)
     with RssSampler() as rss:
         run = run_load_sync(
-            client,
-            WorkloadSpec(isl=64, osl=args.tokens, calibrate=False),
-            LoadLevel.concurrency(c),
-            requests=None,
-            warmup=c,
-            duration_s=seconds,
+            LoadJob(
+                client,
+                WorkloadSpec(isl=64, osl=args.tokens, calibrate=False),
+                LoadLevel.concurrency(c),
+                requests=None,
+                warmup=c,
+                duration_s=seconds,
+            )
         )
     st = server_stats(url)
     s = summarize(run)
@@ -298,13 +302,15 @@ def blocked_run(url: str) -> bool:
             time.sleep(1.0)  # the progress callback runs on the load's event loop
 
     run = run_load_sync(
-        ClientSettings(url, "fixed", processes=1),
-        WorkloadSpec(isl=64, osl=100, calibrate=False),
-        LoadLevel.concurrency(128),
-        requests=None,
-        warmup=128,
-        duration_s=20,
-        progress=progress,
+        LoadJob(
+            ClientSettings(url, "fixed", processes=1),
+            WorkloadSpec(isl=64, osl=100, calibrate=False),
+            LoadLevel.concurrency(128),
+            requests=None,
+            warmup=128,
+            duration_s=20,
+            progress=progress,
+        )
     )
     h = run.health
     print(

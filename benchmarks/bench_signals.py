@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "signals"
 from bench_loadgen import server_stats, start_server
 from expositions import exposition
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.metrics import summarize
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.signals.scraper import Scraper
@@ -93,13 +93,13 @@ def main() -> int:
                     server_stats(url, reset=True)
                     scraper = Scraper([murl], nvml=False).start() if scrape else None
                     t = time.monotonic()
-                    run = run_load_sync(
+                    run = run_load_sync(LoadJob(
                         ClientSettings(url, "fixed"),
                         WorkloadSpec(isl=64, osl=args.tokens, calibrate=False),
                         LoadLevel.concurrency(args.c),
                         requests=None, warmup=args.c, duration_s=args.seconds,
                         progress=_marker(scraper),
-                    )  # fmt: skip
+                    ))  # fmt: skip
                     wall = time.monotonic() - t
                     sig = scraper.stop() if scraper else None
                     st = server_stats(url)

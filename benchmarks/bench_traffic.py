@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_loadgen import RssSampler, server_stats, start_server
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.metrics import summarize
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.traffic import summarize as traffic
@@ -119,8 +119,8 @@ def replay(args: argparse.Namespace, url: str) -> None:
         server_stats(url, reset=True)
         t = time.monotonic()
         with Rss() as rss:
-            run = run_load_sync(client, wl, LoadLevel.trace(1.0), requests=None, warmup=0,
-                                grace_s=10)  # fmt: skip
+            run = run_load_sync(LoadJob(client, wl, LoadLevel.trace(1.0), requests=None, warmup=0,
+                                grace_s=10))  # fmt: skip
         wall = time.monotonic() - t
     ttft_err, itl_err = errors(run, url, args.ttft_ms, args.itl_ms)
     h = run.health
@@ -162,8 +162,8 @@ def turns(args: argparse.Namespace, url: str) -> None:
     ):
         server_stats(url, reset=True)
         t = time.monotonic()
-        run = run_load_sync(client, wl, LoadLevel.concurrency(c), requests=requests,
-                            warmup=c * args.turns, duration_s=120)  # fmt: skip
+        run = run_load_sync(LoadJob(client, wl, LoadLevel.concurrency(c), requests=requests,
+                            warmup=c * args.turns, duration_s=120))  # fmt: skip
         wall = time.monotonic() - t
         ttft_err, itl_err = errors(run, url, args.ttft_ms, args.itl_ms)
         prompts = [r.prompt_tokens or 0 for r in run.records if r.ok]

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.metrics import summarize
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.slo import evaluate, parse_objectives
@@ -104,14 +104,16 @@ def main(argv: list[str] | None = None) -> int:
             requests = max(args.rounds * c, args.min_requests)
             cpu0, wall0, (lsum0, lcnt0) = server_cpu_s(pid), time.monotonic(), lateness(url)
             run = run_load_sync(
-                client,
-                # Prompts of its own per level, as the plugin draws them: the same
-                # prompts again would hit the prefix cache the previous level filled.
-                workload.for_level("concurrency", c),
-                LoadLevel.concurrency(c),
-                requests=requests,
-                warmup=max(c, 1),
-                duration_s=600.0,
+                LoadJob(
+                    client,
+                    # Prompts of its own per level, as the plugin draws them: the same
+                    # prompts again would hit the prefix cache the previous level filled.
+                    workload.for_level("concurrency", c),
+                    LoadLevel.concurrency(c),
+                    requests=requests,
+                    warmup=max(c, 1),
+                    duration_s=600.0,
+                )
             )
             summary = summarize(run, objectives)
             verdict = evaluate(run, objectives)

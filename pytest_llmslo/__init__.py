@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "pareto_front": "pytest_llmslo.sweep",
     "WorkloadSpec": "pytest_llmslo.load",
     "ClientSettings": "pytest_llmslo.load",
+    "LoadJob": "pytest_llmslo.load",
     "run_load": "pytest_llmslo.load",
     "run_load_sync": "pytest_llmslo.load",
     "EngineConfig": "pytest_llmslo.engines.base",
@@ -79,7 +80,7 @@ __all__ = [  # grouped by kind, not sorted
     # sweeps
     "SweepPoint", "Knee", "CapacitySearch", "CapacitySpec", "find_knee", "pareto_front",
     # the load generator and engines
-    "WorkloadSpec", "ClientSettings", "run_load", "run_load_sync",
+    "WorkloadSpec", "ClientSettings", "LoadJob", "run_load", "run_load_sync",
     "EngineConfig", "EngineHandle", "start_engine", "TestSettings",
     # errors
     "LlmSloError", "ConfigError", "EngineUnavailable", "EngineStartError", "EngineDiedError",
@@ -116,7 +117,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         RegressionError,
         SloViolation,
     )
-    from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load, run_load_sync
+    from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load, run_load_sync
     from pytest_llmslo.metrics import Distribution, RunSummary, summarize
     from pytest_llmslo.records import ClientHealth, LoadLevel, RequestRecord, Run
     from pytest_llmslo.settings import TestSettings

@@ -6,7 +6,8 @@ Each choice is a ``Literal`` type, for annotations, and the tuple of its values
 module imports nothing of the package, so reading the options never imports the load
 generator (importing any ``load`` module runs ``load/__init__.py``, the whole of it).
 
-Arrival processes are not here: they are the records' ``ARRIVALS``.
+Arrival processes are not here: they are the entries of the arrivals registry
+(``arrivals.py``), which carries each one's parameters and gaps besides its name.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from . import arrivals
+
 FailureKind = Literal[
     "http",  # non-2xx status
     "stream_error",  # an error event or error object inside the stream
@@ -180,16 +182,17 @@ class RequestRecord:
 
 
 LoadMode = Literal["concurrency", "rate"]
+#: The built-in arrivals; a process registered later (``arrivals.register``) is a ``str``.
 Arrival = Literal["closed", "constant", "poisson", "gamma", "trace"]
-ARRIVALS: tuple[str, ...] = ("constant", "poisson", "gamma", "trace")
+#: The arrivals of a rate level: the registry's processes (``arrivals.py``), then ``trace``.
+ARRIVALS: tuple[str, ...] = (*arrivals.names(), "trace")
 
 #: A rate profile: segments of ``(seconds, rate at the start, rate at the end)``, the
 #: rate linear in between (a ramp), or equal at both ends (a step).
 Profile = tuple[tuple[float, float, float], ...]
 
 
-def _num(v: float) -> str:
-    return f"{int(v)}" if float(v).is_integer() else f"{v:g}"
+_num = arrivals.num
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +203,8 @@ class LoadLevel:
       multi-turn workload);
     - an open loop at ``value`` requests (or sessions) per second, arrivals ``constant``,
       ``poisson`` or ``gamma`` (``burstiness`` is the gamma shape: 1 is Poisson, below 1
-      burstier, above 1 more regular; vLLM bench's ``--burstiness``), all seeded. A
+      burstier, above 1 more regular; vLLM bench's ``--burstiness``), or any process
+      registered in ``arrivals.py`` (its parameters in ``arrival_params``), all seeded. A
       ``profile`` makes the rate vary over time (``ramp``, ``steps``); ``value`` is then
       its mean rate;
     - a trace replay (``arrival="trace"``): requests leave at the workload trace's
@@ -216,22 +220,32 @@ class LoadLevel:
     burstiness: float = 1.0
     profile: Profile = ()
     max_concurrency: int | None = None
+    #: The parameters of a registered process other than the gamma's ``burstiness``, as
+    #: ``(name, value)`` pairs sorted by name (a mapping is accepted); those left out take
+    #: the registry's defaults.
+    arrival_params: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in ("concurrency", "rate"):
             raise ValueError(f"load mode must be 'concurrency' or 'rate', got {self.mode!r}")
         if self.mode == "concurrency" and self.arrival != "closed":
             raise ValueError("a concurrency level is a closed loop (arrival='closed')")
-        if self.mode == "rate" and self.arrival not in ARRIVALS:
+        if self.mode == "rate" and self.arrival not in (*arrivals.names(), "trace"):
+            known = (*arrivals.names(), "trace")
             raise ValueError(
-                f"a rate level needs arrival {', '.join(map(repr, ARRIVALS))}, got {self.arrival!r}"
+                f"a rate level needs arrival {', '.join(map(repr, known))}, got {self.arrival!r}"
             )
         if not self.value > 0 or not math.isfinite(self.value):
             raise ValueError(f"load level must be > 0, got {self.value!r}")
         if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
             raise ValueError(f"burstiness must be > 0, got {self.burstiness!r}")
-        if self.burstiness != 1.0 and self.arrival != "gamma":
-            raise ValueError("burstiness applies to gamma arrivals only (arrival='gamma')")
+        params = dict(self.arrival_params)
+        if "burstiness" in params:
+            raise ValueError("burstiness is a field of its own: LoadLevel(..., burstiness=k)")
+        object.__setattr__(
+            self, "arrival_params", tuple(sorted((k, float(v)) for k, v in params.items()))
+        )
+        arrivals.check_params(self.arrival, self._given_params())
         if self.max_concurrency is not None:
             if self.mode != "rate":
                 raise ValueError("max_concurrency caps an open loop (a rate or trace level)")
@@ -263,8 +277,11 @@ class LoadLevel:
         *,
         burstiness: float = 1.0,
         max_concurrency: int | None = None,
+        params: Mapping[str, float] | None = None,
     ) -> LoadLevel:
-        return cls("rate", float(rps), arrival, seed, burstiness, (), max_concurrency)
+        """An open loop at ``rps``; ``params`` are a registered process's parameters."""
+        pairs = tuple((params or {}).items())
+        return cls("rate", float(rps), arrival, seed, burstiness, (), max_concurrency, pairs)
 
     @classmethod
     def ramp(
@@ -318,6 +335,18 @@ class LoadLevel:
             self, value=float(value), profile=tuple((s, a * k, b * k) for s, a, b in self.profile)
         )
 
+    def _given_params(self) -> dict[str, float]:
+        given = dict(self.arrival_params)
+        if self.burstiness != 1.0:
+            given["burstiness"] = self.burstiness
+        return given
+
+    @property
+    def params(self) -> dict[str, float]:
+        """The arrival process's parameters, defaults included (none for a closed loop or
+        a trace)."""
+        return arrivals.check_params(self.arrival, self._given_params())
+
     @property
     def profile_s(self) -> float:
         """The profile's length in seconds (0: no profile)."""
@@ -340,8 +369,8 @@ class LoadLevel:
                 text = "r" + "-".join(points)
         else:
             text = f"r{_num(self.value)}"
-        if self.arrival == "gamma":
-            text += f"g{_num(self.burstiness)}"
+        if self.arrival != "trace":
+            text += arrivals.get(self.arrival).suffix(self.params)
         if self.max_concurrency is not None:
             text += f"m{self.max_concurrency}"
         return text
@@ -359,6 +388,8 @@ class LoadLevel:
             d["profile"] = [list(seg) for seg in self.profile]
         if self.max_concurrency is not None:
             d["max_concurrency"] = self.max_concurrency
+        if self.arrival_params:
+            d["arrival_params"] = dict(self.arrival_params)
         return d
 
     @classmethod
@@ -372,6 +403,7 @@ class LoadLevel:
             float(d.get("burstiness", 1.0)),
             tuple(tuple(seg) for seg in d.get("profile", ())),  # type: ignore[misc]
             None if cap is None else int(cap),
+            tuple((k, float(v)) for k, v in (d.get("arrival_params") or {}).items()),
         )
 
 

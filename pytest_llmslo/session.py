@@ -1124,18 +1124,20 @@ def run_level(
         try:
             try:
                 run = load.run_load_sync(
-                    client,
-                    workload,
-                    level,
-                    requests=ts.requests,
-                    warmup=warmup,
-                    duration_s=ts.duration_s,
-                    grace_s=ts.grace_s,
-                    level_timeout_s=ts.level_bound_s(),
-                    progress=_watch_measuring(progress, scraper),
-                    meta={**meta, "cache": cache},
-                    thresholds=thresholds,
-                    early_stop=early,
+                    load.LoadJob(
+                        client,
+                        workload,
+                        level,
+                        requests=ts.requests,
+                        warmup=warmup,
+                        duration_s=ts.duration_s,
+                        grace_s=ts.grace_s,
+                        level_timeout_s=ts.level_bound_s(),
+                        progress=_watch_measuring(progress, scraper),
+                        meta={**meta, "cache": cache},
+                        thresholds=thresholds,
+                        early_stop=early,
+                    )
                 )
                 measured = run
                 run = check_prefix_share(with_signals(run, scraper), ts)

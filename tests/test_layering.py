@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "probe",
         "interrupts",
         "choices",
+        "arrivals",
     ),
     ("traffic", "signals", "metrics", "load", "engines", "sim"),
     ("slo",),

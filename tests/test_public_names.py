@@ -30,7 +30,7 @@ ROOT = [
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
     "SweepPoint", "Knee", "CapacitySearch", "CapacitySpec", "find_knee", "pareto_front",
-    "WorkloadSpec", "ClientSettings", "run_load", "run_load_sync",
+    "WorkloadSpec", "ClientSettings", "LoadJob", "run_load", "run_load_sync",
     "EngineConfig", "EngineHandle", "start_engine", "TestSettings",
     "LlmSloError", "ConfigError", "EngineUnavailable", "EngineStartError", "EngineDiedError",
     "LoadInterrupted", "SloViolation", "RegressionError", "Inconclusive", "LlmSloWarning",

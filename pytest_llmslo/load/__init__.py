@@ -1,7 +1,8 @@
 """The load generator: one harness for every engine.
 
-``run_load`` / ``run_load_sync`` stream a ``WorkloadSpec`` to an OpenAI-compatible server
-described by ``ClientSettings`` at a ``LoadLevel`` and return a ``Run`` of raw records.
+``run_load`` / ``run_load_sync`` run one ``LoadJob``: they stream a ``WorkloadSpec`` to an
+OpenAI-compatible server described by ``ClientSettings`` at a ``LoadLevel`` and return a
+``Run`` of raw records.
 See docs/load.md for the semantics (warm-up, duration bound, health checks).
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 from .client import ClientSettings, HttpxTransport, RawExchange, build_record, request_body
 from .health import HealthThresholds
-from .runner import EarlyStop, Progress, auto_processes, run_load, run_load_sync
+from .job import EarlyStop, LoadJob, Progress
+from .plan import auto_processes
+from .runner import run_load, run_load_sync
 from .schedule import arrival_offsets_ns
 from .sse import StreamResult, decode_stream, parse_body, split_events
 from .workload import (
@@ -27,6 +30,7 @@ __all__ = [
     "HealthThresholds",
     "HttpxTransport",
     "LengthModel",
+    "LoadJob",
     "Progress",
     "Prompt",
     "RawExchange",

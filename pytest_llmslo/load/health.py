@@ -100,7 +100,7 @@ class HealthThresholds:
 
 
 class WorkerMeasures(Protocol):
-    """What each worker hands over (``runner._WorkerResult`` has these)."""
+    """What each worker hands over (``drive.WorkerResult`` has these)."""
 
     records: list[RequestRecord]
     schedule_lag_ns: list[int]
@@ -225,6 +225,49 @@ def applied_load(results: Sequence[WorkerMeasures]) -> AppliedLoad | None:
     return AppliedLoad("arrival_rate", n / sched_span * 1e9, n / sent_span * 1e9)
 
 
+def _stall_reason(
+    windows: Sequence[tuple[WorkerMeasures, int, int]],
+    touched: int,
+    tokens: int,
+    kernel: bool,
+    th: HealthThresholds,
+    cause: str,
+) -> str:
+    """Why the loop's stalls make the run invalid: how many, the longest, the tokens."""
+    share = touched / tokens if tokens else 0.0
+    r, start, end = max(windows, key=lambda w: w[2] - w[1])
+    at = (start - r.t0_ns) / 1e9
+    return (
+        f"the client's event loop stalled {len(windows)} time(s), longest "
+        f"{(end - start) / 1e6:.0f} ms at {at:.1f} s into the run: {touched} of {tokens} "
+        f"tokens ({share:.2%} > {th.max_stalled_tokens:.2%}) "
+        + (
+            "arrived in a stall behind a later chunk and carry its stamp"
+            if kernel
+            else "were timestamped in a stall"
+        )
+        + f", so their times are the client's, not the engine's ({cause})"
+    )
+
+
+def _load_reason(load: AppliedLoad, th: HealthThresholds, cause: str) -> str:
+    """Why a load lighter than asked makes the run invalid."""
+    if load.kind == "in_flight":
+        did = (
+            f"the closed loop kept {load.achieved:.1f} requests in flight on average over "
+            f"its measured window, {load.share:.0%} of the {load.asked:g} asked"
+        )
+    else:
+        did = (
+            f"the open loop sent {load.achieved:.3g} requests/s where its schedule asked "
+            f"{load.asked:.3g} ({load.share:.0%})"
+        )
+    return (
+        f"{did} (< {th.min_load_share:.0%}, --client-min-load): the engine got a lighter "
+        f"load than asked, the client was slow to send ({cause})"
+    )
+
+
 def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) -> ClientHealth:
     """The client's health over every worker of a run (see the module docstring)."""
     lags = np.array([x for r in results for x in r.schedule_lag_ns], dtype=float) / 1e6
@@ -271,36 +314,10 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
             f"were taken late ({cause})"
         )
     if windows and share > th.max_stalled_tokens:
-        worst = max(windows, key=lambda w: w[2] - w[1])
-        r, start, end = worst
-        at = (start - r.t0_ns) / 1e9
-        reasons.append(
-            f"the client's event loop stalled {len(windows)} time(s), longest "
-            f"{(end - start) / 1e6:.0f} ms at {at:.1f} s into the run: {touched} of {tokens} "
-            f"tokens ({share:.2%} > {th.max_stalled_tokens:.2%}) "
-            + (
-                "arrived in a stall behind a later chunk and carry its stamp"
-                if kernel
-                else "were timestamped in a stall"
-            )
-            + f", so their times are the client's, not the engine's ({cause})"
-        )
+        reasons.append(_stall_reason(windows, touched, tokens, kernel, th, cause))
     load = applied_load(results)
     if load is not None and load.judged and load.share < th.min_load_share:
-        if load.kind == "in_flight":
-            did = (
-                f"the closed loop kept {load.achieved:.1f} requests in flight on average over "
-                f"its measured window, {load.share:.0%} of the {load.asked:g} asked"
-            )
-        else:
-            did = (
-                f"the open loop sent {load.achieved:.3g} requests/s where its schedule asked "
-                f"{load.asked:.3g} ({load.share:.0%})"
-            )
-        reasons.append(
-            f"{did} (< {th.min_load_share:.0%}, --client-min-load): the engine got a lighter "
-            f"load than asked, the client was slow to send ({cause})"
-        )
+        reasons.append(_load_reason(load, th, cause))
     if util > th.max_cpu_util:
         reasons.append(
             f"client CPU {util:.0%} of a core > {th.max_cpu_util:.0%} in one process: the "

@@ -13,18 +13,21 @@ import math
 
 import numpy as np
 
+from .. import arrivals
 from ..records import LoadLevel, Profile
 
 
 def arrival_offsets_ns(level: LoadLevel, n: int) -> list[int]:
-    """Offsets (ns from t0) of at most n arrivals of an open-loop level.
+    """Offsets (ns from t0) of at most n arrivals of an open-loop level, its process's
+    gaps from the arrivals registry (``arrivals.py``):
 
     - ``constant``: i / rate;
     - ``poisson``: exponential gaps of mean 1 / rate;
     - ``gamma``: gamma gaps of shape ``burstiness`` and mean 1 / rate, as vLLM bench draws
       them (``vllm/benchmarks/serve.py``, v0.10: ``theta = 1 / (rate * burstiness)``,
       ``np.random.gamma(shape=burstiness, scale=theta)``): the gaps' coefficient of
-      variation is 1 / sqrt(burstiness), so 1 is Poisson and below 1 is burstier.
+      variation is 1 / sqrt(burstiness), so 1 is Poisson and below 1 is burstier;
+    - any other registered process: its ``gaps``.
 
     Gaps come from ``numpy.random.default_rng(level.seed)``, the first arrival at 0: the
     same seed gives the same schedule. With a ``profile`` (a ramp, steps) the same process
@@ -42,16 +45,10 @@ def arrival_offsets_ns(level: LoadLevel, n: int) -> list[int]:
         return []
     if not level.profile:
         rate = float(level.value)
-        if level.arrival == "constant":
+        process = arrivals.get(level.arrival)
+        if process.gaps is None:
             return [round(i * 1e9 / rate) for i in range(n)]
-        rng = np.random.default_rng(level.seed)
-        if level.arrival == "poisson":
-            gaps = rng.exponential(1.0 / rate, n - 1)
-        elif level.arrival == "gamma":
-            k = float(level.burstiness)
-            gaps = rng.gamma(k, 1.0 / (rate * k), n - 1)
-        else:
-            raise ValueError(f"unknown arrival {level.arrival!r}")
+        gaps = process.gaps(np.random.default_rng(level.seed), n - 1, rate, level.params)
         offs = np.concatenate(([0.0], np.cumsum(gaps)))
         return [int(x) for x in np.rint(offs * 1e9)]
     units = _unit_arrivals(level, n)
@@ -62,16 +59,10 @@ def arrival_offsets_ns(level: LoadLevel, n: int) -> list[int]:
 
 def _unit_arrivals(level: LoadLevel, n: int) -> np.ndarray:
     """n points of a unit-rate process of the level's kind (cumulative, from 0)."""
-    if level.arrival == "constant":
+    process = arrivals.get(level.arrival)
+    if process.gaps is None:
         return np.arange(n, dtype=float)
-    rng = np.random.default_rng(level.seed)
-    if level.arrival == "poisson":
-        gaps = rng.exponential(1.0, n - 1)
-    elif level.arrival == "gamma":
-        k = float(level.burstiness)
-        gaps = rng.gamma(k, 1.0 / k, n - 1)
-    else:
-        raise ValueError(f"unknown arrival {level.arrival!r}")
+    gaps = process.gaps(np.random.default_rng(level.seed), n - 1, 1.0, level.params)
     return np.concatenate(([0.0], np.cumsum(gaps)))
 
 
@@ -99,15 +90,14 @@ def _invert_profile(profile: Profile, units: np.ndarray) -> np.ndarray:
 
 def expected_arrivals(level: LoadLevel, duration_s: float | None) -> int:
     """How many arrivals an open level makes: over ``duration_s`` at its rate, or over its
-    profile (whichever ends first), with a margin for a random process's spread."""
+    profile (whichever ends first), with a margin for a random process's spread (its
+    registry entry's)."""
     if level.profile:
         secs = level.profile_s if duration_s is None else min(duration_s, level.profile_s)
         mean = _arrivals_by(level.profile, secs)
     else:
         mean = level.value * float(duration_s or 0.0)
-    spread = 0.0 if level.arrival == "constant" else 6.0 * math.sqrt(mean + 1.0)
-    if level.arrival == "gamma":
-        spread /= math.sqrt(level.burstiness)
+    spread = arrivals.get(level.arrival).spread(mean, level.params)
     return math.ceil(mean + spread) + 1
 
 

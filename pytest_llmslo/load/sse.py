@@ -264,95 +264,123 @@ def _chunk_token_counts(
     return [1] * n, False
 
 
-def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamResult:
-    """Turn a response's SSE events into record fields (see the module docstring)."""
+def _data_events(
+    ev_times: Sequence[int], events: Sequence[bytes]
+) -> tuple[list[bytes], list[int], bool, FailureKind | None, str | None]:
+    """The data of the events, with their times, up to ``[DONE]`` (then ``done``) or an
+    error event or a line that is not SSE (then a failure kind and its message)."""
     datas: list[bytes] = []
     data_ns: list[int] = []
-    error: str | None = None
-    kind: FailureKind | None = None
-    done = False
     for ts, ev in zip(ev_times, events, strict=True):
         if ev[:6] == b"data: " and b"\n" not in ev:
             # The common case (one data line, no event type), without the line parser.
             if ev[6:] == _DONE:
-                done = True
-                break
+                return datas, data_ns, True, None, None
             datas.append(ev[6:])
             data_ns.append(ts)
             continue
         etype, data, sse = _event_fields(ev)
         if etype == b"error":
-            kind = "stream_error"
-            error = _excerpt(data or b"error event")
-            break
+            return datas, data_ns, False, "stream_error", _excerpt(data or b"error event")
         if data is None:
             if not sse:
-                kind, error = "malformed", f"not an SSE event: {_excerpt(ev, 120)}"
-                break
+                return datas, data_ns, False, "malformed", f"not an SSE event: {_excerpt(ev, 120)}"
             continue
         if data.strip() == _DONE:
-            done = True
-            break
+            return datas, data_ns, True, None, None
         datas.append(data)
         data_ns.append(ts)
+    return datas, data_ns, False, None, None
 
+
+def _json_chunks(datas: list[bytes]) -> tuple[list[Any], str | None]:
+    """The data decoded as JSON, up to the first that is not (then why)."""
     objs = _decode_all(datas) if datas else []
-    if objs is None:
-        objs = []
-        for d in datas:
-            try:
-                objs.append(json.loads(d))
-            except ValueError:
-                kind = kind or "malformed"
-                error = error or f"chunk is not JSON: {_excerpt(d, 120)}"
-                break
+    if objs is not None:
+        return objs, None
+    objs = []
+    for d in datas:
+        try:
+            objs.append(json.loads(d))
+        except ValueError:
+            return objs, f"chunk is not JSON: {_excerpt(d, 120)}"
+    return objs, None
 
-    chunk_ns: list[int] = []
-    chunk_ids: list[int | None] = []  # token ids the chunk carried, if it said
-    chunk_cum: list[int | None] = []  # cumulative completion tokens on the chunk, if any
-    cum_before = 0  # cumulative usage on chunks before the first output chunk
-    first_content: int | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish: str | None = None
-    for ts, obj in zip(data_ns, objs, strict=False):
-        # The usual chunk, checked without the general path's calls: one choice whose delta
-        # carries non-empty content, no token ids, usage, finish reason or error. Anything
-        # else (or any doubt) goes through the general path below.
-        if type(obj) is dict and obj.get("usage") is None and obj.get("error") is None:
-            ch = obj.get("choices")
-            if type(ch) is list and ch:
-                c0 = ch[0]
-                if type(c0) is dict and c0.get("finish_reason") is None:
-                    d = c0.get("delta")
-                    if type(d) is dict:
-                        content = d.get("content")
-                        if (
-                            type(content) is str
-                            and content
-                            and c0.get("token_ids") is None
-                            and d.get("token_ids") is None
-                            and obj.get("object") != "error"
-                        ):
-                            chunk_ns.append(ts)
-                            chunk_ids.append(None)
-                            chunk_cum.append(None)
-                            if first_content is None:
-                                first_content = ts
-                            continue
+
+class _Chunks:
+    """What the chunks of one response said, read one by one (``read``)."""
+
+    __slots__ = (
+        "chunk_cum",
+        "chunk_ids",
+        "chunk_ns",
+        "completion_tokens",
+        "cum_before",
+        "error",
+        "finish",
+        "first_content",
+        "kind",
+        "prompt_tokens",
+    )
+
+    def __init__(self) -> None:
+        self.chunk_ns: list[int] = []
+        self.chunk_ids: list[int | None] = []  # token ids the chunk carried, if it said
+        self.chunk_cum: list[int | None] = []  # cumulative completion tokens, if any
+        self.cum_before = 0  # cumulative usage on chunks before the first output chunk
+        self.first_content: int | None = None
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.finish: str | None = None
+        self.kind: FailureKind | None = None
+        self.error: str | None = None
+
+    def read(self, data_ns: Sequence[int], objs: Sequence[Any]) -> None:
+        chunk_ns, chunk_ids, chunk_cum = self.chunk_ns, self.chunk_ids, self.chunk_cum
+        first_content = self.first_content
+        for ts, obj in zip(data_ns, objs, strict=False):
+            # The usual chunk, checked without the general path's calls: one choice whose
+            # delta carries non-empty content, no token ids, usage, finish reason or error.
+            # Anything else (or any doubt) goes through the general path below.
+            if type(obj) is dict and obj.get("usage") is None and obj.get("error") is None:
+                ch = obj.get("choices")
+                if type(ch) is list and ch:
+                    c0 = ch[0]
+                    if type(c0) is dict and c0.get("finish_reason") is None:
+                        d = c0.get("delta")
+                        if type(d) is dict:
+                            content = d.get("content")
+                            if (
+                                type(content) is str
+                                and content
+                                and c0.get("token_ids") is None
+                                and d.get("token_ids") is None
+                                and obj.get("object") != "error"
+                            ):
+                                chunk_ns.append(ts)
+                                chunk_ids.append(None)
+                                chunk_cum.append(None)
+                                if first_content is None:
+                                    first_content = ts
+                                continue
+            self.first_content = first_content
+            if not self._general(ts, obj):
+                return
+            first_content = self.first_content
+        self.first_content = first_content
+
+    def _general(self, ts: int, obj: Any) -> bool:
+        """One chunk by the general path; False when it ends the stream as a failure."""
         if not isinstance(obj, dict):
-            kind = kind or "malformed"
-            error = error or f"chunk is not a JSON object: {_excerpt(json.dumps(obj), 120)}"
-            break
+            self.fail("malformed", f"chunk is not a JSON object: {_excerpt(json.dumps(obj), 120)}")
+            return False
         if _is_error(obj):
-            kind = "stream_error"
-            error = _error_message(obj)
-            break
+            self.kind, self.error = "stream_error", _error_message(obj)
+            return False
         out = _chunk_output(obj)
         if out is None:
-            kind = kind or "malformed"
-            error = error or f"chunk has the wrong shape: {_excerpt(json.dumps(obj), 120)}"
-            break
+            self.fail("malformed", f"chunk has the wrong shape: {_excerpt(json.dumps(obj), 120)}")
+            return False
         has_output, has_content, n_ids = out
         usage = obj.get("usage")
         ct: int | None = None
@@ -360,44 +388,63 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
             pt = usage.get("prompt_tokens")
             ct = usage.get("completion_tokens")
             if isinstance(pt, int):
-                prompt_tokens = pt
+                self.prompt_tokens = pt
             if isinstance(ct, int):
-                completion_tokens = ct
+                self.completion_tokens = ct
             else:
                 ct = None
         choices = obj.get("choices")
         if choices:
             fr = choices[0].get("finish_reason")
             if fr:
-                finish = str(fr)
+                self.finish = str(fr)
         if not has_output:
-            if ct is not None and not chunk_ns:
-                cum_before = ct
-            continue
-        chunk_ns.append(ts)
-        chunk_ids.append(n_ids)
-        chunk_cum.append(ct)
-        if has_content and first_content is None:
-            first_content = ts
-    chunk_tokens, exact = _chunk_token_counts(chunk_ids, chunk_cum, cum_before)
+            if ct is not None and not self.chunk_ns:
+                self.cum_before = ct
+            return True
+        self.chunk_ns.append(ts)
+        self.chunk_ids.append(n_ids)
+        self.chunk_cum.append(ct)
+        if has_content and self.first_content is None:
+            self.first_content = ts
+        return True
+
+    def fail(self, kind: FailureKind, error: str) -> None:
+        """A failure, unless one was found before (the first is the cause)."""
+        self.kind = self.kind or kind
+        self.error = self.error or error
+
+
+def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamResult:
+    """Turn a response's SSE events into record fields (see the module docstring)."""
+    datas, data_ns, done, kind, error = _data_events(ev_times, events)
+    objs, not_json = _json_chunks(datas)
+    c = _Chunks()
+    c.kind, c.error = kind, error
+    if not_json is not None:
+        c.fail("malformed", not_json)
+    c.read(data_ns, objs)
+    chunk_tokens, exact = _chunk_token_counts(c.chunk_ids, c.chunk_cum, c.cum_before)
+    kind, error, finish = c.kind, c.error, c.finish
     if kind is None and not done and finish is None:
         kind, error = "truncated", "stream ended without [DONE] or a finish_reason"
-    elif kind is None and not chunk_ns:
+    elif kind is None and not c.chunk_ns:
         # Usage may claim tokens, but none reached the client: nothing was measured, and
         # crediting them would count throughput that never streamed.
-        claimed = "" if completion_tokens is None else f", usage says {completion_tokens} tokens"
+        tokens = c.completion_tokens
+        claimed = "" if tokens is None else f", usage says {tokens} tokens"
         kind = "no_output"
         error = (
             f"stream finished (finish_reason={finish or 'none'}{claimed}) without any chunk "
             "carrying output"
         )
     return StreamResult(
-        chunk_ns=tuple(chunk_ns),
+        chunk_ns=tuple(c.chunk_ns),
         chunk_tokens=tuple(chunk_tokens),
         tokens_exact=exact,
-        first_content_ns=first_content,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
+        first_content_ns=c.first_content,
+        prompt_tokens=c.prompt_tokens,
+        completion_tokens=c.completion_tokens,
         finish_reason=finish,
         done=done,
         error=error,

@@ -1,14 +1,179 @@
-"""``python -m pytest_llmslo.load.worker FD``: one load-generator worker process.
+"""The worker side: ``python -m pytest_llmslo.load.worker FD``, one load-generator process.
 
-Started by ``runner.py`` with one end of a socketpair as FD; it receives its plan, says
-ready, waits for the common start time, runs, and sends its records back.
+Started by ``pool.py`` with one end of a socketpair as FD, it speaks the worker protocol
+(``protocol.py``): it receives ``Hello`` with its plan, builds its requests and its
+transport, says ``Ready``, waits for ``Go`` and the common start time, runs
+(``drive.Driver``), ships its finished exchanges undecoded as ``Raw`` batches and its
+counts as ``Tally``, and ends with its ``Result`` (or a ``Failure``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import queue
+import signal
 import sys
+import threading
+from multiprocessing.connection import Connection
 
-from .runner import worker_main
+from .backlog import Packed, pack
+from .client import RawExchange, Transport, new_event_loop
+from .drive import Counter, Driver, WorkerResult
+from .jobs import Job, JobSource
+from .plan import WorkerPlan
+from .protocol import (
+    PROTOCOL_VERSION,
+    Failure,
+    Go,
+    Hello,
+    Message,
+    ProtocolError,
+    Raw,
+    Ready,
+    Result,
+    Stop,
+    Tally,
+    check_version,
+)
+from .transports import make_transport
+
+__all__ = ["worker_main"]
+
+SHIP_S = 0.05  # how often a worker hands its finished exchanges to the parent
+PROGRESS_S = 0.25  # how often it reports its counts
+
+
+class _Outbox:
+    """A worker's messages to the parent, written by a thread of their own: a full socket
+    (the parent busy) blocks that thread, never the event loop that takes timestamps."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="llmslo-outbox", daemon=True)
+        self._thread.start()
+
+    def put(self, msg: Message) -> None:
+        self._queue.put(msg)
+
+    def _run(self) -> None:
+        while (msg := self._queue.get()) is not None:
+            try:
+                self._conn.send(msg)
+            except (OSError, ValueError):
+                return  # the parent went away
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Send what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+
+def _handshake(conn: Connection) -> tuple[WorkerPlan, JobSource, Transport]:
+    """Take the plan, build the requests and the transport, say ready."""
+    hello = conn.recv()
+    check_version(getattr(hello, "version", None), ours_side="worker", their_side="parent")
+    if not isinstance(hello, Hello):
+        raise ProtocolError(f"a load worker expected Hello first, got {hello!r:.80}")
+    plan = hello.plan
+    source = JobSource(plan.jobs)
+    source.prefill()
+    transport = make_transport(plan.settings, plan.max_connections)
+    conn.send(Ready(PROTOCOL_VERSION, plan.worker))
+    return plan, source, transport
+
+
+def worker_main(fd: int) -> None:
+    """Entry point of one worker process (``python -m pytest_llmslo.load.worker FD``)."""
+    # The parent turns Ctrl-C and SIGTERM into a ``Stop`` message; a handler here would cut
+    # requests before the parent could collect them (a CI runner signals the whole group).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn = Connection(fd)
+    outbox: _Outbox | None = None
+    try:
+        plan, source, transport = _handshake(conn)
+        go = conn.recv()
+        if not isinstance(go, Go):
+            return
+        outbox = _Outbox(conn)
+        loop = new_event_loop(plan.settings.event_loop)
+        try:
+            bound = go.limits.bound()
+            driver = Driver(plan, source, transport, bound, asyncio.Event(), Counter())
+            res = loop.run_until_complete(_worker_async(conn, outbox, driver, go.t0_ns))
+        finally:
+            loop.close()
+        outbox.put(Result(res))
+        outbox.close()
+    except Exception:
+        import traceback
+
+        if outbox is not None:
+            outbox.put(Failure(traceback.format_exc()))
+            outbox.close()
+        else:
+            with contextlib.suppress(Exception):
+                conn.send(Failure(traceback.format_exc()))
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def _listen(conn: Connection, driver: Driver, loop: asyncio.AbstractEventLoop) -> None:
+    """The parent's ``Drain`` and ``Stop``, read by a blocking thread rather than
+    ``loop.add_reader``: uvloop makes a watched fd non-blocking, and a large blocking
+    ``send()`` on it (the results) would then break."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            msg = Stop()  # the parent went away
+        with contextlib.suppress(RuntimeError):
+            if msg.kind == "drain":
+                loop.call_soon_threadsafe(driver.bound.drain_now)
+                continue
+            if msg.kind == "stop":
+                loop.call_soon_threadsafe(driver.stop.set)
+        if msg.kind == "stop":
+            return
+
+
+async def _worker_async(
+    conn: Connection, outbox: _Outbox, driver: Driver, t0_ns: int
+) -> WorkerResult:
+    loop = asyncio.get_running_loop()
+    worker, counter = driver.plan.worker, driver.counter
+    finished: list[Packed] = []
+    threading.Thread(
+        target=_listen, args=(conn, driver, loop), name="llmslo-control", daemon=True
+    ).start()
+
+    def ship(job: Job, scheduled: int, raw: RawExchange) -> None:
+        finished.append(pack(job.index, job.isl, job.osl, scheduled, raw, job.session, job.turn))
+
+    def flush() -> None:
+        if finished:
+            outbox.put(Raw(worker, finished[:]))
+            finished.clear()
+
+    async def report() -> None:
+        ticks = 0
+        while True:
+            await asyncio.sleep(SHIP_S)
+            flush()
+            ticks += 1
+            if ticks % round(PROGRESS_S / SHIP_S) == 0:
+                outbox.put(Tally(worker, counter.done, counter.failed, counter.warm_done))
+
+    reporter = loop.create_task(report())
+    try:
+        return await driver.run(t0_ns, ship=ship)
+    finally:
+        reporter.cancel()
+        flush()
+
 
 if __name__ == "__main__":
     worker_main(int(sys.argv[1]))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_llmslo import arrivals
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.records import LoadLevel
 
@@ -56,8 +57,10 @@ def resolve_levels(
     cap = vals["max_concurrency"]
     seed = vals["seed"]
     arrival = vals["arrival"]
-    gamma: dict[str, Any] = {"burstiness": vals["burstiness"]} if arrival == "gamma" else {}
-    if vals["burstiness"] != 1.0 and arrival != "gamma":
+    # The gamma's shape is the one process parameter with an option of its own.
+    takes = {p.name for p in arrivals.get(arrival).params}
+    gamma: dict[str, Any] = {"burstiness": vals["burstiness"]} if "burstiness" in takes else {}
+    if vals["burstiness"] != 1.0 and "burstiness" not in takes:
         raise ConfigError(
             f"{where_from['burstiness']}: burstiness shapes gamma arrivals; "
             "give --arrival=gamma with it"

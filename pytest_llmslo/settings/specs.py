@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pytest_llmslo import arrivals
 from pytest_llmslo.choices import (
     CAPACITY_MODES,
     DISTRIBUTIONS,
@@ -96,7 +97,8 @@ __all__ = [
 ENV_PREFIX = "LLMSLO_"
 INI_PREFIX = "llmslo_"
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48, 64)
-ARRIVALS = ("poisson", "constant", "gamma")
+#: The ``--arrival`` choices: the processes of the arrivals registry (``arrivals.py``).
+ARRIVALS: tuple[str, ...] = arrivals.names()
 #: The ``--workload`` choices (``choices.WORKLOAD_KINDS``, under the name settings gave them).
 WORKLOADS = WORKLOAD_KINDS
 # Past the last planned level, at most this many extra levels are run by --slo-extend, so a

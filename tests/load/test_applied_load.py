@@ -15,7 +15,7 @@ MS = 1_000_000
 
 @dataclass
 class W:
-    """What a worker hands over (``runner._WorkerResult``'s fields that health reads)."""
+    """What a worker hands over (``drive.WorkerResult``'s fields that health reads)."""
 
     records: list[RequestRecord]
     slots: int = 1

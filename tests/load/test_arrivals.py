@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pytest_llmslo.errors import LoadError
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.load.schedule import arrival_offsets_ns, expected_arrivals
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.traffic import summarize
@@ -87,7 +87,7 @@ def test_the_cap_is_honoured_and_its_waits_reported(fixed_url: str) -> None:
     wl = WorkloadSpec(isl=8, osl=20, calibrate=False)
     # 40 req/s of requests that last ~0.25 s: ~10 in flight uncapped, 3 with the cap.
     level = LoadLevel.rate(40, "constant", max_concurrency=3)
-    run = run_load_sync(client, wl, level, requests=40, warmup=0)
+    run = run_load_sync(LoadJob(client, wl, level, requests=40, warmup=0))
     assert all(r.ok for r in run.records)
     assert _max_in_flight(run) <= 3
     cap = run.meta["traffic"]["cap"]
@@ -110,7 +110,7 @@ def test_trace_replay_sends_on_the_traces_times(fixed_url: str, tmp_path: Path) 
     )
     client = ClientSettings(base_url=fixed_url, model="m")
     wl = WorkloadSpec(kind="trace", path=str(p), calibrate=False)
-    run = run_load_sync(client, wl, LoadLevel.trace(2.0), requests=None, warmup=0)
+    run = run_load_sync(LoadJob(client, wl, LoadLevel.trace(2.0), requests=None, warmup=0))
     assert len(run.records) == 6 and all(r.ok for r in run.records)
     sched = np.array([r.scheduled_ns for r in sorted(run.records, key=lambda r: r.index)])
     assert ((sched - sched[0]) / 1e6).tolist() == pytest.approx([t / 2 for t in times], abs=0.01)
@@ -121,12 +121,12 @@ def test_trace_replay_sends_on_the_traces_times(fixed_url: str, tmp_path: Path) 
     assert t["offered_req_s"] == pytest.approx(5 / 0.65)
     # A trace level needs a trace workload.
     with pytest.raises(LoadError, match="replays a trace workload"):
-        run_load_sync(client, WorkloadSpec(isl=4, osl=2), LoadLevel.trace(1), requests=2)
+        run_load_sync(LoadJob(client, WorkloadSpec(isl=4, osl=2), LoadLevel.trace(1), requests=2))
 
 
 def test_a_profile_shorter_than_the_warmup_is_refused(fixed_url: str) -> None:
     client = ClientSettings(base_url=fixed_url, model="m")
     level = LoadLevel.steps([2], 1.0, "constant")
     with pytest.raises(LoadError, match="not more than the 5 of the warm-up"):
-        run_load_sync(client, WorkloadSpec(isl=4, osl=2), level, requests=None, warmup=5,
-                      duration_s=10)  # fmt: skip
+        run_load_sync(LoadJob(client, WorkloadSpec(isl=4, osl=2), level, requests=None, warmup=5,
+                      duration_s=10))  # fmt: skip

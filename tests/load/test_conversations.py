@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmslo.errors import WorkloadError
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load
 from pytest_llmslo.load.client import request_body
 from pytest_llmslo.load.sse import stream_text
 from pytest_llmslo.load.workload import PromptSource
@@ -114,7 +114,7 @@ async def test_each_turn_carries_the_replies_streamed_and_the_session_header() -
     async with scripted_server(handler) as url:
         client = ClientSettings(base_url=url, model="m", session_header="X-Session-ID")
         wl = WorkloadSpec(isl=3, osl=2, turns=3, think_time_s=0.05, calibrate=False)
-        run = await run_load(client, wl, LoadLevel.concurrency(1), requests=6, warmup=0)
+        run = await run_load(LoadJob(client, wl, LoadLevel.concurrency(1), requests=6, warmup=0))
     assert [(r.session, r.turn) for r in run.records] == [
         (0, 0),
         (0, 1),
@@ -161,7 +161,7 @@ async def test_a_failed_turn_ends_its_conversation() -> None:
     async with scripted_server(handler) as url:
         client = ClientSettings(base_url=url, model="m")
         wl = WorkloadSpec(isl=3, osl=2, turns=4, calibrate=False)
-        run = await run_load(client, wl, LoadLevel.concurrency(2), requests=8, warmup=0)
+        run = await run_load(LoadJob(client, wl, LoadLevel.concurrency(2), requests=8, warmup=0))
     # Turn 2 fails in each conversation; turns 3 and 4 are never sent.
     assert sorted((r.session, r.turn, r.ok) for r in run.records) == [
         (0, 0, True), (0, 1, False), (1, 0, True), (1, 1, False)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pytest_llmslo import metrics
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load
 from pytest_llmslo.load.client import RawExchange, build_record, request_body
 from pytest_llmslo.load.deadlines import Deadlines
 from pytest_llmslo.load.transports import make_transport
@@ -120,8 +120,8 @@ async def test_usage_never_credits_tokens_that_were_not_streamed(
 async def test_empty_choices_run_credits_no_throughput(misbehaving) -> None:
     url = misbehaving("empty-choices")
     client = ClientSettings(url, "m")
-    run = await run_load(client, WorkloadSpec(isl=8, osl=16), LoadLevel.concurrency(4),
-                         requests=12, warmup=0)  # fmt: skip
+    run = await run_load(LoadJob(client, WorkloadSpec(isl=8, osl=16), LoadLevel.concurrency(4),
+                         requests=12, warmup=0))  # fmt: skip
     s = metrics.summarize(run)
     assert s.completed == 0 and s.failures == {"no_output": 12}
     assert s.output_tok_s == 0.0 and s.output_tokens == 0
@@ -130,8 +130,8 @@ async def test_empty_choices_run_credits_no_throughput(misbehaving) -> None:
 async def test_a_ten_megabyte_line_is_read_and_decoded(misbehaving) -> None:
     url = misbehaving("huge-line")
     client = ClientSettings(url, "m")
-    run = await run_load(client, WorkloadSpec(isl=8, osl=4), LoadLevel.concurrency(1),
-                         requests=2, warmup=0)  # fmt: skip
+    run = await run_load(LoadJob(client, WorkloadSpec(isl=8, osl=4), LoadLevel.concurrency(1),
+                         requests=2, warmup=0))  # fmt: skip
     assert all(r.ok for r in run.records)
     assert all(len(r.chunk_ns) == 1 for r in run.records)
 
@@ -140,8 +140,8 @@ async def test_level_bound_cuts_a_stalled_level_and_says_when(misbehaving) -> No
     url = misbehaving("stall")
     client = ClientSettings(url, "m")
     t0 = time.monotonic()
-    run = await run_load(client, WorkloadSpec(isl=8, osl=16), LoadLevel.concurrency(2),
-                         requests=6, warmup=0, level_timeout_s=1.5)  # fmt: skip
+    run = await run_load(LoadJob(client, WorkloadSpec(isl=8, osl=16), LoadLevel.concurrency(2),
+                         requests=6, warmup=0, level_timeout_s=1.5))  # fmt: skip
     took = time.monotonic() - t0
     assert took < 10
     assert run.meta["level_timeout"]["phase"] == "measuring"
@@ -160,8 +160,8 @@ async def test_level_bound_covers_calibration(misbehaving) -> None:
     async with scripted_server(handler) as url:
         client = ClientSettings(url, "m")
         t0 = time.monotonic()
-        run = await run_load(client, WorkloadSpec(isl=8, osl=4), LoadLevel.concurrency(1),
-                             requests=4, warmup=2, level_timeout_s=1.0)  # fmt: skip
+        run = await run_load(LoadJob(client, WorkloadSpec(isl=8, osl=4), LoadLevel.concurrency(1),
+                             requests=4, warmup=2, level_timeout_s=1.0))  # fmt: skip
     assert time.monotonic() - t0 < 10
     assert run.records == ()
     assert run.meta["level_timeout"]["phase"] == "calibrating"
@@ -170,9 +170,9 @@ async def test_level_bound_covers_calibration(misbehaving) -> None:
 async def test_warmup_counts_against_the_level_bound(misbehaving) -> None:
     url = misbehaving("stall")
     client = ClientSettings(url, "m")
-    run = await run_load(client, WorkloadSpec(isl=8, osl=16, calibrate=False),
+    run = await run_load(LoadJob(client, WorkloadSpec(isl=8, osl=16, calibrate=False),
                          LoadLevel.concurrency(2), requests=4, warmup=4,
-                         level_timeout_s=1.0)  # fmt: skip
+                         level_timeout_s=1.0))  # fmt: skip
     assert run.records == ()
     assert run.meta["level_timeout"]["phase"] == "warm-up"
 
@@ -181,8 +181,8 @@ async def test_progress_names_the_phases(misbehaving) -> None:
     url = misbehaving("ok")
     seen: list[str] = []
     client = ClientSettings(url, "m")
-    await run_load(client, WorkloadSpec(isl=8, osl=60), LoadLevel.concurrency(2),
+    await run_load(LoadJob(client, WorkloadSpec(isl=8, osl=60), LoadLevel.concurrency(2),
                    requests=20, warmup=20, duration_s=0.3,
-                   progress=lambda p: seen.append(p.phase))  # fmt: skip
+                   progress=lambda p: seen.append(p.phase)))  # fmt: skip
     assert seen[0] == "calibrating"
     assert "warm-up" in seen and seen[-1] in ("measuring", "draining")

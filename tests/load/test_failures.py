@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load
 from pytest_llmslo.load.client import RawExchange, build_record, request_body
 from pytest_llmslo.load.transports import make_transport
 from pytest_llmslo.records import LoadLevel, RequestRecord
@@ -233,11 +233,13 @@ async def test_api_key_from_environment_is_sent_and_never_in_meta(
             url, "m", transport=transport, api_key_env="LLMSLO_TEST_KEY", processes=1
         )  # type: ignore[arg-type]
         run = await run_load(
-            cs,
-            WorkloadSpec(isl=4, osl=2, calibrate=False),
-            LoadLevel.concurrency(1),
-            requests=2,
-            warmup=0,
+            LoadJob(
+                cs,
+                WorkloadSpec(isl=4, osl=2, calibrate=False),
+                LoadLevel.concurrency(1),
+                requests=2,
+                warmup=0,
+            )
         )
     assert all(r.ok for r in run.records)
     assert seen and all(b"Bearer sk-secret-123" in h for h in seen)
@@ -261,11 +263,13 @@ async def test_failures_are_counted_in_a_run() -> None:
     async with scripted_server(handler) as url:
         cs = ClientSettings(url, "m", processes=1)
         run = await run_load(
-            cs,
-            WorkloadSpec(isl=4, osl=2, calibrate=False),
-            LoadLevel.concurrency(1),
-            requests=6,
-            warmup=0,
+            LoadJob(
+                cs,
+                WorkloadSpec(isl=4, osl=2, calibrate=False),
+                LoadLevel.concurrency(1),
+                requests=6,
+                warmup=0,
+            )
         )
     assert len(run.records) == 6
     assert sum(r.ok for r in run.records) == 3

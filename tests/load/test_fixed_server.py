@@ -12,7 +12,14 @@ import urllib.request
 import numpy as np
 import pytest
 
-from pytest_llmslo.load import ClientSettings, Progress, WorkloadSpec, run_load, run_load_sync
+from pytest_llmslo.load import (
+    ClientSettings,
+    LoadJob,
+    Progress,
+    WorkloadSpec,
+    run_load,
+    run_load_sync,
+)
 from pytest_llmslo.records import LoadLevel, Run
 
 from .conftest import fixed_server
@@ -41,13 +48,15 @@ async def test_closed_loop_in_process(fixed_url: str, transport: str) -> None:
     cs = ClientSettings(fixed_url, "fixed", transport=transport, processes=1)
     seen: list[Progress] = []
     run = await run_load(
-        cs,
-        WorkloadSpec(isl=40, osl=20, seed=3),
-        LoadLevel.concurrency(4),
-        requests=12,
-        warmup=4,
-        progress=seen.append,
-        meta={"engine": "fixed"},
+        LoadJob(
+            cs,
+            WorkloadSpec(isl=40, osl=20, seed=3),
+            LoadLevel.concurrency(4),
+            requests=12,
+            warmup=4,
+            progress=seen.append,
+            meta={"engine": "fixed"},
+        )
     )
     check_timing(run)
     assert len(run.records) == 12 and run.warmup_requests == 4
@@ -72,11 +81,13 @@ def test_closed_loop_two_processes_sync(fixed_url: str, event_loop: str) -> None
         fixed_url, "fixed", endpoint="completions", processes=2, event_loop=event_loop
     )
     run = run_load_sync(
-        cs,
-        WorkloadSpec(isl=16, osl=20, calibrate=False),
-        LoadLevel.concurrency(8),
-        requests=16,
-        warmup=4,
+        LoadJob(
+            cs,
+            WorkloadSpec(isl=16, osl=20, calibrate=False),
+            LoadLevel.concurrency(8),
+            requests=16,
+            warmup=4,
+        )
     )
     check_timing(run)
     assert run.health.processes == 2 and {r.worker for r in run.records} == {0, 1}
@@ -87,7 +98,7 @@ async def test_open_loop_constant_rate_keeps_absolute_schedule(fixed_url: str) -
     cs = ClientSettings(fixed_url, "fixed", processes=1)
     level = LoadLevel.rate(20, "constant")
     run = await run_load(
-        cs, WorkloadSpec(isl=8, osl=20, calibrate=False), level, requests=10, warmup=0
+        LoadJob(cs, WorkloadSpec(isl=8, osl=20, calibrate=False), level, requests=10, warmup=0)
     )
     check_timing(run)
     sched = np.array([r.scheduled_ns for r in run.records])
@@ -98,13 +109,15 @@ async def test_open_loop_constant_rate_keeps_absolute_schedule(fixed_url: str) -
 async def test_duration_bound_cuts_and_counts(fixed_url: str) -> None:
     cs = ClientSettings(fixed_url, "fixed", processes=1)
     run = await run_load(
-        cs,
-        WorkloadSpec(isl=8, osl=20, calibrate=False),
-        LoadLevel.concurrency(4),
-        requests=200,
-        warmup=0,
-        duration_s=0.6,
-        grace_s=0,
+        LoadJob(
+            cs,
+            WorkloadSpec(isl=8, osl=20, calibrate=False),
+            LoadLevel.concurrency(4),
+            requests=200,
+            warmup=0,
+            duration_s=0.6,
+            grace_s=0,
+        )
     )
     assert 0 < len(run.records) < 200
     # The requests in flight at the bound are cut at once and recorded as failures.
@@ -126,13 +139,15 @@ async def test_requests_cut_by_the_bound_stay_in_the_run_as_failures(processes: 
     ) as url:
         cs = ClientSettings(url, "fixed", processes=processes)
         run = await run_load(
-            cs,
-            WorkloadSpec(isl=8, osl=200, calibrate=False),
-            LoadLevel.concurrency(4),
-            requests=40,
-            warmup=0,
-            duration_s=0.3,
-            grace_s=0.3,
+            LoadJob(
+                cs,
+                WorkloadSpec(isl=8, osl=200, calibrate=False),
+                LoadLevel.concurrency(4),
+                requests=40,
+                warmup=0,
+                duration_s=0.3,
+                grace_s=0.3,
+            )
         )
     assert len(run.records) == 4 and run.meta["cancelled"] == 4
     assert {r.worker for r in run.records} == set(range(processes))
@@ -158,12 +173,14 @@ async def test_duration_bound_drains_requests_in_flight(fixed_url: str, processe
     # Each request takes about 50 + 19 * 10 = 240 ms; at 0.6 s four are in flight.
     cs = ClientSettings(fixed_url, "fixed", processes=processes)
     run = await run_load(
-        cs,
-        WorkloadSpec(isl=8, osl=20, calibrate=False),
-        LoadLevel.concurrency(4),
-        requests=200,
-        warmup=0,
-        duration_s=0.6,
+        LoadJob(
+            cs,
+            WorkloadSpec(isl=8, osl=20, calibrate=False),
+            LoadLevel.concurrency(4),
+            requests=200,
+            warmup=0,
+            duration_s=0.6,
+        )
     )
     assert run.meta["cancelled"] == 0  # the grace period let them finish, and they count
     assert 4 < len(run.records) < 200 and all(r.ok for r in run.records)
@@ -178,12 +195,14 @@ async def test_duration_bound_starts_after_the_warm_up(fixed_url: str) -> None:
     # measured window is the bound plus the drain.
     cs = ClientSettings(fixed_url, "fixed", processes=1)
     run = await run_load(
-        cs,
-        WorkloadSpec(isl=8, osl=20, calibrate=False),
-        LoadLevel.concurrency(2),
-        requests=100,
-        warmup=8,
-        duration_s=0.5,
+        LoadJob(
+            cs,
+            WorkloadSpec(isl=8, osl=20, calibrate=False),
+            LoadLevel.concurrency(2),
+            requests=100,
+            warmup=8,
+            duration_s=0.5,
+        )
     )
     assert len(run.records) >= 2 and all(r.ok for r in run.records)
     assert run.meta["cancelled"] == 0
@@ -201,11 +220,13 @@ async def test_multi_token_chunks_with_continuous_usage() -> None:
             extra_body={"stream_options": {"continuous_usage_stats": True}},
         )
         run = await run_load(
-            cs,
-            WorkloadSpec(isl=8, osl=10, calibrate=False),
-            LoadLevel.concurrency(2),
-            requests=4,
-            warmup=0,
+            LoadJob(
+                cs,
+                WorkloadSpec(isl=8, osl=10, calibrate=False),
+                LoadLevel.concurrency(2),
+                requests=4,
+                warmup=0,
+            )
         )
         stats = json.loads(urllib.request.urlopen(url + "/stats", timeout=5).read())
     for r in run.records:
@@ -222,11 +243,13 @@ async def test_cancellation_raises_load_interrupted_with_partial_run(fixed_url: 
     cs = ClientSettings(fixed_url, "fixed", processes=1)
     task = asyncio.ensure_future(
         run_load(
-            cs,
-            WorkloadSpec(isl=8, osl=20, calibrate=False),
-            LoadLevel.concurrency(2),
-            requests=500,
-            warmup=0,
+            LoadJob(
+                cs,
+                WorkloadSpec(isl=8, osl=20, calibrate=False),
+                LoadLevel.concurrency(2),
+                requests=500,
+                warmup=0,
+            )
         )
     )
     await asyncio.sleep(1.0)
@@ -252,11 +275,13 @@ def test_interrupt_with_worker_processes(fixed_url: str) -> None:
         cs = ClientSettings(fixed_url, "fixed", processes=2)
         task = asyncio.ensure_future(
             run_load(
-                cs,
-                WorkloadSpec(isl=8, osl=20, calibrate=False),
-                LoadLevel.concurrency(4),
-                requests=500,
-                warmup=0,
+                LoadJob(
+                    cs,
+                    WorkloadSpec(isl=8, osl=20, calibrate=False),
+                    LoadLevel.concurrency(4),
+                    requests=500,
+                    warmup=0,
+                )
             )
         )
         await asyncio.sleep(2.0)
@@ -271,7 +296,7 @@ def test_interrupt_with_worker_processes(fixed_url: str) -> None:
 
 
 async def test_tight_thresholds_mark_the_run_invalid(fixed_url: str) -> None:
-    from pytest_llmslo.load import HealthThresholds
+    from pytest_llmslo.load import HealthThresholds, LoadJob
 
     th = HealthThresholds(
         max_schedule_lag_p99_ms=0.0, max_loop_lag_p99_ms=0.0, max_cpu_util=0.0, max_idle_share=0
@@ -280,12 +305,14 @@ async def test_tight_thresholds_mark_the_run_invalid(fixed_url: str) -> None:
     async def run(stamps: str) -> Run:
         cs = ClientSettings(fixed_url, "fixed", processes=1, receive_stamps=stamps)  # type: ignore[arg-type]
         return await run_load(
-            cs,
-            WorkloadSpec(isl=8, osl=20, calibrate=False),
-            LoadLevel.concurrency(2),
-            requests=4,
-            warmup=0,
-            thresholds=th,
+            LoadJob(
+                cs,
+                WorkloadSpec(isl=8, osl=20, calibrate=False),
+                LoadLevel.concurrency(2),
+                requests=4,
+                warmup=0,
+                thresholds=th,
+            )
         )
 
     # Read stamps: slots idle between requests (any turnaround is above 0 ms), loop lag,
@@ -317,7 +344,7 @@ def test_poisson_open_loop_over_two_processes(fixed_url: str) -> None:
     cs = ClientSettings(fixed_url, "fixed", processes=2)
     level = LoadLevel.rate(40, "poisson", seed=5)
     run = run_load_sync(
-        cs, WorkloadSpec(isl=8, osl=20, calibrate=False), level, requests=20, warmup=2
+        LoadJob(cs, WorkloadSpec(isl=8, osl=20, calibrate=False), level, requests=20, warmup=2)
     )
     check_timing(run)
     from pytest_llmslo.load.schedule import arrival_offsets_ns
@@ -334,11 +361,13 @@ def test_run_load_sync_from_inside_a_running_loop(fixed_url: str) -> None:
     async def main() -> Run:
         cs = ClientSettings(fixed_url, "fixed", processes=1)
         return run_load_sync(
-            cs,
-            WorkloadSpec(isl=8, osl=20, calibrate=False),
-            LoadLevel.concurrency(1),
-            requests=2,
-            warmup=0,
+            LoadJob(
+                cs,
+                WorkloadSpec(isl=8, osl=20, calibrate=False),
+                LoadLevel.concurrency(1),
+                requests=2,
+                warmup=0,
+            )
         )
 
     run = asyncio.run(main())
@@ -348,11 +377,13 @@ def test_run_load_sync_from_inside_a_running_loop(fixed_url: str) -> None:
 def test_run_round_trips_through_json(fixed_url: str) -> None:
     cs = ClientSettings(fixed_url, "fixed", processes=1)
     run = run_load_sync(
-        cs,
-        WorkloadSpec(isl=8, osl=20, calibrate=False),
-        LoadLevel.concurrency(1),
-        requests=2,
-        warmup=0,
+        LoadJob(
+            cs,
+            WorkloadSpec(isl=8, osl=20, calibrate=False),
+            LoadLevel.concurrency(1),
+            requests=2,
+            warmup=0,
+        )
     )
     again = Run.from_dict(json.loads(json.dumps(run.to_dict())))
     assert again.records == run.records and again.health == run.health
@@ -365,11 +396,13 @@ def test_fixed_server_with_two_workers_shares_stats() -> None:
         urllib.request.urlopen(urllib.request.Request(url + "/stats/reset", method="POST"))
         cs = ClientSettings(url, "fixed", processes=1)
         run = run_load_sync(
-            cs,
-            WorkloadSpec(isl=8, osl=10, calibrate=False),
-            LoadLevel.concurrency(8),
-            requests=16,
-            warmup=0,
+            LoadJob(
+                cs,
+                WorkloadSpec(isl=8, osl=10, calibrate=False),
+                LoadLevel.concurrency(8),
+                requests=16,
+                warmup=0,
+            )
         )
         import time
 
@@ -387,13 +420,13 @@ def test_fixed_server_with_two_workers_shares_stats() -> None:
 SIGINT_SCRIPT = """
 import sys
 from pytest_llmslo.errors import LoadInterrupted
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.records import LoadLevel
 cs = ClientSettings(sys.argv[1], "fixed", processes=int(sys.argv[2]))
 print("started", flush=True)
 try:
-    run_load_sync(cs, WorkloadSpec(isl=8, osl=20, calibrate=False), LoadLevel.concurrency(4),
-                  requests=1000, warmup=0)
+    run_load_sync(LoadJob(cs, WorkloadSpec(isl=8, osl=20, calibrate=False),
+                          LoadLevel.concurrency(4), requests=1000, warmup=0))
 except LoadInterrupted as exc:
     print("interrupted", len(exc.run.records), exc.run.meta["cancelled"], flush=True)
 """

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from pytest_llmslo import metrics, slo
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load, run_load_sync
 from pytest_llmslo.load.backlog import Backlog
 from pytest_llmslo.load.client import RawExchange
 from pytest_llmslo.load.health import HealthThresholds, stalled_tokens
@@ -35,9 +35,9 @@ async def test_a_one_second_block_of_the_loop_makes_the_run_invalid(
 
     client = ClientSettings(fixed_url, "fixed", processes=1, receive_stamps=stamps)  # type: ignore[arg-type]
     th = HealthThresholds(max_loop_lag_p99_ms=50.0, max_idle_share=1.0)
-    run = await run_load(client, WorkloadSpec(isl=8, osl=20, calibrate=False),
+    run = await run_load(LoadJob(client, WorkloadSpec(isl=8, osl=20, calibrate=False),
                          LoadLevel.concurrency(8), requests=60, warmup=0, progress=progress,
-                         thresholds=th)  # fmt: skip
+                         thresholds=th))  # fmt: skip
     assert blocked
     h = run.health
     assert not h.valid and h.stalls >= 1 and h.stalled_tokens > 0
@@ -166,11 +166,13 @@ def test_a_level_bounded_by_time_alone(fixed_url: str) -> None:
     client = ClientSettings(fixed_url, "fixed", processes=1)
     wl = WorkloadSpec(isl=8, osl=20, calibrate=False)
     level = LoadLevel.concurrency(4)
-    run = run_load_sync(client, wl, level, requests=None, warmup=4, duration_s=1.0)
+    run = run_load_sync(LoadJob(client, wl, level, requests=None, warmup=4, duration_s=1.0))
     assert run.meta["requests"] is None and len(run.records) > 8
     assert all(r.ok for r in run.records)
     with pytest.raises(Exception, match="a request count, a duration, or both"):
-        run_load_sync(client, WorkloadSpec(isl=8, osl=4), LoadLevel.concurrency(1), requests=None)
+        run_load_sync(
+            LoadJob(client, WorkloadSpec(isl=8, osl=4), LoadLevel.concurrency(1), requests=None)
+        )
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -189,8 +191,8 @@ def test_early_stop_ends_a_level_whose_violation_is_shown(fixed_url: str, proces
 
     client = ClientSettings(fixed_url, "fixed", processes=processes)
     t0 = time.monotonic()
-    run = run_load_sync(client, WorkloadSpec(isl=8, osl=20, calibrate=False), level,
-                        requests=5000, warmup=0, early_stop=decide)  # fmt: skip
+    run = run_load_sync(LoadJob(client, WorkloadSpec(isl=8, osl=20, calibrate=False), level,
+                        requests=5000, warmup=0, early_stop=decide))  # fmt: skip
     assert time.monotonic() - t0 < 60
     assert 100 <= len(run.records) < 5000
     assert "is violated at 95% confidence" in run.meta["early_stop"]["reason"]

@@ -10,7 +10,14 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from pytest_llmslo.load import ClientSettings, LengthModel, WorkloadSpec, build_prompts, run_load
+from pytest_llmslo.load import (
+    ClientSettings,
+    LengthModel,
+    LoadJob,
+    WorkloadSpec,
+    build_prompts,
+    run_load,
+)
 from pytest_llmslo.load.workload import _WORDS
 from pytest_llmslo.records import LoadLevel
 
@@ -156,7 +163,7 @@ async def test_server_side_prompt_length_is_exact(
         )
     async with scripted_server(template_server(byte_bpe, seen)) as url:
         cs = ClientSettings(url, "m", endpoint=endpoint, processes=1)  # type: ignore[arg-type]
-        run = await run_load(cs, spec, LoadLevel.concurrency(2), requests=12, warmup=0)
+        run = await run_load(LoadJob(cs, spec, LoadLevel.concurrency(2), requests=12, warmup=0))
     cal = run.meta["calibration"]
     assert cal["fitted"] and cal["overhead"] == overhead, cal
     # The probes, the measured requests and the closed loop's cool-down requests (those
@@ -175,7 +182,7 @@ async def test_a_tokenizer_that_is_not_the_servers_is_reported(byte_bpe: str) ->
     spec = WorkloadSpec(isl=40, osl=1, tokenizer=byte_bpe)
     async with scripted_server(template_server(byte_bpe, seen, count_words=True)) as url:
         cs = ClientSettings(url, "m", processes=1)
-        run = await run_load(cs, spec, LoadLevel.concurrency(1), requests=2, warmup=0)
+        run = await run_load(LoadJob(cs, spec, LoadLevel.concurrency(1), requests=2, warmup=0))
     cal = run.meta["calibration"]
     assert not cal["fitted"] and "not the server's" in cal["error"]
     # Lengths then follow the tokenizer alone.
@@ -189,7 +196,7 @@ async def test_no_probe_without_calibrate(byte_bpe: str) -> None:
     spec = WorkloadSpec(isl=40, osl=1, tokenizer=byte_bpe, calibrate=False)
     async with scripted_server(template_server(byte_bpe, seen)) as url:
         cs = ClientSettings(url, "m", processes=1)
-        run = await run_load(cs, spec, LoadLevel.concurrency(1), requests=2, warmup=0)
+        run = await run_load(LoadJob(cs, spec, LoadLevel.concurrency(1), requests=2, warmup=0))
     assert not run.meta["calibration"]["fitted"] and len(seen) == 2
     assert all(r.prompt_tokens == 44 for r in run.records)  # the template's 4 on top
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from sim_helpers import MODEL, start_sim, wait_for
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.metrics import summarize
 from pytest_llmslo.records import LoadLevel, RequestRecord
 
@@ -60,11 +60,13 @@ def test_load_generator_matches_the_sim_trace(tmp_path: Path) -> None:
     with start_sim(tmp_path, "--max-model-len", "4096", trace=True) as sim:
         # An open loop 50 ms apart: requests start in different steps, then decode together.
         run = run_load_sync(
-            ClientSettings(sim.url, MODEL, processes=1),
-            WorkloadSpec(isl=64, osl=OSL, calibrate=False, seed=11),
-            LoadLevel.rate(20, "constant"),
-            requests=REQUESTS,
-            warmup=0,
+            LoadJob(
+                ClientSettings(sim.url, MODEL, processes=1),
+                WorkloadSpec(isl=64, osl=OSL, calibrate=False, seed=11),
+                LoadLevel.rate(20, "constant"),
+                requests=REQUESTS,
+                warmup=0,
+            )
         )
         assert sim.trace is not None
         path = sim.trace
@@ -106,13 +108,15 @@ def test_closed_loop_cools_down_so_the_last_wave_runs_at_the_level(tmp_path: Pat
     c1 pace. With it, the sim runs 8 requests until the last measured token."""
     with start_sim(tmp_path, "--max-model-len", "4096") as sim:
         run = run_load_sync(
-            ClientSettings(sim.url, MODEL, processes=1),
-            WorkloadSpec(
-                isl=64, osl=48, osl_stddev=24, distribution="uniform", calibrate=False, seed=5
-            ),
-            LoadLevel.concurrency(8),
-            requests=8,
-            warmup=8,
+            LoadJob(
+                ClientSettings(sim.url, MODEL, processes=1),
+                WorkloadSpec(
+                    isl=64, osl=48, osl_stddev=24, distribution="uniform", calibrate=False, seed=5
+                ),
+                LoadLevel.concurrency(8),
+                requests=8,
+                warmup=8,
+            )
         )
         # The cool-down requests were cancelled and the engine freed them.
         assert wait_for(lambda: sim.metrics()["vllm:num_requests_running"] == 0)

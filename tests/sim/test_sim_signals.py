@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sim_helpers import MODEL, start_sim
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.signals.scraper import Scraper
 from pytest_llmslo.slo import evaluate
@@ -23,10 +23,10 @@ def _run(url: str, wl: WorkloadSpec, c: int, requests: int) -> Run:
         if p.phase == "measuring":
             scraper.mark_measuring()
 
-    run = run_load_sync(
+    run = run_load_sync(LoadJob(
         ClientSettings(base_url=url, model=MODEL), wl, LoadLevel.concurrency(c),
         requests=requests, warmup=c, progress=progress,
-    )  # fmt: skip
+    ))  # fmt: skip
     sig = scraper.stop()
     return dataclasses.replace(run, meta={**run.meta, "signals": sig.to_dict()})
 
@@ -111,11 +111,11 @@ def test_client_or_network_bound(tmp_path: Path) -> None:
             proxy = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
             scraper = Scraper([sim.url + "/metrics"], interval_s=0.2, nvml=False).start()
             scraper.mark_measuring()
-            run = run_load_sync(
+            run = run_load_sync(LoadJob(
                 ClientSettings(base_url=proxy, model=MODEL, fresh_connection=True),
                 WorkloadSpec(isl=64, osl=8, calibrate=False), LoadLevel.concurrency(2),
                 requests=12, warmup=0,
-            )  # fmt: skip
+            ))  # fmt: skip
             sig = scraper.stop()
         finally:
             loop.call_soon_threadsafe(server.close)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sim_helpers import MODEL, start_sim
 
-from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.traffic import by_turn
 
@@ -28,7 +28,7 @@ def _replay(sim, path: Path) -> tuple[float, float, list]:  # type: ignore[no-un
     before = sim.metrics()
     client = ClientSettings(base_url=sim.url, model=MODEL)
     wl = WorkloadSpec(kind="trace", path=str(path), calibrate=False)
-    run = run_load_sync(client, wl, LoadLevel.trace(4.0), requests=None, warmup=0)
+    run = run_load_sync(LoadJob(client, wl, LoadLevel.trace(4.0), requests=None, warmup=0))
     after = sim.metrics()
     assert all(r.ok for r in run.records), [r.error for r in run.records if not r.ok][:2]
     return after[HITS] - before[HITS], after[QUERIES] - before[QUERIES], list(run.records)
@@ -58,7 +58,7 @@ def test_conversation_histories_are_served_from_the_cache(sim_url) -> None:  # t
     client = ClientSettings(base_url=sim_url.url, model=MODEL, session_header="X-Session-ID")
     wl = WorkloadSpec(isl=600, osl=32, turns=4, calibrate=False)
     before = sim_url.metrics()
-    run = run_load_sync(client, wl, LoadLevel.concurrency(4), requests=32, warmup=0)
+    run = run_load_sync(LoadJob(client, wl, LoadLevel.concurrency(4), requests=32, warmup=0))
     after = sim_url.metrics()
     assert all(r.ok for r in run.records)
     turns = by_turn(run)
@@ -78,7 +78,7 @@ def test_weighted_models_reach_the_adapters(sim_url) -> None:  # type: ignore[no
         base_url=sim_url.url, model=MODEL, models=((MODEL, 2.0), ("sql", 1.0), ("chat", 1.0))
     )
     wl = WorkloadSpec(isl=16, osl=2, calibrate=False)
-    run = run_load_sync(client, wl, LoadLevel.concurrency(8), requests=200, warmup=0)
+    run = run_load_sync(LoadJob(client, wl, LoadLevel.concurrency(8), requests=200, warmup=0))
     assert all(r.ok for r in run.records)
     import httpx
 

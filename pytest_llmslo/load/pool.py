@@ -1,0 +1,332 @@
+"""The parent side: a level's workers run in this process (one worker) or as worker
+processes (several), and their results come back.
+
+Worker processes are plain subprocesses (``python -m pytest_llmslo.load.worker``) that
+speak the worker protocol (``protocol.py``) over a socketpair. They start, build their
+requests, report ready, and all begin at one absolute ``t0`` (``perf_counter_ns`` is
+``CLOCK_MONOTONIC``, shared by every process on Linux, so their timestamps are
+comparable). Their finished exchanges come back undecoded and are decoded here: past the
+budget during the run (all at once with early stop, which needs the values), the rest at
+the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from time import perf_counter_ns
+
+from ..errors import LoadError
+from ..records import RequestRecord
+from .backlog import Backlog
+from .drive import Counter, Driver, WorkerResult
+from .jobs import JobSource
+from .plan import Limits, WorkerPlan
+from .protocol import (
+    PROTOCOL_VERSION,
+    Drain,
+    Failure,
+    Go,
+    Hello,
+    Message,
+    Raw,
+    Ready,
+    Result,
+    Stop,
+    Tally,
+    check_version,
+)
+from .transports import make_transport
+
+__all__ = ["Interrupted", "Report", "Watch", "run_inprocess", "run_processes"]
+
+PROGRESS_S = 0.25
+_EARLY_STOP_EVERY_S = 0.5
+_START_MARGIN_NS = 50_000_000  # t0 this far after every worker said ready
+_READY_TIMEOUT_S = 300.0  # workers build their requests before saying ready
+_RESULT_TIMEOUT_S = 60.0  # after cancelling, how long to wait for workers' partial results
+
+#: Gets the counts so far: done, failed, warm-up done.
+Report = Callable[[int, int, int], None]
+#: Sees the records decoded so far; True when the level should drain now (early stop).
+Watch = Callable[[Sequence[RequestRecord]], bool]
+
+
+@dataclass(slots=True)
+class Interrupted:
+    """The run was interrupted; ``results`` are what the workers measured until then."""
+
+    results: list[WorkerResult]
+
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    """The parent's own note that a worker's connection ended before its result."""
+
+    kind = "lost"
+    worker: int
+    reason: str
+
+
+async def run_inprocess(
+    plan: WorkerPlan, limits: Limits, report: Report, watch: Watch | None
+) -> list[WorkerResult] | Interrupted:
+    """One worker, on this process's event loop."""
+    stop = asyncio.Event()
+    counter = Counter()
+    source = JobSource(plan.jobs)
+    source.prefill()
+    transport = make_transport(plan.settings, plan.max_connections)
+    t0 = perf_counter_ns() + 1_000_000
+    bound = limits.bound()
+    seen: list[RequestRecord] = []
+
+    async def reporter() -> None:
+        checked = 0
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(PROGRESS_S)
+            report(counter.done, counter.failed, counter.warm_done)
+            now = time.monotonic()
+            if watch is not None and len(seen) > checked and now - last >= _EARLY_STOP_EVERY_S:
+                checked, last = len(seen), now
+                if watch(seen):
+                    bound.drain_now()
+
+    rep = asyncio.ensure_future(reporter())
+    on_record = seen.append if watch is not None else None
+    driver = Driver(plan, source, transport, bound, stop, counter)
+    task = asyncio.ensure_future(driver.run(t0, on_record))
+    try:
+        res = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        stop.set()
+        res = await task
+        return Interrupted([res])
+    finally:
+        rep.cancel()
+    report(len(res.records), sum(not r.ok for r in res.records), counter.warm_done)
+    return [res]
+
+
+def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Connection]:
+    """Start one worker as ``python -m pytest_llmslo.load.worker`` on a socketpair.
+
+    A plain subprocess rather than ``multiprocessing``: spawn would re-import the caller's
+    ``__main__`` (breaking any script without a main guard) and fork is unsafe in a
+    process that runs threads or an event loop.
+    """
+    parent_sock, child_sock = socket.socketpair()
+    fd = child_sock.fileno()
+    env = dict(os.environ)
+    # The child must import this very package, wherever it was imported from.
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest_llmslo.load.worker", str(fd)],
+            pass_fds=(fd,),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=False,
+        )
+    finally:
+        child_sock.close()
+    conn = Connection(parent_sock.detach())
+    conn.send(Hello(PROTOCOL_VERSION, plan))
+    return proc, conn
+
+
+class _Pool:
+    """The worker processes of one level, their connections, and what came back."""
+
+    def __init__(self, plans: list[WorkerPlan], report: Report, watch: Watch | None) -> None:
+        self.plans = plans
+        self.report = report
+        self.watch = watch
+        self.loop = asyncio.get_running_loop()
+        self.inbox: asyncio.Queue[Message | _Lost] = asyncio.Queue()
+        self.conns: list[Connection] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.results: dict[int, WorkerResult] = {}
+        self.tallies = {p.worker: (0, 0, 0) for p in plans}
+        self.decoded: list[RequestRecord] = []
+        # The workers' finished exchanges, decoded here: past the budget during the run
+        # (or all of them at once with early stop, which needs the values), the rest at
+        # the end.
+        self.backlog = Backlog(
+            budget=sum(p.defer_bytes for p in plans),
+            on_record=self.decoded.append if watch is not None else None,
+        )
+
+    def _read(self, conn: Connection, worker: int) -> None:
+        """A worker's messages into the inbox, read by a thread of its own."""
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError) as exc:
+                self.loop.call_soon_threadsafe(self.inbox.put_nowait, _Lost(worker, repr(exc)))
+                return
+            self.loop.call_soon_threadsafe(self.inbox.put_nowait, msg)
+            if msg.kind in ("result", "failure"):
+                return
+
+    def send_all(self, msg: Message) -> None:
+        for c in self.conns:
+            with contextlib.suppress(Exception):
+                c.send(msg)
+
+    async def next_msg(self, timeout: float | None) -> Message:
+        msg = await asyncio.wait_for(self.inbox.get(), timeout)
+        if isinstance(msg, Failure):
+            raise LoadError(f"a load worker process failed:\n{msg.error}")
+        if isinstance(msg, _Lost):
+            code = self.procs[msg.worker].poll() if msg.worker < len(self.procs) else None
+            raise LoadError(
+                f"load worker {msg.worker} exited before sending its results "
+                f"(exit status {code}, {msg.reason})"
+            )
+        return msg
+
+    def handle(self, msg: Message) -> None:
+        if isinstance(msg, Raw):
+            add, worker = self.backlog.add_packed, msg.worker
+            for item in msg.items:
+                add(item, worker)
+        elif isinstance(msg, Result):
+            self.results[msg.result.worker] = msg.result
+
+    async def start(self) -> None:
+        """Start every worker at once; each builds its requests before it says ready."""
+        started = await asyncio.gather(
+            *(self.loop.run_in_executor(None, _spawn_worker, plan) for plan in self.plans),
+            return_exceptions=True,
+        )
+        for item in started:
+            if not isinstance(item, BaseException):
+                self.procs.append(item[0])
+                self.conns.append(item[1])
+        errors = [x for x in started if isinstance(x, BaseException)]
+        if errors:
+            raise LoadError(f"cannot start a load worker process: {errors[0]!r}")
+        for plan, conn in zip(self.plans, self.conns, strict=True):
+            threading.Thread(target=self._read, args=(conn, plan.worker), daemon=True).start()
+        ready = 0
+        while ready < len(self.plans):
+            msg = await self.next_msg(_READY_TIMEOUT_S)
+            if isinstance(msg, Ready):
+                check_version(msg.version, ours_side="parent", their_side="worker")
+                ready += 1
+
+    async def decoder(self) -> None:
+        """Decode past the budget; ask the early-stop callback twice a second."""
+        drained, checked, last_check = False, 0, time.monotonic()
+        while True:
+            if self.backlog.over_budget:
+                self.backlog.decode_slice()
+                await asyncio.sleep(0)
+                continue
+            now = time.monotonic()
+            ready_to_check = now - last_check >= _EARLY_STOP_EVERY_S
+            watch = self.watch
+            if watch is not None and not drained and ready_to_check and len(self.decoded) > checked:
+                checked, last_check = len(self.decoded), now
+                if watch(self.decoded):
+                    drained = True
+                    self.send_all(Drain())
+            await asyncio.sleep(0.01)
+
+    async def collect(self) -> bool:
+        """Take the workers' messages until every result came; False when interrupted
+        (then ask the workers to stop, and wait a while for their partial results)."""
+        last = 0.0
+        n = len(self.plans)
+        while len(self.results) < n:
+            try:
+                msg = await self.next_msg(None)
+            except asyncio.CancelledError:
+                break
+            if isinstance(msg, Tally):
+                self.tallies[msg.worker] = (msg.done, msg.failed, msg.warm_done)
+                now = time.monotonic()
+                if now - last >= PROGRESS_S:
+                    last = now
+                    self.report(*(sum(s[i] for s in self.tallies.values()) for i in range(3)))
+            else:
+                self.handle(msg)
+        else:
+            return True
+        self.send_all(Stop())
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError, LoadError):
+            t_end = time.monotonic() + _RESULT_TIMEOUT_S
+            while len(self.results) < n:
+                self.handle(await self.next_msg(max(t_end - time.monotonic(), 0.01)))
+        return False
+
+    def finish(self) -> list[WorkerResult]:
+        """Decode what is left and hand each worker its records and its share of the
+        decoding."""
+        backlog, results = self.backlog, self.results
+        d0 = time.process_time()
+        backlog.drain()
+        after_s = time.process_time() - d0
+        by_worker: dict[int, list[RequestRecord]] = {}
+        for rec in backlog.records:
+            by_worker.setdefault(rec.worker, []).append(rec)
+        for w, res in results.items():
+            res.records = by_worker.get(w, [])
+            # What the parent decoded is each worker's share of the decoding.
+            res.decode_s = after_s / max(len(results), 1)
+            res.decode_run_s = backlog.decode_cpu_ns / 1e9 / max(len(results), 1)
+            res.longest_slice_ms = backlog.longest_slice_ns / 1e6
+        return [results[w] for w in sorted(results)]
+
+    def close(self) -> None:
+        self.send_all(Stop())
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        for c in self.conns:
+            with contextlib.suppress(Exception):
+                c.close()
+
+
+async def run_processes(
+    plans: list[WorkerPlan], limits: Limits, report: Report, watch: Watch | None
+) -> list[WorkerResult] | Interrupted:
+    """One worker process a plan, all started at one ``t0``."""
+    pool = _Pool(plans, report, watch)
+    try:
+        await pool.start()
+        t0 = perf_counter_ns() + _START_MARGIN_NS
+        for c in pool.conns:
+            c.send(Go(t0, limits))
+        decoding = pool.loop.create_task(pool.decoder())
+        try:
+            complete = await pool.collect()
+        finally:
+            decoding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await decoding
+        results = pool.finish()
+        if not complete:
+            return Interrupted(results)
+        # Exact now that the records are decoded (during the run, in-stream errors were
+        # not yet known).
+        recs = pool.backlog.records
+        report(len(recs), sum(not r.ok for r in recs), sum(r.warmup_done for r in results))
+        return results
+    finally:
+        pool.close()

@@ -1,0 +1,152 @@
+"""The worker protocol: the named messages a parent and its load workers exchange.
+
+One conversation per worker, over one connection (today a socketpair to a child process;
+the same messages can travel over TCP to a worker on another host):
+
+    parent                                  worker
+    Hello(version, plan)          ──────▶   builds its requests, makes its transport
+                                  ◀──────   Ready(version, worker)
+    Go(t0_ns, limits)             ──────▶   runs from the shared t0
+                                  ◀──────   Raw(worker, items)        every ~50 ms
+                                  ◀──────   Tally(worker, ...)        every ~250 ms
+    Drain()  (early stop)         ──────▶   sends nothing more; what is in flight ends
+    Stop()   (interrupt, or done) ──────▶   cuts what is in flight
+                                  ◀──────   Result(result) or Failure(traceback)
+
+Each side checks the other's ``version`` against ``PROTOCOL_VERSION`` at the handshake
+(``check_version``): a worker of another version of the package fails at once, with both
+versions named, rather than misreading a message later. Messages are small frozen records
+with a ``kind``, pickled as they are; a ``Raw`` message carries a batch of packed
+exchanges (``backlog.pack``), a list as before, so naming the messages costs nothing per
+request. Change ``PROTOCOL_VERSION`` whenever a message, a ``WorkerPlan`` or a
+``WorkerResult`` changes shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import LoadError
+from .backlog import Packed
+from .drive import WorkerResult
+from .plan import Limits, WorkerPlan
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Drain",
+    "Failure",
+    "Go",
+    "Hello",
+    "Message",
+    "ProtocolError",
+    "Raw",
+    "Ready",
+    "Result",
+    "Stop",
+    "Tally",
+    "check_version",
+]
+
+#: The version of the messages below; both sides must speak the same one.
+PROTOCOL_VERSION = 1
+
+
+class ProtocolError(LoadError):
+    """A worker and its parent do not speak the same protocol."""
+
+
+def check_version(theirs: object, *, ours_side: str, their_side: str) -> None:
+    """Raise ``ProtocolError`` unless ``theirs`` is this side's ``PROTOCOL_VERSION``."""
+    if theirs != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"load worker protocol mismatch: the {their_side} speaks version {theirs!r}, "
+            f"the {ours_side} version {PROTOCOL_VERSION} (the same version of pytest-llmslo "
+            "must run on both sides)"
+        )
+
+
+# -- parent to worker ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The first message: the protocol version and the worker's plan."""
+
+    kind: ClassVar[str] = "hello"
+    version: int
+    plan: WorkerPlan
+
+
+@dataclass(frozen=True)
+class Go:
+    """Start at ``t0_ns`` (the shared monotonic clock), within ``limits``."""
+
+    kind: ClassVar[str] = "go"
+    t0_ns: int
+    limits: Limits
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Send nothing more; the requests in flight finish and are measured (early stop)."""
+
+    kind: ClassVar[str] = "drain"
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Cut the requests in flight and report (an interrupt; or the parent is done)."""
+
+    kind: ClassVar[str] = "stop"
+
+
+# -- worker to parent ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker built its requests and its transport, and waits for ``Go``."""
+
+    kind: ClassVar[str] = "ready"
+    version: int
+    worker: int
+
+
+@dataclass(frozen=True)
+class Raw:
+    """A batch of finished exchanges, packed and not decoded (``backlog.pack``)."""
+
+    kind: ClassVar[str] = "raw"
+    worker: int
+    items: list[Packed]
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The worker's counts so far, for the progress reports."""
+
+    kind: ClassVar[str] = "tally"
+    worker: int
+    done: int
+    failed: int
+    warm_done: int
+
+
+@dataclass(frozen=True)
+class Result:
+    """The worker's last message: what it measured (its records travelled as ``Raw``)."""
+
+    kind: ClassVar[str] = "result"
+    result: WorkerResult
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The worker failed; ``error`` is its traceback."""
+
+    kind: ClassVar[str] = "failure"
+    error: str
+
+
+Message = Hello | Go | Drain | Stop | Ready | Raw | Tally | Result | Failure

@@ -1,0 +1,81 @@
+"""The worker protocol: named messages that survive a pickle, and a version checked at the
+handshake on both sides, with both versions named when they differ."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+
+import pytest
+
+from pytest_llmslo.load import protocol
+from pytest_llmslo.load.backlog import pack
+from pytest_llmslo.load.client import RawExchange
+from pytest_llmslo.load.drive import WorkerResult
+from pytest_llmslo.load.plan import Limits
+from pytest_llmslo.load.protocol import (
+    PROTOCOL_VERSION,
+    Drain,
+    Failure,
+    Go,
+    ProtocolError,
+    Raw,
+    Ready,
+    Result,
+    Stop,
+    Tally,
+    check_version,
+)
+
+
+def test_messages_are_named_and_survive_a_pickle() -> None:
+    raw = RawExchange()
+    raw.sent_ns, raw.end_ns, raw.status = 1, 2, 200
+    msgs = [
+        Go(123, Limits(None, 0, None)),
+        Drain(),
+        Stop(),
+        Ready(PROTOCOL_VERSION, 3),
+        Raw(3, [pack(7, 8, 9, 0, raw, -1, 0)]),
+        Tally(3, 10, 1, 2),
+        Result(WorkerResult(3, warmup_done=4)),
+        Failure("boom"),
+    ]
+    kinds = [m.kind for m in msgs]
+    assert kinds == ["go", "drain", "stop", "ready", "raw", "tally", "result", "failure"]
+    for m in msgs:
+        back = pickle.loads(pickle.dumps(m, pickle.HIGHEST_PROTOCOL))
+        assert type(back) is type(m) and back.kind == m.kind
+    assert pickle.loads(pickle.dumps(msgs[6])).result.warmup_done == 4
+
+
+def test_a_version_mismatch_names_both_versions() -> None:
+    check_version(PROTOCOL_VERSION, ours_side="parent", their_side="worker")
+    with pytest.raises(ProtocolError) as err:
+        check_version(PROTOCOL_VERSION + 1, ours_side="parent", their_side="worker")
+    text = str(err.value)
+    assert f"worker speaks version {PROTOCOL_VERSION + 1}" in text
+    assert f"parent version {PROTOCOL_VERSION}" in text
+
+
+def test_a_worker_refuses_a_parent_of_another_version() -> None:
+    parent, child = socket.socketpair()
+    fd = child.fileno()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_llmslo.load.worker", str(fd)], pass_fds=(fd,)
+    )
+    child.close()
+    conn = Connection(parent.detach())
+    try:
+        conn.send(protocol.Hello(PROTOCOL_VERSION + 1, None))  # type: ignore[arg-type]
+        assert conn.poll(60)
+        msg = conn.recv()
+    finally:
+        conn.close()
+        proc.wait(timeout=30)
+    assert isinstance(msg, Failure)
+    assert f"parent speaks version {PROTOCOL_VERSION + 1}" in msg.error
+    assert f"the worker version {PROTOCOL_VERSION}" in msg.error
