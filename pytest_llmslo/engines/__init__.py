@@ -7,9 +7,11 @@
     reap_stale_containers()         remove containers that a crashed session left behind
 
 Each kind has a spec module (``sim``, ``external``, ``vllm``, ``sglang``, ``trtllm``,
-``dynamo``) with ``plan(config) -> LaunchPlan``; ``launch.py`` runs plans, ``process.py``
-and ``docker.py`` run their units. Missing docker/GPU/package raises ``EngineUnavailable``;
-an engine that never becomes ready raises ``EngineStartError`` with its log tail.
+``dynamo``) with ``plan(config) -> LaunchPlan``, which describes its units in neutral terms
+(``units.py``: processes and images); ``launch.py`` runs plans in the runtime
+``config.runtime`` names (``runtimes/``: ``process``, ``docker``). Missing
+docker/GPU/package raises ``EngineUnavailable``; an engine that never becomes ready raises
+``EngineStartError`` with its log tail.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from .config import (
     load_engine_configs,
     resolve_engine,
 )
-from .launch import LaunchPlan, RunningEngine, launch
+from .launch import RunningEngine, launch
+from .plan import LaunchPlan
+from .runtimes import RUNTIMES
 
 __all__ = [
     "CONFIG_KEYS",
@@ -79,8 +83,7 @@ def start_engine(config: EngineConfig) -> EngineHandle:
 
 
 def reap_stale_containers() -> list[str]:
-    """Remove containers labelled by a session whose process is gone; returns their names.
-    Does nothing (returns ``[]``) when docker is not available."""
-    from .docker import reap_stale_containers as reap
-
-    return reap()
+    """Remove what sessions whose process is gone left in every runtime (labelled
+    containers); returns their names. Does nothing (returns ``[]``) for a runtime that is
+    not available (no docker daemon)."""
+    return [name for runtime in RUNTIMES.values() for name in runtime.reap()]

@@ -1,20 +1,23 @@
 """Pieces the real-engine spec modules share: the served name, the port, the Python that
-runs a process engine, the package version read from that Python, and the sizing flags
+runs a process engine, the package version read from that Python, the sizing flags
 (tensor parallelism, dtype, quantization, context length, memory share) in each server's
-own spelling."""
+own spelling, and the parts of an image unit that come from the config."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError, EngineUnavailable
 from .base import EngineConfig
-from .process import pick_free_port
+from .ports import pick_free_port
+from .units import ImageUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,38 @@ def process_env(config: EngineConfig) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
     env.update(config.env)
     return env
+
+
+def gpus_of(config: EngineConfig) -> str:
+    """The GPUs an image unit of a GPU engine asks for: ``config.gpus``, all by default."""
+    return config.gpus or "all"
+
+
+def local_model(config: EngineConfig) -> tuple[str, ...]:
+    """``config.model`` when it is a local path, which image units must see (read-only,
+    at the same path); empty for a Hugging Face id."""
+    if config.model and os.path.isabs(config.model) and os.path.exists(config.model):
+        return (config.model,)
+    return ()
+
+
+def image_unit(
+    config: EngineConfig,
+    image: str,
+    command: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    **fields: Any,
+) -> ImageUnit:
+    """An image unit of ``config``'s engine: ``env`` then ``config.env`` (which wins), and
+    a local model seen read-only at its own path; ``fields`` are the unit's others
+    (``role``, ``entrypoint``, ``gpus``, ``ports``, ``mounts``, ...)."""
+    return ImageUnit(
+        image=image,
+        command=tuple(command),
+        env={**(env or {}), **config.env},
+        read_only=local_model(config),
+        **fields,
+    )
 
 
 def package_version(config: EngineConfig, *dists: str) -> Callable[[], str | None]:

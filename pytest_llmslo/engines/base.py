@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-Runtime = Literal["process", "docker"]
+#: The name of a runtime in ``engines.runtimes.RUNTIMES`` (``process``, ``docker``).
+RuntimeName = str
 
 ENGINE_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm", "dynamo", "external")
 
@@ -35,7 +36,7 @@ class EngineConfig:
     name: str = ""
     model: str = ""
     served_model_name: str | None = None
-    runtime: Runtime = "process"
+    runtime: RuntimeName = "process"
     host: str = "127.0.0.1"
     port: int | None = None
     tensor_parallel_size: int = 1

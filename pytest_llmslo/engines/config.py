@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import ENGINE_KINDS, EngineConfig
+from .runtimes import RUNTIMES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,7 +36,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 _FIELDS: dict[str, str] = {f.name: str(f.type) for f in dataclasses.fields(EngineConfig)}
 # Keys a config table may hold (``name`` comes from the table's key).
 CONFIG_KEYS: tuple[str, ...] = tuple(k for k in _FIELDS if k != "name")
-RUNTIMES: tuple[str, ...] = ("process", "docker")
 
 
 #: ``options`` keys every kind takes.
@@ -99,7 +99,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if key in ("startup_timeout_s", "external_ready_timeout_s") and out_f <= 0:
             raise ConfigError(f"{bad}: must be > 0")
         return out_f
-    if base == "Runtime":
+    if base == "RuntimeName":
         if value not in RUNTIMES:
             raise ConfigError(f"{bad}. Valid runtimes: {_valid(RUNTIMES)}")
         return value
@@ -249,7 +249,7 @@ def apply_overrides(
                 "env.NAME, options.NAME"
             )
         typ = _FIELDS[key]
-        if typ.startswith("tuple") or typ == "str" or "str |" in typ or typ == "Runtime":
+        if typ.startswith("tuple") or typ == "str" or "str |" in typ or typ == "RuntimeName":
             value: Any = raw
         else:
             value = _parse_scalar(raw)

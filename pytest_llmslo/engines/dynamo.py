@@ -29,6 +29,7 @@ import os
 import random
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +39,20 @@ from ._common import (
     SizingFlags,
     choose_port,
     gpu_ids,
-    image_tag,
+    gpus_of,
+    image_unit,
     package_version,
     python_of,
-    require_gpu,
     require_model,
-    require_module,
     served_name,
 )
 from .base import EngineConfig
 from .cache_reset import DYNAMO
-from .launch import LaunchPlan, RunningEngine, launch, remove_dirs
-from .process import ProcessSpec, pick_free_port, port_is_free, probe_host
+from .launch import remove_dirs
+from .plan import LaunchPlan
+from .ports import pick_free_port, port_is_free, probe_host
 from .readiness import all_of, health_body_healthy, models_listed
+from .units import ImageUnit, ProcessUnit, PythonModule
 
 DYNAMO_VERSION = "1.6.1"
 WORKERS = ("vllm", "sglang", "trtllm", "mocker")
@@ -337,177 +339,236 @@ def _gpu_slices(config: EngineConfig, n: int) -> list[str | None]:
     return [",".join(ids[i * tp : (i + 1) * tp]) for i in range(n)]
 
 
+@dataclass(slots=True)
+class _Ports:
+    """Ports the workers bind besides the frontend's (NIXL side channels, KV event
+    publishers, SGLang bootstrap servers, status servers): all on this host, so each its
+    own."""
+
+    host: str
+    taken: set[int]
+
+    def next(self) -> int:
+        """A free port not given to any other unit."""
+        while True:
+            p = pick_free_port(self.host)
+            if p not in self.taken:
+                self.taken.add(p)
+                return p
+
+    def low(self, engine: str) -> int:
+        """A free port below 32768: DYN_SYSTEM_PORT is an i16 in Dynamo, so the kernel's
+        ephemeral ports (32768 and up) would not parse."""
+        for p in random.sample(range(20000, 32000), 200):
+            if p not in self.taken and port_is_free(p, self.host):
+                self.taken.add(p)
+                return p
+        raise EngineStartError(f"{engine}: no free port below 32768 for a worker")
+
+
+@dataclass(slots=True)
+class _Files:
+    """The directories made for one plan (listed in ``made``, removed when the engine
+    stops) and the one that holds generated worker files, made when first needed."""
+
+    made: list[str]
+    workdir: list[str] = field(default_factory=list)
+
+    def mkdtemp(self) -> str:
+        path = tempfile.mkdtemp(prefix="llmslo-dyn-")
+        self.made.append(path)
+        return path
+
+    def get_workdir(self) -> str:
+        if not self.workdir:
+            self.workdir.append(self.mkdtemp())
+        return self.workdir[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Worker:
+    """One worker, whichever way it runs: its role (agg, prefill, decode) and index, the
+    arguments after the Python, its environment, its GPUs (``CUDA_VISIBLE_DEVICES``) and
+    its status server's port."""
+
+    role: str
+    index: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    gpus: str | None
+    system_port: int | None
+
+
+def _replay_trace(
+    config: EngineConfig, worker: str, file_kv: str | None, files: _Files
+) -> list[str]:
+    """The mocker's ``--response-replay-trace-path`` (written here unless given), or []."""
+    trace = config.options.get("replay_trace")
+    off = trace is False or (isinstance(trace, str) and trace.lower() == "none")
+    if worker != "mocker" or off or "--response-replay-trace-path" in config.extra_args:
+        return []
+    if not trace:
+        trace_dir = file_kv or files.mkdtemp()
+        trace = os.path.join(trace_dir, "replay-trace.jsonl")
+        write_replay_trace(trace, _vocab_size(config.model))
+    return ["--response-replay-trace-path", str(trace)]
+
+
+def _workers(
+    config: EngineConfig,
+    base_env: Mapping[str, str],
+    ports: _Ports,
+    files: _Files,
+    extra: Sequence[str],
+) -> list[_Worker]:
+    """Each worker's arguments (``extra`` last), environment, GPUs and status port.
+
+    Each worker's status server publishes its /metrics (KV-cache usage, prefix hits and
+    its engine's own names) for the engine's signals, on a port of its own unless ``env``
+    names one."""
+    worker = _opt(config, "worker", "vllm", WORKERS)
+    roles = _roles(config)
+    uses_gpu = worker != "mocker"
+    slices = _gpu_slices(config, len(roles)) if uses_gpu else [None] * len(roles)
+    out = []
+    for i, role in enumerate(roles):
+        defaults, extra_env = worker_defaults(config, worker, role, ports.next, files.get_workdir)
+        env = {**base_env, **extra_env}
+        sys_port = None
+        if "DYN_SYSTEM_PORT" not in config.env:
+            sys_port = ports.low(config.display_name)
+            env["DYN_SYSTEM_ENABLED"] = "true"
+            env["DYN_SYSTEM_PORT"] = str(sys_port)
+        if slices[i] is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(slices[i])
+        argv = (*worker_argv(config, worker, role, defaults), *extra)
+        out.append(_Worker(role, i, argv, env, slices[i], sys_port))
+    return out
+
+
+def _processes(
+    config: EngineConfig, port: int, base_env: Mapping[str, str], workers: list[_Worker]
+) -> tuple[ProcessUnit, ...]:
+    """The frontend and the workers as processes of ``config.python``."""
+    worker = _opt(config, "worker", "vllm", WORKERS)
+    python = python_of(config)
+    frontend = ProcessUnit(
+        argv=(python, *frontend_argv(config, config.host, port)),
+        env=base_env,
+        role="frontend",
+        ports=(port,),
+        module=PythonModule(
+            "dynamo.frontend", "pip install ai-dynamo-runtime and ai-dynamo, or set python="
+        ),
+    )
+    units = [frontend]
+    for w in workers:
+        units.append(
+            ProcessUnit(
+                argv=(python, *w.argv),
+                env=w.env,
+                role=f"{worker}-{w.role}-{w.index}",
+                ports=(w.system_port,) if w.system_port else (),
+                # vLLM has a CPU build and the mocker needs no GPU; SGLang and TRT-LLM do.
+                needs_gpu=worker in GPU_ONLY_WORKERS,
+            )
+        )
+    return tuple(units)
+
+
+def _images(
+    config: EngineConfig,
+    port: int,
+    base_env: Mapping[str, str],
+    workers: list[_Worker],
+    shared: Sequence[str],
+) -> tuple[ImageUnit, ...]:
+    """The frontend and the workers in the runtime image of the worker backend. Every unit
+    sees the ``shared`` files at the same paths: file discovery works only when all units
+    share one directory. A worker's GPUs are its device ids, not CUDA_VISIBLE_DEVICES."""
+    worker = _opt(config, "worker", "vllm", WORKERS)
+    image = config.image or IMAGES[worker]
+    mounts = {path: path for path in dict.fromkeys(shared)}
+    frontend = image_unit(
+        config,
+        image,
+        ("python3", *frontend_argv(config, config.host, port)),
+        env=dict(base_env),
+        role="frontend",
+        ports=(port,),
+        mounts=mounts,
+    )
+    units = [frontend]
+    for w in workers:
+        gpus = None
+        if worker != "mocker":
+            gpus = f"device={w.gpus}" if w.gpus is not None else gpus_of(config)
+        env = {k: v for k, v in w.env.items() if k != "CUDA_VISIBLE_DEVICES"}
+        units.append(
+            image_unit(
+                config,
+                image,
+                ("python3", *w.argv),
+                env=env,
+                role=f"{w.role}-{w.index}",
+                gpus=gpus,
+                ports=(w.system_port,) if w.system_port else (),
+                mounts=mounts,
+            )
+        )
+    return tuple(units)
+
+
 def plan(config: EngineConfig) -> LaunchPlan:
+    """The frontend and its workers, as processes and as images."""
     # Directories made here, removed when the engine stops (never one the user named),
     # or right away when the config turns out to be bad.
     temp_dirs: list[str] = []
     try:
-        return _plan(config, temp_dirs)
+        return _plan(config, _Files(temp_dirs))
     except BaseException:
         remove_dirs(temp_dirs)
         raise
 
 
-def _plan(config: EngineConfig, temp_dirs: list[str]) -> LaunchPlan:
-    model = require_model(config)
+def _plan(config: EngineConfig, files: _Files) -> LaunchPlan:
+    require_model(config)
     worker = _opt(config, "worker", "vllm", WORKERS)
     roles = _roles(config)
     port = choose_port(config)
     name = served_name(config)
     discovery = _opt(config, "discovery", "file", DISCOVERY)
-
-    def mkdtemp() -> str:
-        path = tempfile.mkdtemp(prefix="llmslo-dyn-")
-        temp_dirs.append(path)
-        return path
-
     file_kv = None
     if discovery == "file":
-        file_kv = str(config.options.get("file_kv_dir") or mkdtemp())
+        file_kv = str(config.options.get("file_kv_dir") or files.mkdtemp())
     base_env = runtime_env(config, file_kv)
-    worker_extra: list[str] = []
-    trace = config.options.get("replay_trace")
-    off = trace is False or (isinstance(trace, str) and trace.lower() == "none")
-    if worker == "mocker" and not off and "--response-replay-trace-path" not in config.extra_args:
-        if not trace:
-            trace_dir = file_kv or mkdtemp()
-            trace = os.path.join(trace_dir, "replay-trace.jsonl")
-            write_replay_trace(trace, _vocab_size(model))
-        worker_extra = ["--response-replay-trace-path", str(trace)]
-    uses_gpu = worker != "mocker"
-    slices = _gpu_slices(config, len(roles)) if uses_gpu else [None] * len(roles)
-    meta = {
-        "dynamo_worker": worker,
-        "dynamo_mode": _opt(config, "mode", "agg", MODES),
-        "dynamo_workers": roles,
-        "discovery": discovery,
-    }
-    common: dict[str, Any] = {
-        "config": config,
-        "host": config.host,
-        "port": port,
-        "model": name,
-        "ready": all_of(models_listed(name), health_body_healthy("/health")),
-        "ports": (port,),
-        "meta": meta,
-        "cache_resets": (DYNAMO,),
-    }
-    # Ports the workers bind besides the frontend's (NIXL side channels, KV event
-    # publishers, SGLang bootstrap servers): all on this host, so each its own.
-    taken = {port}
+    trace = _replay_trace(config, worker, file_kv, files)
     port_host = probe_host(config.host if config.host not in ("", "::") else "127.0.0.1")
-
-    def next_port() -> int:
-        while True:
-            p = pick_free_port(port_host)
-            if p not in taken:
-                taken.add(p)
-                return p
-
-    def low_port() -> int:
-        for p in random.sample(range(20000, 32000), 200):
-            if p not in taken and port_is_free(p, port_host):
-                taken.add(p)
-                return p
-        raise EngineStartError(f"{config.display_name}: no free port below 32768 for a worker")
-
-    workdir: list[str] = []
-
-    def get_workdir() -> str:
-        if not workdir:
-            workdir.append(mkdtemp())
-        return workdir[0]
-
-    # Each worker's status server publishes its /metrics (KV-cache usage, prefix hits and
-    # its engine's own names) for the engine's signals. DYN_SYSTEM_PORT is an i16 there,
-    # so the kernel's ephemeral ports (32768 and up) would not parse: a free one below.
-    workers = []
-    system_urls: list[str] = []
-    for i, role in enumerate(roles):
-        defaults, extra_env = worker_defaults(config, worker, role, next_port, get_workdir)
-        env = {**base_env, **extra_env}
-        if "DYN_SYSTEM_PORT" not in config.env:
-            sys_port = low_port()
-            env["DYN_SYSTEM_ENABLED"] = "true"
-            env["DYN_SYSTEM_PORT"] = str(sys_port)
-            system_urls.append(f"http://{port_host}:{sys_port}/metrics")
-        if slices[i] is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(slices[i])
-        argv = [*worker_argv(config, worker, role, defaults), *worker_extra]
-        workers.append((role, env, argv))
-    if config.runtime == "docker":
-        from .docker import container_spec
-
-        image = config.image or IMAGES[worker]
-        specs = [
-            container_spec(
-                config,
-                image=image,
-                role="frontend",
-                command=("python3", *frontend_argv(config, config.host, port)),
-                needs_gpu=False,
-                env=dict(base_env),
-            )
-        ]
-        for i, (role, env, argv) in enumerate(workers):
-            env.pop("CUDA_VISIBLE_DEVICES", None)
-            gpu_cfg = config
-            if slices[i] is not None:
-                from dataclasses import replace
-
-                gpu_cfg = replace(config, gpus=f"device={slices[i]}")
-            specs.append(
-                container_spec(
-                    gpu_cfg,
-                    image=image,
-                    role=f"{role}-{i}",
-                    command=("python3", *argv),
-                    needs_gpu=uses_gpu,
-                    env=env,
-                )
-            )
-        # Every container sees the shared and generated files at the same paths: file
-        # discovery works only when all units share one directory.
-        shared = [file_kv] if file_kv else []
-        if worker_extra:
-            shared.append(os.path.dirname(worker_extra[-1]))
-        shared += workdir
-        for path in dict.fromkeys(shared):
-            specs = [s.with_mount(path) for s in specs]
-        return LaunchPlan(
-            containers=tuple(specs),
-            static_version=image_tag(image),
-            temp_dirs=tuple(temp_dirs),
-            metrics_urls=tuple(system_urls),
-            **common,
-        )
-    python = python_of(config)
-    procs = [
-        ProcessSpec(
-            argv=(python, *frontend_argv(config, config.host, port)),
-            env=base_env,
-            role="frontend",
-        )
-    ]
-    for i, (role, env, argv) in enumerate(workers):
-        procs.append(ProcessSpec(argv=(python, *argv), env=env, role=f"{worker}-{role}-{i}"))
+    ports = _Ports(port_host, {port})
+    workers = _workers(config, base_env, ports, files, trace)
+    # Files every unit must see at the same path: discovery, the trace, generated configs.
+    shared = [file_kv] if file_kv else []
+    if trace:
+        shared.append(os.path.dirname(trace[-1]))
     return LaunchPlan(
-        processes=tuple(procs),
+        config=config,
+        host=config.host,
+        port=port,
+        model=name,
+        ready=all_of(models_listed(name), health_body_healthy("/health")),
+        processes=_processes(config, port, base_env, workers),
+        images=_images(config, port, base_env, workers, [*shared, *files.workdir]),
         version_fallback=package_version(config, "ai-dynamo", "ai-dynamo-runtime"),
-        temp_dirs=tuple(temp_dirs),
-        metrics_urls=tuple(system_urls),
-        **common,
+        ports=(port,),
+        meta={
+            "dynamo_worker": worker,
+            "dynamo_mode": _opt(config, "mode", "agg", MODES),
+            "dynamo_workers": roles,
+            "discovery": discovery,
+        },
+        temp_dirs=tuple(files.made),
+        metrics_urls=tuple(
+            f"http://{ports.host}:{w.system_port}/metrics" for w in workers if w.system_port
+        ),
+        cache_resets=(DYNAMO,),
     )
-
-
-def start(config: EngineConfig) -> RunningEngine:
-    if config.runtime == "process":
-        require_module(
-            config,
-            "dynamo.frontend",
-            "pip install ai-dynamo-runtime and ai-dynamo, or set python=",
-        )
-        # vLLM has a CPU build and the mocker needs no GPU; SGLang and TRT-LLM do.
-        if _opt(config, "worker", "vllm", WORKERS) in GPU_ONLY_WORKERS:
-            require_gpu(config)
-    return launch(plan(config))

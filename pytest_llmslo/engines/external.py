@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..redact import redact_url, remember, url_password
 from .base import EngineConfig
 from .cache_reset import ANY
-from .launch import LaunchPlan, RunningEngine, launch
+from .plan import LaunchPlan
 from .readiness import get, model_ids, models_listed, version_from_json
 
 OPTIONS: Mapping[str, str] = {}
@@ -74,7 +74,3 @@ def _first_model(model: str) -> Any:
         return ids[0] if ids else None
 
     return pick
-
-
-def start(config: EngineConfig) -> RunningEngine:
-    return launch(plan(config))

@@ -1,9 +1,10 @@
 """From a launch plan to a ready engine: start the units, wait for readiness, read the
 version, and hand back an ``EngineHandle``.
 
-Each engine's spec module only describes *what* to run (a :class:`LaunchPlan` of process
-or container specs, a readiness check and a version probe); this module does the running
-the same way for every engine, so teardown, timeouts and log tails behave identically.
+Each engine's spec module only describes *what* to run (a :class:`LaunchPlan` of units, a
+readiness check and a version probe); the runtime of ``config.runtime`` (``runtimes/``)
+starts the units, and this module does the rest the same way for every engine and every
+runtime, so teardown, timeouts and log tails behave identically.
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ import signal
 import socket
 import ssl
 import subprocess
-import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -34,12 +33,11 @@ from ..redact import redact, redact_env, redact_url, remember, secret_values
 from ..tls import make_ssl_context
 from . import startup
 from .base import EngineConfig
-from .cache_reset import RESET_TIMEOUT_S, CacheReset, reset_cache
-from .process import ProcessSpec, port_is_free, probe_host, start_processes, wait_port_free
-from .readiness import ReadyCheck, VersionProbe
-
-if TYPE_CHECKING:
-    from .docker import ContainerSpec
+from .cache_reset import RESET_TIMEOUT_S, reset_cache
+from .plan import LaunchPlan
+from .ports import probe_host
+from .runtimes import Runtime, StartedUnit, runtime_of
+from .units import ImageUnit
 
 log = logging.getLogger(__name__)
 
@@ -53,70 +51,13 @@ class EngineTeardownWarning(RuntimeWarning):
     """Stopping an engine left something behind (a port still in use)."""
 
 
-class Unit(Protocol):
-    """A started process group or container."""
-
-    def alive(self) -> bool: ...
-    def log_tail(self, lines: int = 40) -> str: ...
-    def stop(self) -> None: ...
-    def describe(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchPlan:
-    """What to run for one engine and how to tell it is ready."""
-
-    config: EngineConfig
-    host: str
-    port: int
-    model: str
-    ready: ReadyCheck
-    processes: tuple[ProcessSpec, ...] = ()
-    containers: tuple[ContainerSpec, ...] = ()
-    version_probe: VersionProbe | None = None
-    # A version known without asking the engine (image tag, package version).
-    static_version: str | None = None
-    # Asked when the engine does not answer the probe (e.g. the package in config.python).
-    version_fallback: Any = None
-    # Ports the units listen on, checked free before start and after stop.
-    ports: tuple[int, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    # Called once when ready, before the handle is returned (e.g. to discover the model).
-    on_ready: Any = None
-    # A base URL given as is (an external engine's), instead of host and port.
-    url: str | None = None
-    # Directories the launcher made for this engine (discovery, generated configs),
-    # removed when it stops.
-    temp_dirs: tuple[str, ...] = ()
-    # Prometheus endpoints of the engine's units besides its base URL's /metrics (a
-    # Dynamo deployment's workers), scraped for the engine's signals.
-    metrics_urls: tuple[str, ...] = ()
-    # How the engine's prefix cache is emptied between levels (``cache_reset.py``), tried
-    # in order; none: ``no_cache_reset`` says why it cannot be.
-    cache_resets: tuple[CacheReset, ...] = ()
-    no_cache_reset: str | None = None
-
-    @property
-    def client_host(self) -> str:
-        """Where the harness connects: a wildcard bind is reached on loopback."""
-        if self.host in ("0.0.0.0", "", "::"):
-            return "127.0.0.1"
-        return f"[{self.host}]" if ":" in self.host else self.host
-
-    @property
-    def base_url(self) -> str:
-        if self.url:
-            return self.url
-        return f"http://{self.client_host}:{self.port}"
-
-
 class RunningEngine:
     """A ready engine made of one or more units; implements ``EngineHandle``."""
 
     def __init__(
         self,
         plan: LaunchPlan,
-        units: list[Unit],
+        units: list[StartedUnit],
         *,
         base_url: str | None = None,
         model: str | None = None,
@@ -126,6 +67,7 @@ class RunningEngine:
     ) -> None:
         self.config = plan.config
         self.plan = plan
+        self.runtime: Runtime = runtime_of(plan.config)
         self.base_url = (base_url or plan.base_url).rstrip("/")
         self.model = model or plan.model
         self.metrics_urls = plan.metrics_urls
@@ -141,7 +83,8 @@ class RunningEngine:
 
     def metadata(self) -> dict[str, Any]:
         cfg = self.config
-        images = sorted({c.image for c in self.plan.containers})
+        ran = self.runtime.units(self.plan)
+        images = sorted({u.image for u in ran if isinstance(u, ImageUnit)})
         return {
             "name": cfg.display_name,
             "kind": cfg.kind,
@@ -196,7 +139,7 @@ class RunningEngine:
             return
         self._stopped = True
         _stop_units(self._units)
-        _check_ports_free(self.plan)
+        _check_ports_free(self.runtime, self.plan)
         remove_dirs(self._temp_dirs)
 
     def __enter__(self) -> RunningEngine:
@@ -229,7 +172,7 @@ def _hardware() -> dict[str, Any]:
     return hw
 
 
-def _tails(units: list[Unit], lines: int) -> str:
+def _tails(units: list[StartedUnit], lines: int) -> str:
     if len(units) == 1:
         return units[0].log_tail(lines)
     parts = []
@@ -239,12 +182,10 @@ def _tails(units: list[Unit], lines: int) -> str:
     return "\n".join(parts)
 
 
-def _check_ports_free(plan: LaunchPlan) -> None:
+def _check_ports_free(runtime: Runtime, plan: LaunchPlan) -> None:
     """Warn, naming the engine and the port, about each port still held after stop."""
     host = probe_host(plan.host)
-    for port in plan.ports:
-        if wait_port_free(port, host, timeout_s=PORT_FREE_TIMEOUT_S):
-            continue
+    for port in runtime.ports_still_held(plan, PORT_FREE_TIMEOUT_S):
         msg = (
             f"engine {plan.config.display_name!r}: port {port} on {host} is still in use "
             f"{PORT_FREE_TIMEOUT_S:.0f} s after the engine was stopped (a process it "
@@ -265,7 +206,7 @@ def remove_dirs(paths: Iterable[str], keep: Iterable[str] = ()) -> None:
             log.warning("could not remove the engine's temporary directory %s", path)
 
 
-def _stop_units(units: list[Unit]) -> None:
+def _stop_units(units: list[StartedUnit]) -> None:
     # Workers before the frontend (reverse start order), and every unit even if one fails.
     for u in reversed(units):
         with contextlib.suppress(Exception):
@@ -273,33 +214,36 @@ def _stop_units(units: list[Unit]) -> None:
 
 
 def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
-    """Start the plan's units and wait until ready; on failure stop everything and raise
-    ``EngineStartError`` with the log tails."""
+    """Start the plan's units in the runtime of ``config.runtime`` and wait until ready; on
+    failure stop everything and raise ``EngineStartError`` with the log tails."""
     cfg = plan.config
+    runtime = runtime_of(cfg)
     t0 = time.monotonic()
-    units: list[Unit] = []
+    started: list[StartedUnit] = []
     log_dir: str | None = None
     argv = [a for p in plan.processes for a in p.argv]
     remember(*secret_values(cfg.env, [*cfg.extra_args, *argv]))
     try:
-        for port in plan.ports:
-            if not port_is_free(port, probe_host(plan.host)):
-                raise EngineStartError(
-                    f"{cfg.display_name}: port {port} on {plan.host} is already in use "
-                    "(set port= to another value or leave it unset to pick a free one)"
+        runtime.check(plan)
+        busy = runtime.ports_in_use(plan)
+        if busy:
+            raise EngineStartError(
+                f"{cfg.display_name}: port {busy[0]} on {plan.host} is already in use "
+                "(set port= to another value or leave it unset to pick a free one)"
+            )
+        units = runtime.units(plan)
+        if plan.processes or plan.images:
+            if not units:
+                raise ConfigError(
+                    f"engine {cfg.display_name!r}: kind {cfg.kind} cannot run in the "
+                    f"{runtime.name} runtime"
                 )
-        if plan.containers:
-            from .docker import start_containers
-
-            _phase(plan, t0, "starting " + ", ".join(c.role for c in plan.containers))
-            units.extend(start_containers(plan.containers))
-        if plan.processes:
-            log_dir = tempfile.mkdtemp(prefix=f"llmslo-{cfg.kind}-")
-            _phase(plan, t0, "starting " + ", ".join(p.role for p in plan.processes))
-            units.extend(start_processes(plan.processes, log_dir))
-        handle = _wait_ready(plan, units, t0, poll_s, log_dir)
+            _phase(plan, t0, "starting " + ", ".join(u.role for u in units))
+        run = runtime.start(plan)
+        started, log_dir = run.units, run.log_dir
+        handle = _wait_ready(plan, runtime, started, t0, poll_s, log_dir)
     except BaseException as exc:
-        _stop_units(units)
+        _stop_units(started)
         dirs = [*plan.temp_dirs, *([log_dir] if log_dir else [])]
         # The logs an error message points to stay; everything else goes.
         remove_dirs(dirs, keep=[d for d in dirs if d in str(exc)])
@@ -341,7 +285,7 @@ def _phase(
     )
 
 
-def _ready_bound(plan: LaunchPlan, units: list[Unit]) -> tuple[float, str]:
+def _ready_bound(plan: LaunchPlan, units: list[StartedUnit]) -> tuple[float, str]:
     """How long readiness may take and the setting that says so: an external engine is
     already running, so its short ``external_ready_timeout_s`` applies (when shorter)."""
     cfg = plan.config
@@ -351,9 +295,15 @@ def _ready_bound(plan: LaunchPlan, units: list[Unit]) -> tuple[float, str]:
 
 
 def _wait_ready(
-    plan: LaunchPlan, units: list[Unit], t0: float, poll_s: float, log_dir: str | None = None
+    plan: LaunchPlan,
+    runtime: Runtime,
+    units: list[StartedUnit],
+    t0: float,
+    poll_s: float,
+    log_dir: str | None = None,
 ) -> RunningEngine:
     cfg = plan.config
+    base_url = runtime.endpoint(plan, units)
     bound_s, bound = _ready_bound(plan, units)
     deadline = t0 + bound_s
     # Process engines log to files: name them, the tail shown is only the last lines.
@@ -376,31 +326,32 @@ def _wait_ready(
                 )
             left = max(deadline - time.monotonic(), 0.05)
             client.timeout = httpx.Timeout(min(10.0, left), connect=min(2.0, left))
-            reason = redact(plan.ready(client, plan.base_url) or "")
+            reason = redact(plan.ready(client, base_url) or "")
             if not reason:
                 break
             if external:
-                refused_since = _check_external(cfg, plan.base_url, reason, refused_since)
+                refused_since = _check_external(cfg, base_url, reason, refused_since)
             if time.monotonic() >= deadline:
                 raise EngineStartError(
-                    _not_ready(plan, bound_s, bound, reason) + logs, _tails(units, 60)
+                    _not_ready(plan, base_url, bound_s, bound, reason) + logs, _tails(units, 60)
                 )
             _phase(plan, t0, f"waiting for readiness: {reason}", bound_s, bound)
             time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
         client.timeout = per_probe
-        version = plan.static_version
+        version = plan.static_version or runtime.known_version(plan)
         if plan.version_probe is not None:
             with contextlib.suppress(Exception):
-                version = plan.version_probe(client, plan.base_url) or version
-        if version is None and callable(plan.version_fallback):
+                version = plan.version_probe(client, base_url) or version
+        if version is None:
             with contextlib.suppress(Exception):
-                version = plan.version_fallback()
+                version = runtime.fallback_version(plan)
         model = plan.model
         if callable(plan.on_ready):
-            model = plan.on_ready(client, plan.base_url) or model
+            model = plan.on_ready(client, base_url) or model
     return RunningEngine(
         plan,
         units,
+        base_url=base_url,
         model=model,
         version=version,
         started_s=time.monotonic() - t0,
@@ -408,13 +359,13 @@ def _wait_ready(
     )
 
 
-def _not_ready(plan: LaunchPlan, bound_s: float, bound: str, reason: str) -> str:
+def _not_ready(plan: LaunchPlan, base_url: str, bound_s: float, bound: str, reason: str) -> str:
     """The message of a start that timed out: what the last probe saw, and for an
     external engine what that usually means."""
     name = plan.config.display_name
     if bound == "startup_timeout_s":
         return f"{name}: not ready after {bound_s:.0f} s (startup_timeout_s); last check: {reason}"
-    url = redact_url(plan.base_url)
+    url = redact_url(base_url)
     text = (
         f"{name}: {url} accepts connections but was not ready within {bound_s:g} s "
         f"({bound}); the last probe saw: {reason}"
@@ -478,7 +429,7 @@ def _check_external(
     return refused_since
 
 
-def _exit_text(unit: Unit) -> str:
+def _exit_text(unit: StartedUnit) -> str:
     rc = getattr(unit, "returncode", None)
     code = rc() if callable(rc) else None
     if code is None:

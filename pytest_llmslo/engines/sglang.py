@@ -15,20 +15,19 @@ from collections.abc import Mapping
 from ._common import (
     SizingFlags,
     choose_port,
-    image_tag,
+    gpus_of,
+    image_unit,
     package_version,
     process_env,
     python_of,
-    require_gpu,
     require_model,
-    require_module,
     served_name,
 )
 from .base import EngineConfig
 from .cache_reset import SGLANG
-from .launch import LaunchPlan, RunningEngine, launch
-from .process import ProcessSpec
+from .plan import LaunchPlan
 from .readiness import all_of, http_ok, models_listed, version_from_json
+from .units import ProcessUnit, PythonModule
 
 DEFAULT_IMAGE = "lmsysorg/sglang:v0.5.21"
 
@@ -53,42 +52,35 @@ def server_args(config: EngineConfig, host: str, port: int) -> list[str]:
 
 
 def plan(config: EngineConfig) -> LaunchPlan:
+    """SGLang as a process or as its image; either way it needs a GPU (no CPU build)."""
     port = choose_port(config)
     name = served_name(config)
     args = server_args(config, config.host, port)
-    common = {
-        "config": config,
-        "host": config.host,
-        "port": port,
-        "model": name,
-        "ready": all_of(http_ok("/health"), http_ok("/health_generate"), models_listed(name)),
-        "version_probe": version_from_json("/server_info"),
-        "ports": (port,),
-        "cache_resets": (SGLANG,),
-    }
-    if config.runtime == "docker":
-        from .docker import container_spec
-
-        image = config.image or DEFAULT_IMAGE
-        spec = container_spec(
-            config,
-            image=image,
-            command=("python3", "-m", "sglang.launch_server", *args),
-            needs_gpu=True,
-        )
-        return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
-    proc = ProcessSpec(
+    proc = ProcessUnit(
         argv=(python_of(config), "-m", "sglang.launch_server", *args),
         env=process_env(config),
         role="sglang",
+        ports=(port,),
+        module=PythonModule("sglang", "pip install sglang on a GPU machine, or set python="),
+        needs_gpu=True,
+    )
+    image = image_unit(
+        config,
+        config.image or DEFAULT_IMAGE,
+        ("python3", "-m", "sglang.launch_server", *args),
+        gpus=gpus_of(config),
+        ports=(port,),
     )
     return LaunchPlan(
-        processes=(proc,), version_fallback=package_version(config, "sglang"), **common
+        config=config,
+        host=config.host,
+        port=port,
+        model=name,
+        ready=all_of(http_ok("/health"), http_ok("/health_generate"), models_listed(name)),
+        processes=(proc,),
+        images=(image,),
+        version_probe=version_from_json("/server_info"),
+        version_fallback=package_version(config, "sglang"),
+        ports=(port,),
+        cache_resets=(SGLANG,),
     )
-
-
-def start(config: EngineConfig) -> RunningEngine:
-    if config.runtime == "process":
-        require_module(config, "sglang", "pip install sglang on a GPU machine, or set python=")
-        require_gpu(config)  # no CPU build
-    return launch(plan(config))

@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._version import __version__
+from ._common import image_unit
 from .base import EngineConfig
 from .cache_reset import VLLM
-from .launch import LaunchPlan
-from .process import ProcessSpec, pick_free_port, probe_host
+from .plan import LaunchPlan
+from .ports import pick_free_port, probe_host
 from .readiness import http_ok, version_from_json
+from .units import ProcessUnit
 
 DEFAULT_PROFILE = "llama3-70b-fp8-4xh100-vllm"
 DEFAULT_MODEL = "llmslo-sim"
@@ -65,35 +67,36 @@ def simulated_setup(profile: str) -> dict[str, Any]:
 
 
 def plan(config: EngineConfig) -> LaunchPlan:
+    """The sim as a process of ``config.python`` or in its local image (no GPU)."""
     host = config.host
     port = config.port or pick_free_port(probe_host(host))
     args = sim_args(config, host, port)
-    common = {
-        "config": config,
-        "host": host,
-        "port": port,
-        "model": served_model(config),
-        "ready": http_ok("/health"),
-        "version_probe": version_from_json("/version"),
-        "ports": (port,),
-        "cache_resets": (VLLM,),
-        "meta": {"simulated": simulated_setup(str(config.options.get("profile", DEFAULT_PROFILE)))},
-    }
-    if config.runtime == "docker":
-        from .docker import container_spec
-
-        image = config.image or DEFAULT_IMAGE
-        spec = container_spec(
-            config,
-            image=image,
-            command=("python3", "-m", "pytest_llmslo.sim", *args),
-            needs_gpu=False,
-            pull=False,
-            hint="build it with: bash docker/build-sim-image.sh",
-        )
-        return LaunchPlan(containers=(spec,), static_version=__version__, **common)
     python = config.python or sys.executable
-    proc = ProcessSpec(
-        argv=(python, "-m", "pytest_llmslo.sim", *args), env=dict(config.env), role="sim"
+    proc = ProcessUnit(
+        argv=(python, "-m", "pytest_llmslo.sim", *args),
+        env=dict(config.env),
+        role="sim",
+        ports=(port,),
     )
-    return LaunchPlan(processes=(proc,), static_version=__version__, **common)
+    image = image_unit(
+        config,
+        config.image or DEFAULT_IMAGE,
+        ("python3", "-m", "pytest_llmslo.sim", *args),
+        ports=(port,),
+        pull=False,
+        hint="build it with: bash docker/build-sim-image.sh",
+    )
+    return LaunchPlan(
+        config=config,
+        host=host,
+        port=port,
+        model=served_model(config),
+        ready=http_ok("/health"),
+        processes=(proc,),
+        images=(image,),
+        version_probe=version_from_json("/version"),
+        static_version=__version__,
+        ports=(port,),
+        meta={"simulated": simulated_setup(str(config.options.get("profile", DEFAULT_PROFILE)))},
+        cache_resets=(VLLM,),
+    )

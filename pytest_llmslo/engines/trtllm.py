@@ -19,18 +19,17 @@ from ..errors import ConfigError
 from ._common import (
     SizingFlags,
     choose_port,
-    image_tag,
+    gpus_of,
+    image_unit,
     package_version,
     process_env,
-    require_gpu,
     require_model,
-    require_module,
 )
 from .base import EngineConfig
 from .cache_reset import TRTLLM_CANNOT
-from .launch import LaunchPlan, RunningEngine, launch
-from .process import ProcessSpec
+from .plan import LaunchPlan
 from .readiness import all_of, http_ok, models_listed, version_from_json
+from .units import ProcessUnit, PythonModule
 
 #: The newest tag NVIDIA's TensorRT-LLM documentation gives a ``docker pull`` for
 #: (installation/containers.html of the 1.3.0rc24 docs). Dynamo 1.6.1 pins 1.3.0rc29 in its
@@ -103,53 +102,49 @@ def write_llm_config(config: EngineConfig, temp_dirs: list[str] | None = None) -
 
 
 def plan(config: EngineConfig) -> LaunchPlan:
+    """``trtllm-serve`` as a process or in its image (GPU only), with the ``--config``
+    YAML it needs seen by the container at the same path."""
     _check(config)
     model = require_model(config)
     port = choose_port(config)
     temp_dirs: list[str] = []
     config_file = write_llm_config(config, temp_dirs)
     args = serve_args(config, config.host, port, config_file)
-    common = {
-        "temp_dirs": tuple(temp_dirs),
-        "config": config,
-        "host": config.host,
-        "port": port,
-        "model": model,
-        "ready": all_of(http_ok("/health"), models_listed(model)),
-        "version_probe": version_from_json("/version"),
-        "ports": (port,),
-        "no_cache_reset": TRTLLM_CANNOT,
-    }
-    if config.runtime == "docker":
-        from .docker import container_spec
-
-        image = config.image or DEFAULT_IMAGE
-        spec = container_spec(
-            config,
-            image=image,
-            command=("trtllm-serve", *args),
-            needs_gpu=True,
-        )
-        if config_file:
-            spec = spec.with_mount(os.path.dirname(config_file))
-        return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
     program = (
         os.path.join(os.path.dirname(config.python), "trtllm-serve")
         if config.python
         else "trtllm-serve"
     )
-    proc = ProcessSpec(argv=(program, *args), env=process_env(config), role="trtllm")
-    return LaunchPlan(
-        processes=(proc,),
-        version_fallback=package_version(config, "tensorrt-llm", "tensorrt_llm"),
-        **common,
+    proc = ProcessUnit(
+        argv=(program, *args),
+        env=process_env(config),
+        role="trtllm",
+        ports=(port,),
+        module=PythonModule(
+            "tensorrt_llm", "pip install tensorrt-llm on a GPU machine, or set python="
+        ),
+        needs_gpu=True,
     )
-
-
-def start(config: EngineConfig) -> RunningEngine:
-    if config.runtime == "process":
-        require_module(
-            config, "tensorrt_llm", "pip install tensorrt-llm on a GPU machine, or set python="
-        )
-        require_gpu(config)  # no CPU build
-    return launch(plan(config))
+    shared = os.path.dirname(config_file) if config_file else None
+    image = image_unit(
+        config,
+        config.image or DEFAULT_IMAGE,
+        ("trtllm-serve", *args),
+        gpus=gpus_of(config),
+        ports=(port,),
+        mounts={shared: shared} if shared else {},
+    )
+    return LaunchPlan(
+        config=config,
+        host=config.host,
+        port=port,
+        model=model,
+        ready=all_of(http_ok("/health"), models_listed(model)),
+        processes=(proc,),
+        images=(image,),
+        version_probe=version_from_json("/version"),
+        version_fallback=package_version(config, "tensorrt-llm", "tensorrt_llm"),
+        ports=(port,),
+        temp_dirs=tuple(temp_dirs),
+        no_cache_reset=TRTLLM_CANNOT,
+    )

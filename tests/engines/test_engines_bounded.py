@@ -17,9 +17,11 @@ import pytest
 from pytest_llmslo.engines import plan_engine, start_engine, startup
 from pytest_llmslo.engines.base import EngineConfig
 from pytest_llmslo.engines.cache_reset import ANY, DYNAMO, SGLANG, VLLM, reset_cache
-from pytest_llmslo.engines.launch import LaunchPlan, launch
-from pytest_llmslo.engines.process import ProcessSpec, pick_free_port
+from pytest_llmslo.engines.launch import launch
+from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.readiness import http_ok
+from pytest_llmslo.engines.units import ProcessUnit
 from pytest_llmslo.errors import EngineStartError
 
 
@@ -76,7 +78,7 @@ def test_a_started_engine_reports_what_its_start_waits_for(fake_engine_argv: lis
         model="fake-model",
         ready=http_ok("/health"),
         processes=(
-            ProcessSpec(
+            ProcessUnit(
                 argv=(*fake_engine_argv, "--port", str(port), "--ready-after", "1.0"), role="fake"
             ),
         ),

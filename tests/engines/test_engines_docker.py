@@ -19,9 +19,9 @@ from engines_helpers import HERE, SIM_IMAGE
 from engines_helpers import fake_docker_plan as _fake_plan
 
 from pytest_llmslo.engines import EngineConfig, reap_stale_containers, start_engine
-from pytest_llmslo.engines import docker as dk
 from pytest_llmslo.engines.launch import launch
-from pytest_llmslo.engines.process import pick_free_port, port_is_free
+from pytest_llmslo.engines.ports import pick_free_port, port_is_free
+from pytest_llmslo.engines.runtimes import docker as dk
 from pytest_llmslo.errors import EngineStartError, EngineUnavailable
 
 HAVE_SIM = importlib.util.find_spec("pytest_llmslo.sim.__main__") is not None
@@ -192,7 +192,7 @@ def test_sigterm_to_harness_removes_its_containers(client: Any, tmp_path) -> Non
         sys.path.insert(0, {str(HERE)!r})
         from engines_helpers import fake_docker_plan as _fake_plan
         from pytest_llmslo.engines.launch import launch
-        from pytest_llmslo.engines import docker as dk
+        from pytest_llmslo.engines.runtimes import docker as dk
         h = launch(_fake_plan({port}))
         print(dk.SESSION_ID, flush=True)
         time.sleep(600)

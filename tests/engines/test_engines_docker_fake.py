@@ -12,10 +12,15 @@ from typing import Any
 
 import pytest
 from docker.errors import NotFound
+from engines_helpers import fake_docker_plan
 
-from pytest_llmslo.engines import docker as dk
 from pytest_llmslo.engines import lifecycle
 from pytest_llmslo.engines.base import EngineConfig
+from pytest_llmslo.engines.launch import launch
+from pytest_llmslo.engines.ports import pick_free_port
+from pytest_llmslo.engines.runtimes import docker as dk
+from pytest_llmslo.engines.units import ImageUnit
+from pytest_llmslo.errors import EngineStartError
 
 
 class FakeContainer:
@@ -109,7 +114,7 @@ def daemon(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeDaemon]:
 def _spec(name: str = "fake") -> dk.ContainerSpec:
     cfg = EngineConfig(kind="sim", name=name, runtime="docker")
     return dk.container_spec(
-        cfg, image="pytest-llmslo/sim:local", command=("true",), needs_gpu=False, pull=False
+        cfg, ImageUnit(image="pytest-llmslo/sim:local", command=("true",), pull=False)
     )
 
 
@@ -192,3 +197,19 @@ def test_reaping_failure_does_not_stop_the_engine(
     (unit,) = dk.start_containers([_spec()])
     unit.stop()
     assert not daemon.containers
+
+
+def test_launch_runs_a_plans_images_in_docker(
+    daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The docker runtime starts the image units (labelled, named for their role); a
+    # container that exits before it is ready fails the start and is removed.
+    def exits(self: FakeContainer) -> None:
+        self.status = "exited"
+        self.attrs = {"State": {"Running": False, "ExitCode": 3}}
+
+    monkeypatch.setattr(FakeContainer, "start", exits)
+    with pytest.raises(EngineStartError, match=r"engine exited before it was ready"):
+        launch(fake_docker_plan(pick_free_port()))
+    (name,) = daemon.removed
+    assert name.startswith("llmslo-fake-docker-engine-") and not daemon.containers

@@ -11,7 +11,8 @@ from engines_helpers import DYNAMO_PYTHON, group_alive, missing_module, stream_c
 
 from pytest_llmslo.engines import EngineConfig, start_engine
 from pytest_llmslo.engines.local import dynamo_mocker_config
-from pytest_llmslo.engines.process import ManagedProcess, port_is_free
+from pytest_llmslo.engines.ports import port_is_free
+from pytest_llmslo.engines.runtimes.process import ManagedProcess
 from pytest_llmslo.errors import EngineUnavailable
 
 pytestmark = pytest.mark.dynamo

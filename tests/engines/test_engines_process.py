@@ -19,15 +19,12 @@ import pytest
 
 from pytest_llmslo.engines import lifecycle
 from pytest_llmslo.engines.base import EngineConfig
-from pytest_llmslo.engines.launch import EngineTeardownWarning, LaunchPlan, RunningEngine, launch
-from pytest_llmslo.engines.process import (
-    ManagedProcess,
-    ProcessSpec,
-    pick_free_port,
-    port_is_free,
-    read_tail,
-)
+from pytest_llmslo.engines.launch import EngineTeardownWarning, RunningEngine, launch
+from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.ports import pick_free_port, port_is_free
 from pytest_llmslo.engines.readiness import http_ok, version_from_json
+from pytest_llmslo.engines.runtimes.process import ManagedProcess, read_tail
+from pytest_llmslo.engines.units import ProcessUnit
 from pytest_llmslo.errors import EngineStartError
 
 # The module (the package exports its ``launch`` function under the same name).
@@ -42,7 +39,7 @@ def _plan(argv: list[str], port: int, timeout: float = 30.0, **env: str) -> Laun
         port=port,
         model="fake-model",
         ready=http_ok("/health"),
-        processes=(ProcessSpec(argv=(*argv, "--port", str(port)), env=env, role="fake"),),
+        processes=(ProcessUnit(argv=(*argv, "--port", str(port)), env=env, role="fake"),),
         version_probe=version_from_json("/version"),
         ports=(port,),
     )
@@ -86,7 +83,7 @@ def test_start_ready_stream_stop_leaves_nothing(fake_engine_argv: list[str]) -> 
 
 def test_sigkill_after_grace_when_sigterm_is_ignored(fake_engine_argv: list[str]) -> None:
     port = pick_free_port()
-    spec = ProcessSpec(argv=(*fake_engine_argv, "--port", str(port), "--ignore-sigterm"))
+    spec = ProcessUnit(argv=(*fake_engine_argv, "--port", str(port), "--ignore-sigterm"))
     proc = ManagedProcess(spec, grace_s=0.5)
     try:
         time.sleep(0.5)
@@ -121,7 +118,7 @@ def test_timeout_raises_with_last_check_and_tail(fake_engine_argv: list[str]) ->
 
 def test_missing_program_is_a_start_error() -> None:
     with pytest.raises(EngineStartError, match="cannot start"):
-        ManagedProcess(ProcessSpec(argv=("/nonexistent/engine-binary",)))
+        ManagedProcess(ProcessUnit(argv=("/nonexistent/engine-binary",)))
 
 
 def test_port_in_use_is_reported(fake_engine_argv: list[str]) -> None:
@@ -230,8 +227,9 @@ def test_sigterm_to_harness_stops_engines(tmp_path, fake_engine_argv: list[str])
     script.write_text(
         textwrap.dedent(f"""
         import sys, time
-        from pytest_llmslo.engines.process import ManagedProcess, ProcessSpec
-        p = ManagedProcess(ProcessSpec(argv={argv!r}))
+        from pytest_llmslo.engines.runtimes.process import ManagedProcess
+        from pytest_llmslo.engines.units import ProcessUnit
+        p = ManagedProcess(ProcessUnit(argv={argv!r}))
         print(p.pgid, flush=True)
         time.sleep(600)
     """)
@@ -263,8 +261,9 @@ def test_harness_killed_outright_takes_the_engine_with_it(
     script.write_text(
         textwrap.dedent(f"""
         import time
-        from pytest_llmslo.engines.process import ManagedProcess, ProcessSpec
-        p = ManagedProcess(ProcessSpec(argv={argv!r}))
+        from pytest_llmslo.engines.runtimes.process import ManagedProcess
+        from pytest_llmslo.engines.units import ProcessUnit
+        p = ManagedProcess(ProcessUnit(argv={argv!r}))
         print(p.pid, flush=True)
         time.sleep(600)
     """)
@@ -310,10 +309,11 @@ def test_sigterm_to_pytest_session_stops_engines_and_interrupts(
     (tmp_path / "test_long.py").write_text(
         textwrap.dedent(f"""
         import time
-        from pytest_llmslo.engines.process import ManagedProcess, ProcessSpec
+        from pytest_llmslo.engines.runtimes.process import ManagedProcess
+        from pytest_llmslo.engines.units import ProcessUnit
 
         def test_long():
-            p = ManagedProcess(ProcessSpec(argv={argv!r}))
+            p = ManagedProcess(ProcessUnit(argv={argv!r}))
             open({str(marker)!r}, "w").write(str(p.pgid))
             time.sleep(600)
     """)

@@ -10,8 +10,11 @@ import httpx
 import pytest
 
 from pytest_llmslo.engines import EngineConfig, plan_engine, start_engine
-from pytest_llmslo.engines.process import ManagedProcess, ProcessSpec, pick_free_port, port_is_free
+from pytest_llmslo.engines.ports import pick_free_port, port_is_free
+from pytest_llmslo.engines.runtimes import RUNTIMES
+from pytest_llmslo.engines.runtimes.process import ManagedProcess
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE
+from pytest_llmslo.engines.units import ProcessUnit
 from pytest_llmslo.errors import ConfigError, EngineStartError
 
 HAVE_SIM = importlib.util.find_spec("pytest_llmslo.sim.__main__") is not None
@@ -29,7 +32,8 @@ def test_sim_process_argv() -> None:
     )  # fmt: skip
     assert plan.base_url == "http://127.0.0.1:8123"
     assert plan.model == "m1"
-    assert not plan.containers
+    # The process runtime runs the processes, never the image form.
+    assert RUNTIMES["process"].units(plan) == (proc,)
 
 
 def test_sim_picks_a_free_port_and_default_model() -> None:
@@ -68,7 +72,7 @@ def test_sim_process_end_to_end() -> None:
 def test_external_discovers_model_and_version(fake_engine_argv: list[str]) -> None:
     port = pick_free_port()
     server = ManagedProcess(
-        ProcessSpec(argv=(*fake_engine_argv, "--port", str(port), "--model", "served-x"))
+        ProcessUnit(argv=(*fake_engine_argv, "--port", str(port), "--model", "served-x"))
     )
     try:
         handle = start_engine(
@@ -99,7 +103,7 @@ def test_external_unreachable_times_out() -> None:
 
 def test_external_wrong_model_is_reported(fake_engine_argv: list[str]) -> None:
     port = pick_free_port()
-    server = ManagedProcess(ProcessSpec(argv=(*fake_engine_argv, "--port", str(port))))
+    server = ManagedProcess(ProcessUnit(argv=(*fake_engine_argv, "--port", str(port))))
     try:
         with pytest.raises(EngineStartError, match="lists fake-model; --model other is not one"):
             start_engine(

@@ -21,7 +21,8 @@ import pytest
 from docker.types import DeviceRequest
 
 from pytest_llmslo.engines import EngineConfig, plan_engine
-from pytest_llmslo.engines import docker as dk
+from pytest_llmslo.engines.runtimes import docker as dk
+from pytest_llmslo.engines.runtimes.docker import container_specs
 from pytest_llmslo.errors import ConfigError
 
 # SGLang 0.5.21, python/sglang/srt/arg_groups/fields/*.py (ServerArgs fields turned into
@@ -82,6 +83,7 @@ DYNAMO_TRTLLM_FLAGS = {
 }  # fmt: skip
 DYNAMO_RUNTIME_FLAGS = {"--discovery-backend", "--request-plane", "--event-plane"}
 
+DOCKER = dk.DockerRuntime()
 HF_CACHE = dk.host_hf_cache()
 GPU_ALL = [{"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]]}]
 # What the docker SDK sends for --gpus all (DeviceRequest fills in the empty fields).
@@ -149,7 +151,7 @@ def test_sglang_container_config() -> None:
         kind="sglang", runtime="docker", extra_args=("--enable-metrics",), **GPU_CONFIG
     )
     plan = plan_engine(cfg)
-    (spec,) = plan.containers
+    (spec,) = container_specs(plan)
     kw = spec.run_kwargs()
     assert kw["image"] == "lmsysorg/sglang:v0.5.21"
     assert kw["command"] == [
@@ -171,7 +173,7 @@ def test_sglang_container_config() -> None:
     _labels_ok(kw["labels"], "sglang")
     assert kw["detach"] is True
     assert kw["init"] is True
-    assert plan.static_version == "v0.5.21"
+    assert DOCKER.known_version(plan) == "v0.5.21"
     # The secret is passed to the container but never shown.
     assert "hf_secret_value" not in repr(spec.describe())
 
@@ -210,11 +212,11 @@ def test_trtllm_container_config(tmp_path: Path) -> None:
         **GPU_CONFIG,
     )
     plan = plan_engine(cfg)
-    (spec,) = plan.containers
+    (spec,) = container_specs(plan)
     kw = spec.run_kwargs()
     # A tag NVIDIA documents (docker pull in the TensorRT-LLM 1.3.0rc24 docs).
     assert kw["image"] == "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc24"
-    assert plan.static_version == "1.3.0rc24"
+    assert DOCKER.known_version(plan) == "1.3.0rc24"
     assert kw["command"][:2] == ["trtllm-serve", "meta-llama/Llama-3.1-8B-Instruct"]
     assert flags(kw["command"]) <= TRTLLM_FLAGS
     assert [dict(d) for d in kw["device_requests"]] == [
@@ -291,7 +293,7 @@ def test_vllm_serve_entrypoint_and_bad_entrypoint() -> None:
 def test_vllm_container_config() -> None:
     cfg = EngineConfig(kind="vllm", runtime="docker", host="0.0.0.0", **GPU_CONFIG)
     plan = plan_engine(cfg)
-    (spec,) = plan.containers
+    (spec,) = container_specs(plan)
     kw = spec.run_kwargs()
     assert kw["image"] == "vllm/vllm-openai:v0.32.0"
     assert kw["entrypoint"] == ["vllm", "serve"]
@@ -304,7 +306,7 @@ def test_vllm_container_config() -> None:
     # Bound to every interface on request, but the harness still talks to loopback.
     assert plan.base_url == "http://127.0.0.1:30001"
     assert [dict(d) for d in kw["device_requests"]] == GPU_ALL_API
-    assert plan.static_version == "v0.32.0"
+    assert DOCKER.known_version(plan) == "v0.32.0"
 
 
 @pytest.mark.parametrize("runtime", ["process", "docker"])
@@ -317,7 +319,7 @@ def test_vllm_api_key_goes_to_the_environment(runtime: str, form: tuple[str, ...
     )
     plan = plan_engine(cfg)
     if runtime == "docker":
-        (spec,) = plan.containers
+        (spec,) = container_specs(plan)
         argv, env = spec.run_kwargs()["command"], spec.run_kwargs()["environment"]
     else:
         (proc,) = plan.processes
@@ -331,7 +333,7 @@ def test_local_model_dir_is_mounted_read_only(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
     cfg = EngineConfig(kind="vllm", runtime="docker", model=str(model), port=8000)
-    (spec,) = plan_engine(cfg).containers
+    (spec,) = container_specs(plan_engine(cfg))
     volumes = spec.run_kwargs()["volumes"]
     assert volumes[str(model)] == {"bind": str(model), "mode": "ro"}
     # The Hugging Face cache stays writable: the engine downloads into it.
@@ -348,7 +350,7 @@ def test_gpus_none_means_no_device_request() -> None:
     cfg = EngineConfig(
         kind="vllm", runtime="docker", model="m", gpus="none", image="vllm/vllm-openai-cpu:v0.32.0"
     )
-    (spec,) = plan_engine(cfg).containers
+    (spec,) = container_specs(plan_engine(cfg))
     assert spec.run_kwargs()["device_requests"] == []
     assert not spec.needs_gpu
 
@@ -584,7 +586,7 @@ def test_dynamo_trtllm_disagg_engine_args(tmp_path: Path) -> None:
     assert gen_dir in plan.temp_dirs and str(tmp_path) not in plan.temp_dirs
     # In docker the generated files are seen at the same path.
     docker = plan_engine(dataclasses.replace(cfg, runtime="docker"))
-    for spec in docker.containers[1:]:
+    for spec in container_specs(docker)[1:]:
         path = _value(spec.command, "--extra-engine-args")
         assert spec.mounts[os.path.dirname(path)] == os.path.dirname(path)
     # A user's own YAML is used instead (it must set cache_transceiver_config itself).
@@ -636,8 +638,8 @@ def test_dynamo_containers(tmp_path: Path) -> None:
         **{**GPU_CONFIG, "tensor_parallel_size": 1},
     )
     plan = plan_engine(cfg)
-    frontend, prefill, decode = plan.containers
-    for spec in plan.containers:
+    frontend, prefill, decode = container_specs(plan)
+    for spec in container_specs(plan):
         kw = spec.run_kwargs()
         assert kw["image"] == "nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.6.1"
         assert kw["network_mode"] == "host" and kw["ipc_mode"] == "host"
@@ -648,8 +650,8 @@ def test_dynamo_containers(tmp_path: Path) -> None:
     assert frontend.device_requests == ()
     assert dict(prefill.device_requests[0])["DeviceIDs"] == ["0"]
     assert dict(decode.device_requests[0])["DeviceIDs"] == ["1"]
-    assert plan.static_version == "1.6.1"
-    names = {s.name for s in plan.containers}
+    assert DOCKER.known_version(plan) == "1.6.1"
+    names = {s.name for s in container_specs(plan)}
     assert len(names) == 3
 
 
@@ -684,7 +686,7 @@ def test_dynamo_not_enough_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 
 def test_sim_container_config() -> None:
     cfg = EngineConfig(kind="sim", runtime="docker", port=8011, model="m")
-    (spec,) = plan_engine(cfg).containers
+    (spec,) = container_specs(plan_engine(cfg))
     kw = spec.run_kwargs()
     assert kw["image"] == "pytest-llmslo/sim:local"
     assert kw["command"][:3] == ["python3", "-m", "pytest_llmslo.sim"]
@@ -703,7 +705,7 @@ def test_local_model_dir_is_mounted_into_containers(tmp_path: Path) -> None:
         options={"worker": "mocker", "discovery": "etcd"},
     )
     plan = plan_engine(cfg)
-    frontend, worker = plan.containers
+    frontend, worker = container_specs(plan)
     assert worker.mounts[str(model)] == str(model)
     trace = worker.command[worker.command.index("--response-replay-trace-path") + 1]
     assert os.path.dirname(trace) in worker.mounts

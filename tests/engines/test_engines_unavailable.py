@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 from pytest_llmslo.engines import EngineConfig, plan_engine, start_engine
 from pytest_llmslo.engines import _common as common
-from pytest_llmslo.engines import docker as dk
 from pytest_llmslo.engines.launch import remove_dirs
+from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.runtimes import docker as dk
+from pytest_llmslo.engines.runtimes import process as process_runtime
 from pytest_llmslo.errors import EngineUnavailable
 
 
@@ -72,8 +72,7 @@ def test_gpu_only_process_engine_without_gpu_is_unavailable(
 ) -> None:
     _no_gpu(monkeypatch)
     # As if the engine's package were installed: the missing GPU is what stops it.
-    monkeypatch.setattr(importlib.import_module(f"pytest_llmslo.engines.{kind}"),
-                        "require_module", lambda *a: None)  # fmt: skip
+    monkeypatch.setattr(process_runtime, "require_module", lambda *a: None)
     cfg = EngineConfig(kind=kind, name="gpu-only", model="m", options=options)
     with pytest.raises(EngineUnavailable, match=r"gpu-only: no NVIDIA GPU on this machine"):
         start_engine(cfg)
@@ -87,14 +86,23 @@ def test_engines_that_run_without_gpu_are_not_refused(
     monkeypatch: pytest.MonkeyPatch, kind: str, options: dict
 ) -> None:
     _no_gpu(monkeypatch)
-    mod = importlib.import_module(f"pytest_llmslo.engines.{kind}")
-    monkeypatch.setattr(mod, "require_module", lambda *a: None)
-    launched: list[object] = []
-    monkeypatch.setattr(mod, "launch", lambda plan: launched.append(plan) or plan)
+    monkeypatch.setattr(process_runtime, "require_module", lambda *a: None)
+    launched: list[LaunchPlan] = []
+
+    def start(self: object, plan: LaunchPlan) -> None:
+        launched.append(plan)
+        raise _Launched
+
+    monkeypatch.setattr(process_runtime.ProcessRuntime, "start", start)
     cfg = EngineConfig(kind=kind, model="m", options=options)
-    start_engine(cfg)  # vLLM has a CPU build; the mocker needs no GPU
+    with pytest.raises(_Launched):
+        start_engine(cfg)  # vLLM has a CPU build; the mocker needs no GPU
     assert len(launched) == 1
-    remove_dirs(launched[0].temp_dirs)  # type: ignore[attr-defined]
+    remove_dirs(launched[0].temp_dirs)
+
+
+class _Launched(Exception):
+    """The checks passed and the units would start now."""
 
 
 def test_gpu_check_uses_the_host_part_of_the_docker_check(

@@ -12,7 +12,8 @@ from engines_helpers import VLLM_PYTHON, group_alive, missing_module, stream_cha
 
 from pytest_llmslo.engines import EngineConfig, start_engine
 from pytest_llmslo.engines.local import vllm_cpu_config
-from pytest_llmslo.engines.process import ManagedProcess, port_is_free
+from pytest_llmslo.engines.ports import port_is_free
+from pytest_llmslo.engines.runtimes.process import ManagedProcess
 from pytest_llmslo.errors import EngineUnavailable
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

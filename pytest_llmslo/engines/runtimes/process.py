@@ -1,4 +1,4 @@
-"""A generic launcher for engines that run as local processes.
+"""The process runtime: an engine's process units run as local processes.
 
 Commands are argument lists, never shell strings. Each process gets its own process group
 (an engine spawns workers: vLLM's engine core, Dynamo's worker runtimes), so stopping it
@@ -11,80 +11,26 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineStartError
-from ..redact import redact_argv, redact_env, redact_text, secret_values
-from . import lifecycle
+from ...errors import EngineStartError
+from ...redact import redact_text, secret_values
+from .. import lifecycle
+from .._common import require_gpu, require_module
+from ..plan import LaunchPlan
+from ..units import ProcessUnit
+from .base import HostNetwork, Started
 
 _PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessSpec:
-    """One process to start: ``argv`` (``argv[0]`` a program or path), environment
-    variables added to the current environment, and a short role name for logs."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    role: str = "engine"
-    cwd: str | None = None
-
-    def describe(self) -> dict[str, Any]:
-        """The spec with secrets masked (for metadata)."""
-        secrets = secret_values(self.env, self.argv)
-        return {
-            "role": self.role,
-            "argv": redact_argv(self.argv, secrets),
-            "env": redact_env(self.env),
-        }
-
-
-def probe_host(host: str) -> str:
-    """Where to check the ports of a server bound to ``host``: an IPv4 wildcard bind is
-    checked on loopback."""
-    return "127.0.0.1" if host in ("0.0.0.0", "") else host
-
-
-def pick_free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` now (the kernel picks it)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """True when nothing listens on ``host:port`` and it can be bound."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        # SO_REUSEADDR mirrors what servers set, so TIME_WAIT leftovers count as free.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def wait_port_free(port: int, host: str = "127.0.0.1", timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if port_is_free(port, host):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
 
 
 def read_tail(path: str | os.PathLike[str], lines: int = 40, max_bytes: int = 256_000) -> str:
@@ -126,7 +72,7 @@ class ManagedProcess:
 
     def __init__(
         self,
-        spec: ProcessSpec,
+        spec: ProcessUnit,
         log_path: str | os.PathLike[str] | None = None,
         *,
         grace_s: float = 15.0,
@@ -232,7 +178,7 @@ class ManagedProcess:
 
 
 def start_processes(
-    specs: Sequence[ProcessSpec], log_dir: str | os.PathLike[str] | None = None
+    specs: Sequence[ProcessUnit], log_dir: str | os.PathLike[str] | None = None
 ) -> list[ManagedProcess]:
     """Start each spec in order; if one cannot be started, stop those already running."""
     if log_dir is None:
@@ -247,3 +193,45 @@ def start_processes(
             p.stop()
         raise
     return started
+
+
+class ProcessRuntime(HostNetwork):
+    """Runs ``plan.processes`` on this machine, each in a process group of its own, with
+    its output in a log file of a fresh directory (``llmslo-KIND-...``)."""
+
+    name = "process"
+
+    def units(self, plan: LaunchPlan) -> Sequence[ProcessUnit]:
+        return plan.processes
+
+    def check(self, plan: LaunchPlan) -> None:
+        """Each unit's Python module, then its GPU: ``EngineUnavailable`` saying which is
+        missing."""
+        for unit in plan.processes:
+            if unit.module is not None:
+                require_module(plan.config, unit.module.name, unit.module.hint)
+            if unit.needs_gpu:
+                require_gpu(plan.config)  # no CPU build
+
+    def start(self, plan: LaunchPlan) -> Started:
+        if not plan.processes:
+            return Started()
+        log_dir = tempfile.mkdtemp(prefix=f"llmslo-{plan.config.kind}-")
+        try:
+            units = start_processes(plan.processes, log_dir)
+        except BaseException:
+            # Nothing ran long enough to log anything worth keeping.
+            shutil.rmtree(log_dir, ignore_errors=True)
+            raise
+        return Started(list(units), log_dir)
+
+    def known_version(self, plan: LaunchPlan) -> str | None:
+        return None
+
+    def fallback_version(self, plan: LaunchPlan) -> str | None:
+        probe = plan.version_fallback
+        return probe() if callable(probe) else None
+
+    def reap(self) -> list[str]:
+        """Nothing to reap: a process engine dies with the harness (parent-death signal)."""
+        return []

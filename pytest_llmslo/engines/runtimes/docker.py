@@ -1,5 +1,7 @@
-"""A generic launcher for engines that run in docker containers (the ``docker`` SDK).
+"""The docker runtime: an engine's image units run as docker containers (the ``docker``
+SDK).
 
+A unit's container is derived from its neutral description (:func:`container_spec`).
 Containers use host networking (the engine binds the configured host and port, loopback
 by default), ``--ipc=host`` (PyTorch's shared-memory tensors between workers), GPUs through
 device requests, and the Hugging Face cache mounted so weights are downloaded once. Every
@@ -17,15 +19,18 @@ import socket
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineStartError, EngineUnavailable
-from ..redact import redact_argv, redact_env, redact_text, secret_values
-from . import lifecycle
-from ._common import host_gpu_reason
-from .base import EngineConfig
+from ...errors import EngineStartError, EngineUnavailable
+from ...redact import redact_argv, redact_env, redact_text, secret_values
+from .. import lifecycle
+from .._common import host_gpu_reason, image_tag
+from ..base import EngineConfig
+from ..plan import LaunchPlan
+from ..units import ImageUnit
+from .base import HostNetwork, Started
 
 LABEL_PREFIX = "io.llmslo"
 LABEL_SESSION = f"{LABEL_PREFIX}.session"
@@ -93,10 +98,6 @@ class ContainerSpec:
     @property
     def needs_gpu(self) -> bool:
         return bool(self.device_requests)
-
-    def with_mount(self, path: str) -> ContainerSpec:
-        """This spec with host ``path`` also seen at the same path inside the container."""
-        return replace(self, mounts={**self.mounts, path: path})
 
     def run_kwargs(self) -> dict[str, Any]:
         """The keyword arguments for ``client.containers.create`` (exactly what runs)."""
@@ -171,51 +172,39 @@ def _container_name(config: EngineConfig, role: str) -> str:
     return f"llmslo-{safe}-{role}-{SESSION_ID[:8]}-{n}"
 
 
-def container_spec(
-    config: EngineConfig,
-    *,
-    image: str,
-    command: Sequence[str],
-    needs_gpu: bool,
-    role: str = "engine",
-    entrypoint: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    mount_hf_cache: bool = True,
-    pull: bool = True,
-    hint: str = "",
-    shm_size: str | None = None,
-) -> ContainerSpec:
-    """The container for one engine unit: config env (plus ``env``), session labels, the
-    HF cache (``HF_HOME`` inside points at it), and, when the image ``needs_gpu``, the GPUs
-    of ``config.gpus`` (none for ``gpus="none"``)."""
-    all_env = dict(env or {})
-    all_env.update(config.env)
-    mounts: dict[str, str] = {}
-    read_only: list[str] = []
-    # A model given as a local directory is seen at the same path inside the container,
-    # read-only: the engine runs as root in there and has no business writing the weights.
-    if config.model and os.path.isabs(config.model) and os.path.exists(config.model):
-        mounts[config.model] = config.model
-        read_only.append(config.model)
-    if mount_hf_cache:
+def container_spec(config: EngineConfig, unit: ImageUnit) -> ContainerSpec:
+    """The container of one image unit: its env, the session labels, its mounts, the HF
+    cache (``HF_HOME`` inside points at it) when the unit keeps one, and device requests
+    for its ``gpus`` (none when it uses no GPU)."""
+    env = dict(unit.env)
+    # A local model directory is seen at the same path inside, read-only: the engine runs
+    # as root in there and has no business writing the weights.
+    mounts: dict[str, str] = {path: path for path in unit.read_only}
+    if unit.hf_cache:
         mounts[host_hf_cache()] = CONTAINER_HF_CACHE
-        all_env.setdefault("HF_HOME", CONTAINER_HF_CACHE)
-    gpus = device_requests_for(config.gpus) if needs_gpu else []
+        env.setdefault("HF_HOME", CONTAINER_HF_CACHE)
+    mounts.update(unit.mounts)
+    gpus = device_requests_for(unit.gpus) if unit.gpus is not None else []
     return ContainerSpec(
-        image=image,
-        command=tuple(command),
-        name=_container_name(config, role),
-        env=all_env,
-        labels=session_labels(config, role),
+        image=unit.image,
+        command=tuple(unit.command),
+        name=_container_name(config, unit.role),
+        env=env,
+        labels=session_labels(config, unit.role),
         mounts=mounts,
-        read_only=tuple(read_only),
+        read_only=unit.read_only,
         device_requests=tuple(gpus),
-        entrypoint=tuple(entrypoint) if entrypoint is not None else None,
-        role=role,
-        pull=pull,
-        hint=hint,
-        shm_size=shm_size,
+        entrypoint=unit.entrypoint,
+        role=unit.role,
+        pull=unit.pull,
+        hint=unit.hint,
+        shm_size=unit.shm,
     )
+
+
+def container_specs(plan: LaunchPlan) -> tuple[ContainerSpec, ...]:
+    """The containers of ``plan.images``, in order (each with a name of its own)."""
+    return tuple(container_spec(plan.config, unit) for unit in plan.images)
 
 
 def docker_client() -> Any:
@@ -464,3 +453,29 @@ def reap_once(client: Any) -> list[str]:
     except Exception as exc:  # best effort
         log.warning("reaping stale containers failed: %s", exc)
         return []
+
+
+class DockerRuntime(HostNetwork):
+    """Runs ``plan.images`` as docker containers on this machine's network."""
+
+    name = "docker"
+
+    def units(self, plan: LaunchPlan) -> Sequence[ImageUnit]:
+        return plan.images
+
+    def check(self, plan: LaunchPlan) -> None:
+        """Docker, its GPUs and the images are checked by :meth:`start`, in that order."""
+
+    def start(self, plan: LaunchPlan) -> Started:
+        if not plan.images:
+            return Started()
+        return Started(list(start_containers(container_specs(plan))))
+
+    def known_version(self, plan: LaunchPlan) -> str | None:
+        return image_tag(plan.images[0].image) if plan.images else None
+
+    def fallback_version(self, plan: LaunchPlan) -> str | None:
+        return None
+
+    def reap(self) -> list[str]:
+        return reap_stale_containers()

@@ -1,0 +1,100 @@
+"""What a runtime is: the thing that starts an engine's units (local processes, docker
+containers, ...) and knows where and how to reach them.
+
+``runtimes.RUNTIMES`` maps ``config.runtime`` to one. A runtime runs one form of a plan's
+units (``units(plan)``: ``plan.processes`` or ``plan.images``); ``launch.launch`` calls
+``check``, ``start`` and ``endpoint`` in that order, asks ``known_version`` and
+``fallback_version`` around the engine's own version probe, checks ``ports_in_use``
+before the start and ``ports_still_held`` after the stop; ``reap`` removes what crashed
+sessions left behind. Nothing here knows an engine kind, and no kind knows a runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..plan import LaunchPlan
+from ..ports import port_is_free, probe_host, wait_port_free
+from ..units import Unit
+
+
+class StartedUnit(Protocol):
+    """A started unit (a process group, a container)."""
+
+    def alive(self) -> bool: ...
+    def returncode(self) -> int | None: ...
+    def log_tail(self, lines: int = 40) -> str: ...
+    def stop(self) -> None: ...
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(slots=True)
+class Started:
+    """A runtime's started units, in start order, and the directory of their full logs
+    when they log to files here (named in errors, removed when the engine stops)."""
+
+    units: list[StartedUnit] = field(default_factory=list)
+    log_dir: str | None = None
+
+
+class Runtime(Protocol):
+    """One way to run an engine's units."""
+
+    name: str
+
+    def units(self, plan: LaunchPlan) -> Sequence[Unit]:
+        """The plan's units in the form this runtime runs."""
+        ...
+
+    def check(self, plan: LaunchPlan) -> None:
+        """``EngineUnavailable`` when the units cannot run here (a missing package, GPU,
+        daemon), before anything starts."""
+        ...
+
+    def start(self, plan: LaunchPlan) -> Started:
+        """Start the units in order; if one fails, stop those already started and raise."""
+        ...
+
+    def endpoint(self, plan: LaunchPlan, units: Sequence[StartedUnit]) -> str:
+        """The base URL where the harness reaches the engine's API (``plan.port`` of its
+        first unit), no trailing slash and no ``/v1``."""
+        ...
+
+    def known_version(self, plan: LaunchPlan) -> str | None:
+        """A version known without asking the engine (an image's tag)."""
+        ...
+
+    def fallback_version(self, plan: LaunchPlan) -> str | None:
+        """Asked when the engine does not answer its version probe."""
+        ...
+
+    def ports_in_use(self, plan: LaunchPlan) -> list[int]:
+        """The plan's ports already taken before the start (the start then fails)."""
+        ...
+
+    def ports_still_held(self, plan: LaunchPlan, timeout_s: float) -> list[int]:
+        """The plan's ports still taken ``timeout_s`` after the stop (warned about)."""
+        ...
+
+    def reap(self) -> list[str]:
+        """Remove units that sessions now gone left behind; their names."""
+        ...
+
+
+class HostNetwork:
+    """For runtimes whose units listen on this machine's network (local processes,
+    containers with host networking): the engine is reached at ``plan.base_url`` and its
+    ports are checked here."""
+
+    def endpoint(self, plan: LaunchPlan, units: Sequence[StartedUnit]) -> str:
+        return plan.base_url
+
+    def ports_in_use(self, plan: LaunchPlan) -> list[int]:
+        host = probe_host(plan.host)
+        return [p for p in plan.ports if not port_is_free(p, host)]
+
+    def ports_still_held(self, plan: LaunchPlan, timeout_s: float) -> list[int]:
+        host = probe_host(plan.host)
+        return [p for p in plan.ports if not wait_port_free(p, host, timeout_s=timeout_s)]
