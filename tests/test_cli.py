@@ -123,7 +123,7 @@ def test_report_writes_markdown_and_svg(docs, tmp_path, capsys):
     assert code == 0 and "vllm | test_chat" in out
     text = md.read_text()
     assert text.startswith("## pytest-llmslo sweep")
-    assert "### vllm · `test_chat` · concurrency sweep" in text
+    assert "<details><summary><b>vllm</b> · <code>test_chat</code> · concurrency sweep" in text
     assert "### Pareto · `test_chat`" in text
     root = ET.fromstring(svg.read_bytes())
     assert root.tag == "{http://www.w3.org/2000/svg}svg"

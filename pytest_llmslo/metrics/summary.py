@@ -85,6 +85,9 @@ class RunSummary:
     #: ``client_minus_engine_ttft_p50_ms`` / ``_p99_ms`` (network + client + API server)
     #: and ``energy_j_per_token``; None when signals were off.
     signals: Mapping[str, Any] | None = None
+    #: Warm-up requests sent (and discarded) before the measured ones: the setting, raised
+    #: to one wave of a closed loop; None in a document written before it was recorded.
+    warmup_requests: int | None = None
 
     _RUN_FIELDS = (
         "output_tok_s",
@@ -163,6 +166,7 @@ class RunSummary:
             "early_stop": self.early_stop,
             "traffic": None if self.traffic is None else dict(self.traffic),
             "signals": None if self.signals is None else dict(self.signals),
+            "warmup_requests": self.warmup_requests,
         }
 
     @classmethod
@@ -216,6 +220,7 @@ class RunSummary:
             early_stop=d.get("early_stop"),
             traffic=d.get("traffic"),
             signals=d.get("signals"),
+            warmup_requests=None if d.get("warmup_requests") is None else int(d["warmup_requests"]),
         )
 
 
@@ -294,6 +299,7 @@ def summarize(
         early_stop=_early_reason(run),
         traffic=traffic.summarize(run),
         signals=_signals(run, dists, out_tokens),
+        warmup_requests=run.warmup_requests,
     )
 
 

@@ -1,27 +1,38 @@
-"""Markdown summaries for CI step summaries (GitHub ``$GITHUB_STEP_SUMMARY``): pure
-renderers that return one string.
+"""Markdown summaries for pull requests and CI step summaries (GitHub
+``$GITHUB_STEP_SUMMARY``): pure renderers that return one string.
 
-- ``render_report(results)``: a session's ``document.Results`` as a heading, its pinned
-  constants, per engine
-  and test the sweep table (the columns of the terminal summary) with the knee row in
-  bold and marked, the knee sentence, the capacity of a test that searched it (with its
-  probes), then the Pareto summary across engines;
+- ``render_report(results)``: a session's ``document.Results``, sized for a pull request.
+  Its first lines say what a reviewer needs: the heading with the testbed (model,
+  precision, hardware), the overall verdict (how many levels met their SLO, and which
+  failed), one table with every sweep's levels, knee and outcome, and, per test run on
+  more than one engine, the Pareto table across engines. Everything else is folded in
+  ``<details>`` blocks: per sweep, the table of the terminal summary with the knee row in
+  bold and marked, what the test ran (workload, SLO, the warm-up each level really ran,
+  requests), the knee sentence, the engine's signals and the capacity search with its
+  probes; then the run's constants.
 - ``render_comparison(result)``: a ``regression.DocumentComparison`` as a heading with the
   outcome, the differing constants when the runs are not comparable, otherwise one table
   per compared point (metric, baseline, new, delta, delta %, tolerance, status) with the
   regressions in bold and the noise judgements under it.
 
-Numbers use the terminal report's formatting (``report.terminal.fmt_*``); cell text is
-escaped so that a ``|`` in a test id cannot break a table.
+No absolute path is shown (``report.paths``): a path near the results file is shown
+relative to its directory, any other by its file name. Numbers use the terminal report's
+formatting (``report.terminal.fmt_*``); cell text is escaped so that a ``|`` in a test id
+cannot break a table.
 """
 
 from __future__ import annotations
 
+import html
+import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.capacity import CapacityResult
-from pytest_llmslo.document.results import EngineEntry, Results
+from pytest_llmslo.document.results import EngineEntry, Results, Sweep
+from pytest_llmslo.report.paths import relative_paths
+from pytest_llmslo.report.svg import frontier_points
 from pytest_llmslo.report.terminal import (
     SIGNAL_COLUMNS,
     fmt_ms,
@@ -33,6 +44,7 @@ from pytest_llmslo.report.terminal import (
     sweep_row_cells,
     traffic_lines,
 )
+from pytest_llmslo.report.testbed import describe
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
@@ -40,7 +52,6 @@ from pytest_llmslo.sweep import (
     group_sweeps,
     knee_points,
     level_order,
-    pareto_front,
     point_attainment,
     point_goodput,
     point_status,
@@ -58,7 +69,9 @@ __all__ = [
     "render_pareto",
     "render_report",
     "render_sweeps",
+    "render_verdict",
     "table",
+    "warmup_text",
 ]
 
 _SWEEP_HEADERS = (
@@ -127,20 +140,21 @@ def render_constants(constants: Mapping[str, Any]) -> list[str]:
 
 
 def _test_line(test: Mapping[str, Any] | None, points: Sequence[SweepPoint]) -> str | None:
-    """One line of what a test ran: its workload, SLO, warm-up and requests per level."""
-    if not test:
-        return None
+    """One line of what a test ran: its workload, SLO, warm-up and requests per level
+    (``test``: its constants; without them, what its points say)."""
+    test = test or {}
     wl = test.get("workload") or {}
+    parts = []
     if wl.get("path"):
-        text = f"{wl.get('kind')}: {wl.get('path')}"
-    else:
+        parts.append(f"workload {wl.get('kind')}: {wl.get('path')}")
+    elif wl or test.get("isl") is not None:
         text = f"ISL {wl.get('isl', test.get('isl'))} / OSL {wl.get('osl', test.get('osl'))}"
         dist = wl.get("distribution")
         if dist and dist != "fixed":
             text += f" ({dist}, ±{wl.get('isl_stddev', 0):g} / ±{wl.get('osl_stddev', 0):g})"
         if wl.get("num_prefixes"):
             text += f", {wl['num_prefixes']} shared prefixes of {wl.get('prefix_len')} tokens"
-    parts = [f"workload {text}"]
+        parts.append(f"workload {text}")
     slo = [str(o.get("label", o)) if isinstance(o, Mapping) else str(o)
            for o in test.get("slo") or ()]  # fmt: skip
     if not slo:
@@ -150,13 +164,60 @@ def _test_line(test: Mapping[str, Any] | None, points: Sequence[SweepPoint]) -> 
                 break
     if slo:
         parts.append("SLO " + ", ".join(slo))
-    if test.get("warmup") is not None:
-        parts.append(f"warm-up {test['warmup']}")
+    warm = warmup_text(points, test.get("warmup"))
+    if warm:
+        parts.append(warm)
     if test.get("requests") is not None:
         parts.append(f"{test['requests']} requests per level")
     if test.get("duration_s"):
         parts.append(f"{test['duration_s']:g} s per level")
-    return "_" + escape_cell("; ".join(parts)) + "_"
+    return "_" + escape_cell("; ".join(parts)) + "_" if parts else None
+
+
+def warmup_text(points: Sequence[SweepPoint], setting: Any = None) -> str | None:
+    """The warm-up the levels of ``points`` really ran, from each point's summary:
+    ``warm-up 4``, or with levels that differ (a closed loop warms up with one wave at
+    least) their range and each level's: ``warm-up 16-48 (c16 16, c32 32, c48 48)``. A
+    document that did not record it has it worked out from the ``setting`` as the session
+    raises it (``settings.TestSettings.warmup_for``)."""
+    try:
+        ordered = [points[i] for i in level_order(points)]
+    except ValueError:  # mixed load modes: as measured
+        ordered = list(points)
+    ran: dict[str, int] = {}
+    for p in ordered:
+        n = p.summary.warmup_requests
+        if n is None and isinstance(setting, int) and not isinstance(setting, bool):
+            closed = setting > 0 and p.level.mode == "concurrency"
+            n = max(setting, math.ceil(p.level.value)) if closed else setting
+        if n is not None:
+            ran[p.level.label] = n
+    counts = sorted(set(ran.values()))
+    if not counts:
+        return None
+    if len(counts) == 1:
+        return f"warm-up {counts[0]}"
+    each = ", ".join(f"{label} {n}" for label, n in ran.items())
+    return f"warm-up {counts[0]}-{counts[-1]} ({each})"
+
+
+def _level_notes(p: SweepPoint) -> list[str]:
+    """What a level's table row cannot say: why it was inconclusive, its notes, and why
+    it missed its SLO (the verdict's attribution)."""
+    label = p.level.label
+    out = []
+    if point_status(p) == "invalid":
+        reasons = p.summary.invalid_reasons or (p.verdict.invalid_reasons if p.verdict else ())
+        if reasons:
+            out.append(f"{label}: inconclusive: {'; '.join(reasons)}")
+    out += [f"{label}: {note}" for note in p.notes]
+    out += [f"{label}: why: {why}" for why in (p.verdict.attribution if p.verdict else ())]
+    return out
+
+
+def _html(text: object) -> str:
+    """Text for an HTML element (a ``<summary>``), where Markdown is not rendered."""
+    return html.escape(str(text), quote=False)
 
 
 def _verdict(p: SweepPoint) -> str:
@@ -229,8 +290,9 @@ def render_sweeps(
                 rows.append([mark, *cells, _verdict(p)])
             if lines:
                 lines.append("")
-            lines.append(f"### {escape_cell(engine)} · `{escape_cell(test)}` · {mode} sweep")
-            lines.append("")
+            where = f"<b>{_html(engine)}</b> · <code>{_html(test)}</code> · {mode} sweep"
+            knee_at = f"knee {knee.level.label}" if knee.level is not None else "no knee"
+            lines.extend([f"<details><summary>{where} · {knee_at}</summary>", ""])
             ran = _test_line((tests or {}).get(test), pts)
             if ran:
                 lines.extend([ran, ""])
@@ -248,12 +310,7 @@ def render_sweeps(
             traffic = [
                 "- " + escape_cell(text.strip())
                 for i in level_order(pts)
-                for text in traffic_lines(pts[i])
-                + signal_lines(pts[i])
-                + [
-                    f"{pts[i].level.label}: why: {why}"
-                    for why in (pts[i].verdict.attribution if pts[i].verdict else ())
-                ]
+                for text in traffic_lines(pts[i]) + signal_lines(pts[i]) + _level_notes(pts[i])
             ]
             if traffic:
                 lines.extend(["", *traffic])
@@ -267,6 +324,7 @@ def render_sweeps(
                     "! inconclusive: the load generator, not the engine, was the "
                     "bottleneck (excluded from knee and Pareto)"
                 )
+            lines.extend(["", "</details>"])
     return lines
 
 
@@ -275,17 +333,22 @@ def render_pareto(
     knees: Mapping[Any, Knee] | None = None,
     setups: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Per test, the engines at their knees with the Pareto frontier (output tok/s up,
-    TTFT P99 down) marked, and how many of all points are on it: the columns of the
-    published engine comparisons (throughput, TTFT P50/P99, ITL P50, goodput). ``setups``
-    describes each engine in a column of its own (for the sim: what it simulates)."""
+    """Per test run on more than one engine, the engines at their knees with the Pareto
+    frontier (output tok/s up, TTFT P99 down) marked, and how many of all points are on
+    it: the columns of the published engine comparisons (throughput, TTFT P50/P99, ITL
+    P50, goodput). Only a valid point that met its SLO can be on a frontier
+    (``svg.frontier_points``). ``setups`` describes each engine in a column of its own (for
+    the sim: what it simulates)."""
     by_test: dict[str, list[SweepPoint]] = {}
     for p in points:
         by_test.setdefault(p.test, []).append(p)
     lines: list[str] = []
     for test, pts in by_test.items():
+        if len({p.engine for p in pts}) < 2:
+            continue  # one engine is compared with nothing
         at_knee = knee_points(pts, knees)
-        front = pareto_front(at_knee)
+        on_front = {id(p) for p in frontier_points(at_knee)}
+        front = [id(p) in on_front for p in at_knee]
         rows = []
         order = sorted(range(len(at_knee)), key=lambda i: -(at_knee[i].summary.output_tok_s or 0))
         for i in order:
@@ -316,63 +379,165 @@ def render_pareto(
             lines.extend(table(head, rows, set(range(first, first + 6))))
         else:
             lines.append("No engine has a knee for this test.")
-        all_front = pareto_front(pts)
-        frontier = [p for p, on in zip(pts, all_front, strict=True) if on]
-        eligible = sum(1 for p in pts if p.summary.valid)
+        frontier = frontier_points(pts)
+        eligible = sum(1 for p in pts if point_status(p) in ("pass", "unchecked"))
         lines.append("")
         names = ", ".join(f"{p.engine} {p.level.label}" for p in frontier) or "none"
         lines.append(
-            f"Over all points: {len(frontier)} of {eligible} valid on the frontier: {names}"
+            f"Over all points: {len(frontier)} of the {eligible} that met the SLO are on "
+            f"the frontier: {names}"
         )
     return lines
 
 
 def _setups(engines: Mapping[str, EngineEntry]) -> dict[str, str]:
     """A short description of each engine that has one: a sim engine's simulated setup
-    (hardware, engine, deployment); empty when none has."""
+    (engine, deployment, and the hardware and precision when the engines' differ: the
+    heading names them otherwise); empty when none has."""
+    sims = {
+        name: entry.metadata["simulated"]
+        for name, entry in engines.items()
+        if isinstance(entry.metadata.get("simulated"), Mapping)
+        and entry.metadata["simulated"].get("hardware")
+    }
+    shared = len({(s.get("hardware"), s.get("precision")) for s in sims.values()}) == 1
     out: dict[str, str] = {}
-    for name, entry in engines.items():
-        sim = entry.metadata.get("simulated")
-        if isinstance(sim, Mapping) and sim.get("hardware"):
-            out[name] = (
-                f"{sim.get('hardware')} {sim.get('precision', '')}, {sim.get('engine', '')}-like, "
-                f"{sim.get('deployment', '')}"
-            ).replace(" ,", ",")
+    for name, sim in sims.items():
+        words = [] if shared else [f"{sim.get('hardware')} {sim.get('precision', '')}".strip()]
+        words += [f"{sim.get('engine', '')}-like", str(sim.get("deployment", ""))]
+        out[name] = ", ".join(w for w in words if w and w != "-like")
     return out
 
 
+def _outcomes(points: Sequence[SweepPoint]) -> dict[str, list[SweepPoint]]:
+    """The levels of ``points`` by outcome (``pass``, ``fail``, ``inconclusive``,
+    ``unchecked``), each level once (its last point), in level order."""
+    out: dict[str, list[SweepPoint]] = {}
+    for i in level_order(points):
+        out.setdefault(points[i].outcome, []).append(points[i])
+    return out
+
+
+def _outcome_cell(points: Sequence[SweepPoint]) -> str:
+    by = _outcomes(points)
+    parts = []
+    for outcome in ("pass", "fail", "inconclusive", "unchecked"):
+        pts = by.get(outcome, [])
+        if not pts:
+            continue
+        word = "no SLO" if outcome == "unchecked" else outcome
+        text = f"{len(pts)} {word}"
+        if outcome != "pass":
+            text += " (" + ", ".join(p.level.label for p in pts) + ")"
+        parts.append(f"**{text}**" if outcome == "fail" else text)
+    return ", ".join(parts)
+
+
+def _knee_cell(knee: Knee, points: Sequence[SweepPoint]) -> str:
+    if knee.level is None:
+        return {"none_passed": "none: no level passed", "unchecked": "- (no SLO)"}.get(
+            knee.status, "none"
+        )
+    text = f"{KNEE_MARK} **{knee.level.label}**"
+    if knee.status == "all_passed":
+        text += " (every judged level passed)" if unjudged(points) else " (every level passed)"
+    return text
+
+
+def render_verdict(results: Results) -> list[str]:
+    """The overall verdict in one line, then one row per sweep: its levels, its knee with
+    the goodput there, and how its levels came out."""
+    sweeps: list[Sweep] = results.sweeps()
+    levels = [p for s in sweeps for p in (s.points[i] for i in level_order(s.points))]
+    count = {o: sum(1 for p in levels if p.outcome == o) for o in OUTCOME_WORDS}
+    judged = count["pass"] + count["fail"]
+    no_knee = [s for s in sweeps if s.knee.status == "none_passed"]
+    if no_knee:
+        icon = "❌"
+    elif count["fail"] or count["inconclusive"]:
+        icon = "⚠️"
+    elif judged:
+        icon = "✅"
+    else:
+        icon = "➖"
+    if judged:
+        text = f"{count['pass']} of {judged} judged levels met their SLO"
+    else:
+        text = f"no level was judged against an SLO ({len(levels)} measured)"
+    if count["fail"]:
+        text += f", {count['fail']} failed"
+    if count["inconclusive"]:
+        text += f", {count['inconclusive']} inconclusive (the client was the bottleneck)"
+    if count["unchecked"] and judged:
+        text += f", {count['unchecked']} without an SLO"
+    if no_knee:
+        names = ", ".join(f"{s.engine} `{escape_cell(s.test)}`" for s in no_knee)
+        text += f"; no level passed on {names}"
+    elif count["fail"]:
+        text += "; every failure is above its sweep's knee"
+    lines = [f"**Verdict: {icon} {text}.**", ""]
+    rows = []
+    for s in sweeps:
+        at = s.knee_point()
+        good = None if at is None else point_goodput(results.points[at])
+        ordered = [s.points[i].level.label for i in level_order(s.points)]
+        rows.append([
+            s.engine, f"`{s.test}`", s.mode, " ".join(ordered), _knee_cell(s.knee, s.points),
+            fmt_tok(good) if good is not None else "-", _outcome_cell(s.points),
+        ])  # fmt: skip
+    head = ("engine", "test", "load", "levels", "knee", "good tok/s at knee", "levels' outcome")
+    lines.extend(table(head, rows, {5}))
+    return lines
+
+
+#: The outcomes of a level, as ``SweepPoint.outcome`` names them.
+OUTCOME_WORDS = ("pass", "fail", "inconclusive", "unchecked")
+
+
+def _details(summary: str, body: Sequence[str]) -> list[str]:
+    """``body`` folded under ``summary`` (HTML: Markdown is not rendered in a summary);
+    the blank lines let GitHub render the Markdown inside."""
+    return [f"<details><summary>{summary}</summary>", "", *body, "", "</details>"]
+
+
 def render_report(results: Results, *, title: str | None = None) -> str:
-    """A session's results as Markdown: heading, constants, sweep tables, Pareto summary."""
+    """A session's results as Markdown for a pull request: the heading and testbed, the
+    verdict, every sweep's knee and the Pareto tables first; the sweep tables and the
+    run's constants folded (see the module docstring)."""
     points = results.points
     knees = results.test_knees()
-    capacities = results.capacities
     constants = results.constants
     harness = results.harness
     lines = [f"## {escape_cell(title or 'pytest-llmslo sweep')}", ""]
     meta = f"{harness.get('name', 'pytest-llmslo')} {harness.get('version', '')}".strip()
-    created = results.created_utc
-    lines.append(f"_{escape_cell(meta)}" + (f", {escape_cell(created)}" if created else "") + "_")
+    for extra in (results.created_utc, describe(results)):
+        if extra:
+            meta += f" · {extra}"
+    lines.append(f"_{escape_cell(meta)}_")
     if not results.complete:
         lines.append("")
         lines.append("> **Partial results**: the session was interrupted.")
+    lines.append("")
+    if not points:
+        lines.append("No load level was measured.")
+    else:
+        lines.extend(render_verdict(results))
+        pareto = render_pareto(points, knees, _setups(results.engines))
+        if pareto:
+            lines.extend(["", *pareto])
+        lines.append("")
+        sweeps = render_sweeps(points, knees, results.capacities, constants.get("tests"))
+        lines.extend(sweeps)
     engines = results.engines
     versions = [f"{name} {entry.version}" for name, entry in engines.items() if entry.version]
-    if versions:
+    about = [f"Engines: {escape_cell(', '.join(versions))}", ""] if versions else []
+    about += render_constants(constants)
+    if about:
         lines.append("")
-        lines.append(f"Engines: {escape_cell(', '.join(versions))}")
-    consts = render_constants(constants)
-    if consts:
-        lines.append("")
-        lines.extend(consts)
-    lines.append("")
-    if points:
-        lines.extend(render_sweeps(points, knees, capacities, constants.get("tests")))
-        if len({p.engine for p in points}) > 1:
-            lines.append("")
-            lines.extend(render_pareto(points, knees, _setups(engines)))
-    else:
-        lines.append("No load level was measured.")
-    return "\n".join(lines).rstrip() + "\n"
+        lines.extend(_details("Run constants", about))
+    text = "\n".join(lines).rstrip() + "\n"
+    base = os.path.dirname(os.path.abspath(results.source)) if results.source else None
+    return relative_paths(text, base)
 
 
 def _comparison_block(c: Comparison) -> list[str]:
@@ -438,7 +603,7 @@ def render_comparison(result: DocumentComparison, *, title: str | None = None) -
         lines.append("Not compared: the pinned constants differ.")
         lines.append("")
         lines.extend(f"- {escape_cell(m)}" for m in result.mismatch)
-        return "\n".join(lines) + "\n"
+        return relative_paths("\n".join(lines) + "\n")
     if result.tolerances:
         tol = ", ".join(f"`{k}` {t.label}" for k, t in result.tolerances.items())
         lines.append("")
@@ -476,4 +641,4 @@ def render_comparison(result: DocumentComparison, *, title: str | None = None) -
         )
     lines.append("")
     lines.append(f"<sub>{escape_cell(RULE)}</sub>")
-    return "\n".join(lines) + "\n"
+    return relative_paths("\n".join(lines) + "\n")

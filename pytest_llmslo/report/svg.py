@@ -1,30 +1,50 @@
 """A dependency-free SVG chart of sweeps and the Pareto frontier (a pure renderer).
 
-For every test (and load mode, when a test was swept in both), one row of two panels:
+The chart is headed by its title and the testbed (model, precision and hardware, from the
+run's constants and the engines' metadata: ``report.testbed``). Then, for every test (and
+load mode, when a test was swept in both), one row of three panels:
 
-- **throughput vs latency**: output tok/s (x) against TTFT P99 (y), one line per engine
+- **throughput vs TTFT P99**: output tok/s (x) against TTFT P99 (y), one line per engine
   through its load levels in load order, the knee ringed and labelled, and the Pareto
-  frontier over every valid point of the test (throughput up, TTFT P99 down) as a dashed
-  step line;
-- **load vs goodput**: the load level (concurrency or rate, x) against goodput tok/s
-  (y), one line per engine, the knee ringed.
+  frontier (throughput up, TTFT P99 down) over the test's valid points that met their SLO
+  as a dashed step line: a failed or inconclusive point is never on it;
+- **load vs goodput**: the load level (x) against goodput tok/s (y), the knee ringed;
+- **load vs ITL**: the load level against ITL P50 (or the inter-token statistic the SLO
+  bounds: TPOT, another percentile), the knee ringed.
+
+The x axis is named for the kind of level: ``concurrency``, ``request rate (req/s)`` or,
+for a trace replay, ``trace speed-up (x)``. Where the SLO has an objective on a panel's
+metric and statistic (TTFT P99, ITL P50, ...), its threshold is a red dashed line with its
+label; a threshold far above the points is named at the top instead of squashing them.
+A test measured at one load level gets a small table, not three one-point charts.
+
+No two labels overlap: every label's box is computed (its text's length by the font size,
+``chartkit.text_width``) and a knee label that would cover another label or a marker is moved to
+the next free place around its ring (right, left, then stacked above and below), with a
+thin leader line when it had to move away.
 
 With ``baseline`` results (``llmslo compare``) each engine's baseline sweep is drawn in
 the same colour, dashed and lighter, so old and new can be seen together. Points of an
-inconclusive (client-limited) run are hollow; they are not on the frontier. Axes have "nice" ticks
-(1, 2, 5 x 10^k) and labels; a legend heads each row. The output is one standalone SVG
-document (valid XML, all text escaped) with no scripts and no external references.
+inconclusive (client-limited) run are hollow. Axes have "nice" ticks (1, 2, 5 x 10^k) and
+labels; a legend heads each row (the drawing pieces are ``report.chartkit``'s). The output
+is one standalone SVG document (valid XML, all text escaped) with no scripts and no
+external references.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from pytest_llmslo.document.results import Results
-from pytest_llmslo.report.terminal import signal_bits
+from pytest_llmslo.report import chartkit as kit
+from pytest_llmslo.report.chartkit import nice_ticks, text_box, text_width
+from pytest_llmslo.report.paths import relative_paths
+from pytest_llmslo.report.terminal import fmt_ms, fmt_tok, signal_bits
+from pytest_llmslo.report.testbed import describe
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
@@ -34,10 +54,20 @@ from pytest_llmslo.sweep import (
     lookup_knee,
     pareto_front,
     point_goodput,
+    point_status,
     summary_stat,
 )
 
-__all__ = ["PALETTE", "nice_ticks", "render_svg"]
+__all__ = [
+    "PALETTE",
+    "Threshold",
+    "frontier_points",
+    "load_axis",
+    "nice_ticks",
+    "render_svg",
+    "text_width",
+    "thresholds",
+]
 
 #: Engine colours, in order of first appearance (colour-blind friendly, Okabe-Ito).
 PALETTE: tuple[str, ...] = (
@@ -51,150 +81,93 @@ PALETTE: tuple[str, ...] = (
     "#F0E442",
 )
 
-_PANEL_W = 480
-_PANEL_H = 330
-_MARGIN = {"left": 70, "right": 20, "top": 36, "bottom": 52}
-_TITLE_H = 34
-_LEGEND_ROW_H = 20
-_FONT = "font-family='sans-serif'"
+SLO_COLOR = "#C62828"
+_PANELS = 3
+_HEAD_H = 58
+_ROW_H = 20  # a table's row
 
 Series = list[tuple[float, float, bool, SweepPoint]]  # x, y, valid, point
 
 
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """About ``count`` round tick values covering ``[lo, hi]`` (steps of 1, 2 or 5 x
-    10^k); the first tick is <= lo and the last >= hi."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise ValueError(f"ticks need finite bounds, got {lo!r}, {hi!r}")
-    if hi < lo:
-        lo, hi = hi, lo
-    if hi == lo:
-        pad = abs(lo) * 0.1 or 1.0
-        lo, hi = lo - pad, hi + pad
-    raw = (hi - lo) / max(count, 1)
-    mag = 10.0 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1.0, 2.0, 5.0, 10.0) if m * mag >= raw)
-    start = math.floor(lo / step + 1e-9) * step
-    ticks = []
-    value = start
-    while value < hi - 1e-9 * step:
-        ticks.append(value)
-        value = start + len(ticks) * step
-    ticks.append(value)
-    # Round away float noise such as 0.30000000000000004.
-    digits = max(0, -math.floor(math.log10(step))) + 1
-    return [round(t, digits) for t in ticks]
+# --------------------------------------------------------------------------- what is drawn
 
 
-def _fmt_tick(value: float) -> str:
-    if value == 0:
-        return "0"
-    if abs(value) >= 10_000:
-        return f"{value / 1000:g}k"
-    return f"{value:g}"
+def load_axis(points: Sequence[SweepPoint]) -> tuple[str, str]:
+    """The name of the load of ``points`` (one load mode) and its axis label with unit:
+    ``("concurrency", "concurrency")``, ``("request rate", "request rate (req/s)")`` or,
+    for a trace replay, ``("trace speed-up", "trace speed-up (x)")``."""
+    if points and all(p.level.mode == "concurrency" for p in points):
+        return "concurrency", "concurrency"
+    if points and all(p.level.arrival == "trace" for p in points):
+        return "trace speed-up", "trace speed-up (x)"
+    return "request rate", "request rate (req/s)"
 
 
-class _Axes:
-    """Maps data to pixels inside one panel."""
-
-    def __init__(self, x0: float, y0: float, xs: Sequence[float], ys: Sequence[float]) -> None:
-        self.left = x0 + _MARGIN["left"]
-        self.right = x0 + _PANEL_W - _MARGIN["right"]
-        self.top = y0 + _MARGIN["top"]
-        self.bottom = y0 + _PANEL_H - _MARGIN["bottom"]
-        lo_x, hi_x = (min(xs), max(xs)) if xs else (0.0, 1.0)
-        lo_y, hi_y = (min(ys), max(ys)) if ys else (0.0, 1.0)
-        # A little room past the largest value, so its marker and label are not on the frame.
-        hi_x += 0.04 * (hi_x - lo_x)
-        hi_y += 0.06 * (hi_y - lo_y)
-        # Start at zero when the data is not far from it: a chart of 0.9x..1.1x exaggerates.
-        if lo_x >= 0 and lo_x < 0.5 * hi_x:
-            lo_x = 0.0
-        if lo_y >= 0 and lo_y < 0.5 * hi_y:
-            lo_y = 0.0
-        self.xticks = nice_ticks(lo_x, hi_x)
-        self.yticks = nice_ticks(lo_y, hi_y)
-
-    def x(self, v: float) -> float:
-        lo, hi = self.xticks[0], self.xticks[-1]
-        return self.left + (v - lo) / (hi - lo) * (self.right - self.left)
-
-    def y(self, v: float) -> float:
-        lo, hi = self.yticks[0], self.yticks[-1]
-        return self.bottom - (v - lo) / (hi - lo) * (self.bottom - self.top)
+def frontier_points(points: Sequence[SweepPoint]) -> list[SweepPoint]:
+    """The points on the Pareto frontier (output tok/s up, TTFT P99 down) of those that may
+    be on it: valid runs that met their SLO (or asserted none). A failed point, however
+    fast, is no operating point; an inconclusive one measured the client."""
+    eligible = [p for p in points if point_status(p) in ("pass", "unchecked")]
+    return [p for p, on in zip(eligible, pareto_front(eligible), strict=True) if on]
 
 
-def _text(
-    x: float, y: float, text: str, *, size: int = 12, anchor: str = "start", **attrs: Any
-) -> str:
-    # class_ -> class (a keyword), font_weight -> font-weight
-    extra = "".join(
-        f" {k.rstrip('_').replace('_', '-')}={quoteattr(str(v))}" for k, v in attrs.items()
-    )
-    return (
-        f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size}' text-anchor='{anchor}' {_FONT}"
-        f"{extra}>{escape(text)}</text>"
-    )
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """An objective's threshold as a chart draws it: on the axis of ``metric`` at ``stat``
+    (a percentile or ``"mean"``)."""
+
+    metric: str
+    stat: float | str
+    value: float
+    label: str
 
 
-def _axes_svg(ax: _Axes, xlabel: str, ylabel: str, title: str) -> list[str]:
-    out = [
-        f"<rect x='{ax.left:.1f}' y='{ax.top:.1f}' width='{ax.right - ax.left:.1f}' "
-        f"height='{ax.bottom - ax.top:.1f}' fill='white' stroke='#888'/>"
-    ]
-    for t in ax.xticks:
-        px = ax.x(t)
-        out.append(
-            f"<line x1='{px:.1f}' y1='{ax.top:.1f}' x2='{px:.1f}' y2='{ax.bottom:.1f}' "
-            "stroke='#eee'/>"
-        )
-        out.append(
-            f"<line x1='{px:.1f}' y1='{ax.bottom:.1f}' x2='{px:.1f}' y2='{ax.bottom + 5:.1f}' "
-            "stroke='#888'/>"
-        )
-        out.append(_text(px, ax.bottom + 18, _fmt_tick(t), size=11, anchor="middle"))
-    for t in ax.yticks:
-        py = ax.y(t)
-        out.append(
-            f"<line x1='{ax.left:.1f}' y1='{py:.1f}' x2='{ax.right:.1f}' y2='{py:.1f}' "
-            "stroke='#eee'/>"
-        )
-        out.append(
-            f"<line x1='{ax.left - 5:.1f}' y1='{py:.1f}' x2='{ax.left:.1f}' y2='{py:.1f}' "
-            "stroke='#888'/>"
-        )
-        out.append(_text(ax.left - 8, py + 4, _fmt_tick(t), size=11, anchor="end"))
-    mid_x = (ax.left + ax.right) / 2
-    mid_y = (ax.top + ax.bottom) / 2
-    out.append(_text(mid_x, ax.bottom + 40, xlabel, anchor="middle", class_="xlabel"))
-    out.append(
-        _text(
-            ax.left - 52,
-            mid_y,
-            ylabel,
-            anchor="middle",
-            transform=f"rotate(-90 {ax.left - 52:.1f} {mid_y:.1f})",
-            class_="ylabel",
-        )
-    )
-    out.append(_text(mid_x, ax.top - 12, title, size=13, anchor="middle", font_weight="bold"))
-    return out
+def _stat(value: Any) -> float | str:
+    if isinstance(value, str) and not value.replace(".", "", 1).isdigit():
+        return value.lower().removeprefix("p") if value.lower() != "mean" else "mean"
+    return float(value)
 
 
-def _polyline(
-    points: Sequence[tuple[float, float]],
-    color: str,
-    *,
-    dashed: bool = False,
-    opacity: float = 1.0,
-    width: float = 2.0,
-) -> str:
-    coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-    dash = " stroke-dasharray='6 4'" if dashed else ""
-    return (
-        f"<polyline points='{coords}' fill='none' stroke='{color}' stroke-width='{width}'"
-        f" stroke-opacity='{opacity}'{dash}/>"
-    )
+def thresholds(points: Sequence[SweepPoint], slo: Sequence[Any] | None = None) -> list[Threshold]:
+    """The SLO thresholds of a test: from its points' verdicts (what was judged), else from
+    its constants' ``slo`` (objective dicts ``{"metric", "stat", "threshold", "label"}``)."""
+    out: dict[str, Threshold] = {}
+    for p in points:
+        for r in p.verdict.results if p.verdict is not None else ():
+            o = r.objective
+            t = Threshold(o.metric, _stat(o.stat), float(o.threshold), o.label)
+            out.setdefault(t.label, t)
+    if not out:
+        for o in slo or ():
+            if isinstance(o, Mapping) and {"metric", "stat", "threshold"} <= set(o):
+                try:
+                    t = Threshold(
+                        str(o["metric"]), _stat(o["stat"]), float(o["threshold"]),
+                        str(o.get("label") or f"{o['metric']}_{o['stat']}"),
+                    )  # fmt: skip
+                except (TypeError, ValueError):
+                    continue
+                out.setdefault(t.label, t)
+    return list(out.values())
+
+
+def _stat_name(stat: float | str) -> str:
+    return "mean" if stat == "mean" else f"P{float(stat):g}"
+
+
+def _gap_metric(limits: Sequence[Threshold]) -> tuple[str, float | str]:
+    """The inter-token statistic to plot: the one the SLO bounds, else ITL P50."""
+    for t in limits:
+        if t.metric in ("itl", "tpot"):
+            return t.metric, t.stat
+    return "itl", 50.0
+
+
+def _on_axis(limits: Sequence[Threshold], metric: str, stat: float | str) -> list[Threshold]:
+    return [t for t in limits if t.metric == metric and t.stat == stat]
+
+
+# --------------------------------------------------------------------------- drawing
 
 
 def _marker(x: float, y: float, color: str, *, valid: bool, opacity: float, title: str) -> str:
@@ -202,54 +175,62 @@ def _marker(x: float, y: float, color: str, *, valid: bool, opacity: float, titl
     return (
         f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4' fill='{fill}' fill-opacity='{opacity}' "
         f"stroke='{color}' stroke-opacity='{opacity}' stroke-width='1.5'>"
-        f"<title>{escape(title)}</title></circle>"
+        f"<title>{escape(relative_paths(title))}</title></circle>"
     )
 
 
-def _knee_mark(x: float, y: float, color: str, label: str, right: float) -> list[str]:
-    # Label to the right of the ring, or to its left when it would leave the plot area.
-    fits = x + 11 + 6.5 * len(label) <= right
-    return [
-        f"<circle cx='{x:.1f}' cy='{y:.1f}' r='9' fill='none' stroke='{color}' "
-        "stroke-width='2' class='knee'/>",
-        _text(
-            x + 11 if fits else x - 11,
-            y - 9,
-            label,
-            size=11,
-            anchor="start" if fits else "end",
-            fill=color,
-            class_="knee-label",
-        ),
-    ]
+_RING = 9
 
 
-def _latency_series(points: Sequence[SweepPoint]) -> Series:
+def _knee_label(x: float, y: float, color: str, label: str, labels: kit.Labels) -> list[str]:
+    """A knee's label, placed by ``labels``; a leader line when it moved off its ring."""
+    lx, ly, anchor = labels.place(x, y, label, 11, _RING)
+    out = []
+    if abs(ly - y) > 2 * _RING + 11:
+        box = text_box(lx, ly, label, 11, anchor)
+        ex = box[0] if anchor == "start" else box[2]
+        ey = min(max(y, box[1]), box[3])
+        out.append(
+            f"<line x1='{x:.1f}' y1='{y:.1f}' x2='{ex:.1f}' y2='{ey:.1f}' stroke='{color}' "
+            "stroke-width='0.8' stroke-opacity='0.7' class='leader'/>"
+        )
+    out.append(
+        kit.text(lx, ly, label, size=11, anchor=anchor, fill=color, class_="knee-label", **kit.HALO)
+    )
+    return out
+
+
+def _series(
+    points: Sequence[SweepPoint], xy: Callable[[SweepPoint], tuple[float | None, float | None]]
+) -> Series:
     out: Series = []
     for p in sorted(points, key=lambda p: p.level.value):
-        x, y = finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
+        x, y = xy(p)
         if x is not None and y is not None:
             out.append((x, y, bool(p.summary.valid), p))
     return out
 
 
-def _goodput_series(points: Sequence[SweepPoint]) -> Series:
-    out: Series = []
-    for p in sorted(points, key=lambda p: p.level.value):
-        y = point_goodput(p)
-        if y is not None:
-            out.append((float(p.level.value), y, bool(p.summary.valid), p))
-    return out
+def _latency_xy(p: SweepPoint) -> tuple[float | None, float | None]:
+    return finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
+
+
+def _goodput_xy(p: SweepPoint) -> tuple[float | None, float | None]:
+    return float(p.level.value), point_goodput(p)
 
 
 def _point_title(engine: str, p: SweepPoint, tag: str) -> str:
     ttft = summary_stat(p.summary, "ttft", 99)
+    itl = summary_stat(p.summary, "itl", 50)
     good = point_goodput(p)
     parts = [f"{engine}{tag} {p.level.label}", f"{p.summary.output_tok_s:.0f} output tok/s"]
     if ttft is not None:
         parts.append(f"TTFT P99 {ttft:.1f} ms")
+    if itl is not None:
+        parts.append(f"ITL P50 {itl:.1f} ms")
     if good is not None:
         parts.append(f"goodput {good:.0f} tok/s")
+    parts.append(p.outcome)
     if not p.summary.valid:
         parts.append("inconclusive (client-limited)")
     sig = p.summary.signals
@@ -276,13 +257,11 @@ def _knee_for(
 
 
 def _frontier(pts: Sequence[SweepPoint]) -> list[tuple[float, float]]:
-    front = pareto_front(pts)
     coords = []
-    for p, on in zip(pts, front, strict=True):
-        if on:
-            x, y = finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
-            if x is not None and y is not None:
-                coords.append((x, y))
+    for p in frontier_points(pts):
+        x, y = _latency_xy(p)
+        if x is not None and y is not None:
+            coords.append((x, y))
     return sorted(coords)
 
 
@@ -296,46 +275,86 @@ def _step(coords: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def _panel(
-    x0: float,
-    y0: float,
-    series: Sequence[tuple[str, str, Series, Knee | None, bool]],
-    *,
-    kind: str,
-    frontier: Sequence[tuple[float, float]],
-    xlabel: str,
-    ylabel: str,
-    title: str,
-) -> list[str]:
-    xs = [x for *_, s, _k, _b in series for x, *_ in s] + [x for x, _ in frontier]
-    ys = [y for *_, s, _k, _b in series for _, y, *_ in s] + [y for _, y in frontier]
-    ax = _Axes(x0, y0, xs, ys)
-    out = [f"<g class='panel {kind}'>", *_axes_svg(ax, xlabel, ylabel, title)]
+#: One engine's line in a panel: name, colour, points, knee, whether it is the baseline's.
+Line = tuple[str, str, Series, Knee | None, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class _Panel:
+    """What one panel draws."""
+
+    kind: str
+    title: str
+    xlabel: str
+    ylabel: str
+    lines: Sequence[Line]
+    frontier: Sequence[tuple[float, float]] = ()
+    limits: Sequence[Threshold] = field(default_factory=tuple)
+
+
+#: A threshold further above the highest point than this factor is named, not drawn.
+_THRESHOLD_REACH = 3.0
+
+
+def _threshold_line(ax: kit.Axes, t: Threshold) -> str:
+    py = ax.y(t.value)
+    return (
+        f"<line x1='{ax.left:.1f}' y1='{py:.1f}' x2='{ax.right:.1f}' y2='{py:.1f}' "
+        f"stroke='{SLO_COLOR}' stroke-width='1.5' stroke-dasharray='5 3' class='slo'/>"
+    )
+
+
+def _threshold_label(ax: kit.Axes, labels: kit.Labels, t: Threshold, shown: bool) -> str:
+    """A threshold's label: at an end of its line, above or below it, where it covers no
+    marker; named at the top when the line is off the chart."""
+    text = f"SLO {t.label}"
+    if shown:
+        py = ax.y(t.value)
+        spots = [(ax.right - 6, py - 4, "end"), (ax.right - 6, py + 13, "end"),
+                 (ax.left + 6, py - 4, "start"), (ax.left + 6, py + 13, "start"),
+                 ((ax.left + ax.right) / 2, py - 4, "middle"),
+                 ((ax.left + ax.right) / 2, py + 13, "middle")]  # fmt: skip
+    else:
+        text += " (above the chart)"
+        spots = [(ax.right - 6, ax.top + 14 + k * 14, "end") for k in range(6)]
+    x, y, anchor = labels.place_at(text, 11, spots)
+    return kit.text(
+        x, y, text, size=11, anchor=anchor, fill=SLO_COLOR, class_="slo-label", **kit.HALO,
+        data_threshold=f"{t.value:g}",
+    )  # fmt: skip
+
+
+def _panel(x0: float, y0: float, spec: _Panel) -> list[str]:
+    xs = [x for *_, s, _k, _b in spec.lines for x, *_ in s] + [x for x, _ in spec.frontier]
+    ys = [y for *_, s, _k, _b in spec.lines for _, y, *_ in s] + [y for _, y in spec.frontier]
+    top = max(ys) if ys else 0.0
+    shown = {t.label: bool(ys) and t.value <= _THRESHOLD_REACH * top for t in spec.limits}
+    ax = kit.Axes(x0, y0, xs, ys + [t.value for t in spec.limits if shown[t.label]])
+    out = [
+        f"<g class='panel {spec.kind}'>",
+        *kit.axes(ax, spec.xlabel, spec.ylabel, spec.title),
+    ]
     if not xs:
-        out.append(
-            _text(
-                (ax.left + ax.right) / 2,
-                (ax.top + ax.bottom) / 2,
-                "no data",
-                anchor="middle",
-                fill="#888",
-            )
-        )
+        mid = ((ax.left + ax.right) / 2, (ax.top + ax.bottom) / 2)
+        out.append(kit.text(*mid, "no data", anchor="middle", fill="#888"))
         out.append("</g>")
         return out
-    if len(frontier) > 0:
-        stair = [(ax.x(x), ax.y(y)) for x, y in _step(frontier)]
+    labels = kit.Labels(ax)
+    out.extend(_threshold_line(ax, t) for t in spec.limits if shown[t.label])
+    if spec.frontier:
+        stair = [(ax.x(x), ax.y(y)) for x, y in _step(spec.frontier)]
         out.append(
             "<g class='pareto'>"
-            + _polyline(stair, "#555", dashed=True, width=1.5)
+            + kit.polyline(stair, "#555", dashed=True, width=1.5)
             + "".join(
                 f"<rect x='{ax.x(x) - 4:.1f}' y='{ax.y(y) - 4:.1f}' width='8' height='8' "
                 "fill='none' stroke='#555'/>"
-                for x, y in frontier
+                for x, y in spec.frontier
             )
             + "</g>"
         )
-    for engine, color, s, knee, is_baseline in series:
+    knees: list[tuple[float, float, str, str]] = []
+    for engine, color, s, knee, is_baseline in spec.lines:
         if not s:
             continue
         opacity = 0.45 if is_baseline else 1.0
@@ -343,11 +362,12 @@ def _panel(
         cls = "series baseline" if is_baseline else "series"
         out.append(f"<g class={quoteattr(cls)} data-engine={quoteattr(engine)}>")
         out.append(
-            _polyline(
+            kit.polyline(
                 [(ax.x(x), ax.y(y)) for x, y, *_ in s], color, dashed=is_baseline, opacity=opacity
             )
         )
         for x, y, valid, p in s:
+            labels.marker(ax.x(x), ax.y(y), 4)
             out.append(
                 _marker(
                     ax.x(x),
@@ -361,52 +381,135 @@ def _panel(
         if knee is not None and knee.level is not None and not is_baseline:
             at = [(x, y) for x, y, _v, p in s if p.level == knee.level]
             if at:
-                out.extend(
-                    _knee_mark(
-                        ax.x(at[-1][0]),
-                        ax.y(at[-1][1]),
-                        color,
-                        f"knee {knee.level.label}",
-                        ax.right,
-                    )
+                kx, ky = ax.x(at[-1][0]), ax.y(at[-1][1])
+                labels.marker(kx, ky, _RING)
+                out.append(
+                    f"<circle cx='{kx:.1f}' cy='{ky:.1f}' r='{_RING}' fill='none' "
+                    f"stroke='{color}' stroke-width='2' class='knee'/>"
                 )
+                knees.append((kx, ky, color, f"knee {knee.level.label}"))
         out.append("</g>")
+    # Labels last, once every marker is known: the thresholds', then the knees', the
+    # highest knee first, so a stack of labels reads top to bottom as the points do.
+    out.extend(_threshold_label(ax, labels, t, shown[t.label]) for t in spec.limits)
+    out.append("<g class='knee-labels'>")
+    for kx, ky, color, label in sorted(knees, key=lambda k: (k[1], k[0])):
+        out.extend(_knee_label(kx, ky, color, label, labels))
+    out.append("</g>")
     out.append("</g>")
     return out
 
 
-def _legend(
-    x0: float, y0: float, entries: Sequence[tuple[str, str, str]], width: float
+_TABLE_HEAD = ("engine", "load", "out tok/s", "TTFT P50 (ms)", "TTFT P99 (ms)",
+               "ITL P50 (ms)", "good tok/s", "outcome")  # fmt: skip
+
+
+def _table_cells(p: SweepPoint) -> list[str]:
+    s = p.summary
+    return [
+        p.level.label,
+        fmt_tok(finite_or_none(s.output_tok_s)),
+        fmt_ms(summary_stat(s, "ttft", 50)),
+        fmt_ms(summary_stat(s, "ttft", 99)),
+        fmt_ms(summary_stat(s, "itl", 50)),
+        fmt_tok(point_goodput(p)),
+        p.outcome,
+    ]
+
+
+def _table(
+    x0: float, y0: float, rows: Sequence[tuple[str, str, SweepPoint]]
 ) -> tuple[list[str], float]:
-    """Legend items laid out left to right, wrapping; returns the elements and the height."""
-    out = ["<g class='legend'>"]
-    x, y = x0, y0
-    for label, color, style in entries:
-        w = 44 + 7 * len(label)
-        if x + w > x0 + width and x > x0:
-            x, y = x0, y + _LEGEND_ROW_H
-        cy = y + _LEGEND_ROW_H / 2
-        if style == "knee":
-            out.append(
-                f"<circle cx='{x + 12:.1f}' cy='{cy:.1f}' r='6' fill='none' "
-                f"stroke='{color}' stroke-width='2'/>"
-            )
-        elif style == "pareto":
-            out.append(_polyline([(x, cy), (x + 24, cy)], color, dashed=True, width=1.5))
-        else:
-            out.append(
-                _polyline(
-                    [(x, cy), (x + 24, cy)],
-                    color,
-                    dashed=style == "baseline",
-                    opacity=0.45 if style == "baseline" else 1.0,
-                )
-            )
-            out.append(f"<circle cx='{x + 12:.1f}' cy='{cy:.1f}' r='3.5' fill='{color}'/>")
-        out.append(_text(x + 30, cy + 4, label, size=12))
-        x += w
+    """A test measured at one level: a row per engine (name in its colour) with its
+    figures, in place of charts of one point; returns the elements and the height."""
+    body = [[name, *_table_cells(p)] for name, _c, p in rows]
+    widths = [
+        max(text_width(str(c), 12) for c in col) + 18
+        for col in zip(_TABLE_HEAD, *body, strict=True)
+    ]
+    lefts = [x0 + sum(widths[:i]) for i in range(len(widths))]
+    out = ["<g class='point-table'>"]
+    y = y0 + _ROW_H - 6
+    for i, head in enumerate(_TABLE_HEAD):
+        x, anchor = (lefts[i], "start") if i in (0, 7) else (lefts[i] + widths[i] - 18, "end")
+        out.append(kit.text(x, y, head, anchor=anchor, font_weight="bold"))
+    total = sum(widths)
+    out.append(
+        f"<line x1='{x0:.1f}' y1='{y + 6:.1f}' x2='{x0 + total:.1f}' y2='{y + 6:.1f}' "
+        "stroke='#888'/>"
+    )
+    for (name, color, p), cells in zip(rows, body, strict=True):
+        y += _ROW_H
+        out.append(f"<g class='row' data-engine={quoteattr(name)}>")
+        for i, cell in enumerate(cells):
+            x, anchor = (lefts[i], "start") if i in (0, 7) else (lefts[i] + widths[i] - 18, "end")
+            attrs: dict[str, Any] = {"fill": color} if i == 0 else {}
+            if i == 7 and p.outcome == "fail":
+                attrs = {"fill": SLO_COLOR, "font_weight": "bold"}
+            out.append(kit.text(x, y, str(cell), anchor=anchor, **attrs))
+        out.append("</g>")
     out.append("</g>")
-    return out, y + _LEGEND_ROW_H - y0
+    return out, y - y0 + 10
+
+
+def _row(
+    y: float,
+    mine: Sequence[SweepPoint],
+    theirs: Sequence[SweepPoint],
+    ctx: Mapping[str, Any],
+) -> tuple[list[str], float]:
+    """One test's row at ``y``: its legend and three panels, or its table; returns the
+    elements and the row's height."""
+    colors, knees, limits = ctx["colors"], ctx["knees"], ctx["limits"]
+    width = _PANELS * kit.PANEL_W
+    engines = list(dict.fromkeys([p.engine for p in mine] + [p.engine for p in theirs]))
+    body: list[str] = []
+    if len({p.level.label for p in [*mine, *theirs]}) <= 1:
+        rows = [(p.engine, colors[p.engine], p) for p in mine]
+        rows += [(f"{p.engine} (baseline)", colors[p.engine], p) for p in theirs]
+        table, h = _table(12, y, rows)
+        return table, h + 8
+    entries = [(e, colors[e], "line") for e in engines if any(p.engine == e for p in mine)]
+    entries += [
+        (f"{e} (baseline)", colors[e], "baseline")
+        for e in engines
+        if any(p.engine == e for p in theirs)
+    ]
+    entries += [("knee", "#333", "knee"), ("Pareto frontier", "#555", "pareto")]
+    if limits:
+        entries.append(("SLO threshold", SLO_COLOR, "slo"))
+    legend, h = kit.legend(12, y, entries, width - 24)
+    body.extend(legend)
+    y0 = y + h + 4
+    gap_metric, gap_stat = _gap_metric(limits)
+    gap_name = f"{gap_metric.upper()} {_stat_name(gap_stat)}"
+
+    def gap_xy(p: SweepPoint) -> tuple[float | None, float | None]:
+        return float(p.level.value), summary_stat(p.summary, gap_metric, gap_stat)
+
+    lat: list[Line] = []
+    good: list[Line] = []
+    gap: list[Line] = []
+    for sweep, knee, baseline in [
+        *((s, None, True) for s in group_sweeps(theirs).values()),
+        *((s, knees(s), False) for s in group_sweeps(mine).values()),
+    ]:
+        engine = sweep[0].engine
+        color = colors[engine]
+        lat.append((engine, color, _series(sweep, _latency_xy), knee, baseline))
+        good.append((engine, color, _series(sweep, _goodput_xy), knee, baseline))
+        gap.append((engine, color, _series(sweep, gap_xy), knee, baseline))
+    load, load_label = load_axis([*mine, *theirs])
+    panels = [
+        _Panel("latency", "throughput vs TTFT P99", "output throughput (tok/s)",
+               "TTFT P99 (ms)", lat, _frontier(mine), _on_axis(limits, "ttft", 99.0)),
+        _Panel("goodput", f"{load} vs goodput", load_label, "goodput (tok/s)", good),
+        _Panel("itl", f"{load} vs {gap_name}", load_label, f"{gap_name} (ms)", gap, (),
+               _on_axis(limits, gap_metric, gap_stat)),
+    ]  # fmt: skip
+    for i, spec in enumerate(panels):
+        body.extend(_panel(i * kit.PANEL_W, y0, spec))
+    return body, y0 - y + kit.PANEL_H + 8
 
 
 def render_svg(
@@ -414,9 +517,10 @@ def render_svg(
 ) -> str:
     """The chart of ``results`` as an SVG document (a string); the knees are the stored
     ones or computed. The points of ``baseline`` are drawn dashed under the new ones,
-    paired by engine and test."""
+    paired by engine and test. The heading is ``title`` (else the harness's name) over
+    the model and hardware of the run."""
     pts = list(results.points)
-    knees = results.test_knees()
+    stored = results.test_knees()
     base = list(baseline.points) if baseline is not None else []
     engines = list(dict.fromkeys([p.engine for p in pts] + [p.engine for p in base]))
     colors = {e: PALETTE[i % len(PALETTE)] for i, e in enumerate(engines)}
@@ -425,75 +529,42 @@ def render_svg(
     modes_of: dict[str, int] = {}
     for test, _ in rows:
         modes_of[test] = modes_of.get(test, 0) + 1
-    width = 2 * _PANEL_W
-    body: list[str] = []
-    y = _TITLE_H if title else 8
-    if title:
-        body.append(_text(width / 2, 22, title, size=16, anchor="middle", font_weight="bold"))
+    tests = results.constants.get("tests") or {}
+    width = _PANELS * kit.PANEL_W
+    heading = title or "pytest-llmslo sweeps"
+    body = [kit.text(width / 2, 24, heading, size=16, anchor="middle", font_weight="bold")]
+    setup = describe(results)
+    if setup:
+        body.append(kit.text(width / 2, 44, setup, size=13, anchor="middle", fill="#444",
+                          class_="testbed"))  # fmt: skip
+    y: float = _HEAD_H if setup else _HEAD_H - 20
     if not rows:
         body.append(
-            _text(width / 2, y + 40, "no load level was measured", anchor="middle", fill="#888")
+            kit.text(width / 2, y + 40, "no load level was measured", anchor="middle", fill="#888")
         )
         y += 80
     for test, mode in rows:
         mine = [p for p in pts if p.test == test and p.level.mode == mode]
         theirs = [p for p in base if p.test == test and p.level.mode == mode]
-        row_engines = list(dict.fromkeys([p.engine for p in mine] + [p.engine for p in theirs]))
-        entries = [(e, colors[e], "line") for e in row_engines if any(p.engine == e for p in mine)]
-        if theirs:
-            entries += [
-                (f"{e} (baseline)", colors[e], "baseline")
-                for e in row_engines
-                if any(p.engine == e for p in theirs)
-            ]
-        entries += [("knee", "#333", "knee"), ("Pareto frontier", "#555", "pareto")]
-        heading = f"{test} ({mode})" if modes_of[test] > 1 else test
-        body.append(_text(12, y + 16, heading, size=14, font_weight="bold", class_="test-title"))
-        legend, h = _legend(12, y + 24, entries, width - 24)
-        body.extend(legend)
-        y += 24 + h + 4
-        lat: list[tuple[str, str, Series, Knee | None, bool]] = []
-        good: list[tuple[str, str, Series, Knee | None, bool]] = []
-        for (engine, _), sweep in group_sweeps(theirs).items():
-            lat.append((engine, colors[engine], _latency_series(sweep), None, True))
-            good.append((engine, colors[engine], _goodput_series(sweep), None, True))
-        for (engine, _), sweep in group_sweeps(mine).items():
+        name = f"{test} ({mode})" if modes_of[test] > 1 else test
+        body.append(kit.text(12, y + 16, name, size=14, font_weight="bold", class_="test-title"))
+        test_slo = (tests.get(test) or {}).get("slo") if isinstance(tests, Mapping) else None
+        single = modes_of[test] == 1
+
+        def knee_of(sweep: Sequence[SweepPoint], single: bool = single) -> Knee | None:
             # A stored knee belongs to the test's only mode; with two, compute per mode.
-            knee = _knee_for(knees if modes_of[test] == 1 else None, engine, test, sweep)
-            lat.append((engine, colors[engine], _latency_series(sweep), knee, False))
-            good.append((engine, colors[engine], _goodput_series(sweep), knee, False))
-        load = "concurrency" if mode == "concurrency" else "rate (req/s)"
-        body.extend(
-            _panel(
-                0,
-                y,
-                lat,
-                kind="latency",
-                frontier=_frontier(mine),
-                xlabel="output throughput (tok/s)",
-                ylabel="TTFT P99 (ms)",
-                title="throughput vs TTFT P99",
-            )
-        )
-        body.extend(
-            _panel(
-                _PANEL_W,
-                y,
-                good,
-                kind="goodput",
-                frontier=(),
-                xlabel=load,
-                ylabel="goodput (tok/s)",
-                title=f"{load} vs goodput",
-            )
-        )
-        y += _PANEL_H + 8
+            return _knee_for(stored if single else None, sweep[0].engine, sweep[0].test, sweep)
+
+        ctx = {"colors": colors, "knees": knee_of, "limits": thresholds(mine, test_slo)}
+        elements, h = _row(y + 24, mine, theirs, ctx)
+        body.extend(elements)
+        y += 24 + h
     height = math.ceil(y)
     head = (
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
         f"viewBox='0 0 {width} {height}' role='img'>"
     )
-    label = title or "pytest-llmslo sweeps"
+    label = f"{heading}: {setup}" if setup else heading
     return "\n".join(
         [
             "<?xml version='1.0' encoding='UTF-8'?>",
