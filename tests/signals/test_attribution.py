@@ -62,7 +62,9 @@ def test_e2e_goes_to_decode_when_ttft_is_small() -> None:
 
 
 def test_no_signals_says_so() -> None:
-    a = explain("ttft", "p99", 800, LevelSignals(note="no engine signals: GET /metrics answered 404"))
+    a = explain(
+        "ttft", "p99", 800, LevelSignals(note="no engine signals: GET /metrics answered 404")
+    )
     assert a.kind == "unexplained" and "GET /metrics answered 404" in a.text
     assert explain("ttft", "p99", 800, None).kind == "unexplained"
     unknown = explain("ttft", "p99", 800, sig(running_mean=3.0))
