@@ -44,8 +44,8 @@ from bench_loadgen import RssSampler, server_stats, start_server
 
 from pytest_llmslo.load import ClientSettings, WorkloadSpec, run_load_sync
 from pytest_llmslo.metrics import summarize
+from pytest_llmslo.metrics.traffic import summarize as traffic
 from pytest_llmslo.records import LoadLevel, Run
-from pytest_llmslo.traffic import summarize as traffic
 
 
 class Rss:
