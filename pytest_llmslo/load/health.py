@@ -225,6 +225,32 @@ def applied_load(results: Sequence[WorkerMeasures]) -> AppliedLoad | None:
     return AppliedLoad("arrival_rate", n / sched_span * 1e9, n / sent_span * 1e9)
 
 
+def _lag_cause(util: float) -> str:
+    """Why the client lagged: with a busy process, its own load; with an idle one, the
+    process did not get the CPU (other work on the machine), which is as fatal."""
+    if util > 0.5:
+        return "client overloaded"
+    return f"client process starved of CPU: busiest at {util:.0%} of a core"
+
+
+def _light_load_reason(load: AppliedLoad, th: HealthThresholds, cause: str) -> str:
+    """The reason a run is invalid when the engine got less load than it was asked for."""
+    if load.kind == "in_flight":
+        did = (
+            f"the closed loop kept {load.achieved:.1f} requests in flight on average over "
+            f"its measured window, {load.share:.0%} of the {load.asked:g} asked"
+        )
+    else:
+        did = (
+            f"the open loop sent {load.achieved:.3g} requests/s where its schedule asked "
+            f"{load.asked:.3g} ({load.share:.0%})"
+        )
+    return (
+        f"{did} (< {th.min_load_share:.0%}, --client-min-load): the engine got a lighter "
+        f"load than asked, the client was slow to send ({cause})"
+    )
+
+
 def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) -> ClientHealth:
     """The client's health over every worker of a run (see the module docstring)."""
     lags = np.array([x for r in results for x in r.schedule_lag_ns], dtype=float) / 1e6
@@ -246,13 +272,7 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
     windows = [(r, s, e) for r in results for s, e in r.stalls]
     share = touched / tokens if tokens else 0.0
     reasons = []
-    # Lag with a busy process is the client's own load; lag with an idle one means the
-    # process did not get the CPU (other work on the machine), which is as fatal.
-    cause = (
-        "client overloaded"
-        if util > 0.5
-        else f"client process starved of CPU: busiest at {util:.0%} of a core"
-    )
+    cause = _lag_cause(util)
     if closed and idle > th.max_idle_share and s99 > th.max_schedule_lag_p99_ms:
         reasons.append(
             f"the closed loop's slots stood idle {idle:.1%} of the time (> "
@@ -287,20 +307,7 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
         )
     load = applied_load(results)
     if load is not None and load.judged and load.share < th.min_load_share:
-        if load.kind == "in_flight":
-            did = (
-                f"the closed loop kept {load.achieved:.1f} requests in flight on average over "
-                f"its measured window, {load.share:.0%} of the {load.asked:g} asked"
-            )
-        else:
-            did = (
-                f"the open loop sent {load.achieved:.3g} requests/s where its schedule asked "
-                f"{load.asked:.3g} ({load.share:.0%})"
-            )
-        reasons.append(
-            f"{did} (< {th.min_load_share:.0%}, --client-min-load): the engine got a lighter "
-            f"load than asked, the client was slow to send ({cause})"
-        )
+        reasons.append(_light_load_reason(load, th, cause))
     if util > th.max_cpu_util:
         reasons.append(
             f"client CPU {util:.0%} of a core > {th.max_cpu_util:.0%} in one process: the "

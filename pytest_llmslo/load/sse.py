@@ -264,8 +264,11 @@ def _chunk_token_counts(
     return [1] * n, False
 
 
-def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamResult:
-    """Turn a response's SSE events into record fields (see the module docstring)."""
+def _event_data(
+    ev_times: Sequence[int], events: Sequence[bytes]
+) -> tuple[list[bytes], list[int], bool, FailureKind | None, str | None]:
+    """The data of a stream's events and their times, up to ``[DONE]`` (``done``), an
+    error event or an event that is not SSE (a failure kind and its error)."""
     datas: list[bytes] = []
     data_ns: list[int] = []
     error: str | None = None
@@ -295,17 +298,48 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
             break
         datas.append(data)
         data_ns.append(ts)
+    return datas, data_ns, done, kind, error
+
+
+def _decode_each(datas: list[bytes]) -> tuple[list[Any], str | None]:
+    """The chunks decoded one by one, up to the first that is not JSON (and why not)."""
+    objs: list[Any] = []
+    for d in datas:
+        try:
+            objs.append(json.loads(d))
+        except ValueError:
+            return objs, f"chunk is not JSON: {_excerpt(d, 120)}"
+    return objs, None
+
+
+def _ending_failure(
+    done: bool, finish: str | None, outputs: int, completion_tokens: int | None
+) -> tuple[FailureKind, str] | None:
+    """How a stream that broke nothing on the way failed at its end, if it did: it ended
+    without ``[DONE]`` or a finish reason, or finished without any output chunk."""
+    if not done and finish is None:
+        return "truncated", "stream ended without [DONE] or a finish_reason"
+    if not outputs:
+        # Usage may claim tokens, but none reached the client: nothing was measured, and
+        # crediting them would count throughput that never streamed.
+        claimed = "" if completion_tokens is None else f", usage says {completion_tokens} tokens"
+        return "no_output", (
+            f"stream finished (finish_reason={finish or 'none'}{claimed}) without any chunk "
+            "carrying output"
+        )
+    return None
+
+
+def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamResult:
+    """Turn a response's SSE events into record fields (see the module docstring)."""
+    datas, data_ns, done, kind, error = _event_data(ev_times, events)
 
     objs = _decode_all(datas) if datas else []
     if objs is None:
-        objs = []
-        for d in datas:
-            try:
-                objs.append(json.loads(d))
-            except ValueError:
-                kind = kind or "malformed"
-                error = error or f"chunk is not JSON: {_excerpt(d, 120)}"
-                break
+        objs, bad = _decode_each(datas)
+        if bad is not None:
+            kind = kind or "malformed"
+            error = error or bad
 
     chunk_ns: list[int] = []
     chunk_ids: list[int | None] = []  # token ids the chunk carried, if it said
@@ -380,17 +414,10 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
         if has_content and first_content is None:
             first_content = ts
     chunk_tokens, exact = _chunk_token_counts(chunk_ids, chunk_cum, cum_before)
-    if kind is None and not done and finish is None:
-        kind, error = "truncated", "stream ended without [DONE] or a finish_reason"
-    elif kind is None and not chunk_ns:
-        # Usage may claim tokens, but none reached the client: nothing was measured, and
-        # crediting them would count throughput that never streamed.
-        claimed = "" if completion_tokens is None else f", usage says {completion_tokens} tokens"
-        kind = "no_output"
-        error = (
-            f"stream finished (finish_reason={finish or 'none'}{claimed}) without any chunk "
-            "carrying output"
-        )
+    if kind is None:
+        ending = _ending_failure(done, finish, len(chunk_ns), completion_tokens)
+        if ending is not None:
+            kind, error = ending
     return StreamResult(
         chunk_ns=tuple(chunk_ns),
         chunk_tokens=tuple(chunk_tokens),
