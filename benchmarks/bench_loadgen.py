@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_loadgen.py [--levels 64,256,512] [--seconds 6]
 
-Starts ``python -m pytest_llmslo.sim.fixed`` (TTFT 50 ms, a token every 10 ms, 100 tokens,
+Starts ``python -m pytest_llmslo.sim.truth_server`` (TTFT 50 ms, a token every 10 ms, 100 tokens,
 one token per chunk) in a subprocess, runs the generator at each concurrency level in
 closed loop, and prints per level: achieved req/s against the ideal (concurrency / true
 e2e), TTFT P50 against the truth (server TTFT plus the P50 of the server's own measured
@@ -65,7 +65,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
         [
             sys.executable,
             "-m",
-            "pytest_llmslo.sim.fixed",
+            "pytest_llmslo.sim.truth_server",
             "--port",
             "0",
             "--ttft-ms",

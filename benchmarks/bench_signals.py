@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_signals.py [--c 512] [--seconds 20] [--rounds 2]
 
-Starts the known-timing server (``pytest_llmslo.sim.fixed``: TTFT 50 ms, a token every
+Starts the known-timing server (``pytest_llmslo.sim.truth_server``: TTFT 50 ms, a token every
 10 ms, 100 tokens) and, in another process, a /metrics endpoint serving a vLLM-sized
 exposition (every vLLM v0.11 family with its histograms, ~40 KB). Then runs the load at
 ``--c`` for ``--seconds``, alternately without and with a ``signals.scraper.Scraper``

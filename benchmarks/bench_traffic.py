@@ -4,7 +4,7 @@ multi-turn conversations against single-turn requests, side by side in one run.
     .venv/bin/python benchmarks/bench_traffic.py [--lines 100000] [--rate 500]
         [--sessions 256] [--turns 4] [--skip-replay] [--skip-turns]
 
-Starts ``python -m pytest_llmslo.sim.fixed`` (TTFT 50 ms, a token every 10 ms; each
+Starts ``python -m pytest_llmslo.sim.truth_server`` (TTFT 50 ms, a token every 10 ms; each
 request's ``max_tokens`` is its length) and:
 
 1. **Replay**: writes a Mooncake-format trace of ``--lines`` rows (Poisson arrivals at
@@ -44,8 +44,8 @@ from bench_loadgen import RssSampler, server_stats, start_server
 
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.metrics import summarize
+from pytest_llmslo.metrics.traffic import summarize as traffic
 from pytest_llmslo.records import LoadLevel, Run
-from pytest_llmslo.traffic import summarize as traffic
 
 
 class Rss:

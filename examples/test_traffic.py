@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmslo import assert_slo, itl_p50, traffic, ttft_p99
+from pytest_llmslo import assert_slo, itl_p50, ttft_p99
+from pytest_llmslo.metrics import traffic
 
 TRACE = Path(__file__).parent / "traces" / "mooncake_sample.jsonl"
 

@@ -1211,7 +1211,7 @@ def start_signals(handle: EngineHandle, ts: S.TestSettings, client: Any) -> Any:
     ``--slo-signals`` is off."""
     if not ts.signals:
         return None
-    from pytest_llmslo.signals.scraper import Scraper
+    from pytest_llmslo.signals.scraper import Scraper, ScrapeSettings
 
     urls = [handle.base_url.rstrip("/") + "/metrics", *getattr(handle, "metrics_urls", ())]
     extra = (handle.config.options or {}).get("metrics_urls") if handle.config else None
@@ -1223,15 +1223,14 @@ def start_signals(handle: EngineHandle, ts: S.TestSettings, client: Any) -> Any:
     # A scrape never takes longer than the level may.
     bound = ts.level_bound_s()
     deadline = ts.signals_timeout_s if bound is None else min(ts.signals_timeout_s, bound)
-    return Scraper(
-        list(dict.fromkeys(urls)),
-        dcgm_url=ts.dcgm_url,
+    settings = ScrapeSettings(
         interval_s=ts.signals_interval_s,
         headers=headers,
         verify=client.ssl_context() if handle.base_url.startswith("https") else True,
         deadline_s=deadline,
         timeout_s=min(2.0, deadline),
-    ).start()
+    )
+    return Scraper(list(dict.fromkeys(urls)), settings, dcgm_url=ts.dcgm_url).start()
 
 
 def reset_engine_cache(handle: EngineHandle, ts: S.TestSettings) -> dict[str, Any]:

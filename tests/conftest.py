@@ -25,7 +25,7 @@ def _free_port() -> int:
 def _start_fixed(ttft_ms: float, itl_ms: float, tokens: int) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     argv = [
-        sys.executable, "-m", "pytest_llmslo.sim.fixed", "--host", "127.0.0.1",
+        sys.executable, "-m", "pytest_llmslo.sim.truth_server", "--host", "127.0.0.1",
         "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
         "--tokens", str(tokens),
     ]  # fmt: skip

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_llmslo import cli
+from pytest_llmslo.document import validate_document
 from pytest_llmslo.report import csvexport
-from pytest_llmslo.report.jsonio import validate_document
 
 
 def _run(url: str, *extra: str) -> list[str]:

@@ -28,13 +28,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "choices",
         "arrivals",
     ),
-    ("traffic", "signals", "metrics", "load", "engines", "sim"),
+    ("signals", "metrics", "load", "engines", "sim"),
     ("slo",),
     ("sweep", "capacity", "settings"),
-    # "constants": the old path of document.constants, a re-export until every import moved.
-    ("document", "constants"),
-    # "baselines", "tolerances", "compare": old paths of regression's modules, re-exports.
-    ("regression", "baselines", "tolerances", "compare"),
+    ("document",),
+    ("regression",),
     ("report",),
     ("session",),
     ("plugin", "cli", "hookspecs"),

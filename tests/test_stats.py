@@ -182,7 +182,7 @@ def test_bootstrap_shift_excludes_zero():
 
 
 def test_bootstrap_of_a_tail_percentile_of_few_samples_is_degenerate():
-    # Why compare.py judges percentiles with order statistics: resampling 30 values gives
+    # Why the regression check judges percentiles with order statistics: resampling 30 values gives
     # P99s near the sample maximum only, and two samples of one distribution "differ".
     rng = np.random.default_rng(13)
     x, y = rng.normal(100, 10, 30), rng.normal(100, 10, 30)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..probe import MAX_BYTES, BodyTooLarge, ExchangeTooSlow, fetch
@@ -37,31 +38,43 @@ _ALL = wanted()
 _GAUGES = wanted(("gauge", "ratio"))
 
 
+@dataclass(frozen=True)
+class ScrapeSettings:
+    """How a ``Scraper`` scrapes: how often (``interval_s``, between the gauges'
+    samples), how long one scrape may take (``timeout_s`` for the HTTP client,
+    ``deadline_s`` for connect, headers and the whole body), how large a body may be, and
+    what the requests carry (``headers``; ``verify``: TLS verification, as httpx takes
+    it)."""
+
+    interval_s: float = 1.0
+    timeout_s: float = 2.0
+    deadline_s: float = 5.0
+    max_bytes: int = MAX_BYTES
+    headers: Mapping[str, str] = field(default_factory=dict)
+    verify: Any = True
+
+
 class Scraper:
     def __init__(
         self,
         urls: Sequence[str],
+        settings: ScrapeSettings | None = None,
         *,
         dcgm_url: str | None = None,
-        interval_s: float = 1.0,
-        timeout_s: float = 2.0,
-        headers: Mapping[str, str] | None = None,
-        verify: Any = True,
         nvml: bool = True,
-        deadline_s: float = 5.0,
-        max_bytes: int = MAX_BYTES,
     ) -> None:
         import httpx
 
+        cfg = settings if settings is not None else ScrapeSettings()
         self.urls = list(urls)
         self.dcgm_url = dcgm_url
-        self.interval_s = interval_s
+        self.interval_s = cfg.interval_s
         self._client = httpx.Client(
-            timeout=timeout_s, trust_env=False, verify=verify, headers=dict(headers or {})
+            timeout=cfg.timeout_s, trust_env=False, verify=cfg.verify, headers=dict(cfg.headers)
         )
-        self._timeout_s = timeout_s
-        self._deadline_s = max(deadline_s, 0.01)
-        self._max_bytes = max_bytes
+        self._timeout_s = cfg.timeout_s
+        self._deadline_s = max(cfg.deadline_s, 0.01)
+        self._max_bytes = cfg.max_bytes
         # URLs given up for this level: their body did not end (or was too large).
         self._dead: set[str] = set()
         self._stop = threading.Event()

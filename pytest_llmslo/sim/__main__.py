@@ -54,6 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m pytest_llmslo.sim",
         description="A simulated LLM serving engine with an OpenAI-compatible API.",
     )
+    _add_serving(p)
+    _add_hardware(p)
+    _add_deployment(p)
+    _add_logging(p)
+    return p
+
+
+def _add_serving(p: argparse.ArgumentParser) -> None:
+    """What is served and where, and what to print instead of serving."""
     p.add_argument("--host", default="127.0.0.1", help="Address to listen on. Default: 127.0.0.1")
     p.add_argument(
         "--port", type=int, default=8000, help="Port (0 picks a free one). Default: 8000"
@@ -86,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--show-profile", action="store_true", help="Print the resolved profile as JSON and exit."
     )
+
+
+def _add_hardware(p: argparse.ArgumentParser) -> None:
+    """Hardware and scheduling, each overriding the profile's."""
     g = p.add_argument_group("custom hardware and scheduling (override the profile)")
     g.add_argument("--gpu", choices=sorted(GPUS), help="GPU type.")
     g.add_argument(
@@ -120,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--per-seq-overhead-ms", type=_nonneg_float, help="CPU time per sequence per step."
     )
+
+
+def _add_deployment(p: argparse.ArgumentParser) -> None:
+    """The deployment: replicas, disaggregated prefill and decode pools, the router."""
     d = p.add_argument_group(
         "deployment (override the profile): replicas, disaggregated prefill/decode, router"
     )
@@ -150,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_nonneg_float,
         help="Time in the frontend before a request reaches an instance.",
     )
+
+
+def _add_logging(p: argparse.ArgumentParser) -> None:
+    """What the server logs: late token writes, and at which level."""
     p.add_argument(
         "--lag-warn-ms",
         type=_nonneg_float,
@@ -157,7 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="Warn when a step's tokens are written this late. Default: 20",
     )
     p.add_argument("--log-level", default="INFO", help="Logging level. Default: INFO")
-    return p
 
 
 def resolve_profile(args: argparse.Namespace) -> Profile:

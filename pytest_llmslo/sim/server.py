@@ -32,9 +32,7 @@ import json
 import logging
 import time
 import uuid
-from bisect import bisect_left
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from time import perf_counter_ns
 from typing import IO, Any
@@ -42,6 +40,8 @@ from typing import IO, Any
 from .cluster import Advance
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .latencies import RequestLatencies
+from .lateness import LatenessStats
+from .metrics_exposition import metrics_text
 from .profiles import Profile
 from .scheduler import SimRequest
 from .tokens import (
@@ -60,7 +60,6 @@ _ROLE_CHOICE = (
     b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
 )
 _FINE_SLEEP_S = 1.2e-3
-LATENESS_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
 
 
 class ApiError(Exception):
@@ -102,34 +101,6 @@ class TraceWriter:
 
     def close(self) -> None:
         self._f.close()
-
-
-@dataclass(slots=True)
-class LatenessStats:
-    """How late token writes were against the schedule (seconds)."""
-
-    count: int = 0
-    total: float = 0.0
-    max: float = 0.0
-    last: float = 0.0
-    late: int = 0
-    buckets: list[int] = field(default_factory=lambda: [0] * len(LATENESS_BUCKETS_S))
-    resyncs: int = 0
-    behind: bool = False
-
-    def add(self, v: float, warn_s: float) -> None:
-        if v < 0:
-            v = 0.0
-        self.count += 1
-        self.total += v
-        self.last = v
-        if v > self.max:
-            self.max = v
-        if v > warn_s:
-            self.late += 1
-        i = bisect_left(LATENESS_BUCKETS_S, v)
-        if i < len(self.buckets):
-            self.buckets[i] += 1
 
 
 class Stream:
@@ -658,106 +629,12 @@ class SimServer:
     # -- metrics -------------------------------------------------------------------------
 
     def metrics_text(self) -> str:
-        c = self.engine.cluster
-        st = c.stats()
-        lat = self.engine.lateness
-        label = f'{{model_name="{self.model}"}}'
-        out: list[str] = []
-
-        def metric(name: str, kind: str, help_: str, value: float, labels: str = label) -> None:
-            out.append(f"# HELP {name} {help_}")
-            out.append(f"# TYPE {name} {kind}")
-            out.append(f"{name}{labels} {value}")
-
-        metric("vllm:num_requests_running", "gauge", "Requests in the running batch.", c.running())
-        metric(
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Requests waiting to be scheduled.",
-            c.waiting(),
+        engine = self.engine
+        return metrics_text(
+            engine.cluster,
+            engine.latency,
+            engine.lateness,
+            self.model,
+            self.requests_by_model,
+            self.adapters,
         )
-        usage = c.kv_usage()
-        metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage (1 = full).", usage)
-        metric(
-            "vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage (1 = full), older name.", usage
-        )
-        metric(
-            "vllm:num_preemptions_total", "counter", "Preemptions (by recompute).", st.preemptions
-        )
-        metric("vllm:prompt_tokens_total", "counter", "Prompt tokens prefilled.", st.prompt_tokens)
-        metric("vllm:generation_tokens_total", "counter", "Tokens generated.", st.generation_tokens)
-        metric(
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "Tokens looked up in the prefix cache.",
-            st.prefix_queries,
-        )
-        metric(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Tokens found in the prefix cache.",
-            st.prefix_hits,
-        )
-        metric("vllm:request_success_total", "counter", "Requests finished.", st.finished)
-        out.append(
-            "# HELP llmslo_sim_requests_total Requests accepted, by the model they asked for."
-        )
-        out.append("# TYPE llmslo_sim_requests_total counter")
-        for name in (self.model, *self.adapters):
-            n = self.requests_by_model.get(name, 0)
-            out.append(f'llmslo_sim_requests_total{{model_name="{name}"}} {n}')
-        metric("llmslo_sim_kv_cache_blocks", "gauge", "KV-cache blocks in total.", c.kv_blocks())
-        metric("llmslo_sim_kv_transfers_total", "counter", "KV transfers, prefill to decode.",
-               c.transfers)  # fmt: skip
-        metric("llmslo_sim_kv_transfer_seconds_total", "counter", "Simulated KV transfer time.",
-               c.transfer_s)  # fmt: skip
-        metric("llmslo_sim_steps_total", "counter", "Engine steps simulated.", st.steps)
-        metric(
-            "llmslo_sim_busy_seconds_total", "counter", "Simulated time spent in steps.", st.busy_s
-        )
-        metric(
-            "llmslo_sim_aborted_total",
-            "counter",
-            "Requests dropped because the client left.",
-            st.aborted,
-        )
-        metric(
-            "llmslo_sim_failed_total",
-            "counter",
-            "Requests failed because the engine could never schedule them.",
-            st.failed,
-        )
-        out.extend(self.engine.latency.lines(f'model_name="{self.model}"'))
-        name = "llmslo_sim_emit_lateness_seconds"
-        out.append(f"# HELP {name} Token write time minus its scheduled time.")
-        out.append(f"# TYPE {name} histogram")
-        cum = 0
-        for b, c in zip(LATENESS_BUCKETS_S, lat.buckets, strict=True):
-            cum += c
-            out.append(f'{name}_bucket{{model_name="{self.model}",le="{b}"}} {cum}')
-        out.append(f'{name}_bucket{{model_name="{self.model}",le="+Inf"}} {lat.count}')
-        out.append(f"{name}_sum{label} {lat.total}")
-        out.append(f"{name}_count{label} {lat.count}")
-        metric("llmslo_sim_lateness_max_seconds", "gauge", "Largest token write lateness.", lat.max)
-        metric("llmslo_sim_lateness_last_seconds", "gauge", "Last token write lateness.", lat.last)
-        metric(
-            "llmslo_sim_late_emits_total",
-            "counter",
-            "Token writes later than the warning threshold.",
-            lat.late,
-        )
-        metric(
-            "llmslo_sim_behind_schedule",
-            "gauge",
-            "1 when the last step ended late beyond the threshold.",
-            int(lat.behind),
-        )
-        metric(
-            "llmslo_sim_resyncs_total",
-            "counter",
-            "Times the simulated clock was moved to now.",
-            lat.resyncs,
-        )
-        mean = lat.total / lat.count if lat.count else 0.0
-        metric("llmslo_sim_lateness_mean_seconds", "gauge", "Mean token write lateness.", mean)
-        return "\n".join(out) + "\n"

@@ -16,9 +16,9 @@ import pytest
 
 @contextmanager
 def fixed_server(*args: str) -> Iterator[str]:
-    """Start ``python -m pytest_llmslo.sim.fixed --port 0 ARGS``; yield its base URL."""
+    """Start ``python -m pytest_llmslo.sim.truth_server --port 0 ARGS``; yield its base URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_llmslo.sim.fixed", "--port", "0", *args],
+        [sys.executable, "-m", "pytest_llmslo.sim.truth_server", "--port", "0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -12,8 +12,8 @@ import pytest
 from pytest_llmslo.errors import LoadError
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.load.schedule import arrival_offsets_ns, expected_arrivals
+from pytest_llmslo.metrics.traffic import summarize
 from pytest_llmslo.records import LoadLevel
-from pytest_llmslo.traffic import summarize
 
 
 @pytest.mark.parametrize("k", [0.25, 0.5, 1.0, 4.0])

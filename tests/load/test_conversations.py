@@ -14,8 +14,8 @@ from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load
 from pytest_llmslo.load.client import request_body
 from pytest_llmslo.load.sse import stream_text
 from pytest_llmslo.load.workload import PromptSource
+from pytest_llmslo.metrics.traffic import by_session, by_turn
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
-from pytest_llmslo.traffic import by_session, by_turn
 
 from .conftest import chunk, read_request, scripted_server
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pytest_llmslo.report.jsonio import validate_document
+from pytest_llmslo.document import validate_document
 
 
 def _engines_toml(url: str) -> str:

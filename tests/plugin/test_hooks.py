@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pytest_llmslo.report.jsonio import validate_document
+from pytest_llmslo.document import validate_document
 
 CONFTEST = """
 import dataclasses

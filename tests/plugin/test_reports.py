@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmslo import plugin
-from pytest_llmslo.report.jsonio import validate_document
+from pytest_llmslo.document import validate_document
 
 SUITE = """
 import pytest

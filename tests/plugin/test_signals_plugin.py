@@ -63,7 +63,7 @@ def test_a_server_without_metrics_still_runs(slo_pytester: pytest.Pytester) -> N
     import sys
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_llmslo.sim.fixed", "--port", "0", "--ttft-ms", "5",
+        [sys.executable, "-m", "pytest_llmslo.sim.truth_server", "--port", "0", "--ttft-ms", "5",
          "--itl-ms", "1", "--tokens", "8"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip

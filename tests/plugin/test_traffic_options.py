@@ -101,7 +101,7 @@ def test_replay_conversations_and_shaping_reach_the_run(slo_pytester: pytest.Pyt
     slo_pytester.makepyfile(
         test_t=f"""
         import pytest
-        from pytest_llmslo import traffic
+        from pytest_llmslo.metrics import traffic
 
         @pytest.mark.slo(trace={str(trace)!r}, trace_speed=[4], warmup=0, requests=None,
                          headers={{"X-Tenant": "a"}})

@@ -15,7 +15,7 @@ from expositions import vllm
 
 from pytest_llmslo.signals.exposition import parse
 from pytest_llmslo.signals.gpu import NvmlSampler, from_dcgm, per_token
-from pytest_llmslo.signals.scraper import Scraper
+from pytest_llmslo.signals.scraper import Scraper, ScrapeSettings
 
 
 def serve(respond: Callable[[int], tuple[int, str, float]]) -> Iterator[str]:
@@ -54,7 +54,7 @@ def growing() -> Iterator[str]:
 
 
 def test_a_level_of_scrapes(growing: str) -> None:
-    s = Scraper([growing], interval_s=0.05, nvml=False).start()
+    s = Scraper([growing], ScrapeSettings(interval_s=0.05), nvml=False).start()
     s.mark_measuring()
     time.sleep(0.3)
     sig = s.stop()
@@ -74,7 +74,7 @@ def test_a_level_of_scrapes(growing: str) -> None:
 )
 def test_bad_metrics_leave_a_note_never_an_error(respond: Callable, why: str) -> None:  # type: ignore[type-arg]
     for url in serve(respond):
-        s = Scraper([url], interval_s=0.05, timeout_s=0.3, nvml=False).start()
+        s = Scraper([url], ScrapeSettings(interval_s=0.05, timeout_s=0.3), nvml=False).start()
         time.sleep(0.1)
         sig = s.stop()
         assert not sig.present and sig.note is not None and why in sig.note
@@ -82,7 +82,7 @@ def test_bad_metrics_leave_a_note_never_an_error(respond: Callable, why: str) ->
 
 
 def test_nothing_listening() -> None:
-    s = Scraper(["http://127.0.0.1:9/metrics"], interval_s=0.05, nvml=False).start()
+    s = Scraper(["http://127.0.0.1:9/metrics"], ScrapeSettings(interval_s=0.05), nvml=False).start()
     sig = s.stop()
     assert not sig.present and "failed: ConnectError" in (sig.note or "")
 
@@ -106,7 +106,7 @@ def _fake_nvml(energy: list[float]) -> types.ModuleType:
 
 def test_nvml_present(monkeypatch: pytest.MonkeyPatch, growing: str) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([0.0, 0.0]))
-    s = Scraper([growing], interval_s=0.05).start()
+    s = Scraper([growing], ScrapeSettings(interval_s=0.05)).start()
     s.mark_measuring()
     time.sleep(0.2)
     sig = s.stop()
@@ -159,7 +159,9 @@ def test_a_body_that_never_ends_costs_one_deadline(
     # Before: httpx's per-read timeout never fired, and the scrape (on the main thread
     # after the load, too) held the session forever.
     url = misbehaving(mode) + "/metrics"
-    s = Scraper([url], interval_s=0.05, deadline_s=0.5, max_bytes=1024 * 1024, nvml=False)
+    s = Scraper(
+        [url], ScrapeSettings(interval_s=0.05, deadline_s=0.5, max_bytes=1024 * 1024), nvml=False
+    )
     s.start()
     s.mark_measuring()
     time.sleep(0.3)

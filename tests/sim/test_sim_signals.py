@@ -12,12 +12,12 @@ from sim_helpers import MODEL, start_sim
 
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.records import LoadLevel, Run
-from pytest_llmslo.signals.scraper import Scraper
+from pytest_llmslo.signals.scraper import Scraper, ScrapeSettings
 from pytest_llmslo.slo import evaluate
 
 
 def _run(url: str, wl: WorkloadSpec, c: int, requests: int) -> Run:
-    scraper = Scraper([url + "/metrics"], interval_s=0.2, nvml=False).start()
+    scraper = Scraper([url + "/metrics"], ScrapeSettings(interval_s=0.2), nvml=False).start()
 
     def progress(p) -> None:  # type: ignore[no-untyped-def]
         if p.phase == "measuring":
@@ -109,7 +109,9 @@ def test_client_or_network_bound(tmp_path: Path) -> None:
         t.start()
         try:
             proxy = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-            scraper = Scraper([sim.url + "/metrics"], interval_s=0.2, nvml=False).start()
+            scraper = Scraper(
+                [sim.url + "/metrics"], ScrapeSettings(interval_s=0.2), nvml=False
+            ).start()
             scraper.mark_measuring()
             run = run_load_sync(LoadJob(
                 ClientSettings(base_url=proxy, model=MODEL, fresh_connection=True),

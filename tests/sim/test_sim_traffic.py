@@ -10,8 +10,8 @@ import pytest
 from sim_helpers import MODEL, start_sim
 
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
+from pytest_llmslo.metrics.traffic import by_turn
 from pytest_llmslo.records import LoadLevel
-from pytest_llmslo.traffic import by_turn
 
 HITS = "vllm:prefix_cache_hits_total"
 QUERIES = "vllm:prefix_cache_queries_total"
