@@ -178,9 +178,10 @@ def _toc(results: Results, tests: Sequence[str]) -> str:
             if s.test == test
         ]
         status = "fail" if counts["fail"] else "invalid" if counts["invalid"] else "pass"
+        shown = ", ".join(f"{n} {OUTCOME[k]}" for k, n in counts.items() if n)
         items.append(
             f'<li><a href="#{_test_id(test, i)}">{escape(test)}</a> {badge(status)} '
-            f'<span class="sub">knee: {escape(", ".join(knees))}</span></li>'
+            f'<span class="sub">{escape(shown)} · knee: {escape(", ".join(knees))}</span></li>'
         )
     return '<nav class="toc"><h2>Tests</h2><ol>' + "".join(items) + "</ol></nav>"
 
@@ -322,7 +323,14 @@ def _test_section(
     for mode in dict.fromkeys(s.mode for s in sweeps):
         mode_sweeps = [s for s in sweeps if s.mode == mode]
         base = runs.baseline_sweeps(test, mode)
-        parts.append(_charts(mode_sweeps, base, objectives, colours, f"{tid}-{mode}"))
+        if any(len(s.points) > 1 for s in [*mode_sweeps, *(b for _, b in base)]):
+            parts.append(_charts(mode_sweeps, base, objectives, colours, f"{tid}-{mode}"))
+        else:
+            # One point is no curve: a chart of it would be a dot in an empty frame.
+            parts.append(
+                f'<p class="sub" data-no-charts="{escape(mode)}">One load level per engine: no '
+                "sweep to draw; its figures are in the table below.</p>"
+            )
         parts.append(_knee_lines(mode_sweeps))
     parts.append(_pareto_table(points))
     parts.append(_sweep_table(points, results.points))

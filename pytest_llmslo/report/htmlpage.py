@@ -47,7 +47,7 @@ table{border-collapse:collapse;margin:.4em 0;font-size:.88em}
 th,td{border-bottom:1px solid var(--line);padding:3px 8px;text-align:left;vertical-align:top}
 th{background:var(--card);font-weight:600}
 td.n{text-align:right;font-variant-numeric:tabular-nums}td.na{color:var(--mut)}
-table.kv th{width:16em}
+table.kv th{width:16em}table.engines td:not(:last-child){white-space:nowrap}
 .scroll{overflow-x:auto}
 tr.regressed td{color:var(--fail);font-weight:600}tr.improved td{color:var(--pass)}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:8px}

@@ -211,6 +211,16 @@ def test_nothing_refers_outside_the_page(results: Results, page: str) -> None:
     assert _external_references('<img src="http://x.example/a.png">') == ["http://x.example/a.png"]
 
 
+def test_a_test_of_one_level_has_a_table_not_empty_charts(results: Results) -> None:
+    one = dataclasses.replace(
+        results, points=tuple(p for p in results.points if p.level.label in ("c1", "r20"))
+    )
+    page = render_html(one)
+    assert 'data-no-charts="concurrency"' in page and 'data-no-charts="rate"' in page
+    assert re.search(r'data-chart="t\d', page) is None
+    assert page.count('<table class="sweep">') == 2
+
+
 def test_a_level_without_samples_says_so(results: Results) -> None:
     bare = dataclasses.replace(
         results, points=tuple(dataclasses.replace(p, samples=None) for p in results.points)
