@@ -35,7 +35,16 @@ from typing import Any
 
 from pytest_llmslo.document.results import Results, Sweep
 from pytest_llmslo.report import htmlruns
-from pytest_llmslo.report.htmlcells import OUTCOME, badge, bounds, cell, kv_table, point_value, slug
+from pytest_llmslo.report.htmlcells import (
+    OUTCOME,
+    badge,
+    bounds,
+    cell,
+    kv_table,
+    lines,
+    point_value,
+    slug,
+)
 from pytest_llmslo.report.htmlcharts import (
     PALETTE,
     Mark,
@@ -139,7 +148,7 @@ def _header(results: Results, runs: htmlruns.Runs, title: str) -> str:
         verdict, cls = f"every level met its SLO ({total} levels)", "pass"
     detail = ", ".join(f"{n} {OUTCOME[k]}" for k, n in counts.items() if n)
     harness = results.harness
-    lines = [
+    out = [
         '<header class="top">',
         f"<h1>{escape(title)}</h1>",
         f'<p class="verdict {cls}" data-verdict="{cls}">{escape(verdict)}</p>',
@@ -147,8 +156,8 @@ def _header(results: Results, runs: htmlruns.Runs, title: str) -> str:
         "knee is the highest load at which every objective held.</p>",
     ]
     if not results.complete:
-        lines.append('<p class="warn">Partial results: the session was interrupted.</p>')
-    lines.extend(runs.header_lines())
+        out.append('<p class="warn">Partial results: the session was interrupted.</p>')
+    out.extend(runs.header_lines())
     made = " · ".join(
         x
         for x in (
@@ -157,14 +166,14 @@ def _header(results: Results, runs: htmlruns.Runs, title: str) -> str:
         )
         if x
     )
-    lines.append(f'<p class="sub">{escape(made)}</p>')
-    lines.append(
+    out.append(f'<p class="sub">{escape(made)}</p>')
+    out.append(
         '<p class="tools"><button type="button" data-toggle="open" data-target="main">'
         'open every level</button> <button type="button" data-toggle="close" '
         'data-target="main">close every level</button></p>'
     )
-    lines.append("</header>")
-    return "\n".join(lines)
+    out.append("</header>")
+    return "\n".join(out)
 
 
 def _toc(results: Results, tests: Sequence[str]) -> str:
@@ -332,6 +341,13 @@ def _test_section(
                 "sweep to draw; its figures are in the table below.</p>"
             )
         parts.append(_knee_lines(mode_sweeps))
+    searches = [
+        f"{engine}: {c.describe()}; probes: {c.probes_text()}"
+        for (engine, t), c in results.capacities.items()
+        if t == test
+    ]
+    if searches:
+        parts.append("<h3>Capacity search</h3>" + lines(searches, "capacity"))
     parts.append(_pareto_table(points))
     parts.append(_sweep_table(points, results.points))
     parts.append(runs.test_lines(test))

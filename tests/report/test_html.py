@@ -14,6 +14,7 @@ import socketserver
 import subprocess
 import threading
 from collections.abc import Iterator
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ import pytest
 from pytest_llmslo import cli
 from pytest_llmslo import session as core
 from pytest_llmslo import settings as S
+from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document import Results, read_document
+from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.report.formats import FORMATS
 from pytest_llmslo.report.html import render_html, render_runs
 
@@ -219,6 +222,18 @@ def test_a_test_of_one_level_has_a_table_not_empty_charts(results: Results) -> N
     assert 'data-no-charts="concurrency"' in page and 'data-no-charts="rate"' in page
     assert re.search(r'data-chart="t\d', page) is None
     assert page.count('<table class="sweep">') == 2
+
+
+def test_a_capacity_search_is_shown_with_its_test(results: Results) -> None:
+    c1, c2, c4 = (LoadLevel.concurrency(n) for n in (1, 2, 4))
+    search = CapacityResult(
+        "concurrency", c2, 2.0, 4.0, 3, ((c1, True), (c2, True), (c4, False)), True, "bracketed"
+    )
+    page = render_html(dataclasses.replace(results, capacities={("fast", "test_chat"): search}))
+    chat = _section(page, "test_chat")
+    assert "<h3>Capacity search</h3>" in chat
+    assert escape(f"fast: {search.describe()}") in chat
+    assert "<h3>Capacity search</h3>" not in _section(page, "test_rate")
 
 
 def test_a_level_without_samples_says_so(results: Results) -> None:
