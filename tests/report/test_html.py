@@ -148,10 +148,9 @@ def test_every_test_has_its_sweep_charts_and_every_level_its_distributions(
     )
 
 
-def test_every_number_shown_is_the_documents(
-    run_doc: tuple[Path, dict[str, Any]], page: str
-) -> None:
-    _path, doc = run_doc
+def _check_numbers(page: str, doc: dict[str, Any]) -> None:
+    """Every row of the sweep tables in ``page`` shows its point's figures as the document
+    ``doc`` has them: the exact value in ``data-v``, the text it rounds to, the outcome."""
     sweeps = [t.split("</table>")[0] for t in page.split('<table class="sweep">')[1:]]
     rows = [r for t in sweeps for r in re.findall(r'<tr data-point="(\d+)">(.*?)</tr>', t)]
     assert sorted(int(i) for i, _ in rows) == list(range(len(doc["points"])))
@@ -171,6 +170,13 @@ def test_every_number_shown_is_the_documents(
             assert shown == f"{expected:,.{digits}f}"
         badge = {"pass": "pass", "fail": "fail", "inconclusive": "invalid"}[p["outcome"]]
         assert f'<span class="badge {badge}">' in row
+
+
+def test_every_number_shown_is_the_documents(
+    run_doc: tuple[Path, dict[str, Any]], page: str
+) -> None:
+    _path, doc = run_doc
+    _check_numbers(page, doc)
     # The knees named are the document's.
     for sweep in doc["sweeps"]:
         label = (sweep["knee"].get("level") or {}).get("label")
@@ -371,7 +377,11 @@ def _chromium(proxy: _Counter, tmp: Path, url: str, *mode: str) -> subprocess.Co
 
 @needs_chromium
 def test_the_page_in_a_browser_has_every_chart_and_fetches_nothing(
-    results: Results, page: str, proxy: _Counter, tmp_path: Path
+    run_doc: tuple[Path, dict[str, Any]],
+    results: Results,
+    page: str,
+    proxy: _Counter,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "report.html"
     path.write_text(page)
@@ -383,6 +393,7 @@ def test_the_page_in_a_browser_has_every_chart_and_fetches_nothing(
         section = _section(dom, test)
         assert len(re.findall(r'<svg class="chart"', section.split("<h3>Levels</h3>")[0])) == 4
     assert dom.count('<svg class="chart"') == page.count('<svg class="chart"')
+    _check_numbers(dom, run_doc[1])  # the numbers as the browser has them
     assert proxy.page_requests == []
     assert not any(host.lstrip(".") in page for host in BROWSER_OWN)
     # The same browser does report a page that fetches something.
