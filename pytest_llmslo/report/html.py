@@ -126,8 +126,11 @@ def render_runs(results: Results, baselines: Sequence[Results]) -> str:
 
 
 def _colours(all_results: Sequence[Results]) -> dict[str, str]:
+    """Each engine's colour, in order of first appearance; the palette's black is the
+    text's colour, so that it stays visible in dark mode."""
     names = dict.fromkeys(p.engine for r in all_results for p in r.points)
-    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    out = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    return {n: "currentColor" if c.upper() == "#000000" else c for n, c in out.items()}
 
 
 def _counts(points: Iterable[SweepPoint]) -> dict[str, int]:
