@@ -2,7 +2,8 @@
 
     llmslo run --engine sim --concurrency 1,8,32 --slo 'ttft_p99<500,itl_p50<30'
                [--slo-json RUN.json] [--slo-csv RUN.csv] [--slo-markdown RUN.md] [...]
-    llmslo report RUN.json [--markdown OUT.md] [--svg OUT.svg] [--csv OUT.csv] [--width N]
+    llmslo report RUN.json [OTHER.json ...] [--markdown OUT.md] [--svg OUT.svg]
+                  [--csv OUT.csv] [--html OUT.html] [--width N]
     llmslo compare A B [--fail goodput:5%,ttft_p99:10%] [--engine OLD=NEW]
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
 
@@ -19,7 +20,11 @@ error gate), 1 a level did not, errored or was inconclusive, 2 a usage error (on
 written, ``complete: false``, and a ``--slo-save`` baseline goes to ``NAME.partial``).
 
 ``report`` prints the tables of the terminal summary (``report/terminal.py``) for a run
-document written with ``--slo-json``, with the capacity of each test that searched it.
+document written with ``--slo-json``, with the capacity of each test that searched it, and
+writes any report format from it (one flag per format, ``report.formats``). With other
+run documents after the first (a baseline, the runs of other days), the formats that can
+show several runs (``--html``) show them beside it, each level compared with theirs; the
+others are a usage error with several documents.
 ``compare`` compares every point of ``B`` with the same test, engine and load level in
 ``A`` (paths of run documents, or names of baselines saved with ``--slo-save`` under
 ``--root``, default ``.llmslo/baselines``) and prints the per-point comparison
@@ -166,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(written with --slo-json or saved with --slo-save).",
     )
     rep.add_argument("run", metavar="RUN.json", help="a run document")
+    rep.add_argument(
+        "others",
+        metavar="OTHER.json",
+        nargs="*",
+        help="other run documents (a baseline, the runs of other days) shown beside RUN in "
+        "the formats that can show several runs",
+    )
     _add_formats(rep)
     rep.add_argument(
         "--width",
@@ -282,14 +294,30 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_llmslo.report.formats import FORMATS
 
     results = _results(_read(args.run, root=None), args.run)
+    asked = [(fmt, path) for fmt in FORMATS.values() if (path := getattr(args, fmt.dest, None))]
+    others = [_results(_read(o, root=None), o) for o in args.others]
+    if others:
+        several = [f.report_flag for f in FORMATS.values() if f.render_runs is not None]
+        single = [f.report_flag for f, _ in asked if f.render_runs is None]
+        if single or not asked:
+            raise _UsageError(
+                f"several run documents are shown only by {', '.join(several) or 'no format'}"
+                + (f", not by {', '.join(single)}" if single else "")
+            )
     width = _terminal_width(args.width)
     lines = terminal.render_summary(results, width) if results.points else []
     if not results.points:
         lines = [f"{args.run}: no load level was measured"]
     if not results.complete:
         lines.insert(0, f"{args.run}: partial results (the session was interrupted)")
-    asked = [(fmt, path) for fmt in FORMATS.values() if (path := getattr(args, fmt.dest, None))]
-    made = [(fmt, path, fmt.render(results)) for fmt, path in asked]
+    made = [
+        (
+            fmt,
+            path,
+            fmt.render_runs(results, others) if others and fmt.render_runs else fmt.render(results),
+        )
+        for fmt, path in asked
+    ]
     # A summary format given '-' is printed in place of the tables.
     printed = next((text for fmt, path, text in made if fmt.summary and path == "-"), None)
     if printed is not None:

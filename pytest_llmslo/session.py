@@ -1760,7 +1760,11 @@ def write_reports(state: Session, *, complete: bool) -> None:
         if path is None:
             continue
         try:
-            out = fmt.render(results)
+            # A format that shows several runs shows the baseline (--slo-compare) beside.
+            if state.baseline is not None and fmt.render_runs is not None:
+                out = fmt.render_runs(results, [state.baseline])
+            else:
+                out = fmt.render(results)
             if isinstance(out, bytes):
                 write_atomic_bytes(path, out)
             else:

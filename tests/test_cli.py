@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -391,3 +392,58 @@ def test_usage_errors_are_one_line(argv, capsys):
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()  # not argparse's usage block (~40 lines for run)
     assert line.startswith("llmslo") and ": error: " in line and line.endswith("--help)")
+
+
+# --------------------------------------------------------------------------- several runs
+
+
+def test_report_shows_several_runs_side_by_side_in_html(docs, tmp_path, capsys):
+    out = tmp_path / "runs.html"
+    code, text, err = run(
+        ["report", docs["base"], docs["same"], docs["slow"], "--html", out, "--width", "100"],
+        capsys,
+    )
+    assert code == 0 and err == ""
+    # The text is the first run's, as with one file.
+    single = terminal.render_summary(Results.from_document(read_document(docs["base"])), 100)
+    assert text.splitlines() == single
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<h3>Runs side by side</h3>" in page
+    assert 'data-compared="same"' in page and 'data-compared="slow"' in page
+    # Each of base's six levels is compared with both other runs; against the slower run
+    # base improved.
+    assert page.count('<table class="compare">') == 2 * 6
+    assert re.search(
+        r'data-compared="slow">against slow: 6 levels compared, 0 regressed, [1-6] improved', page
+    )
+
+
+def test_report_one_run_in_html_has_no_comparison(docs, tmp_path, capsys):
+    out = tmp_path / "one.html"
+    code, _, _ = run(["report", docs["base"], "--html", out], capsys)
+    assert code == 0
+    page = out.read_text()
+    assert 'data-chart="' in page and "Runs side by side" not in page
+
+
+@pytest.mark.parametrize(
+    ("formats", "message"),
+    [
+        (
+            ["--markdown", "x.md"],
+            "several run documents are shown only by --html, not by --markdown",
+        ),
+        (["--html", "x.html", "--csv", "x.csv"], "not by --csv"),
+        ([], "several run documents are shown only by --html"),
+    ],
+)
+def test_several_runs_in_a_format_that_shows_one_is_a_usage_error(
+    docs, tmp_path, capsys, monkeypatch, formats, message
+):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(["report", docs["base"], docs["same"], *formats], capsys)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith("llmslo: error: ") and message in line
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -3,7 +3,9 @@
 An entry (``Format``) gives a format's name, the option that asks for it and the
 ``llmslo report`` flag (both from its name: ``markdown`` is ``--slo-markdown`` and
 ``llmslo report --markdown``), the writer (``render``: a ``document.Results`` in, text or
-bytes out) and how it is named in messages. The session's output checks and writes
+bytes out) and how it is named in messages. A format that can show several runs in one
+view has ``render_runs`` too (the run and the others: a session's baseline, the extra
+files of ``llmslo report RUN.json OTHER.json ...``). The session's output checks and writes
 (``session.output_flags``, ``output_path``, ``write_reports``) and ``llmslo report``'s
 flags are made from ``FORMATS``; nothing else names a format.
 
@@ -19,13 +21,14 @@ from, written after every test (``document.write_atomic``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_llmslo import settings as S
 from pytest_llmslo.document.results import Results
 from pytest_llmslo.report.csvexport import render_csv
+from pytest_llmslo.report.html import render_html, render_runs
 from pytest_llmslo.report.markdown import render_report
 from pytest_llmslo.report.svg import render_svg
 
@@ -34,18 +37,23 @@ __all__ = ["FORMATS", "Format", "register", "unregister"]
 #: A format's writer: the results in, the file's text (or bytes) out.
 Render = Callable[[Results], str | bytes]
 
+#: A writer of several runs: the run, then the others it is shown beside.
+RenderRuns = Callable[[Results, Sequence[Results]], str | bytes]
+
 
 @dataclass(frozen=True, slots=True)
 class Format:
     """One report format. ``report_help`` is the help of its ``llmslo report`` flag;
     ``summary``: a text summary (Markdown) that ``llmslo report --NAME -`` prints in place
-    of the tables and ``--append`` appends to its file."""
+    of the tables and ``--append`` appends to its file. ``render_runs``: the writer of
+    several runs in one view, for a format that can show them (None: it cannot)."""
 
     name: str
     label: str
     render: Render
     report_help: str
     summary: bool = False
+    render_runs: RenderRuns | None = None
 
     @property
     def option(self) -> str:
@@ -107,3 +115,13 @@ register(
 )
 register(Format("svg", "SVG", _svg, "also write an SVG chart to PATH"))
 register(Format("csv", "CSV", render_csv, "also write one CSV row per engine, test and level"))
+register(
+    Format(
+        "html",
+        "HTML",
+        render_html,
+        "also write a self-contained HTML report to PATH (with OTHER.json files: the runs "
+        "side by side, each level compared)",
+        render_runs=render_runs,
+    )
+)

@@ -33,6 +33,7 @@ class SessionSettings:
     markdown_path: str | None = None
     svg_path: str | None = None
     csv_path: str | None = None
+    html_path: str | None = None
     save: str | None = None
     compare: str | None = None
     compare_fail: str | None = None

@@ -212,6 +212,10 @@ SPECS: tuple[Spec, ...] = (
          cli="--slo-csv", topic="outputs", metavar="PATH",
          help="Write one CSV row per engine x test x load level (latencies, throughput, "
               "goodput, outcome, knee) to PATH."),
+    Spec("slo_html", parse_optional_str, None, field="html_path",
+         cli="--slo-html", topic="outputs", metavar="PATH",
+         help="Write the session's self-contained HTML report (charts, tables, each level's "
+              "distributions and signals; with --slo-compare the baseline beside) to PATH."),
     Spec("slo_save", parse_optional_str, None, field="save",
          cli="--slo-save", topic="regression", metavar="NAME",
          help="Save the session's results as the named baseline (under .llmslo/baselines)."),

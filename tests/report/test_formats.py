@@ -53,7 +53,7 @@ def _session(tmp_path: Path, outputs: dict[str, str]) -> core.Session:
 
 
 def test_each_format_names_its_option_in_the_settings_table() -> None:
-    assert list(FORMATS) == ["markdown", "svg", "csv"]
+    assert list(FORMATS) == ["markdown", "svg", "csv", "html"]
     for fmt in FORMATS.values():
         spec = fmt.spec
         assert (spec.topic, spec.scope, spec.cli) == ("outputs", "session", fmt.flag)
@@ -66,6 +66,7 @@ def test_each_format_names_its_option_in_the_settings_table() -> None:
         "slo_markdown": "--slo-markdown",
         "slo_svg": "--slo-svg",
         "slo_csv": "--slo-csv",
+        "slo_html": "--slo-html",
     }
     markdown = FORMATS["markdown"]
     assert (markdown.option, markdown.report_flag, markdown.summary) == (

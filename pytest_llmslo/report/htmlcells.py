@@ -1,0 +1,78 @@
+"""The pieces every part of the HTML report is made of: a number's table cell (shown
+rounded, exact in ``data-v``), an outcome's badge, a key-value table, a list of texts,
+the figures of a point by column name, and an objective's bound as a chart's threshold.
+Every text is escaped here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Any
+
+from pytest_llmslo.report.htmlcharts import Threshold
+from pytest_llmslo.sweep import (
+    SweepPoint,
+    finite_or_none,
+    point_attainment,
+    point_goodput,
+    summary_stat,
+)
+
+__all__ = ["OUTCOME", "badge", "bounds", "cell", "kv_table", "lines", "point_value", "slug"]
+
+#: The outcomes as the page names them, and their badge's class.
+OUTCOME = {"pass": "passed", "fail": "missed", "invalid": "inconclusive", "unchecked": "no SLO"}
+
+
+def slug(text: str) -> str:
+    """An id for an anchor: the text's letters and digits, others as ``-``."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def point_value(p: SweepPoint, key: str) -> float | None:
+    """The figure ``key`` of a point as the results document has it: a summary field
+    (``output_tok_s``), ``goodput``, ``attainment`` (as a percentage) or a metric's
+    percentile (``ttft:99``)."""
+    if key == "goodput":
+        return point_goodput(p)
+    if key == "attainment":
+        a = point_attainment(p)
+        return None if a is None else 100.0 * a
+    if ":" in key:
+        metric, stat = key.split(":")
+        return summary_stat(p.summary, metric, float(stat))
+    return finite_or_none(getattr(p.summary, key, None))
+
+
+def cell(value: float | None, digits: int) -> str:
+    """A number's table cell: the value shown rounded, the exact one in ``data-v``."""
+    if value is None:
+        return '<td class="n na">–</td>'
+    return f'<td class="n" data-v="{value!r}">{value:,.{digits}f}</td>'
+
+
+def badge(status: str) -> str:
+    """An outcome (``pass``, ``fail``, ``invalid``, ``unchecked``) as a coloured label."""
+    return f'<span class="badge {escape(status)}">{escape(OUTCOME.get(status, status))}</span>'
+
+
+def kv_table(rows: Iterable[tuple[str, str]], cls: str) -> str:
+    """A table of one name and one value per row."""
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return f'<table class="kv {cls}">{body}</table>'
+
+
+def lines(texts: Iterable[str], cls: str) -> str:
+    """A list of the texts that are not blank (none: nothing)."""
+    items = "".join(f"<li>{escape(t.strip())}</li>" for t in texts if t.strip())
+    return f'<ul class="{cls}">{items}</ul>' if items else ""
+
+
+def bounds(objectives: Sequence[Any], metric: str, stat: float) -> list[Threshold]:
+    """The bounds of the ``objectives`` on ``metric``'s ``stat``, as thresholds on y."""
+    out = []
+    for o in objectives:
+        if o.metric == metric and o.stat == stat:
+            out.append(Threshold(o.threshold, f"SLO {o.label}"))
+    return out

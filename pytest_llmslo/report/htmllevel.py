@@ -1,0 +1,145 @@
+"""One level of the HTML report, folded under its row (``<details>``): its objectives with
+what was observed and the bound at the confidence asked, why an objective was missed (the
+attribution by the engine's own signals), the problems, the engine's signals, failures,
+notes and traffic, and the distributions of TTFT and ITL from the per-request samples the
+results hold, with the same values per request in the order sent.
+
+The results hold each request's values but not when it was sent or answered, so no
+per-second series (tokens/s, errors, requests in flight) is drawn: the page says so rather
+than make one up. A level without samples says that instead of its charts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from pytest_llmslo.report.htmlcells import badge, bounds, cell, lines, point_value
+from pytest_llmslo.report.htmlcharts import Threshold, histogram, sequence_chart
+from pytest_llmslo.report.terminal import failure_lines, signal_bits, traffic_lines
+from pytest_llmslo.sweep import SweepPoint, finite_or_none
+
+__all__ = ["level_details"]
+
+
+def _verdict_table(p: SweepPoint) -> str:
+    if p.verdict is None or not p.verdict.results:
+        return '<p class="sub">No objective was asserted at this level.</p>'
+    rows = []
+    for r in p.verdict.results:
+        observed = finite_or_none(r.observed)
+        bound = finite_or_none(r.bound)
+        rows.append(
+            f"<tr><td>{escape(r.objective.label)}</td>{cell(observed, 2)}{cell(bound, 2)}"
+            f"<td>{r.count}</td><td>{badge('pass' if r.passed else 'fail')}</td></tr>"
+        )
+    return (
+        '<table class="objectives"><tr><th>objective</th><th>observed</th>'
+        f"<th>bound (confidence)</th><th>samples</th><th>outcome</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _signals(p: SweepPoint) -> str:
+    s = p.summary.signals
+    if not s:
+        return '<p class="sub">No engine signals were read at this level.</p>'
+    kinds = s.get("engines")
+    head = "Engine signals"
+    if isinstance(kinds, Mapping | list | tuple) and kinds:
+        head += " (" + ", ".join(str(k) for k in kinds) + " /metrics)"
+    bits = signal_bits(s)
+    note = s.get("note")
+    out = f"<h4>{escape(head)}</h4>" + lines([*bits, *([str(note)] if note else [])], "signals")
+    if s.get("client_minus_engine_ttft_p99_ms") is not None:
+        out += (
+            '<p class="sub">“client ±N ms”: the client’s TTFT P99 minus the engine’s own: '
+            "the network, the client and the API server in front of the engine.</p>"
+        )
+    return out
+
+
+def _near(slo: Sequence[Threshold], values: Sequence[float]) -> list[Threshold]:
+    """The bounds worth drawing on a level's chart: those within twice its largest value
+    (a bound far above squeezes the distribution into a corner; it is named instead)."""
+    top = max(values, default=0.0)
+    return [t for t in slo if t.value <= 2.0 * top]
+
+
+def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
+    samples = p.samples or {}
+    charts, far = [], []
+    for metric, label in (("ttft", "TTFT"), ("itl", "ITL")):
+        values = samples.get(f"{metric}_ms")
+        if values is None:
+            continue
+        finite = [v for v in values if v is not None]
+        slo = [t for q in (99.0, 90.0, 50.0) for t in bounds(objectives, metric, q)]
+        near = _near(slo, finite)
+        far.extend(t.label for t in slo if t not in near)
+        what = "mean token gap per request" if metric == "itl" else "per request"
+        charts.append(
+            histogram(
+                f"{lid}-{metric}-hist",
+                f"{label} distribution ({what})",
+                f"{label} (ms)",
+                finite,
+                thresholds=[Threshold(t.value, t.label, "x") for t in near],
+            )
+        )
+        charts.append(
+            sequence_chart(
+                f"{lid}-{metric}-seq",
+                f"{label} per request, in the order sent",
+                f"{label} (ms)",
+                list(values),
+                thresholds=near,
+            )
+        )
+    if not charts:
+        return (
+            '<p class="sub">The results hold no per-request samples of this level: no '
+            "distribution can be drawn.</p>"
+        )
+    notes = [
+        "The results hold each request’s values but not when it was sent or answered: the "
+        "series are per request in the order sent, and no per-second series (tokens/s, "
+        "errors, requests in flight) can be drawn."
+    ]
+    if far:
+        notes.append("Far above every value, so not drawn: " + ", ".join(dict.fromkeys(far)) + ".")
+    return (
+        '<div class="charts small">'
+        + "".join(f'<figure class="cell">{c}</figure>' for c in charts)
+        + "</div>"
+        + "".join(f'<p class="sub">{escape(n)}</p>' for n in notes)
+    )
+
+
+def level_details(p: SweepPoint, i: int, objectives: Sequence[Any], compared: str = "") -> str:
+    """Level ``p`` (index ``i`` in the results) folded; ``compared``: its comparisons with
+    other runs, as HTML."""
+    lid = f"p{i}"
+    figures = []
+    for label, key, digits in (("out tok/s", "output_tok_s", 1), ("TTFT P99", "ttft:99", 1)):
+        v = point_value(p, key)
+        if v is not None:
+            figures.append(f"{label} {v:,.{digits}f}")
+    reasons = [*p.summary.invalid_reasons]
+    if p.verdict is not None:
+        reasons.extend(p.verdict.problems)
+    body = [
+        _verdict_table(p),
+        lines((f"why: {a}" for a in (p.verdict.attribution if p.verdict else ())), "why"),
+        lines(reasons, "problems"),
+        _signals(p),
+        lines([*(x for x in failure_lines(p) if ": why: " not in x), *traffic_lines(p)], "notes"),
+        _level_charts(p, objectives, lid),
+        compared,
+    ]
+    return (
+        f'<details class="level" id="{lid}" data-point="{i}"><summary>'
+        f"<b>{escape(p.engine)}</b> {escape(p.level.label)} {badge(p.status)} "
+        f'<span class="sub">{escape(" · ".join(figures))}</span></summary>'
+        + "".join(body)
+        + "</details>"
+    )
