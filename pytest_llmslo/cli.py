@@ -8,7 +8,7 @@
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
 
 ``run`` starts the engines and runs the sweep (or the capacity search) of one test
-without a test file, through the same session core as the plugin (``session.py``): every
+without a test file, through the same session core as the plugin (``session/``): every
 option is the plugin's (one table of settings, ``settings.SPECS``, with the same names,
 environment variables and meaning), the levels are judged as a test's, and it prints the
 same sweep tables, knees and Pareto summary and writes the same documents. Its defaults
@@ -57,6 +57,7 @@ from pytest_llmslo.regression import baselines
 
 if TYPE_CHECKING:
     from pytest_llmslo.document import Results
+    from pytest_llmslo.session import EngineFactory, Session, TestContext
 
 __all__ = [
     "EXIT_FAILED",
@@ -441,8 +442,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 sources,
                 rootpath=cwd,
                 invocation_dir=cwd,
-                say=lambda msg: print(msg, file=err, flush=True),
-                progress=lambda label, _n, _w: _stderr_progress(label, err),
+                voice=core.Voice(
+                    say=lambda msg: print(msg, file=err, flush=True),
+                    progress=lambda label, _n, _w: _stderr_progress(label, err),
+                ),
             )
             state.interrupts = guard
             core.prepare(state)
@@ -480,7 +483,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _contexts(state: Any, test: str) -> dict[str, list[tuple[str, Any]]]:
+def _contexts(state: Session, test: str) -> dict[str, list[tuple[str, TestContext]]]:
     """The tests of the run, one per engine and level (``node``, ``TestContext``),
     registered with the session before anything starts, so the plan and the estimate know
     them all."""
@@ -488,7 +491,7 @@ def _contexts(state: Any, test: str) -> dict[str, list[tuple[str, Any]]]:
 
     ts = state.defaults
     levels = [ts.levels[0]] if ts.capacity else list(ts.levels)
-    out: dict[str, list[tuple[str, Any]]] = {}
+    out: dict[str, list[tuple[str, TestContext]]] = {}
     for engine in state.session.engines:
         for i, level in enumerate(levels):
             node = f"{test}[{engine}-{'capacity' if ts.capacity else level.label}]"
@@ -506,17 +509,17 @@ def _contexts(state: Any, test: str) -> dict[str, list[tuple[str, Any]]]:
 
 
 def _sweep_engine(
-    state: Any,
-    factory: Any,
+    state: Session,
+    factory: EngineFactory,
     engine: str,
-    tests: list[tuple[str, Any]],
+    tests: list[tuple[str, TestContext]],
     failed: list[str],
     err: TextIO,
 ) -> None:
-    """Start ``engine`` and run its levels, each judged as a test's; what failed goes to
+    """Start ``engine`` and run its levels, each judged as a test's (the session's
+    per-test protocol, ``session.run_test``, around an empty body); what failed goes to
     ``failed``."""
     from pytest_llmslo import session as core
-    from pytest_llmslo import slo
     from pytest_llmslo.errors import (
         EngineDiedError,
         Inconclusive,
@@ -532,29 +535,21 @@ def _sweep_engine(
         return
     handle = factory.get(engine)
     for node, ctx in tests:
-        level, ts = ctx.level, ctx.settings
-        state.current = ctx
+        level = ctx.level
         try:
-            run = core.run_test_load(state, node, handle, level, ts)
-            if core.inconclusive(run, ts):
-                raise Inconclusive(core.inconclusive_message(state, run))
-            slo.bind_run(run, on_verdict=state.on_verdict)
-            try:
-                core.after_test(state, node, ctx)
-            finally:
-                slo.unbind_run()
+            run = core.load_test(state, node, handle, level, ctx.settings)
+            with core.bound(state, run):
+                core.call_test(state, node, lambda: None)
         except (SloViolation, RegressionError, Inconclusive) as exc:
             first = str(exc).splitlines()[0]
             failed.append(f"{engine} {level.label}: {first}")
         except (EngineDiedError, LoadError) as exc:
             failed.append(f"{engine} {level.label}: {str(exc).splitlines()[0]}")
             print(f"{PROG}: {engine} {level.label}: {exc}", file=err)
-        finally:
-            state.current = None
 
 
 def _print_summary(
-    state: Any, args: argparse.Namespace, out: TextIO, err: TextIO, failed: list[str]
+    state: Session, args: argparse.Namespace, out: TextIO, err: TextIO, failed: list[str]
 ) -> None:
     from pytest_llmslo import session as core
 

@@ -1,4 +1,4 @@
-"""pytest glue over the session core (``session.py``, which knows nothing of pytest): the
+"""pytest glue over the session core (``session/``, which knows nothing of pytest): the
 hooks here hand it node ids and callbacks (a line to say, a progress line, a warning).
 
 In session order: options and ini keys generated from ``settings.SPECS``; configure (the
@@ -6,9 +6,10 @@ In session order: options and ini keys generated from ``settings.SPECS``; config
 parametrized over engine x load level (``test_chat[sim-c32]``, the engine parameter
 session-scoped so each engine starts once); the fixtures ``slo_engine``, ``slo_level``,
 ``slo_settings``, ``slo_objectives``, ``slo_run``, ``slo_load`` and ``slo_capacity``;
-after each body the configured gate, the extension and the baseline comparison
-(``session.after_test``); JUnit properties and system-out, the terminal summary, and the
-results document after every test (partial) and at session end.
+each test's body within the session's per-test protocol (``session.run_test``: after it
+the configured gate, the extension and the baseline comparison); JUnit properties and
+system-out, the terminal summary, and the results document after every test (partial) and
+at session end.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pytest_llmslo.errors import (
 )
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.redact import redact
-from pytest_llmslo.session import EngineFactory, EngineRef, TestContext
+from pytest_llmslo.session import EngineFactory, EngineRef, TestContext, Voice
 
 SLO_MARKER = "slo"
 ENGINE_ARG = "slo_engine"
@@ -115,9 +116,11 @@ def pytest_configure(config: pytest.Config) -> None:
             rootpath=config.rootpath,
             inipath=config.inipath,
             invocation_dir=config.invocation_params.dir,
-            say=lambda msg: _say(config, msg),
-            progress=lambda label, requests, warmup: _progress(config, label, requests, warmup),
-            warn=lambda node, msg: _warn(config, node, msg),
+            voice=Voice(
+                say=lambda msg: _say(config, msg),
+                progress=lambda label, requests, warmup: _progress(config, label, requests, warmup),
+                warn=lambda node, msg: _warn(config, node, msg),
+            ),
             hooks=core.SessionHooks.calling(
                 lambda hook, **kw: getattr(config.hook, hook)(config=config, **kw)
             ),
@@ -406,28 +409,17 @@ def slo_run(
     body checks it."""
     state = _state(request.config)
     node = request.node.nodeid
-    ctx = state.contexts.get(node)
-    run = core.run_test_load(state, node, slo_engine, slo_level, slo_settings)
-    if core.inconclusive(run, slo_settings):
-        _inconclusive(state, request.node, ctx, run)
-    slo.bind_run(run, on_verdict=state.on_verdict)
     try:
+        run = core.load_test(state, node, slo_engine, slo_level, slo_settings)
+    except Inconclusive:
+        # The client stayed the bottleneck through the retries: the test errors (not an
+        # SLO failure), and its report and properties say so.
+        ctx = state.contexts.get(node)
+        if ctx is not None:
+            _report_test(state, request.node, ctx, "setup")
+        raise
+    with core.bound(state, run):
         yield run
-    finally:
-        slo.unbind_run()
-
-
-def _inconclusive(
-    state: core.Session, item: pytest.Item, ctx: TestContext | None, run: Run
-) -> None:
-    """The client stayed the bottleneck through the retries: the test errors with
-    ``Inconclusive`` (not an SLO failure), its report and properties say so."""
-    __tracebackhide__ = True
-    if ctx is not None:
-        _attach_properties(state, item, ctx)
-        lines = core.summary_lines_of_test(state, ctx)
-        item.add_report_section("setup", "llmslo", "\n".join(lines))
-    raise Inconclusive(core.inconclusive_message(state, run))
 
 
 @pytest.fixture
@@ -527,29 +519,19 @@ def _warn(config: pytest.Config, node: str, msg: str) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    # The gates below fail the test; their frames are the plugin's, not the user's.
+    # The gates fail the test; their frames are the plugin's and the core's, not the user's.
     __tracebackhide__ = True
     state = item.config.stash.get(STATE_KEY, None)
     ctx = state.contexts.get(item.nodeid) if state is not None else None
     if state is None or ctx is None:
         return (yield)
-    state.current = ctx
     try:
-        try:
-            result = yield
-        except BaseException as exc:
-            if not isinstance(exc, (KeyboardInterrupt, EngineDiedError)):
-                core.after_test(state, item.nodeid, ctx, body_error=True)
-            raise
-        core.after_test(state, item.nodeid, ctx)
-        return result
+        return (yield from core.run_test(state, item.nodeid))
     finally:
-        state.current = None
-        state.report_levels(ctx)
-        _attach_properties(state, item, ctx)
         if ctx.point_keys:
-            lines = core.summary_lines_of_test(state, ctx)
-            item.add_report_section("call", "llmslo", "\n".join(lines))
+            _report_test(state, item, ctx, "call")
+        else:
+            _attach_properties(state, item, ctx)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -567,6 +549,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def _attach_properties(state: core.Session, item: pytest.Item, ctx: TestContext) -> None:
     # Through user_properties: no record_property warning under xunit2.
     item.user_properties.extend(core.junit_properties(state, ctx))
+
+
+def _report_test(state: core.Session, item: pytest.Item, ctx: TestContext, when: str) -> None:
+    """A test's JUnit properties, and its lines as the ``llmslo`` section of its report."""
+    _attach_properties(state, item, ctx)
+    lines = core.summary_lines_of_test(state, ctx)
+    item.add_report_section(when, "llmslo", "\n".join(lines))
 
 
 @pytest.hookimpl(wrapper=True)

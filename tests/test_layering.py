@@ -34,8 +34,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("document",),
     ("regression",),
     ("report",),
+    # The session core, a package: its modules are in this layer (SESSION orders them).
     ("session",),
     ("plugin", "cli", "hookspecs"),
+)
+
+# The session core's modules, lowest first: each imports only those before it.
+SESSION: tuple[tuple[str, ...], ...] = (
+    ("factory", "constants"),
+    ("state",),
+    ("engines", "baseline", "outputs", "level"),
+    ("inputs", "judge", "summary"),
 )
 
 
@@ -170,3 +179,16 @@ def test_no_private_pytest_imports() -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("_pytest"):
             raise AssertionError(f"plugin.py:{node.lineno} imports {node.module}")
+
+
+def test_the_session_core_imports_downward_within_its_package() -> None:
+    rank = {f"session.{m}": i for i, group in enumerate(SESSION) for m in group}
+    inside = {n for n in MODULES if n.startswith("session.")}
+    assert inside == set(rank), "a module of session/ is missing from SESSION"
+    upward = [
+        f"{name}:{line} imports {dep}"
+        for name in sorted(inside)
+        for dep, line in sorted(GRAPH[name])
+        if dep == "session" or (dep in rank and rank[dep] >= rank[name])
+    ]
+    assert upward == []

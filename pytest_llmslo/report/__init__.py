@@ -2,9 +2,9 @@
 pytest.
 
 - ``terminal``: sweep tables with the knee marked and the Pareto summary, as lines;
-- ``markdown``, ``svg``, ``csvexport``: the report formats, each from a session's
-  ``document.Results``;
+- ``markdown``, ``svg``, ``csvexport``, ``html``: the report formats (``formats``: one
+  entry each), each from a session's ``document.Results``;
 - ``junit``: flat ``llmslo.*`` properties for test cases and the suite.
 
-The results document itself is ``document``'s (``jsonio`` is its old path).
+The results document itself is ``document``'s.
 """

@@ -19,8 +19,7 @@ real engine's TTFT. It measures its own lateness
 /stats/reset`` clears it) and on exit, so a benchmark can tell the truth
 (``ttft_ms`` + first-token lateness) from the server's own slip (``lateness.py``: the
 histograms, and the block that several ``--workers`` processes share; ``prefork.py``:
-how those processes share the port). ``python -m pytest_llmslo.sim.fixed``, the first
-name of this command, starts it too.
+how those processes share the port).
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (stream or not),
 ``GET /v1/models``, ``GET /health``, ``GET /stats``, ``POST /stats/reset``.

@@ -132,13 +132,8 @@ def test_save_and_compare(slo_pytester: pytest.Pytester, tiny_args, slow_fixed_s
     result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-save=base"))
     result.assert_outcomes(passed=1)
     assert (slo_pytester.path / ".llmslo" / "baselines" / "base.json").is_file()
-    # Same engine again: within tolerance.
-    result = slo_pytester.runpytest_subprocess(
-        *tiny_args("--slo-compare=base", "--slo-compare-fail=ttft_p50:100%")
-    )
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*comparison with baseline base*", "external * c1: ok*"])
-    # A slower engine (TTFT 20 -> 60 ms): the test that regressed fails, old vs new shown.
+    # A slower engine (TTFT 20 -> 60 ms): the test that regressed fails, old vs new shown
+    # (within the tolerance, or with constants that differ: tests/session/test_baseline.py).
     slow = tiny_args("--slo-compare=base", "--slo-compare-fail=ttft_p50:20%", "--junitxml=x.xml")
     slow = [a if not a.startswith("--engine-url=") else f"--engine-url={slow_fixed_server}"
             for a in slow]  # fmt: skip
@@ -147,10 +142,7 @@ def test_save_and_compare(slo_pytester: pytest.Pytester, tiny_args, slow_fixed_s
     result.stdout.fnmatch_lines(["*RegressionError: regression against baseline base*"])
     failure = _cases(slo_pytester.path / "x.xml")["test_chat[external-c1]"].find("failure")
     assert "ttft_p50" in failure.text and "REGRESSED" in failure.text
-    # Another ISL: a pinned constant differs, nothing is compared, nothing fails.
-    result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-compare=base", "--isl=32"))
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*not compared, constants differ*isl*"])
+    result.stdout.fnmatch_lines(["*comparison with baseline base*", "external * c1: REGRESSED*"])
 
 
 def test_missing_baseline_is_a_usage_error(slo_pytester: pytest.Pytester) -> None:

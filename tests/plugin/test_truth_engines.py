@@ -85,7 +85,7 @@ def test_ctrl_c_after_the_load_keeps_and_counts_its_requests(slo_pytester, fixed
     # Ctrl-C while the level's last scrape runs (after every request was measured).
     slo_pytester.makeconftest(
         """
-        import pytest_llmslo.session as core
+        import pytest_llmslo.session.level as core
 
         def interrupted(run, scraper):
             if scraper is not None:

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_llmslo.engines.base import EngineConfig
 from pytest_llmslo.errors import EngineStartError, EngineUnavailable
-from pytest_llmslo.plugin import EngineFactory
+from pytest_llmslo.session.factory import EngineFactory
 
 
 class FakeHandle:

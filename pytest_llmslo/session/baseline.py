@@ -1,0 +1,106 @@
+"""The baseline a session compares with (``--slo-compare``, ``--slo-compare-fail``): read
+before anything starts, and each test's primary point (or capacity) compared with the
+same test, engine and level in it."""
+
+from __future__ import annotations
+
+from pytest_llmslo.document import Results
+from pytest_llmslo.errors import ConfigError, RegressionError
+from pytest_llmslo.regression import Judging, Pairing, baselines, compare_test, tolerances
+
+from .state import Session, TestContext, baseline_root, primary
+
+__all__ = ["compare_with_baseline", "load_baseline"]
+
+
+def load_baseline(state: Session) -> None:
+    """The baseline and tolerances of ``--slo-compare`` / ``--slo-compare-fail``, read
+    before anything starts; a ``ConfigError`` naming the option when they cannot be."""
+    session = state.session
+    if not session.compare and not session.compare_fail:
+        return
+
+    try:
+        state.tolerances = tolerances.parse_tolerances(session.compare_fail)
+    except (ConfigError, ValueError) as exc:
+        label = session.sources.get("slo_compare_fail", "--slo-compare-fail")
+        raise ConfigError(f"{label}: {exc}") from None
+    if session.compare:
+        label = session.sources.get("slo_compare", "--slo-compare")
+        try:
+            doc = baselines.load_baseline(session.compare, root=baseline_root(state))
+        except (ConfigError, OSError, ValueError) as exc:
+            raise ConfigError(f"{label}: {exc}") from None
+        try:
+            state.baseline = Results.from_document(doc, source=session.compare)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{label}: a point cannot be read: {exc!r}") from None
+        state.baseline_source = session.compare
+        if not state.baseline.complete:
+            state.notes.append(
+                f"warning: baseline {session.compare!r} is incomplete (its session was "
+                "interrupted): tests it lacks are not compared"
+            )
+
+
+def compare_with_baseline(state: Session, ctx: TestContext) -> None:
+    """``--slo-compare``: the same test, engine and level in the baseline; a regression
+    beyond the tolerance fails this test. A test that searched its capacity is compared
+    with the baseline's search of the same test and engine: by the capacity itself, and by
+    the points at the capacity when both searches ended at the same level
+    (``regression.compare_test``)."""
+    if state.baseline is None:
+        return
+    idx = primary(state, ctx)
+    if idx is None:
+        return
+    point = state.points[idx]
+    source = state.baseline_source
+    capacity = ctx.capacity_result
+    if not point.comparable:
+        key = f"{ctx.engine} {ctx.test} {point.level.label}"
+        reason = "the level is not comparable: " + "; ".join(point.notes)
+        _not_compared(state, ctx, key, reason, f"not compared, {reason}")
+        return
+    # The level the test is judged by (a slo_load level may differ from its parameter).
+    key = f"{ctx.engine} {ctx.test} {'capacity' if capacity is not None else point.level.label}"
+    judging = Judging.of(state.tolerances or None, confidence=ctx.settings.confidence)
+    pairing = Pairing(state.baseline, state.results(), judging)
+    if capacity is not None:
+        tested = compare_test(
+            pairing, ctx.engine, ctx.test, (), capacity=capacity, at_capacity=point
+        )
+        comparison = tested.capacity
+        missing = f"the baseline {source} has no capacity search of this test"
+    else:
+        tested = compare_test(pairing, ctx.engine, ctx.test, (point,))
+        comparison = tested.points[0][1]
+        missing = f"not in the baseline {source}"
+    if comparison is None:
+        _not_compared(state, ctx, key, missing, missing)
+        return
+    if comparison.constants_differ:
+        reason = f"constants differ: {'; '.join(comparison.problems)}"
+        _not_compared(state, ctx, key, reason, f"not compared, {reason}")
+        return
+    if not comparison.comparable:
+        reason = "; ".join(comparison.problems)
+        _not_compared(state, ctx, key, reason, f"not compared: {reason}")
+        return
+    ctx.comparison = comparison
+    state.comparisons.append((key, comparison))
+    if comparison.regressed:
+        __tracebackhide__ = True
+        where = "capacity" if capacity is not None else point.level.label
+        raise RegressionError(
+            f"regression against baseline {source} ({ctx.engine}, {where}):\n{comparison.format()}",
+            point.verdict,
+        )
+
+
+def _not_compared(state: Session, ctx: TestContext, key: str, reason: str, line: str) -> None:
+    """A comparison that did not run: said in the summary (``line``), in the test's own
+    report section and in its JUnit properties (``reason``)."""
+    state.mismatches.append(f"{key}: {line}")
+    ctx.compare_skip = reason
+    ctx.notes.append(f"not compared with baseline {state.baseline_source}: {reason}")

@@ -1,0 +1,232 @@
+"""The session's engines: their configs, resolved from the engine config file and the
+session's settings (``resolve_engines``, ``engine_config``, ``engines_of_test``), what each
+measures in a few words, and the factory that starts them (``engine_factory``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from pytest_llmslo import settings as S
+from pytest_llmslo.engines.base import EngineConfig, EngineHandle
+from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.redact import remember, url_password
+
+from .factory import EngineFactory
+from .state import Session, resolve_path
+
+__all__ = [
+    "check_sim_profile",
+    "engine_config",
+    "engine_factory",
+    "engine_target",
+    "engines_of_test",
+    "engines_text",
+    "record_engine",
+    "resolve_engines",
+]
+
+
+def resolve_engines(state: Session) -> dict[str, EngineConfig]:
+    """The configs of the session's engines (``--engine``); engines that only a test's
+    ``engines=`` names are resolved at collection (``_test_engine_configs``)."""
+    from pytest_llmslo.engines import apply_overrides, load_engine_configs
+
+    session = state.session
+    configured: dict[str, EngineConfig] = {}
+    if session.engine_config:
+        path = resolve_path(state, session.engine_config, "engine_config")
+        label = session.sources.get("engine_config", "--engine-config")
+        try:
+            configured = load_engine_configs(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{label}: {exc}") from None
+    else:
+        pyproject = state.rootpath / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                import tomllib  # type: ignore[import-not-found]
+            except ImportError:  # pragma: no cover - 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            try:
+                doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                doc = {}
+            if doc.get("tool", {}).get("llmslo", {}).get("engines"):
+                configured = load_engine_configs(pyproject)
+    state.configured_engines = configured
+    where = session.sources.get("engine", "--engine")
+    S.check_engine_names(session.engines, configured, where)
+    out = {name: engine_config(state, name, where) for name in session.engines}
+    opts: dict[str, list[str]] = {}
+    for item in session.engine_opts:
+        head, _, value = item.partition("=")
+        ename, _, key = head.partition(".")
+        if ename not in out and ename not in configured:
+            raise ConfigError(
+                f"--engine-opt {item!r}: {ename!r} is not an engine of this session. "
+                f"Engines: {', '.join(dict.fromkeys([*out, *configured]))}."
+            )
+        opts.setdefault(ename, []).append(f"{key}={value}")
+    state.engine_opts = opts
+    for ename, items in opts.items():
+        if ename in out:
+            out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
+    if session.engine_url and not any(c.kind == "external" for c in out.values()):
+        url_label = session.sources.get("engine_url", "--engine-url")
+        raise ConfigError(
+            f"{url_label} {S.shown_url(session.engine_url)}: {where} chose "
+            f"{', '.join(out)}, none of them external, so the URL would not be measured. "
+            "Leave --engine out (--engine-url alone means --engine=external), give "
+            "--engine=external, or drop --engine-url."
+        )
+    for name, cfg in out.items():
+        check_sim_profile(state, name, cfg)
+    return out
+
+
+def check_sim_profile(state: Session, name: str, cfg: EngineConfig) -> None:
+    """A sim engine's profile must be one the sim knows (unless its extra arguments give a
+    ``--profile-file``): found out when the engine starts, it would fail every test."""
+    if cfg.kind != "sim" or "--profile-file" in " ".join(cfg.extra_args):
+        return
+    profile = cfg.options.get("profile")
+    if not profile:
+        return
+    from pytest_llmslo.sim.profiles import PROFILES
+
+    if str(profile) in PROFILES:
+        return
+    session = state.session
+    label = (
+        session.sources.get("sim_profile", "--sim-profile")
+        if profile == session.sim_profile
+        else f"engine {name}: options.profile"
+    )
+    raise ConfigError(
+        f"{label}: {profile!r} is not a sim profile. Profiles: {', '.join(sorted(PROFILES))} "
+        "(python -m pytest_llmslo.sim --list-profiles)."
+    )
+
+
+def engine_target(state: Session, name: str) -> str:
+    """What engine ``name`` measures, in a few words: the URL of an external engine (a
+    password in it masked), the built-in sim and its profile, or the kind and runtime."""
+    cfg = state.engine_configs.get(name)
+    if cfg is None:
+        return name
+    if cfg.kind == "external":
+        return S.shown_url(cfg.url or "") or "external"
+    if cfg.kind == "sim":
+        from pytest_llmslo.engines.sim import DEFAULT_PROFILE
+
+        return f"built-in sim, {cfg.options.get('profile') or DEFAULT_PROFILE}"
+    return f"{cfg.kind}, {cfg.runtime}"
+
+
+def engines_text(state: Session, names: Sequence[str]) -> str:
+    """Engine names with what each measures: ``external (http://127.0.0.1:8000)``."""
+    return ", ".join(f"{n} ({engine_target(state, n)})" for n in names)
+
+
+def engine_config(state: Session, name: str, where: str) -> EngineConfig:
+    """The config of engine ``name`` (configured, or the defaults of a bare kind) with the
+    session's settings applied: model, sim profile (for sim engines whose config names
+    none), API key, TLS, the external URL."""
+    session = state.session
+    cfg = state.configured_engines.get(name) or EngineConfig(kind=name, name=name)
+    if not cfg.name:
+        cfg = dataclasses.replace(cfg, name=name)
+    model = state.defaults.model
+    model_set = state.defaults.sources.get("model", "default") != "default"
+    if model_set or not cfg.model:
+        cfg = dataclasses.replace(cfg, model=model or cfg.model)
+    if cfg.kind == "sim" and session.sim_profile and not cfg.options.get("profile"):
+        cfg = dataclasses.replace(cfg, options={**cfg.options, "profile": session.sim_profile})
+    # The readiness probes talk to the engine as the load generator will.
+    d = state.defaults
+    cfg = dataclasses.replace(
+        cfg,
+        api_key_env=d.api_key_env or None,
+        ca_bundle=d.ca_bundle,
+        verify_tls=not d.insecure,
+    )
+    if cfg.kind == "external":
+        url = session.engine_url or cfg.url
+        if not url:
+            raise ConfigError(
+                f"{where}: engine {name!r} is external and needs a URL: give --engine-url "
+                "(or url = ... in its engine config)."
+            )
+        remember(url_password(url))
+        cfg = dataclasses.replace(cfg, url=url)
+        if session.sources.get("external_ready_timeout", "default") != "default":
+            cfg = dataclasses.replace(
+                cfg, external_ready_timeout_s=session.external_ready_timeout_s
+            )
+    return cfg
+
+
+def engines_of_test(state: Session, ts: S.TestSettings, where: str) -> tuple[list[str], str | None]:
+    """The engines a test runs on, and why it runs on none (a skip reason).
+
+    A test's ``engines=`` replaces the session's engines, unless ``--engine`` (or its
+    environment variable) chose engines: then the test runs on those of its own that were
+    chosen, and is skipped when none was."""
+    from pytest_llmslo.engines import apply_overrides
+
+    session = state.session
+    if not ts.engines:
+        return list(session.engines), None
+    label = f"@pytest.mark.slo(engines=...) on {where}"
+    S.check_engine_names(ts.engines, state.configured_engines, label)
+    for name in ts.engines:
+        if name not in state.engine_configs:
+            cfg = engine_config(state, name, label)
+            items = state.engine_opts.get(name)
+            if items:
+                cfg = apply_overrides(cfg, items, where=f"--engine-opt {name}")
+            check_sim_profile(state, name, cfg)
+            state.engine_configs[name] = cfg
+    src = session.sources.get("engine", "default")
+    if not (src.startswith("--") or src.startswith(S.ENV_PREFIX)):
+        return list(ts.engines), None
+    picked = [e for e in ts.engines if e in session.engines]
+    if picked:
+        return picked, None
+    return [], (
+        f"this test runs on {', '.join(ts.engines)} (its engines=); {src} chose "
+        f"{', '.join(session.engines)}"
+    )
+
+
+def record_engine(state: Session, name: str, handle: EngineHandle) -> None:
+    """Keep a started engine's metadata, model, kind and version for the report."""
+    try:
+        meta = dict(handle.metadata())
+    except Exception as exc:  # metadata is for the report: never fail a test over it
+        meta = {"error": repr(exc)}
+    try:
+        version = handle.version()
+    except Exception:
+        version = None
+    meta.setdefault("model", handle.model)
+    meta.setdefault("kind", handle.config.kind)
+    meta["version"] = meta.get("version") or version
+    state.engine_meta[name] = meta
+
+
+def engine_factory(state: Session) -> EngineFactory:
+    """The session's engine factory (made on first use): engines start lazily, announce
+    themselves through ``state.say``, are recorded for the report, restart up to
+    ``--engine-restarts`` times and pass ``hooks.engine_config`` before they start."""
+    if state.factory is None:
+        state.factory = EngineFactory(
+            state.engine_configs,
+            announce=state.say,
+            on_start=lambda name, h: record_engine(state, name, h),
+            max_restarts=state.session.engine_restarts,
+            prepare=state.hooks.engine_config,
+            progress=state.progress,
+        )
+    return state.factory

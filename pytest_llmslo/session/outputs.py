@@ -1,0 +1,183 @@
+"""What a session writes: the results document, the report formats (``report.formats``),
+the saved baseline (``finish``), and the JUnit properties of its tests and suite."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from pytest_llmslo.document import write_atomic, write_atomic_bytes, write_atomic_text
+from pytest_llmslo.redact import redact
+from pytest_llmslo.regression import baselines
+
+from .state import Session, TestContext, baseline_root, primary, resolve_path
+
+__all__ = [
+    "finish",
+    "json_path",
+    "junit_properties",
+    "output_flags",
+    "output_path",
+    "save_session_baseline",
+    "suite_properties",
+    "write_json",
+    "write_reports",
+]
+
+
+def output_flags() -> dict[str, str]:
+    """The output settings of a session and their command-line flags: the results
+    document's and each report format's (``report.formats.FORMATS``)."""
+    from pytest_llmslo.report.formats import FORMATS
+
+    return {"slo_json": "--slo-json", **{f.option: f.flag for f in FORMATS.values()}}
+
+
+def json_path(state: Session) -> Path | None:
+    """Where the results document goes (``--slo-json``), or None."""
+    return output_path(state, "slo_json")
+
+
+def output_path(state: Session, name: str) -> Path | None:
+    """The resolved path of output setting ``name`` (``output_flags``)."""
+    p = state.session.outputs.get(name)
+    if not p:
+        return None
+    return resolve_path(state, p, name)
+
+
+def write_reports(state: Session, *, complete: bool) -> None:
+    """The report formats asked for (``report.formats``: the Markdown summary, the SVG
+    chart, the CSV table), each written whole or not at all; errors are noted, and fail
+    the session as a lost results file does."""
+    from pytest_llmslo.report.formats import FORMATS
+
+    paths = [(fmt, output_path(state, fmt.option)) for fmt in FORMATS.values()]
+    if all(p is None for _, p in paths) or not state.points:
+        return
+    # Made from what the document says: its secrets masked, in the constants and the
+    # engines' metadata as in every text written.
+    results = state.results(complete=complete).redacted()
+    for fmt, path in paths:
+        if path is None:
+            continue
+        try:
+            # A format that shows several runs shows the baseline (--slo-compare) beside.
+            if state.baseline is not None and fmt.render_runs is not None:
+                out = fmt.render_runs(results, [state.baseline])
+            else:
+                out = fmt.render(results)
+            if isinstance(out, bytes):
+                write_atomic_bytes(path, out)
+            else:
+                write_atomic_text(path, redact(out))
+            note = f"{fmt.label} report written to {path}"
+            if note not in state.notes:
+                state.notes.append(note)
+        except Exception as exc:
+            state.write_errors.append(
+                f"ERROR: could not write the {fmt.label} report to {path}: {exc!r}"
+            )
+
+
+def write_json(state: Session, *, complete: bool) -> bool:
+    """Write the results document; False (and an error note) when it could not be."""
+    path = json_path(state)
+    if path is None:
+        return True
+    try:
+        write_atomic(path, state.document(complete=complete))
+        state.dirty = False
+    except Exception as exc:
+        msg = f"ERROR: could not write the results to {path}: {exc!r}"
+        if msg not in state.write_errors:
+            state.write_errors.append(msg)
+        return False
+    return True
+
+
+def save_session_baseline(state: Session, *, interrupted: bool) -> None:
+    """``--slo-save NAME``: the session's document as a baseline (a partial one as
+    ``NAME.partial``, which never replaces the baseline)."""
+    name = state.session.save
+    if not name or not state.points:
+        return
+    try:
+        saved = baselines.save_baseline(
+            state.document(complete=not interrupted), name, root=baseline_root(state)
+        )
+        if interrupted:
+            partial = baselines.partial_name(name)
+            state.notes.append(
+                f"the session was interrupted: baseline {name!r} was left as it was; the "
+                f"partial results are saved as {partial!r} in {saved}"
+            )
+        else:
+            state.notes.append(f"baseline {name!r} saved to {saved}")
+    except Exception as exc:
+        state.write_errors.append(f"ERROR: could not save baseline {name!r}: {exc!r}")
+
+
+def finish(state: Session, *, interrupted: bool = False) -> bool:
+    """The session's outputs: the results document, the Markdown, SVG and CSV reports and
+    the saved baseline. What could not be written is in ``state.write_errors``.
+
+    No stop signal cuts them (``state.interrupts.shielded``); one that arrived before or
+    while they were written makes them partial (``complete: false``, the baseline saved
+    as ``NAME.partial``). Returns whether the session was interrupted."""
+    guard = state.interrupts
+    with guard.shielded():
+        interrupted = interrupted or guard.interrupted
+        _write_outputs(state, interrupted=interrupted)
+        if not interrupted and guard.interrupted:
+            interrupted = True  # a signal while they were written: they are partial now
+            _write_outputs(state, interrupted=True)
+        save_session_baseline(state, interrupted=interrupted)
+    return interrupted
+
+
+def _write_outputs(state: Session, *, interrupted: bool) -> None:
+    if state.session.json_path:
+        write_json(state, complete=not interrupted)
+    write_reports(state, complete=not interrupted)
+
+
+def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
+    """The JUnit properties of a test case: its primary point's numbers and verdict, its
+    notes, and its comparison with the baseline (or why it was not compared)."""
+    from pytest_llmslo.report import junit
+
+    idx = primary(state, ctx)
+    if idx is None:
+        return []
+    point = state.points[idx]
+    try:
+        props = junit.testcase_properties(
+            point.summary, point.verdict, engine=ctx.engine, test=ctx.test
+        )
+    except Exception as exc:  # the report must not change a test's outcome
+        props = [("llmslo.error", repr(exc))]
+    if not point.comparable:
+        props.append(("llmslo.comparable", "false"))
+    props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))
+    cache = point.cache if isinstance(getattr(point, "cache", None), Mapping) else None
+    if cache is not None:
+        props.append(("llmslo.cache_reset", str(bool(cache.get("reset"))).lower()))
+    if ctx.comparison is not None:
+        props.append(("llmslo.baseline", str(state.baseline_source)))
+        props.append(("llmslo.regressed", str(bool(ctx.comparison.regressed)).lower()))
+        props.extend(ctx.comparison.properties())
+    elif ctx.compare_skip is not None:
+        props.append(("llmslo.baseline", str(state.baseline_source)))
+        props.append(("llmslo.compare.status", "not_compared"))
+        props.append(("llmslo.compare.reason", ctx.compare_skip))
+    return [(k, redact(str(v))) for k, v in props]
+
+
+def suite_properties(state: Session) -> list[tuple[str, str]]:
+    """The run constants as JUnit suite properties (per test and per engine they are in
+    the document; "hardware" has each engine's at a glance)."""
+    from pytest_llmslo.report import junit
+
+    consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
+    return [(k, redact(str(v))) for k, v in junit.suite_properties(consts)]

@@ -1,0 +1,112 @@
+"""What a session says of its tests: the plan of each test before it runs
+(``tests_overview``), a test's own lines (``summary_lines_of_test``) and the closing report
+of the session (``summary_report``)."""
+
+from __future__ import annotations
+
+from pytest_llmslo import settings as S
+from pytest_llmslo.catalog import METRICS
+from pytest_llmslo.document import Results
+from pytest_llmslo.redact import redact
+
+from .engines import engines_text
+from .outputs import json_path
+from .state import Session, TestContext
+
+__all__ = ["summary_lines_of_test", "summary_report", "tests_overview"]
+
+
+def summary_lines_of_test(state: Session, ctx: TestContext) -> list[str]:
+    """The lines of test ``ctx``'s own report section: each level it measured with its
+    numbers, notes and verdict, then its notes and its comparison with the baseline."""
+    from pytest_llmslo.report import terminal
+
+    lines: list[str] = []
+    for idx in ctx.point_keys:
+        p = state.points[idx]
+        s = p.summary
+        lines.append(
+            f"{ctx.engine} {ctx.test} {p.level.label}: {s.completed}/{s.requests} completed, "
+            f"{s.failed} failed, {s.output_tok_s:.1f} out tok/s, "
+            f"goodput {_fmt(s.goodput_tok_s)} tok/s, attainment {_fmt_pct(s.attainment)}"
+        )
+        for name in METRICS:
+            d = s.distributions.get(name)
+            if d is None or not d.count:
+                continue
+            lines.append(
+                f"  {name}: p50 {_fmt(d.p(50))} ms, p99 {_fmt(d.p(99))} ms "
+                f"(upper bound {_fmt(d.ub(99))} ms at {d.confidence:.0%}), n={d.count}"
+            )
+        for e in s.errors:
+            lines.append(f"  error {e}")
+        if not s.valid:
+            lines.append("  INVALID (client-limited): " + "; ".join(s.invalid_reasons))
+        lines.extend(f"  note: {n}" for n in p.notes)
+        if p.verdict is not None:
+            lines.extend("  " + ln for ln in terminal.render_verdict(p.verdict))
+    lines.extend(ctx.notes)
+    if ctx.comparison is not None:
+        lines.extend(str(ctx.comparison.format()).splitlines())
+    return [redact(line) for line in lines]
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}"
+
+
+def _fmt_pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def tests_overview(state: Session, limit: int = 20) -> list[str]:
+    """One line per SLO test: the engines and levels it will really run (its marker's,
+    with the command line's overrides) and its workload."""
+    tests: dict[str, tuple[list[str], list[str], S.TestSettings]] = {}
+    for ctx in state.contexts.values():
+        engines, levels, _ = tests.setdefault(ctx.test, ([], [], ctx.settings))
+        if ctx.engine is not None and ctx.engine not in engines:
+            engines.append(ctx.engine)
+        label = "capacity search" if ctx.capacity else ctx.level.label
+        if label not in levels:
+            levels.append(label)
+    lines = [
+        f"llmslo: {test}: {engines_text(state, engines) or 'no engine'} x {','.join(levels)}; "
+        + S.describe_workload(ts)
+        for test, (engines, levels, ts) in tests.items()
+    ]
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"llmslo: ... and {len(lines) - limit} more SLO tests"]
+    return lines
+
+
+def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
+    """The session's closing report as ``(kind, text)``: kind ``=`` or ``-`` is a section
+    heading, ``line`` a line, ``error`` a line to show in red (a lost result). The sweep
+    tables with their knees and the Pareto summaries, the comparison with the baseline,
+    the notes, and where the results went."""
+    from pytest_llmslo.report import terminal
+
+    if not (state.points or state.notes or state.mismatches or state.write_errors):
+        return []
+    out: list[tuple[str, str]] = [("=", "llmslo: SLO sweeps")]
+    if state.points:
+        try:
+            results = Results(tuple(state.points), capacities=state.capacities)
+            lines = terminal.render_summary(results, width=width)
+        except Exception as exc:  # a renderer bug must not hide the test results
+            lines = [f"(could not render the sweep tables: {exc!r})"]
+        out.extend(("line", ln) for ln in lines)
+    if state.comparisons or state.mismatches:
+        out.append(("-", f"llmslo: comparison with baseline {state.baseline_source}"))
+        for key, comp in state.comparisons:
+            status = "REGRESSED" if comp.regressed else "improved" if comp.improved else "ok"
+            out.append(("line", f"{key}: {status}"))
+            out.extend(("line", "  " + ln) for ln in str(comp.format()).splitlines())
+        out.extend(("line", ln) for ln in state.mismatches)
+    out.extend(("line", f"llmslo: {note}") for note in state.notes)
+    out.extend(("error", f"llmslo: {err}") for err in state.write_errors)
+    path = json_path(state)
+    if path is not None and path.exists() and not state.write_errors:
+        out.append(("line", f"llmslo: results written to {path}"))
+    return [(kind, redact(text)) for kind, text in out]
