@@ -54,6 +54,7 @@ from pytest_llmslo.report.htmlcharts import (
 )
 from pytest_llmslo.report.htmllevel import level_details
 from pytest_llmslo.report.htmlpage import PAGE_END, page_head
+from pytest_llmslo.report.markdown import warmup_text
 from pytest_llmslo.sweep import (
     SweepPoint,
     finite_or_none,
@@ -282,6 +283,14 @@ def _constants(results: Results, runs: htmlruns.Runs) -> str:
     return "\n".join(parts)
 
 
+def _warmup(results: Results, test: str, setting: Any) -> str:
+    """The warm-up each level really ran (``warm-up 16-48 (c16 16, ...)``), as report.md
+    says it; the setting where the document has neither."""
+    points = [p for p in results.points if p.test == test]
+    ran = warmup_text(points, setting)
+    return ran.removeprefix("warm-up ") if ran else _text(setting)
+
+
 def _test_setup(results: Results, test: str, slo: str) -> str:
     """What the test ran: its workload or dataset, lengths, levels, warm-up and requests."""
     tests = results.constants.get("tests")
@@ -302,7 +311,7 @@ def _test_setup(results: Results, test: str, slo: str) -> str:
         ("lengths (tokens)", lengths),
         ("levels", _text(own.get("levels"))),
         ("requests per level", _text(own.get("requests"))),
-        ("warm-up setting", _text(own.get("warmup")) + " (a closed loop warms up a wave at least)"),
+        ("warm-up", _warmup(results, test, own.get("warmup"))),
         ("duration bound (s)", _text(own.get("duration_s"))),
     ]
     return kv_table(rows, "setup")

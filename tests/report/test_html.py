@@ -416,3 +416,17 @@ def test_the_page_in_a_browser_opens_a_level_and_has_a_screenshot(
     _chromium(proxy, tmp_path, path.as_uri(), f"--screenshot={shot}", "--window-size=1280,1800")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
     assert proxy.page_requests == []
+
+
+def test_the_warm_up_shown_is_what_each_level_ran(
+    page: str, run_doc: tuple[Path, dict[str, Any]]
+) -> None:
+    # --warmup 1, and a closed loop warms up one wave at least: c1 1, c2 2, c4 4.
+    _, doc = run_doc
+    ran = {
+        p["summary"]["warmup_requests"]
+        for p in doc["points"]
+        if p["test"] == "test_chat" and p["summary"].get("warmup_requests") is not None
+    }
+    assert ran == {1, 2, 4}
+    assert "1-4 (c1 1, c2 2, c4 4)" in _section(page, "test_chat")
