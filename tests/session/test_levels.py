@@ -32,7 +32,7 @@ def test_a_level_is_measured_and_recorded_as_a_point(harness: Any) -> None:
     assert meta.cache is not None and meta.cache["reset"] is False
     # The engine's signals were asked for (--slo-signals), and it has none to give.
     assert meta.signals is not None and meta.signals.scrapes == 0
-    assert (meta.signals.note or "").startswith("no signals")
+    assert (meta.signals.note or "").startswith("no engine signals")
     assert h.heard.closed == [f"external c2: {h.heard.closed[0].split(': ', 1)[1]}"]
     assert "12/12 requests ok" in h.heard.closed[0]
     # The session's first level is followed by an estimate of the whole session.
