@@ -430,6 +430,11 @@ def _check_external(
 
 
 def _exit_text(unit: StartedUnit) -> str:
+    # A unit that knows why it failed says so (a pod's ImagePullBackOff, FailedScheduling).
+    failure = getattr(unit, "failure", None)
+    why = failure() if callable(failure) else None
+    if why:
+        return str(why)
     rc = getattr(unit, "returncode", None)
     code = rc() if callable(rc) else None
     if code is None:

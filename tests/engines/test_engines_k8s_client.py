@@ -13,7 +13,7 @@ from pytest_llmslo.errors import EngineUnavailable
 
 def test_the_package_does_not_import_the_client_library() -> None:
     code = (
-        "import sys, pytest_llmslo.engines, pytest_llmslo.engines.runtimes.k8s.client\n"
+        "import sys, pytest_llmslo.engines, pytest_llmslo.engines.runtimes.kubernetes\n"
         "print('kubernetes' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,0 +1,394 @@
+"""The kubernetes runtime: an engine's image units run as Deployments behind a Service in
+a cluster (``k8s/``: the settings, the objects, the connection, the failure signs).
+
+``start`` applies the session's ConfigMap once per namespace, then the engine's objects,
+each owned by it; the started unit watches the engine's pods and the namespace's events,
+so that a pod that cannot start ends the start at once (``alive()`` is False and
+``failure()`` says why, with the events and the containers' last log lines in
+``log_tail``). ``stop`` deletes the engine's objects, and the session's ConfigMap with
+the last engine of the session in that namespace (what it still owns goes with it);
+``kubernetes.keep_engines`` leaves everything for debugging. The harness reaches the
+engine at its Service's cluster DNS name (``access = "service"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ...errors import EngineStartError, EngineUnavailable
+from ...redact import redact_text, secret_values
+from .. import lifecycle
+from .._common import image_tag
+from ..base import EngineConfig
+from ..plan import LaunchPlan
+from ..units import ImageUnit
+from .base import Started, StartedUnit
+from .k8s import failures
+from .k8s.client import Cluster, cluster, kubernetes_module
+from .k8s.manifests import (
+    MANAGER,
+    Names,
+    engine_objects,
+    names_for,
+    owner_reference,
+    selector_of,
+    service_url,
+    session_object,
+)
+from .k8s.settings import KubeSettings, kube_settings
+
+log = logging.getLogger(__name__)
+
+#: The port an engine listens on in its pod when ``port`` is not set.
+DEFAULT_PORT = 8000
+
+
+def settings_of(config: EngineConfig) -> KubeSettings:
+    return kube_settings(config.kubernetes, f"engine {config.display_name!r}")
+
+
+def _json(response: Any) -> Any:
+    return json.loads(response.data or b"null")
+
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None)
+
+
+class Sessions:
+    """The session's ConfigMap in each namespace: applied with the first engine there,
+    deleted with the last (counted per namespace)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[str, Any]] = {}
+        self._users: dict[str, int] = {}
+
+    def acquire(self, where: Cluster) -> dict[str, Any]:
+        """The applied session ConfigMap of ``where.namespace`` (its uid for owners)."""
+        with self._lock:
+            ns = where.namespace
+            if ns not in self._objects:
+                body = session_object(ns)
+                self._objects[ns] = _json(
+                    where.core.create_namespaced_config_map(ns, body, _preload_content=False)
+                )
+                self._users[ns] = 0
+            self._users[ns] += 1
+            return self._objects[ns]
+
+    def release(self, where: Cluster, keep: bool = False) -> None:
+        """One engine fewer in ``where.namespace``; the last one deletes the ConfigMap
+        (and, through the owner references, anything of the session still there)."""
+        with self._lock:
+            ns = where.namespace
+            self._users[ns] = self._users.get(ns, 1) - 1
+            if self._users[ns] > 0 or ns not in self._objects:
+                return
+            obj = self._objects.pop(ns)
+            del self._users[ns]
+        if keep:
+            return
+        with contextlib.suppress(Exception):
+            where.core.delete_namespaced_config_map(
+                obj["metadata"]["name"], ns, propagation_policy="Background"
+            )
+
+
+SESSIONS = Sessions()
+_starts_lock = threading.Lock()
+_starts: dict[str, int] = {}
+
+
+def _next_names(config: EngineConfig) -> Names:
+    with _starts_lock:
+        _starts[config.display_name] = _starts.get(config.display_name, 0) + 1
+        return names_for(config, _starts[config.display_name])
+
+
+_CREATE = {
+    "ConfigMap": ("core", "create_namespaced_config_map", "patch_namespaced_config_map"),
+    "Service": ("core", "create_namespaced_service", "patch_namespaced_service"),
+    "Deployment": ("apps", "create_namespaced_deployment", "patch_namespaced_deployment"),
+}
+_DELETE = {
+    "ConfigMap": ("core", "delete_namespaced_config_map"),
+    "Service": ("core", "delete_namespaced_service"),
+    "Deployment": ("apps", "delete_namespaced_deployment"),
+}
+
+
+def apply(where: Cluster, obj: Mapping[str, Any]) -> None:
+    """Create ``obj``; when it exists already, apply it server-side (field manager
+    ``pytest-llmslo``, taking over its fields)."""
+    api_name, create, patch = _CREATE[obj["kind"]]
+    api = getattr(where, api_name)
+    ns = obj["metadata"]["namespace"]
+    try:
+        getattr(api, create)(ns, obj, _preload_content=False)
+    except Exception as exc:
+        if _status(exc) != 409:
+            raise
+        getattr(api, patch)(
+            obj["metadata"]["name"], ns, obj, field_manager=MANAGER, force=True,
+            _content_type="application/apply-patch+yaml", _preload_content=False,
+        )  # fmt: skip
+
+
+def delete(where: Cluster, obj: Mapping[str, Any]) -> None:
+    """Delete ``obj`` and what it owns (its ReplicaSets and pods); gone already is fine."""
+    api_name, method = _DELETE[obj["kind"]]
+    try:
+        getattr(getattr(where, api_name), method)(
+            obj["metadata"]["name"], obj["metadata"]["namespace"], propagation_policy="Background"
+        )
+    except Exception as exc:
+        if _status(exc) != 404:
+            raise
+
+
+class KubeEngine:
+    """An engine's objects in a cluster, as one started unit; ``stop()`` deletes them
+    (idempotent)."""
+
+    def __init__(
+        self,
+        where: Cluster,
+        plan: LaunchPlan,
+        objects: list[dict[str, Any]],
+        names: Names,
+        settings: KubeSettings,
+    ) -> None:
+        self.where = where
+        self.names = names
+        self.objects = objects
+        self.settings = settings
+        self.unit: ImageUnit = plan.images[0]
+        self._selectors = selector_of(objects)
+        self._secrets = secret_values(plan.config.env, plan.images[0].command)
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._failure: str | None = None
+        self._last_tail = ""
+        self._token = lifecycle.register(self.stop)
+
+    # -- what the cluster says ----------------------------------------------------------
+
+    def pods(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for selector in self._selectors:
+            found = _json(
+                self.where.core.list_namespaced_pod(
+                    self.where.namespace, label_selector=selector, _preload_content=False
+                )
+            )
+            out.extend(found.get("items") or [])
+        return out
+
+    def events(self) -> list[dict[str, Any]]:
+        """The namespace's events about this engine's objects (its ReplicaSets and pods
+        are named after its Deployments)."""
+        found = _json(
+            self.where.core.list_namespaced_event(self.where.namespace, _preload_content=False)
+        )
+        mine = {o["metadata"]["name"] for o in self.objects}
+        return [
+            e
+            for e in found.get("items") or []
+            if any(((e.get("involvedObject") or {}).get("name") or "").startswith(m) for m in mine)
+        ]
+
+    def failure(self) -> str | None:
+        """Why the engine will not start (the first pod or event that says so), or None."""
+        if self._failure is None and not self._stopped:
+            with contextlib.suppress(Exception):
+                pods = self.pods()
+                why = next((w for p in pods if (w := failures.pod_failure(p))), None)
+                if why is None:
+                    why = next((w for e in self.events() if (w := failures.event_failure(e))), None)
+                self._failure = why
+        return self._failure
+
+    def ready(self) -> bool:
+        """True when a pod of the engine's first Deployment is ready."""
+        return any(failures.pod_ready(p) for p in self.pods())
+
+    # -- StartedUnit --------------------------------------------------------------------
+
+    def alive(self) -> bool:
+        return not self._stopped and self.failure() is None
+
+    def returncode(self) -> int | None:
+        with contextlib.suppress(Exception):
+            return next((c for p in self.pods() if (c := failures.exit_code(p)) is not None), None)
+        return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The engine's warning events, then the last ``lines`` of each container's log
+        (its previous run's too when it restarted)."""
+        if self._stopped:
+            return self._last_tail
+        parts: list[str] = []
+        with contextlib.suppress(Exception):
+            warnings = [failures.event_line(e) for e in self.events() if e.get("type") == "Warning"]
+            if warnings:
+                parts.append("--- events ---\n" + "\n".join(warnings[-lines:]))
+        with contextlib.suppress(Exception):
+            for pod in self.pods():
+                parts.extend(self._pod_logs(pod, lines))
+        self._last_tail = redact_text("\n".join(parts), self._secrets)
+        return self._last_tail
+
+    def _pod_logs(self, pod: Mapping[str, Any], lines: int) -> list[str]:
+        name = pod["metadata"]["name"]
+        out = []
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            with contextlib.suppress(Exception):
+                raw = self.where.core.read_namespaced_pod_log(
+                    name, self.where.namespace, container=container["name"],
+                    tail_lines=lines, _preload_content=False,
+                ).data.decode("utf-8", errors="replace")  # fmt: skip
+                out.append(f"--- pod {name}, container {container['name']} ---\n{raw.rstrip()}")
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "role": self.unit.role,
+            "name": self.names.base,
+            "namespace": self.where.namespace,
+            "image": self.unit.image,
+            "objects": [f"{o['kind'].lower()}/{o['metadata']['name']}" for o in self.objects],
+            "kept": self.settings.keep_engines,
+        }
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            # The last words of the engine before its pods go.
+            with contextlib.suppress(Exception):
+                self.log_tail(200)
+            self._stopped = True
+        try:
+            if not self.settings.keep_engines:
+                for obj in reversed(self.objects):
+                    with contextlib.suppress(Exception):
+                        delete(self.where, obj)
+        finally:
+            SESSIONS.release(self.where, keep=self.settings.keep_engines)
+            lifecycle.unregister(self._token)
+
+
+def start_engine_objects(plan: LaunchPlan) -> KubeEngine:
+    """Apply the session's ConfigMap (once per namespace) and the engine's objects, owned
+    by it; on a failure delete what was applied and raise ``EngineStartError``."""
+    settings = settings_of(plan.config)
+    where = cluster(settings)
+    names = _next_names(plan.config)
+    objects = engine_objects(plan, settings, names, where.namespace)
+    try:
+        session_cm = SESSIONS.acquire(where)
+    except Exception as exc:
+        raise EngineStartError(
+            f"{plan.config.display_name}: cannot create the session's ConfigMap in namespace "
+            f"{where.namespace!r}: {_reason(exc)}"
+        ) from None
+    owner = owner_reference(session_cm)
+    for obj in objects:
+        obj["metadata"]["ownerReferences"] = [owner]
+    engine = KubeEngine(where, plan, objects, names, settings)
+    try:
+        for obj in objects:
+            apply(where, obj)
+    except BaseException as exc:
+        engine.stop()
+        if isinstance(exc, Exception):
+            raise EngineStartError(
+                f"{plan.config.display_name}: cannot apply {obj['kind']} "
+                f"{obj['metadata']['name']}: {_reason(exc)}"
+            ) from None
+        raise
+    return engine
+
+
+def _reason(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    with contextlib.suppress(Exception):
+        return str(json.loads(body)["message"])[:500]
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def manifests(plan: LaunchPlan) -> list[dict[str, Any]]:
+    """What :meth:`KubernetesRuntime.start` would apply for ``plan``, without a cluster:
+    the session's ConfigMap, then the engine's objects (in ``kubernetes.namespace``,
+    ``default`` when unset; the owner references to the ConfigMap are added when applied,
+    since they name its uid)."""
+    settings = settings_of(plan.config)
+    namespace = settings.namespace or "default"
+    objects = engine_objects(plan, settings, names_for(plan.config), namespace)
+    return [session_object(namespace), *objects]
+
+
+def render_manifests(plan: LaunchPlan) -> str:
+    """:func:`manifests` as YAML, one document each."""
+    try:
+        import yaml
+    except ImportError:
+        raise EngineUnavailable(
+            "rendering manifests needs PyYAML: pip install 'pytest-llmslo[k8s]'"
+        ) from None
+    head = (
+        f"# {plan.config.display_name}: the objects the kubernetes runtime applies. Each but the\n"
+        "# first also gets an ownerReference to the first (its uid is the cluster's).\n"
+    )
+    return head + yaml.safe_dump_all(manifests(plan), sort_keys=False, explicit_start=True)
+
+
+class KubernetesRuntime:
+    """Runs ``plan.images`` as Deployments and a Service in a cluster."""
+
+    name = "kubernetes"
+
+    def adapt(self, config: EngineConfig) -> EngineConfig:
+        """In a pod the engine listens on every interface, on ``port`` (8000 unless set)."""
+        return replace(config, host="0.0.0.0", port=config.port or DEFAULT_PORT)
+
+    def units(self, plan: LaunchPlan) -> Sequence[ImageUnit]:
+        return plan.images
+
+    def check(self, plan: LaunchPlan) -> None:
+        """The client library is installed (``EngineUnavailable`` naming the extra)."""
+        kubernetes_module()
+
+    def start(self, plan: LaunchPlan) -> Started:
+        if not plan.images:
+            return Started()
+        return Started([start_engine_objects(plan)])
+
+    def endpoint(self, plan: LaunchPlan, units: Sequence[StartedUnit]) -> str:
+        engine = units[0]
+        assert isinstance(engine, KubeEngine)
+        return service_url(engine.names, engine.where.namespace, plan.port)
+
+    def known_version(self, plan: LaunchPlan) -> str | None:
+        return image_tag(plan.images[0].image) if plan.images else None
+
+    def fallback_version(self, plan: LaunchPlan) -> str | None:
+        return None
+
+    def ports_in_use(self, plan: LaunchPlan) -> list[int]:
+        return []
+
+    def ports_still_held(self, plan: LaunchPlan, timeout_s: float) -> list[int]:
+        return []
+
+    def reap(self) -> list[str]:
+        """Nothing yet: the owner references remove an engine's objects with its
+        session's ConfigMap, which a crashed session leaves (remove it by its label)."""
+        return []
