@@ -24,11 +24,46 @@ LOG_LINES = "loading weights\nshard 1/1 loaded\n"
 RESOURCES = ("v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments")
 
 
-def _emulator(kmock: Any) -> Any:
+async def _port_forward(raw: Any, target_port: int) -> Any:
+    """The API server's side of a port-forward (the ``v4.channel.k8s.io`` websocket
+    protocol: two channels per port, each opened with a frame of the port number, data
+    frames prefixed with their channel), carried to ``target_port`` on loopback (where
+    the test's sim process stands for the pod)."""
+    import aiohttp
+    import aiohttp.web
+
+    ws = aiohttp.web.WebSocketResponse(protocols=("v4.channel.k8s.io",), compress=False)
+    await ws.prepare(raw)
+    port = int(raw.query["ports"])
+    await ws.send_bytes(b"\x00" + port.to_bytes(2, "little"))
+    await ws.send_bytes(b"\x01" + port.to_bytes(2, "little"))
+    reader, writer = await asyncio.open_connection("127.0.0.1", target_port)
+
+    async def upstream() -> None:
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x00":
+                writer.write(msg.data[1:])
+                await writer.drain()
+        writer.close()
+
+    async def downstream() -> None:
+        while data := await reader.read(65536):
+            await ws.send_bytes(b"\x00" + data)
+        await ws.close()
+
+    await asyncio.gather(upstream(), downstream(), return_exceptions=True)
+    return ws
+
+
+def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
     class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc, name-defined]
-        """Assigns each created object a ``uid``, as the API server does."""
+        """Assigns each created object a ``uid``, as the API server does, and serves the
+        pods' port-forward to ``box["forward_to"]``."""
 
         async def _handle(self, request: Any) -> Any:
+            raw = request._raw_request
+            if raw is not None and raw.path.endswith("/portforward"):
+                return await _port_forward(raw, box["forward_to"])
             data = request.data
             if request.action == kmock.action.CREATE and isinstance(data, dict):
                 data.setdefault("metadata", {})["uid"] = str(uuid.uuid4())
@@ -41,8 +76,9 @@ class FakeCluster:
     """The emulator's URL (``url``), a kubeconfig pointing at it (``kubeconfig``), and
     plain HTTP access to its objects for the test's controllers."""
 
-    def __init__(self, url: str, kubeconfig: Path, handler: Any) -> None:
+    def __init__(self, url: str, kubeconfig: Path, handler: Any, box: dict[str, Any]) -> None:
         self.url = url
+        self._box = box
         self.kubeconfig = kubeconfig
         self.handler = handler
         self.http = httpx.Client(base_url=url, timeout=5.0, trust_env=False)
@@ -52,6 +88,10 @@ class FakeCluster:
 
     def deployments(self, ns: str) -> list[dict[str, Any]]:
         return self.items(f"/apis/apps/v1/namespaces/{ns}/deployments")
+
+    def forward_to(self, port: int) -> None:
+        """Serve every pod's port-forward from ``port`` on loopback."""
+        self._box["forward_to"] = port
 
     def requests(self, method: str) -> list[str]:
         """The paths the runtime sent ``method`` to, in order."""
@@ -67,7 +107,7 @@ def fake_cluster(tmp_path: Path) -> Iterator[FakeCluster]:
     box: dict[str, Any] = {}
 
     async def serve() -> None:
-        async with _emulator(kmock)() as handler, kmock.Server(handler):
+        async with _emulator(kmock, box)() as handler, kmock.Server(handler):
             for res in RESOURCES:
                 handler.resources[res] = {}
             handler["get", kmock.resource("v1/pods"), kmock.subresource("log")] << (
@@ -90,7 +130,7 @@ def fake_cluster(tmp_path: Path) -> Iterator[FakeCluster]:
         "users: [{name: fake, user: {token: fake-token}}]\n"
         "contexts: [{name: fake, context: {cluster: fake, user: fake, namespace: bench}}]\n"
     )
-    cluster = FakeCluster(url, kubeconfig, handler)
+    cluster = FakeCluster(url, kubeconfig, handler, box)
     try:
         yield cluster
     finally:

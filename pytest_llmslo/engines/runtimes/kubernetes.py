@@ -8,7 +8,9 @@ so that a pod that cannot start ends the start at once (``alive()`` is False and
 ``log_tail``). ``stop`` deletes the engine's objects, and the session's ConfigMap with
 the last engine of the session in that namespace (what it still owns goes with it);
 ``kubernetes.keep_engines`` leaves everything for debugging. The harness reaches the
-engine at its Service's cluster DNS name (``access = "service"``).
+engine at its Service's cluster DNS name (``access = "service"``, from a pod of the
+cluster) or through a port-forward of the API server to one of its pods
+(``"port-forward"``, ``k8s/forward.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..units import ImageUnit
 from .base import Started, StartedUnit
 from .k8s import failures
 from .k8s.client import Cluster, cluster, kubernetes_module
+from .k8s.forward import PortForwarder
 from .k8s.manifests import (
     MANAGER,
     Names,
@@ -176,6 +179,9 @@ class KubeEngine:
         self._stopped = False
         self._failure: str | None = None
         self._last_tail = ""
+        self.forwarder: PortForwarder | None = None
+        self._forward_lock = threading.Lock()
+        self._forward_api: Any = None
         self._token = lifecycle.register(self.stop)
 
     # -- what the cluster says ----------------------------------------------------------
@@ -214,6 +220,41 @@ class KubeEngine:
                     why = next((w for e in self.events() if (w := failures.event_failure(e))), None)
                 self._failure = why
         return self._failure
+
+    def running_pod(self) -> str | None:
+        """A running pod of the engine (a ready one first), or None."""
+        pods = [
+            p
+            for p in self.pods()
+            if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        pods.sort(key=lambda p: not failures.pod_ready(p))
+        return pods[0]["metadata"]["name"] if pods else None
+
+    def _open_forward(self, pod: str, port: int) -> Any:
+        """A socket to ``port`` of ``pod`` through the API server's port-forward."""
+        k8s = kubernetes_module()
+        from kubernetes.stream import portforward
+
+        # Its own client: the stream helper swaps the client's call_api while it runs.
+        with self._forward_lock:
+            if self._forward_api is None:
+                self._forward_api = k8s.client.ApiClient(self.where.api.configuration)
+            api = k8s.client.CoreV1Api(self._forward_api)
+            forward = portforward(
+                api.connect_get_namespaced_pod_portforward, pod, self.where.namespace,
+                ports=str(port),
+            )  # fmt: skip
+        sock = forward.socket(port)
+        sock.setblocking(True)
+        return sock
+
+    def forward(self, port: int) -> str:
+        """The local URL of a port-forward to ``port`` of the engine's pod (one per engine)."""
+        if self.forwarder is None:
+            self.forwarder = PortForwarder(self._open_forward, self.running_pod, port)
+        return self.forwarder.url
 
     def ready(self) -> bool:
         """True when a pod of the engine's first Deployment is ready."""
@@ -265,6 +306,7 @@ class KubeEngine:
             "image": self.unit.image,
             "objects": [f"{o['kind'].lower()}/{o['metadata']['name']}" for o in self.objects],
             "kept": self.settings.keep_engines,
+            "access": self.settings.access_path(),
         }
 
     def stop(self) -> None:
@@ -276,6 +318,8 @@ class KubeEngine:
                 self.log_tail(200)
             self._stopped = True
         try:
+            if self.forwarder is not None:
+                self.forwarder.close()
             if not self.settings.keep_engines:
                 for obj in reversed(self.objects):
                     with contextlib.suppress(Exception):
@@ -374,6 +418,8 @@ class KubernetesRuntime:
     def endpoint(self, plan: LaunchPlan, units: Sequence[StartedUnit]) -> str:
         engine = units[0]
         assert isinstance(engine, KubeEngine)
+        if engine.settings.access_path() == "port-forward":
+            return engine.forward(plan.port)
         return service_url(engine.names, engine.where.namespace, plan.port)
 
     def known_version(self, plan: LaunchPlan) -> str | None:

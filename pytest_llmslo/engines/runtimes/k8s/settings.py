@@ -14,6 +14,7 @@ Read and checked here without the Kubernetes client library, so that a bad table
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +24,9 @@ from ....errors import ConfigError
 #: The kinds the kubernetes runtime runs (one image unit: a Deployment and a Service).
 KUBERNETES_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm")
 
-#: How the harness reaches the engine: ``service``, the Service's cluster DNS name (the
-#: harness runs in a pod of the cluster). A port-forward through the API server, for a
-#: harness outside the cluster, is not there yet.
-ACCESS_PATHS: tuple[str, ...] = ("service",)
+#: How the harness reaches the engine: ``service`` (the Service's cluster DNS name, from a
+#: pod in the cluster) or ``port-forward`` (through the API server, from anywhere).
+ACCESS_PATHS: tuple[str, ...] = ("service", "port-forward")
 
 TOLERATION_KEYS: tuple[str, ...] = ("key", "operator", "value", "effect", "tolerationSeconds")
 TOLERATION_OPERATORS: tuple[str, ...] = ("Exists", "Equal")
@@ -45,7 +45,8 @@ KUBERNETES_KEYS: Mapping[str, str] = {
     "(a secretKeyRef, never a literal value), e.g. HF_TOKEN = 'hf-token/token'",
     "keep_engines": "true: leave the engine's objects in the cluster after the run (debugging)",
     "access": "how the harness reaches the engine: 'service' (the Service's cluster DNS "
-    "name, from a pod in the cluster; the default)",
+    "name, from a pod in the cluster; the default there) or 'port-forward' (through the "
+    "API server; the default outside a cluster)",
     "service_account": "service account of the engine's pod (default: the namespace's)",
 }
 
@@ -68,8 +69,11 @@ class KubeSettings:
     service_account: str | None = None
 
     def access_path(self) -> str:
-        """``access``, ``service`` by default."""
-        return self.access or "service"
+        """``access``, or by default ``service`` in a pod of a cluster and
+        ``port-forward`` elsewhere."""
+        if self.access:
+            return self.access
+        return "service" if os.environ.get("KUBERNETES_SERVICE_HOST") else "port-forward"
 
 
 def _str(table: Mapping[str, Any], key: str, where: str) -> str | None:
