@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+CONTROLLER = "test-controllers"
 LOG_LINES = "loading weights\nshard 1/1 loaded\n"
 
 RESOURCES = ("v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments")
@@ -81,7 +82,10 @@ class FakeCluster:
         self._box = box
         self.kubeconfig = kubeconfig
         self.handler = handler
-        self.http = httpx.Client(base_url=url, timeout=5.0, trust_env=False)
+        # Named, so that the controllers' requests are told from the runtime's.
+        self.http = httpx.Client(
+            base_url=url, timeout=5.0, trust_env=False, headers={"User-Agent": CONTROLLER}
+        )
 
     def items(self, path: str) -> list[dict[str, Any]]:
         return list(self.http.get(path).json().get("items") or [])

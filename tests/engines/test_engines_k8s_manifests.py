@@ -75,7 +75,7 @@ def test_the_pod_gets_gpus_nodes_shm_cache_and_secret_references(kind: str) -> N
     pod = by_kind(objects, "Deployment")["spec"]["template"]["spec"]
     c = container(objects)
     gpus = c.get("resources", {}).get("limits", {}).get(GPU_RESOURCE)
-    assert gpus == {"sim": None, "vllm": 2, "sglang": 1, "trtllm": 1}[kind]
+    assert gpus == {"sim": None, "vllm": "2", "sglang": "1", "trtllm": "1"}[kind]
     assert pod["nodeSelector"] == KUBE["node_selector"]
     assert pod["tolerations"] == KUBE["tolerations"]
     volumes = {v["name"]: v for v in pod["volumes"]}

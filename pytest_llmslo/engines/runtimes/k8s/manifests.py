@@ -231,7 +231,8 @@ def _container(
         container["command"] = list(unit.entrypoint)
     gpus = gpu_count(unit.gpus, config.tensor_parallel_size)
     if gpus:
-        container["resources"] = {"limits": {GPU_RESOURCE: gpus}}
+        # A quantity: the API takes a number or a string, the client library a string.
+        container["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
     if port is not None:
         # Loading weights and compiling take minutes: the startup probe allows all of
         # startup_timeout_s before the kubelet restarts the container.
