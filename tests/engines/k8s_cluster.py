@@ -9,6 +9,7 @@ API server does (the runtime's owner references need it), and serves pod logs.""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import threading
 import time
 import uuid
@@ -58,7 +59,8 @@ async def _port_forward(raw: Any, target_port: int) -> Any:
 
 def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
     class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc, name-defined]
-        """Assigns each created object a ``uid``, as the API server does, and serves the
+        """Assigns each created object a ``uid`` and a ``creationTimestamp`` (unless the test
+        gave one), as the API server does, and serves the
         pods' port-forward to ``box["forward_to"]``."""
 
         async def _handle(self, request: Any) -> Any:
@@ -67,7 +69,10 @@ def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
                 return await _port_forward(raw, box["forward_to"])
             data = request.data
             if request.action == kmock.action.CREATE and isinstance(data, dict):
-                data.setdefault("metadata", {})["uid"] = str(uuid.uuid4())
+                meta = data.setdefault("metadata", {})
+                meta["uid"] = str(uuid.uuid4())
+                now = datetime.datetime.now(datetime.timezone.utc)
+                meta.setdefault("creationTimestamp", now.strftime("%Y-%m-%dT%H:%M:%SZ"))
             return await super()._handle(request)
 
     return Emulator

@@ -73,7 +73,7 @@ def test_the_runtime_uses_nothing_the_role_does_not_allow(every_request: Any) ->
         cluster.forward_to(target.getsockname()[1])
         cfg = load_engine_configs(
             {"trtllm": {"runtime": "kubernetes", "model": "m", "dtype": "bfloat16",
-                        "kubernetes": {"access": "port-forward"}}}
+                        "kubernetes": {"access": "port-forward", "reap_after_s": 60}}}
         )["trtllm"]  # fmt: skip
         plan = plan_engine(cfg)
         runtime = KubernetesRuntime()
@@ -100,7 +100,8 @@ def test_the_runtime_uses_nothing_the_role_does_not_allow(every_request: Any) ->
         seen.add(rbac_of(request.method, path, dict(request.url.query)))
     # Every path was exercised: apply, readiness and failures, the forward, teardown.
     assert seen >= {
-        ("", "configmaps", "create"), ("apps", "deployments", "create"),
+        ("", "configmaps", "create"), ("", "configmaps", "list"),
+        ("apps", "deployments", "create"),
         ("", "services", "create"), ("", "pods", "list"), ("", "events", "list"),
         ("", "pods/log", "get"), ("", "pods/portforward", "get"),
         ("apps", "deployments", "delete"), ("", "configmaps", "delete"),

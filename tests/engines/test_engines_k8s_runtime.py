@@ -203,3 +203,39 @@ def test_the_port_forward_carries_readiness_and_a_streamed_completion(
         finally:
             engine.stop()
     assert cluster.deployments(NS) == []
+
+
+def _session_cm(name: str, session: str, created: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "creationTimestamp": created,
+            "labels": {
+                "app.kubernetes.io/managed-by": "pytest-llmslo",
+                "llmslo.io/session": session,
+            },
+        },
+        "data": {"session": session},
+    }
+
+
+def test_the_reaper_removes_old_sessions_only(cluster: FakeCluster) -> None:
+    # A session that crashed two days ago, and one that started a minute ago.
+    for name, session, created in [
+        ("llmslo-crashed", "crashed", "2026-01-01T00:00:00Z"),
+        ("llmslo-running", "running", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+    ]:
+        cluster.http.post(
+            f"/api/v1/namespaces/{NS}/configmaps", json=_session_cm(name, session, created)
+        ).raise_for_status()
+    engine = kube_runtime.KubernetesRuntime().start(sim_plan(reap_after_s=3600)).units[0]
+    try:
+        names = {
+            c["metadata"]["name"] for c in cluster.items(f"/api/v1/namespaces/{NS}/configmaps")
+        }
+        assert "llmslo-crashed" not in names and "llmslo-running" in names
+    finally:
+        engine.stop()

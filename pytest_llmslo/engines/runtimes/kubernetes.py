@@ -21,6 +21,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 
 from ...errors import EngineStartError, EngineUnavailable
@@ -35,7 +36,10 @@ from .k8s import failures
 from .k8s.client import Cluster, cluster, kubernetes_module
 from .k8s.forward import PortForwarder
 from .k8s.manifests import (
+    LABEL_SESSION,
+    MANAGED_BY,
     MANAGER,
+    SESSION_ID,
     Names,
     engine_objects,
     names_for,
@@ -64,6 +68,45 @@ def _status(exc: BaseException) -> int | None:
     return getattr(exc, "status", None)
 
 
+def reap_sessions(where: Cluster, older_than_s: float) -> list[str]:
+    """Delete the ConfigMaps of other sessions in ``where.namespace`` created more than
+    ``older_than_s`` ago (a crashed session's: what they own goes with them); their
+    names. A session still running longer than that loses its engines: choose an age
+    longer than any run."""
+    found = _json(
+        where.core.list_namespaced_config_map(
+            where.namespace,
+            label_selector=f"{MANAGED_BY}={MANAGER},{LABEL_SESSION}",
+            _preload_content=False,
+        )
+    )
+    now = datetime.now(timezone.utc)
+    removed: list[str] = []
+    for cm in found.get("items") or []:
+        meta = cm.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get(LABEL_SESSION) == SESSION_ID or cm.get("data", {}).get("session") is None:
+            continue
+        created = meta.get("creationTimestamp")
+        try:
+            age = (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+        except (AttributeError, ValueError):
+            continue
+        if age < older_than_s:
+            continue
+        with contextlib.suppress(Exception):
+            where.core.delete_namespaced_config_map(
+                meta["name"], where.namespace, propagation_policy="Background"
+            )
+            removed.append(meta["name"])
+    if removed:
+        log.warning(
+            "removed %d session(s) older than %.0f s from namespace %s: %s",
+            len(removed), older_than_s, where.namespace, ", ".join(removed),
+        )  # fmt: skip
+    return removed
+
+
 class Sessions:
     """The session's ConfigMap in each namespace: applied with the first engine there,
     deleted with the last (counted per namespace)."""
@@ -73,11 +116,15 @@ class Sessions:
         self._objects: dict[str, dict[str, Any]] = {}
         self._users: dict[str, int] = {}
 
-    def acquire(self, where: Cluster) -> dict[str, Any]:
-        """The applied session ConfigMap of ``where.namespace`` (its uid for owners)."""
+    def acquire(self, where: Cluster, reap_after_s: float | None = None) -> dict[str, Any]:
+        """The applied session ConfigMap of ``where.namespace`` (its uid for owners); the
+        first time, after reaping sessions older than ``reap_after_s`` there."""
         with self._lock:
             ns = where.namespace
             if ns not in self._objects:
+                if reap_after_s is not None:
+                    with contextlib.suppress(Exception):  # best effort, never fatal
+                        reap_sessions(where, reap_after_s)
                 body = session_object(ns)
                 self._objects[ns] = _json(
                     where.core.create_namespaced_config_map(ns, body, _preload_content=False)
@@ -337,7 +384,7 @@ def start_engine_objects(plan: LaunchPlan) -> KubeEngine:
     names = _next_names(plan.config)
     objects = engine_objects(plan, settings, names, where.namespace)
     try:
-        session_cm = SESSIONS.acquire(where)
+        session_cm = SESSIONS.acquire(where, settings.reap_after_s)
     except Exception as exc:
         raise EngineStartError(
             f"{plan.config.display_name}: cannot create the session's ConfigMap in namespace "
@@ -435,6 +482,6 @@ class KubernetesRuntime:
         return []
 
     def reap(self) -> list[str]:
-        """Nothing yet: the owner references remove an engine's objects with its
-        session's ConfigMap, which a crashed session leaves (remove it by its label)."""
+        """Nothing without a cluster to look in: ``kubernetes.reap_after_s`` reaps a
+        namespace before its first engine (:func:`reap_sessions`)."""
         return []

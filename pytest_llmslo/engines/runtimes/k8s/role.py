@@ -9,8 +9,9 @@ from typing import Any
 
 #: (API group, resource or resource/subresource, verbs).
 RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    # The session's ConfigMap and the files a unit shares; apply falls back to patch.
-    ("", "configmaps", ("create", "patch", "delete")),
+    # The session's ConfigMap and the files a unit shares; apply falls back to patch;
+    # the reaper lists the sessions' ConfigMaps (reap_after_s).
+    ("", "configmaps", ("create", "patch", "delete", "list")),
     ("", "services", ("create", "patch", "delete")),
     ("apps", "deployments", ("create", "patch", "delete")),
     # Readiness and failures: the engine's pods, their logs, the namespace's events.

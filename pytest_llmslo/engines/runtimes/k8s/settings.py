@@ -48,6 +48,8 @@ KUBERNETES_KEYS: Mapping[str, str] = {
     "name, from a pod in the cluster; the default there) or 'port-forward' (through the "
     "API server; the default outside a cluster)",
     "service_account": "service account of the engine's pod (default: the namespace's)",
+    "reap_after_s": "seconds: before the first engine in a namespace, delete what sessions "
+    "older than this left there (their ConfigMap, and all it owns); unset: never",
 }
 
 
@@ -67,6 +69,7 @@ class KubeSettings:
     keep_engines: bool = False
     access: str | None = None
     service_account: str | None = None
+    reap_after_s: float | None = None
 
     def access_path(self) -> str:
         """``access``, or by default ``service`` in a pod of a cluster and
@@ -159,6 +162,11 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
     keep = table.get("keep_engines", False)
     if not isinstance(keep, bool):
         raise ConfigError(f"{where}: kubernetes.keep_engines={keep!r} is not valid: true or false")
+    reap = table.get("reap_after_s")
+    if reap is not None and (isinstance(reap, bool) or not isinstance(reap, (int, float))):
+        raise ConfigError(f"{where}: kubernetes.reap_after_s={reap!r} is not valid: seconds")
+    if reap is not None and reap <= 0:
+        raise ConfigError(f"{where}: kubernetes.reap_after_s={reap!r} is not valid: must be > 0")
     settings = KubeSettings(
         namespace=_str(table, "namespace", where),
         kubeconfig=_str(table, "kubeconfig", where),
@@ -171,6 +179,7 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
         keep_engines=keep,
         access=access,
         service_account=_str(table, "service_account", where),
+        reap_after_s=float(reap) if reap is not None else None,
     )
     if settings.cache_pvc and settings.cache_host_path:
         raise ConfigError(
