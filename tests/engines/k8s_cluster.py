@@ -192,7 +192,25 @@ def emit_event(cluster: FakeCluster, ns: str, pod: str, reason: str, message: st
 
 
 def ready(cluster: FakeCluster, ns: str, pod: dict[str, Any]) -> None:
+    """The pod as the scheduler and kubelet leave it once ready, with their timestamps
+    (created at :00: scheduled 1 s later, image pulled at 3 s, started at 4 s, ready at
+    7 s) and the image's ``Pulled`` event."""
     container = pod["spec"]["containers"][0]["name"]
+    name = pod["metadata"]["name"]
+    cluster.http.post(
+        f"/api/v1/namespaces/{ns}/events",
+        json={
+            "apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": "Pulled",
+            "metadata": {"name": f"{name}.pulled", "namespace": ns},
+            "message": "Successfully pulled image", "lastTimestamp": "2026-01-01T00:00:03Z",
+            "involvedObject": {"kind": "Pod", "name": name, "namespace": ns},
+        },
+    ).raise_for_status()  # fmt: skip
+    cluster.http.patch(
+        f"/api/v1/namespaces/{ns}/pods/{name}",
+        json={"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
     patch_status(
         cluster,
         ns,
@@ -200,11 +218,20 @@ def ready(cluster: FakeCluster, ns: str, pod: dict[str, Any]) -> None:
         {
             "phase": "Running",
             "conditions": [
-                {"type": "PodScheduled", "status": "True"},
-                {"type": "Ready", "status": "True"},
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastTransitionTime": "2026-01-01T00:00:01Z",
+                },
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:07Z"},
             ],
             "containerStatuses": [
-                {"name": container, "ready": True, "state": {"running": {}}, "restartCount": 0}
+                {
+                    "name": container,
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:04Z"}},
+                }
             ],
         },
     )

@@ -199,7 +199,13 @@ def test_the_port_forward_carries_readiness_and_a_streamed_completion(
                     assert resp.status_code == 200
                     chunks = [line for line in resp.iter_lines() if line.startswith("data:")]
             assert chunks[-1] == "data: [DONE]" and len(chunks) > 2
-            assert engine.metadata()["units"][0]["access"] == "port-forward"
+            unit = engine.metadata()["units"][0]
+            assert unit["access"] == "port-forward"
+            # The cold start, in the cluster's timestamps (k8s_cluster.ready's).
+            assert unit["cold_start"] == {
+                "pod": unit["cold_start"]["pod"], "scheduled_s": 1.0, "image_pulled_s": 3.0,
+                "container_started_s": 4.0, "ready_s": 7.0,
+            }  # fmt: skip
         finally:
             engine.stop()
     assert cluster.deployments(NS) == []

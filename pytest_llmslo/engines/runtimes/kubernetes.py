@@ -32,7 +32,7 @@ from ..base import EngineConfig
 from ..plan import LaunchPlan
 from ..units import ImageUnit
 from .base import Started, StartedUnit
-from .k8s import failures
+from .k8s import failures, phases
 from .k8s.client import Cluster, cluster, kubernetes_module
 from .k8s.forward import PortForwarder
 from .k8s.manifests import (
@@ -227,6 +227,7 @@ class KubeEngine:
         self._failure: str | None = None
         self._last_tail = ""
         self.forwarder: PortForwarder | None = None
+        self._cold_start: dict[str, Any] | None = None
         self._forward_lock = threading.Lock()
         self._forward_api: Any = None
         self._token = lifecycle.register(self.stop)
@@ -345,6 +346,16 @@ class KubeEngine:
                 out.append(f"--- pod {name}, container {container['name']} ---\n{raw.rstrip()}")
         return out
 
+    def cold_start(self) -> dict[str, Any] | None:
+        """The cold start of the engine's ready pod (``k8s/phases.py``), once it is ready;
+        kept after the stop."""
+        if self._cold_start is None and not self._stopped:
+            with contextlib.suppress(Exception):
+                ready = [p for p in self.pods() if failures.pod_ready(p)]
+                if ready:
+                    self._cold_start = phases.cold_start(ready[0], self.events())
+        return self._cold_start
+
     def describe(self) -> dict[str, Any]:
         return {
             "role": self.unit.role,
@@ -354,15 +365,17 @@ class KubeEngine:
             "objects": [f"{o['kind'].lower()}/{o['metadata']['name']}" for o in self.objects],
             "kept": self.settings.keep_engines,
             "access": self.settings.access_path(),
+            "cold_start": self.cold_start(),
         }
 
     def stop(self) -> None:
         with self._lock:
             if self._stopped:
                 return
-            # The last words of the engine before its pods go.
+            # The last words of the engine before its pods go, and its cold start.
             with contextlib.suppress(Exception):
                 self.log_tail(200)
+                self.cold_start()
             self._stopped = True
         try:
             if self.forwarder is not None:
