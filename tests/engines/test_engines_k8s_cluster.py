@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,8 +45,11 @@ def _cluster_or_skip(namespace: str) -> str:
     return kubeconfig
 
 
-def run_through_plugin(pytester: pytest.Pytester, kubeconfig: str, namespace: str) -> None:
-    """An SLO test of the sim as a Deployment, through the plugin; nothing is left."""
+def run_through_plugin(
+    pytester: pytest.Pytester, kubeconfig: str, namespace: str
+) -> dict[str, Any]:
+    """An SLO test of the sim as a Deployment, through the plugin; nothing is left. The
+    engine's metadata in the run document."""
     pytester.makefile(
         ".toml",
         engines=f"""
@@ -76,6 +80,7 @@ kubernetes = {{ namespace = "{namespace}", kubeconfig = "{kubeconfig}" }}
     session = engine["units"][0]["name"].split("-")[-2]
     names = [c["metadata"]["name"] for c in json.loads(left.data)["items"]]
     assert not [n for n in names if session in n]
+    return dict(engine)
 
 
 @pytest.mark.k8s
@@ -99,8 +104,17 @@ def test_the_plugin_path_against_kmock(pytester: pytest.Pytester, tmp_path: Path
         with fake_cluster(tmp_path) as cluster:
             cluster.forward_to(port)
             with Controller(cluster, "bench", lambda c, ns, pod: ready(c, ns, pod)):
-                run_through_plugin(pytester, str(cluster.kubeconfig), "bench")
+                engine = run_through_plugin(pytester, str(cluster.kubeconfig), "bench")
             assert cluster.deployments("bench") == []
+        # Readiness and the load went through the port-forward (outside a cluster's pod),
+        # and the cold start is the cluster's timestamps (k8s_cluster.ready's).
+        unit = engine["units"][0]
+        assert unit["access"] == "port-forward"
+        assert engine["base_url"].startswith("http://127.0.0.1:")
+        assert unit["cold_start"] == {
+            "pod": unit["cold_start"]["pod"], "scheduled_s": 1.0, "image_pulled_s": 3.0,
+            "container_started_s": 4.0, "ready_s": 7.0,
+        }  # fmt: skip
     finally:
         sim.terminate()
         sim.wait(10)

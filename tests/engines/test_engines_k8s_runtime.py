@@ -7,14 +7,11 @@ objects and the session's ConfigMap that owns them."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 pytest.importorskip("kmock")
@@ -32,7 +29,6 @@ from k8s_cluster import (
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
 from pytest_llmslo.engines.plan import LaunchPlan
-from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.runtimes import kubernetes as kube_runtime
 from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
 from pytest_llmslo.errors import EngineStartError
@@ -155,60 +151,6 @@ def test_keep_engines_leaves_the_objects(cluster: FakeCluster) -> None:
     engine.stop()
     assert cluster.requests("delete") == []
     assert len(cluster.deployments(NS)) == 1
-
-
-@pytest.fixture
-def sim_process() -> Iterator[int]:
-    """A sim server on loopback, standing for the engine's pod behind the port-forward."""
-    port = pick_free_port("127.0.0.1")
-    argv = [sys.executable, "-m", "pytest_llmslo.sim", "--host", "127.0.0.1", "--port", str(port),
-            "--model", "llmslo-sim"]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-# At the end of a forwarded connection the client library's proxy thread may read the
-# closing bytes of this aiohttp test server as a bad frame ("rsv is not implemented");
-# the data has all flowed by then.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_the_port_forward_carries_readiness_and_a_streamed_completion(
-    cluster: FakeCluster, sim_process: int
-) -> None:
-    cluster.forward_to(sim_process)
-    cfg = load_engine_configs(
-        {"sim": {"runtime": "kubernetes", "kubernetes": {"access": "port-forward"}}}
-    )["sim"]
-    with Controller(cluster, NS, lambda c, ns, pod: ready(c, ns, pod)):
-        engine = launch(plan_engine(cfg), poll_s=0.1)
-        try:
-            assert engine.base_url.startswith("http://127.0.0.1:")
-            body = {
-                "model": engine.model,
-                "messages": [{"role": "user", "content": "hi"}],
-                "max_tokens": 8,
-                "stream": True,
-            }
-            with httpx.Client(trust_env=False, timeout=30) as client:
-                with client.stream(
-                    "POST", f"{engine.base_url}/v1/chat/completions", json=body
-                ) as resp:
-                    assert resp.status_code == 200
-                    chunks = [line for line in resp.iter_lines() if line.startswith("data:")]
-            assert chunks[-1] == "data: [DONE]" and len(chunks) > 2
-            unit = engine.metadata()["units"][0]
-            assert unit["access"] == "port-forward"
-            # The cold start, in the cluster's timestamps (k8s_cluster.ready's).
-            assert unit["cold_start"] == {
-                "pod": unit["cold_start"]["pod"], "scheduled_s": 1.0, "image_pulled_s": 3.0,
-                "container_started_s": 4.0, "ready_s": 7.0,
-            }  # fmt: skip
-        finally:
-            engine.stop()
-    assert cluster.deployments(NS) == []
 
 
 def _session_cm(name: str, session: str, created: str) -> dict[str, Any]:
