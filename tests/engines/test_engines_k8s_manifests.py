@@ -140,3 +140,21 @@ def test_overrides_reach_the_kubernetes_table() -> None:
     assert cfg.kubernetes == {"namespace": "other", "keep_engines": True}
     with pytest.raises(ConfigError, match="unknown kubernetes key"):
         apply_overrides(cfg, ["kubernetes.nope=1"])
+
+
+def test_the_progress_line_names_the_pod_stage() -> None:
+    from pytest_llmslo.engines.runtimes.k8s.phases import stage
+
+    scheduled = {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastTransitionTime": "2026-01-01T00:00:01Z",
+    }
+    assert stage(None) == "no pod yet"
+    assert stage({"status": {"phase": "Pending"}}) == "waiting for a node"
+    waiting = {"state": {"waiting": {"reason": "ContainerCreating"}}}
+    pod = {"status": {"conditions": [scheduled], "containerStatuses": [waiting]}}
+    assert stage(pod) == "scheduled, ContainerCreating"
+    running = {"state": {"running": {"startedAt": "2026-01-01T00:00:04Z"}}}
+    pod = {"status": {"conditions": [scheduled], "containerStatuses": [running]}}
+    assert stage(pod) == "container started, readiness probe not passed yet"

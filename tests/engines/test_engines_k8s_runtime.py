@@ -187,3 +187,36 @@ def test_the_reaper_removes_old_sessions_only(cluster: FakeCluster) -> None:
         assert "llmslo-crashed" not in names and "llmslo-running" in names
     finally:
         engine.stop()
+
+
+def test_a_pod_that_dies_after_it_was_ready_ends_the_engine(cluster: FakeCluster) -> None:
+    runtime = kube_runtime.KubernetesRuntime()
+    with Controller(cluster, NS, lambda c, ns, pod: ready(c, ns, pod)) as controller:
+        engine = runtime.start(sim_plan(access="service")).units[0]
+        assert isinstance(engine, kube_runtime.KubeEngine)
+        try:
+            wait_for(engine.ready)
+            assert engine.alive()
+            pod = f"{next(iter(controller.seen))}-7d4b9c6f5d-x2x9z"
+            _oom(cluster, NS, {"metadata": {"name": pod}})
+            wait_for(lambda: not engine.alive())
+            assert "OOMKilled (exit code 137)" in (engine.failure() or "")
+            assert engine.returncode() == 137
+        finally:
+            engine.stop()
+
+
+def test_the_progress_line_names_where_the_pod_is(cluster: FakeCluster) -> None:
+    from pytest_llmslo.engines import startup
+
+    seen: list[str] = []
+    cfg = load_engine_configs(
+        {"sim": {"runtime": "kubernetes", "startup_timeout_s": 4}}
+    )["sim"]  # fmt: skip
+    plan = dataclasses.replace(plan_engine(cfg), ready=lambda client, url: "not serving yet")
+    # The pod is made but never scheduled.
+    with Controller(cluster, NS, lambda c, ns, pod: None):
+        with startup.reporting(lambda p: seen.append(p.waiting_for)):
+            with pytest.raises(EngineStartError, match="not ready after"):
+                launch(plan, poll_s=0.1)
+    assert "waiting for readiness (waiting for a node): not serving yet" in seen

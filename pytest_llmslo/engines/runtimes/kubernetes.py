@@ -346,6 +346,13 @@ class KubeEngine:
                 out.append(f"--- pod {name}, container {container['name']} ---\n{raw.rstrip()}")
         return out
 
+    def waiting_for(self) -> str | None:
+        """Where the engine's pod is in its start (the progress line names it)."""
+        if self._stopped:
+            return None
+        pods = self.pods()
+        return phases.stage(pods[0] if pods else None)
+
     def cold_start(self) -> dict[str, Any] | None:
         """The cold start of the engine's ready pod (``k8s/phases.py``), once it is ready;
         kept after the stop."""

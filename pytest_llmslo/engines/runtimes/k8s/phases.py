@@ -48,6 +48,23 @@ def _pulled(pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]]) -> date
     return max(known) if known else None
 
 
+def stage(pod: Mapping[str, Any] | None) -> str:
+    """Where a pod is in its start, for the progress line."""
+    if pod is None:
+        return "no pod yet"
+    if _condition(pod, "Ready"):
+        return "pod ready"
+    if not _condition(pod, "PodScheduled"):
+        return "waiting for a node"
+    if _started(pod):
+        return "container started, readiness probe not passed yet"
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason:
+            return f"scheduled, {reason}"
+    return "scheduled, pulling the image"
+
+
 def cold_start(pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The pod's phases in seconds from its creation (``PHASES``), and the pod's name."""
     created = _time((pod.get("metadata") or {}).get("creationTimestamp"))
