@@ -7,6 +7,10 @@ objects and the session's ConfigMap that owns them."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,3 +224,37 @@ def test_the_progress_line_names_where_the_pod_is(cluster: FakeCluster) -> None:
             with pytest.raises(EngineStartError, match="not ready after"):
                 launch(plan, poll_s=0.1)
     assert "waiting for readiness (waiting for a node): not serving yet" in seen
+
+
+HARNESS = """
+import sys, time
+from pytest_llmslo.engines import load_engine_configs, plan_engine
+from pytest_llmslo.engines.runtimes.kubernetes import KubernetesRuntime
+
+cfg = load_engine_configs({"sim": {"runtime": "kubernetes"}})["sim"]
+KubernetesRuntime().start(plan_engine(cfg))
+print("started", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_harness_ended_by_a_signal_deletes_what_it_applied(
+    cluster: FakeCluster, sig: signal.Signals
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HARNESS], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        assert len(cluster.deployments(NS)) == 1
+        proc.send_signal(sig)
+        proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert cluster.deployments(NS) == []
+    assert cluster.items(f"/api/v1/namespaces/{NS}/services") == []
+    assert cluster.items(f"/api/v1/namespaces/{NS}/configmaps") == []
