@@ -18,7 +18,7 @@ from pytest_llmslo.engines.runtimes.k8s.manifests import (
     names_for,
     session_object,
 )
-from pytest_llmslo.engines.runtimes.kubernetes import settings_of
+from pytest_llmslo.engines.runtimes.k8s.settings import settings_of
 from pytest_llmslo.errors import ConfigError
 
 #: The schemas the manifests are checked against (kubernetes-validate==1.37.0).

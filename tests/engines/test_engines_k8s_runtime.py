@@ -34,6 +34,7 @@ from k8s_cluster import (
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
 from pytest_llmslo.engines.plan import LaunchPlan
 from pytest_llmslo.engines.runtimes import kubernetes as kube_runtime
+from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
 from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
 from pytest_llmslo.errors import EngineStartError
 
@@ -44,7 +45,7 @@ NS = "bench"
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
     with fake_cluster(tmp_path) as c:
         monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
-        monkeypatch.setattr(kube_runtime, "SESSIONS", kube_runtime.Sessions())
+        monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
         forget_clients()
         yield c
         forget_clients()

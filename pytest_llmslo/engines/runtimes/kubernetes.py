@@ -16,15 +16,12 @@ cluster) or through a port-forward of the API server to one of its pods
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
 from typing import Any
 
-from ...errors import EngineStartError, EngineUnavailable
+from ...errors import EngineStartError
 from ...redact import redact_text, secret_values
 from .. import lifecycle
 from .._common import image_tag
@@ -33,125 +30,24 @@ from ..plan import LaunchPlan
 from ..units import ImageUnit
 from .base import Started, StartedUnit
 from .k8s import failures, phases
-from .k8s.client import Cluster, cluster, kubernetes_module
+from .k8s import session as k8s_session
+from .k8s.apply import apply, delete, reason_of
+from .k8s.client import Cluster, cluster, json_of, kubernetes_module
 from .k8s.forward import PortForwarder
 from .k8s.manifests import (
-    LABEL_SESSION,
-    MANAGED_BY,
-    MANAGER,
-    SESSION_ID,
     Names,
     engine_objects,
     names_for,
     owner_reference,
     selector_of,
     service_url,
-    session_object,
 )
-from .k8s.settings import KubeSettings, kube_settings
-
-log = logging.getLogger(__name__)
+from .k8s.settings import KubeSettings, settings_of
 
 #: The port an engine listens on in its pod when ``port`` is not set.
 DEFAULT_PORT = 8000
 
 
-def settings_of(config: EngineConfig) -> KubeSettings:
-    return kube_settings(config.kubernetes, f"engine {config.display_name!r}")
-
-
-def _json(response: Any) -> Any:
-    return json.loads(response.data or b"null")
-
-
-def _status(exc: BaseException) -> int | None:
-    return getattr(exc, "status", None)
-
-
-def reap_sessions(where: Cluster, older_than_s: float) -> list[str]:
-    """Delete the ConfigMaps of other sessions in ``where.namespace`` created more than
-    ``older_than_s`` ago (a crashed session's: what they own goes with them); their
-    names. A session still running longer than that loses its engines: choose an age
-    longer than any run."""
-    found = _json(
-        where.core.list_namespaced_config_map(
-            where.namespace,
-            label_selector=f"{MANAGED_BY}={MANAGER},{LABEL_SESSION}",
-            _preload_content=False,
-        )
-    )
-    now = datetime.now(timezone.utc)
-    removed: list[str] = []
-    for cm in found.get("items") or []:
-        meta = cm.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        if labels.get(LABEL_SESSION) == SESSION_ID or cm.get("data", {}).get("session") is None:
-            continue
-        created = meta.get("creationTimestamp")
-        try:
-            age = (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
-        except (AttributeError, ValueError):
-            continue
-        if age < older_than_s:
-            continue
-        with contextlib.suppress(Exception):
-            where.core.delete_namespaced_config_map(
-                meta["name"], where.namespace, propagation_policy="Background"
-            )
-            removed.append(meta["name"])
-    if removed:
-        log.warning(
-            "removed %d session(s) older than %.0f s from namespace %s: %s",
-            len(removed), older_than_s, where.namespace, ", ".join(removed),
-        )  # fmt: skip
-    return removed
-
-
-class Sessions:
-    """The session's ConfigMap in each namespace: applied with the first engine there,
-    deleted with the last (counted per namespace)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._objects: dict[str, dict[str, Any]] = {}
-        self._users: dict[str, int] = {}
-
-    def acquire(self, where: Cluster, reap_after_s: float | None = None) -> dict[str, Any]:
-        """The applied session ConfigMap of ``where.namespace`` (its uid for owners); the
-        first time, after reaping sessions older than ``reap_after_s`` there."""
-        with self._lock:
-            ns = where.namespace
-            if ns not in self._objects:
-                if reap_after_s is not None:
-                    with contextlib.suppress(Exception):  # best effort, never fatal
-                        reap_sessions(where, reap_after_s)
-                body = session_object(ns)
-                self._objects[ns] = _json(
-                    where.core.create_namespaced_config_map(ns, body, _preload_content=False)
-                )
-                self._users[ns] = 0
-            self._users[ns] += 1
-            return self._objects[ns]
-
-    def release(self, where: Cluster, keep: bool = False) -> None:
-        """One engine fewer in ``where.namespace``; the last one deletes the ConfigMap
-        (and, through the owner references, anything of the session still there)."""
-        with self._lock:
-            ns = where.namespace
-            self._users[ns] = self._users.get(ns, 1) - 1
-            if self._users[ns] > 0 or ns not in self._objects:
-                return
-            obj = self._objects.pop(ns)
-            del self._users[ns]
-        if keep:
-            return
-        with contextlib.suppress(Exception):
-            where.core.delete_namespaced_config_map(
-                obj["metadata"]["name"], ns, propagation_policy="Background"
-            )
-
-
-SESSIONS = Sessions()
 _starts_lock = threading.Lock()
 _starts: dict[str, int] = {}
 
@@ -160,47 +56,6 @@ def _next_names(config: EngineConfig) -> Names:
     with _starts_lock:
         _starts[config.display_name] = _starts.get(config.display_name, 0) + 1
         return names_for(config, _starts[config.display_name])
-
-
-_CREATE = {
-    "ConfigMap": ("core", "create_namespaced_config_map", "patch_namespaced_config_map"),
-    "Service": ("core", "create_namespaced_service", "patch_namespaced_service"),
-    "Deployment": ("apps", "create_namespaced_deployment", "patch_namespaced_deployment"),
-}
-_DELETE = {
-    "ConfigMap": ("core", "delete_namespaced_config_map"),
-    "Service": ("core", "delete_namespaced_service"),
-    "Deployment": ("apps", "delete_namespaced_deployment"),
-}
-
-
-def apply(where: Cluster, obj: Mapping[str, Any]) -> None:
-    """Create ``obj``; when it exists already, apply it server-side (field manager
-    ``pytest-llmslo``, taking over its fields)."""
-    api_name, create, patch = _CREATE[obj["kind"]]
-    api = getattr(where, api_name)
-    ns = obj["metadata"]["namespace"]
-    try:
-        getattr(api, create)(ns, obj, _preload_content=False)
-    except Exception as exc:
-        if _status(exc) != 409:
-            raise
-        getattr(api, patch)(
-            obj["metadata"]["name"], ns, obj, field_manager=MANAGER, force=True,
-            _content_type="application/apply-patch+yaml", _preload_content=False,
-        )  # fmt: skip
-
-
-def delete(where: Cluster, obj: Mapping[str, Any]) -> None:
-    """Delete ``obj`` and what it owns (its ReplicaSets and pods); gone already is fine."""
-    api_name, method = _DELETE[obj["kind"]]
-    try:
-        getattr(getattr(where, api_name), method)(
-            obj["metadata"]["name"], obj["metadata"]["namespace"], propagation_policy="Background"
-        )
-    except Exception as exc:
-        if _status(exc) != 404:
-            raise
 
 
 class KubeEngine:
@@ -237,7 +92,7 @@ class KubeEngine:
     def pods(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for selector in self._selectors:
-            found = _json(
+            found = json_of(
                 self.where.core.list_namespaced_pod(
                     self.where.namespace, label_selector=selector, _preload_content=False
                 )
@@ -248,7 +103,7 @@ class KubeEngine:
     def events(self) -> list[dict[str, Any]]:
         """The namespace's events about this engine's objects (its ReplicaSets and pods
         are named after its Deployments)."""
-        found = _json(
+        found = json_of(
             self.where.core.list_namespaced_event(self.where.namespace, _preload_content=False)
         )
         mine = {o["metadata"]["name"] for o in self.objects}
@@ -392,7 +247,7 @@ class KubeEngine:
                     with contextlib.suppress(Exception):
                         delete(self.where, obj)
         finally:
-            SESSIONS.release(self.where, keep=self.settings.keep_engines)
+            k8s_session.SESSIONS.release(self.where, keep=self.settings.keep_engines)
             lifecycle.unregister(self._token)
 
 
@@ -404,11 +259,11 @@ def start_engine_objects(plan: LaunchPlan) -> KubeEngine:
     names = _next_names(plan.config)
     objects = engine_objects(plan, settings, names, where.namespace)
     try:
-        session_cm = SESSIONS.acquire(where, settings.reap_after_s)
+        session_cm = k8s_session.SESSIONS.acquire(where, settings.reap_after_s)
     except Exception as exc:
         raise EngineStartError(
             f"{plan.config.display_name}: cannot create the session's ConfigMap in namespace "
-            f"{where.namespace!r}: {_reason(exc)}"
+            f"{where.namespace!r}: {reason_of(exc)}"
         ) from None
     owner = owner_reference(session_cm)
     for obj in objects:
@@ -422,43 +277,10 @@ def start_engine_objects(plan: LaunchPlan) -> KubeEngine:
         if isinstance(exc, Exception):
             raise EngineStartError(
                 f"{plan.config.display_name}: cannot apply {obj['kind']} "
-                f"{obj['metadata']['name']}: {_reason(exc)}"
+                f"{obj['metadata']['name']}: {reason_of(exc)}"
             ) from None
         raise
     return engine
-
-
-def _reason(exc: BaseException) -> str:
-    body = getattr(exc, "body", None)
-    with contextlib.suppress(Exception):
-        return str(json.loads(body)["message"])[:500]
-    return f"{type(exc).__name__}: {str(exc)[:300]}"
-
-
-def manifests(plan: LaunchPlan) -> list[dict[str, Any]]:
-    """What :meth:`KubernetesRuntime.start` would apply for ``plan``, without a cluster:
-    the session's ConfigMap, then the engine's objects (in ``kubernetes.namespace``,
-    ``default`` when unset; the owner references to the ConfigMap are added when applied,
-    since they name its uid)."""
-    settings = settings_of(plan.config)
-    namespace = settings.namespace or "default"
-    objects = engine_objects(plan, settings, names_for(plan.config), namespace)
-    return [session_object(namespace), *objects]
-
-
-def render_manifests(plan: LaunchPlan) -> str:
-    """:func:`manifests` as YAML, one document each."""
-    try:
-        import yaml
-    except ImportError:
-        raise EngineUnavailable(
-            "rendering manifests needs PyYAML: pip install 'pytest-llmslo[k8s]'"
-        ) from None
-    head = (
-        f"# {plan.config.display_name}: the objects the kubernetes runtime applies. Each but the\n"
-        "# first also gets an ownerReference to the first (its uid is the cluster's).\n"
-    )
-    return head + yaml.safe_dump_all(manifests(plan), sort_keys=False, explicit_start=True)
 
 
 class KubernetesRuntime:
@@ -503,5 +325,5 @@ class KubernetesRuntime:
 
     def reap(self) -> list[str]:
         """Nothing without a cluster to look in: ``kubernetes.reap_after_s`` reaps a
-        namespace before its first engine (:func:`reap_sessions`)."""
+        namespace before its first engine (``k8s/session.py``)."""
         return []

@@ -10,6 +10,7 @@ the port-forward and watch of the API itself, server-side apply as a PATCH of ty
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -20,6 +21,12 @@ from ....errors import EngineUnavailable
 from .settings import KubeSettings
 
 INSTALL_HINT = "pip install 'pytest-llmslo[k8s]'"
+
+
+def json_of(response: Any) -> Any:
+    """The JSON of a response read with ``_preload_content=False`` (plain dicts: the
+    runtime reads the API's objects as the API writes them)."""
+    return json.loads(response.data or b"null")
 
 
 def kubernetes_module() -> Any:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ....errors import ConfigError
+from ...base import EngineConfig
 
 #: The kinds the kubernetes runtime runs (one image unit: a Deployment and a Service).
 KUBERNETES_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm")
@@ -192,6 +193,11 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
             "absolute path on the node"
         )
     return settings
+
+
+def settings_of(config: EngineConfig) -> KubeSettings:
+    """The checked ``kubernetes`` table of ``config``."""
+    return kube_settings(config.kubernetes, f"engine {config.display_name!r}")
 
 
 def check_kind(kind: str, where: str) -> None:
