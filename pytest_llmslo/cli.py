@@ -6,6 +6,7 @@
                   [--csv OUT.csv] [--html OUT.html] [--width N]
     llmslo compare A B [--fail goodput:5%,ttft_p99:10%] [--engine OLD=NEW]
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
+    llmslo render --engine NAME [--engines-file F]
 
 ``run`` starts the engines and runs the sweep (or the capacity search) of one test
 without a test file, through the same session core as the plugin (``session/``): every
@@ -36,7 +37,11 @@ place of the text; it is appended, not replaced, with ``--append`` or when PATH 
 ``$GITHUB_STEP_SUMMARY`` (that file collects every step's summary). ``--svg PATH``
 writes the chart (``report/svg.py``).
 
-Exit status of ``report``/``compare``: 0 done (no regression); 1 a regression; 2 a usage
+``render`` prints the objects the kubernetes runtime would apply for an engine with
+``runtime = "kubernetes"`` (YAML, one document each, secrets as references), for review
+or to commit; nothing is applied.
+
+Exit status of ``report``/``compare``/``render``: 0 done (no regression); 1 a regression; 2 a usage
 error, a missing or malformed document, or runs whose pinned constants differ (the message
 names them). User errors print one line to standard error, never a traceback.
 """
@@ -188,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_run(sub)
+    _add_render(sub)
 
     cmp_ = sub.add_parser(
         "compare",
@@ -367,6 +373,52 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_REGRESSED
     if result.constants_differ:
         return EXIT_USAGE
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- render
+
+
+def _add_render(sub: Any) -> None:
+    ren = sub.add_parser(
+        "render",
+        help='print the Kubernetes manifests of an engine with runtime = "kubernetes"',
+        description="Print the objects the kubernetes runtime would apply for the engine "
+        "(YAML, one document each, secrets as Secret references); nothing is applied.",
+    )
+    ren.add_argument("--engine", required=True, metavar="NAME", help="a configured engine")
+    ren.add_argument(
+        "--engines-file",
+        metavar="F",
+        default=None,
+        help="TOML file with [engines.NAME] tables (default: ./pyproject.toml's "
+        "[tool.llmslo.engines.NAME])",
+    )
+
+
+def _render(args: argparse.Namespace, out: TextIO) -> int:
+    """``llmslo render``: the manifests of one engine, as YAML."""
+    from pytest_llmslo.engines import load_engine_configs, plan_engine, resolve_engine
+    from pytest_llmslo.engines.launch import remove_dirs
+    from pytest_llmslo.engines.runtimes.k8s.render import render_manifests
+    from pytest_llmslo.errors import EngineUnavailable
+
+    source = args.engines_file or ("pyproject.toml" if Path("pyproject.toml").exists() else None)
+    try:
+        configs = load_engine_configs(source) if source else {}
+        config = resolve_engine(args.engine, configs)
+        if config.runtime != "kubernetes":
+            raise _UsageError(
+                f"engine {args.engine!r} has runtime={config.runtime!r}: render prints the "
+                'objects of runtime = "kubernetes"'
+            )
+        plan = plan_engine(config)
+        try:
+            out.write(render_manifests(plan))
+        finally:
+            remove_dirs(plan.temp_dirs)
+    except (ConfigError, EngineUnavailable) as exc:
+        raise _UsageError(str(exc)) from None
     return EXIT_OK
 
 
@@ -578,6 +630,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args, out)
         if args.command == "run":
             return _run(args, out, sys.stderr)
+        if args.command == "render":
+            return _render(args, out)
         return _compare(args, out)
     except _UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -9,7 +9,7 @@
 Each kind has a spec module (``sim``, ``external``, ``vllm``, ``sglang``, ``trtllm``,
 ``dynamo``) with ``plan(config) -> LaunchPlan``, which describes its units in neutral terms
 (``units.py``: processes and images); ``launch.py`` runs plans in the runtime
-``config.runtime`` names (``runtimes/``: ``process``, ``docker``). Missing
+``config.runtime`` names (``runtimes/``: ``process``, ``docker``, ``kubernetes``). Missing
 docker/GPU/package raises ``EngineUnavailable``; an engine that never becomes ready raises
 ``EngineStartError`` with its log tail.
 """
@@ -31,7 +31,7 @@ from .config import (
 )
 from .launch import RunningEngine, launch
 from .plan import LaunchPlan
-from .runtimes import RUNTIMES
+from .runtimes import RUNTIMES, runtime_of
 
 __all__ = [
     "CONFIG_KEYS",
@@ -63,7 +63,7 @@ def _spec_module(kind: str) -> ModuleType:
 def plan_engine(config: EngineConfig) -> LaunchPlan:
     """What ``start_engine`` would run for ``config``, without running it."""
     mod = _spec_module(config.kind)
-    plan: LaunchPlan = mod.plan(config)
+    plan: LaunchPlan = mod.plan(runtime_of(config).adapt(config))
     return plan
 
 
@@ -75,6 +75,7 @@ def start_engine(config: EngineConfig) -> EngineHandle:
     The caller owns the handle and must ``stop()`` it; anything left is stopped at exit.
     """
     mod = _spec_module(config.kind)
+    config = runtime_of(config).adapt(config)
     start = getattr(mod, "start", None)
     if callable(start):
         handle: EngineHandle = start(config)

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-#: The name of a runtime in ``engines.runtimes.RUNTIMES`` (``process``, ``docker``).
+#: The name of a runtime in ``engines.runtimes.RUNTIMES`` (``process``, ``docker``,
+#: ``kubernetes``).
 RuntimeName = str
 
 ENGINE_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm", "dynamo", "external")
@@ -24,9 +25,11 @@ class EngineConfig:
 
     ``name`` is what tests ids and reports show (``sglang``, ``vllm-tp2``); ``kind`` picks the
     launcher. ``options`` holds engine-specific settings (sim profile, Dynamo workers and
-    discovery, ...). ``env`` is passed to the engine and never logged. ``port=None`` picks a
-    free loopback port. ``api_key_env``, ``ca_bundle`` and ``verify_tls`` are how the
-    harness itself talks to the engine (readiness probes): the variable holding the API key
+    discovery, ...). ``kubernetes`` holds the settings of the kubernetes runtime
+    (``runtimes/k8s/settings.py``: namespace, nodes, cache volume, secrets). ``env`` is
+    passed to the engine and never logged. ``port=None`` picks a free loopback port.
+    ``api_key_env``, ``ca_bundle`` and ``verify_tls`` are how the harness itself talks to
+    the engine (readiness probes): the variable holding the API key
     it sends, and the TLS policy of ``tls.py``; the plugin fills them from the session's
     settings, the same the load generator uses. ``external_ready_timeout_s``: how long an
     external engine (already running, so not starting up) may take to answer ready.
@@ -53,6 +56,7 @@ class EngineConfig:
     startup_timeout_s: float = 900.0
     external_ready_timeout_s: float = 60.0
     options: Mapping[str, Any] = field(default_factory=dict)
+    kubernetes: Mapping[str, Any] = field(default_factory=dict)
     api_key_env: str | None = "OPENAI_API_KEY"
     ca_bundle: str | None = None
     verify_tls: bool = True

@@ -9,6 +9,7 @@ A config file holds one table per engine name::
     tensor_parallel_size = 2
     env = { HF_TOKEN = "..." }
     options = { }                 # engine-specific, see each engine's OPTIONS
+    kubernetes = { }              # runtime = "kubernetes": runtimes/k8s/settings.py
 
 Every bad key or value raises ``ConfigError`` naming the source and the valid choices.
 """
@@ -27,6 +28,7 @@ from typing import Any
 from ..errors import ConfigError
 from .base import ENGINE_KINDS, EngineConfig
 from .runtimes import RUNTIMES
+from .runtimes.k8s.settings import check_kind, kube_settings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -137,6 +139,14 @@ def _check_options(kind: str, options: Mapping[str, Any], where: str) -> None:
         )
 
 
+def _check_runtime(cfg: EngineConfig, where: str) -> None:
+    """The ``kubernetes`` table is valid, and the kubernetes runtime runs the kind."""
+    if cfg.kubernetes:
+        kube_settings(cfg.kubernetes, where)
+    if cfg.runtime == "kubernetes":
+        check_kind(cfg.kind, where)
+
+
 def config_from_table(name: str, table: Mapping[str, Any], where: str = "config") -> EngineConfig:
     """One ``EngineConfig`` from a table of settings; ``kind`` defaults to ``name``."""
     if not isinstance(table, Mapping):
@@ -158,6 +168,7 @@ def config_from_table(name: str, table: Mapping[str, Any], where: str = "config"
         values[key] = _coerce(key, raw, where)
     cfg = EngineConfig(**values)
     _check_options(cfg.kind, cfg.options, where)
+    _check_runtime(cfg, where)
     return cfg
 
 
@@ -217,17 +228,18 @@ def apply_overrides(
 ) -> EngineConfig:
     """A copy of ``config`` with ``key=value`` overrides applied, e.g.
     ``tensor_parallel_size=2``, ``env.HF_TOKEN=...``, ``options.profile=NAME``,
-    ``extra_args=--enforce-eager --foo 1``, ``port=none``."""
+    ``extra_args=--enforce-eager --foo 1``, ``port=none``, ``kubernetes.namespace=NAME``."""
     values: dict[str, Any] = {}
     env = dict(config.env)
     options = dict(config.options)
+    kube = dict(config.kubernetes)
     for item in overrides:
         key, eq, raw = item.partition("=")
         key = key.strip()
         if not eq or not key:
             raise ConfigError(
                 f"{where}: {item!r} is not key=value. Valid keys: "
-                f"{_valid(CONFIG_KEYS)}, env.NAME, options.NAME"
+                f"{_valid(CONFIG_KEYS)}, env.NAME, options.NAME, kubernetes.NAME"
             )
         head, dot, sub = key.partition(".")
         if dot:
@@ -239,14 +251,18 @@ def apply_overrides(
             if head == "options":
                 options[sub] = _parse_scalar(raw)
                 continue
+            if head == "kubernetes":
+                kube[sub] = _parse_scalar(raw)
+                continue
             raise ConfigError(
-                f"{where}: {key!r} is not a valid key. Only env.NAME and options.NAME "
+                f"{where}: {key!r} is not a valid key. Only env.NAME, options.NAME and "
+                "kubernetes.NAME "
                 f"take a dotted name; valid keys: {_valid(CONFIG_KEYS)}"
             )
-        if key not in _FIELDS or key in ("env", "options"):
+        if key not in _FIELDS or key in ("env", "options", "kubernetes"):
             raise ConfigError(
                 f"{where}: unknown key {key!r}. Valid keys: {_valid(CONFIG_KEYS)}, "
-                "env.NAME, options.NAME"
+                "env.NAME, options.NAME, kubernetes.NAME"
             )
         typ = _FIELDS[key]
         if typ.startswith("tuple") or typ == "str" or "str |" in typ or typ == "RuntimeName":
@@ -254,6 +270,7 @@ def apply_overrides(
         else:
             value = _parse_scalar(raw)
         values[key] = _coerce(key, value, where)
-    new = dataclasses.replace(config, **values, env=env, options=options)
+    new = dataclasses.replace(config, **values, env=env, options=options, kubernetes=kube)
     _check_options(new.kind, new.options, where)
+    _check_runtime(new, where)
     return new

@@ -335,7 +335,7 @@ def _wait_ready(
                 raise EngineStartError(
                     _not_ready(plan, base_url, bound_s, bound, reason) + logs, _tails(units, 60)
                 )
-            _phase(plan, t0, f"waiting for readiness: {reason}", bound_s, bound)
+            _phase(plan, t0, f"waiting for readiness{_stage(units)}: {reason}", bound_s, bound)
             time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
         client.timeout = per_probe
         version = plan.static_version or runtime.known_version(plan)
@@ -429,7 +429,23 @@ def _check_external(
     return refused_since
 
 
+def _stage(units: list[StartedUnit]) -> str:
+    """`` (pulling the image)``: where a unit that can tell (a pod) is in its start."""
+    for unit in units:
+        waiting_for = getattr(unit, "waiting_for", None)
+        with contextlib.suppress(Exception):
+            stage = waiting_for() if callable(waiting_for) else None
+            if stage:
+                return f" ({stage})"
+    return ""
+
+
 def _exit_text(unit: StartedUnit) -> str:
+    # A unit that knows why it failed says so (a pod's ImagePullBackOff, FailedScheduling).
+    failure = getattr(unit, "failure", None)
+    why = failure() if callable(failure) else None
+    if why:
+        return str(why)
     rc = getattr(unit, "returncode", None)
     code = rc() if callable(rc) else None
     if code is None:

@@ -2,6 +2,8 @@
 
     process   ``plan.processes`` as local process groups (``process.py``)
     docker    ``plan.images`` as docker containers on the host's network (``docker.py``)
+    kubernetes  ``plan.images`` as Deployments and a Service in a cluster (``kubernetes.py``,
+              ``k8s/``; the client library is imported only when an engine uses it)
 
 A new runtime is one module here implementing ``base.Runtime`` and one entry in
 :data:`RUNTIMES`; no engine kind changes, since kinds describe their units in both forms
@@ -16,6 +18,7 @@ from ...errors import ConfigError
 from ..base import EngineConfig
 from .base import Runtime, Started, StartedUnit
 from .docker import DockerRuntime
+from .kubernetes import KubernetesRuntime
 from .process import ProcessRuntime
 
 __all__ = ["RUNTIMES", "Runtime", "Started", "StartedUnit", "runtime_of"]
@@ -23,6 +26,7 @@ __all__ = ["RUNTIMES", "Runtime", "Started", "StartedUnit", "runtime_of"]
 RUNTIMES: Mapping[str, Runtime] = {
     "process": ProcessRuntime(),
     "docker": DockerRuntime(),
+    "kubernetes": KubernetesRuntime(),
 }
 
 

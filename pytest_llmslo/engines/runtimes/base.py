@@ -2,7 +2,8 @@
 containers, ...) and knows where and how to reach them.
 
 ``runtimes.RUNTIMES`` maps ``config.runtime`` to one. A runtime runs one form of a plan's
-units (``units(plan)``: ``plan.processes`` or ``plan.images``); ``launch.launch`` calls
+units (``units(plan)``: ``plan.processes`` or ``plan.images``); ``engines.plan_engine`` hands the
+config to ``adapt`` before the kind plans it; ``launch.launch`` calls
 ``check``, ``start`` and ``endpoint`` in that order, asks ``known_version`` and
 ``fallback_version`` around the engine's own version probe, checks ``ports_in_use``
 before the start and ``ports_still_held`` after the stop; ``reap`` removes what crashed
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..base import EngineConfig
 from ..plan import LaunchPlan
 from ..ports import port_is_free, probe_host, wait_port_free
 from ..units import Unit
@@ -43,6 +45,11 @@ class Runtime(Protocol):
     """One way to run an engine's units."""
 
     name: str
+
+    def adapt(self, config: EngineConfig) -> EngineConfig:
+        """``config`` as this runtime runs it, before the kind plans it (a pod listens
+        on every interface at a fixed port); unchanged for most runtimes."""
+        ...
 
     def units(self, plan: LaunchPlan) -> Sequence[Unit]:
         """The plan's units in the form this runtime runs."""
@@ -87,6 +94,9 @@ class HostNetwork:
     """For runtimes whose units listen on this machine's network (local processes,
     containers with host networking): the engine is reached at ``plan.base_url`` and its
     ports are checked here."""
+
+    def adapt(self, config: EngineConfig) -> EngineConfig:
+        return config
 
     def endpoint(self, plan: LaunchPlan, units: Sequence[StartedUnit]) -> str:
         return plan.base_url

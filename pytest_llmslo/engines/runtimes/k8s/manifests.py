@@ -1,0 +1,355 @@
+"""The objects an engine's image units become in a cluster, as plain dicts (what the API
+takes, what ``llmslo render`` prints, what the schema tests check).
+
+One image unit is one Deployment (one replica, ``Recreate``: a rolling update would need
+twice the GPUs); the first unit, which serves the API, also gets a Service. Each pod
+asks for the unit's GPUs as ``nvidia.com/gpu`` limits, runs on the configured nodes
+(``node_selector``, ``tolerations``), has ``/dev/shm`` as a memory-backed ``emptyDir``
+(PyTorch's shared-memory tensors between workers), keeps the Hugging Face cache on the
+configured volume (a PersistentVolumeClaim or a node directory; an ``emptyDir`` without
+one), reads secrets from Secrets (``secretKeyRef``; a literal secret is refused) and has
+a startup probe as long as ``startup_timeout_s`` (loading a model takes minutes; a short
+probe kills the engine during its warm-up). Files a unit shares with the harness (a
+generated config) travel in a ConfigMap of their own.
+
+Every object carries :func:`labels` (``app.kubernetes.io/managed-by: pytest-llmslo`` and
+the session's id); when applied, each also gets an ``ownerReference`` to the session's
+ConfigMap (:func:`session_object`), so deleting that one deletes the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ....errors import ConfigError
+from ....redact import is_secret_name, secret_values
+from ...base import EngineConfig
+from ...plan import LaunchPlan
+from ...units import ImageUnit
+from .settings import KubeSettings
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "pytest-llmslo"
+LABEL_SESSION = "llmslo.io/session"
+LABEL_ENGINE = "llmslo.io/engine"
+LABEL_KIND = "llmslo.io/kind"
+LABEL_ROLE = "llmslo.io/role"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+GPU_RESOURCE = "nvidia.com/gpu"
+#: Where the pod keeps the Hugging Face cache (``HF_HOME``), as the docker runtime does.
+HF_HOME = "/root/.cache/huggingface"
+#: The path every kind the runtime runs answers 200 on once it serves.
+HEALTH_PATH = "/health"
+PROBE_PERIOD_S = 10
+#: A ConfigMap holds at most 1 MiB; the files a unit shares are small generated configs.
+MAX_FILES_BYTES = 900_000
+
+# One id per harness process: it names and labels every object of this session.
+SESSION_ID = uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """The names of one start of an engine: ``base`` (the Deployment and Service of its
+    first unit) and the session's ConfigMap."""
+
+    base: str
+    session: str
+
+    def unit(self, index: int) -> str:
+        return self.base if index == 0 else f"{self.base}-{index}"
+
+
+def dns_label(text: str, limit: int = 63) -> str:
+    """``text`` as a DNS-1035 label: lowercase letters, digits and ``-``, starting with a
+    letter, at most ``limit`` characters."""
+    out = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if not out or not out[0].isalpha():
+        out = f"x-{out}"
+    return out[:limit].rstrip("-")
+
+
+def label_value(text: str) -> str:
+    """``text`` as a label value (63 characters of ``[A-Za-z0-9._-]``, alphanumeric ends)."""
+    out = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63]
+    return out.strip("-._")
+
+
+def names_for(config: EngineConfig, start: int = 1, session: str = SESSION_ID) -> Names:
+    """The names of the ``start``-th start of ``config``'s engine in this session."""
+    engine = dns_label(config.display_name, 30)
+    return Names(base=f"llmslo-{engine}-{session[:8]}-{start}", session=f"llmslo-{session}")
+
+
+def labels(config: EngineConfig | None = None, session: str = SESSION_ID) -> dict[str, str]:
+    """The labels of every object of the session (and of ``config``'s engine)."""
+    out = {MANAGED_BY: MANAGER, LABEL_SESSION: session}
+    if config is not None:
+        out[LABEL_ENGINE] = label_value(config.display_name)
+        out[LABEL_KIND] = config.kind
+    return out
+
+
+def session_object(namespace: str, session: str = SESSION_ID) -> dict[str, Any]:
+    """The session's ConfigMap: the owner of every other object of the session."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"llmslo-{session}",
+            "namespace": namespace,
+            "labels": labels(session=session),
+        },
+        "data": {"session": session},
+    }
+
+
+def owner_reference(session_cm: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference that makes an object owned by the applied session ConfigMap."""
+    meta = session_cm["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "blockOwnerDeletion": True,
+    }
+
+
+def gpu_count(gpus: str | None, tensor_parallel_size: int) -> int:
+    """The ``nvidia.com/gpu`` limit of a unit's ``gpus`` value: none for None or ``none``,
+    the tensor-parallel size for ``all`` (a pod gets whole GPUs, never "every GPU of the
+    node"), the count, or the number of device ids (a pod cannot pick devices)."""
+    value = (gpus or "").strip().lower()
+    if not value or value == "none":
+        return 0
+    if value == "all":
+        return tensor_parallel_size
+    if value.isdigit():
+        return int(value)
+    return len([g for g in value.removeprefix("device=").split(",") if g.strip()])
+
+
+def quantity(size: str) -> str:
+    """A docker size (``16g``, ``512m``) as a Kubernetes quantity (``16Gi``, ``512Mi``)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", size.lower())
+    if not m:
+        raise ConfigError(f"shared memory size {size!r} is not a size like 16g or 512m")
+    unit = {"": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[m.group(2)]
+    return f"{m.group(1)}{unit}"
+
+
+def _check_unit(config: EngineConfig, unit: ImageUnit) -> None:
+    where = f"engine {config.display_name!r} (runtime kubernetes)"
+    literal = sorted(k for k, v in unit.env.items() if is_secret_name(k) and v)
+    if literal or secret_values({}, unit.command):
+        what = ", ".join(literal) if literal else "a secret flag on the command line"
+        raise ConfigError(
+            f"{where}: {what} would be written into the Deployment as a literal value; "
+            "give it as kubernetes.secret_env.NAME = 'SECRET/KEY' (a Secret reference)"
+        )
+    if unit.read_only:
+        raise ConfigError(
+            f"{where}: model={unit.read_only[0]!r} is a path on this machine, which a pod "
+            "does not see: use a Hugging Face id, or a path on the cache volume "
+            "(kubernetes.cache_pvc / cache_host_path)"
+        )
+
+
+def _env(unit: ImageUnit, settings: KubeSettings) -> list[dict[str, Any]]:
+    env: dict[str, dict[str, Any]] = {}
+    if unit.hf_cache:
+        env["HF_HOME"] = {"name": "HF_HOME", "value": HF_HOME}
+    for name, value in unit.env.items():
+        env[name] = {"name": name, "value": value}
+    for name, (secret, key) in settings.secret_env.items():
+        env[name] = {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+    return list(env.values())
+
+
+def _cache_volume(settings: KubeSettings) -> dict[str, Any]:
+    if settings.cache_pvc:
+        return {"name": "hf-cache", "persistentVolumeClaim": {"claimName": settings.cache_pvc}}
+    if settings.cache_host_path:
+        return {
+            "name": "hf-cache",
+            "hostPath": {"path": settings.cache_host_path, "type": "DirectoryOrCreate"},
+        }
+    return {"name": "hf-cache", "emptyDir": {}}
+
+
+def files_config_map(
+    name: str, namespace: str, folder: str, labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """The files of ``folder`` (a unit's shared directory) as a ConfigMap."""
+    data: dict[str, str] = {}
+    for path in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+        if path.is_file():
+            data[path.name] = path.read_text(encoding="utf-8")
+    if sum(len(v) for v in data.values()) > MAX_FILES_BYTES:
+        raise ConfigError(f"the files in {folder} are too large for a ConfigMap (1 MiB)")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "data": data,
+    }
+
+
+def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": port},
+        "periodSeconds": period_s,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _container(
+    config: EngineConfig, unit: ImageUnit, settings: KubeSettings, mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    port = unit.ports[0] if unit.ports else None
+    container: dict[str, Any] = {
+        "name": dns_label(unit.role),
+        "image": unit.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": list(unit.command),
+        "env": _env(unit, settings),
+        "ports": [
+            {"containerPort": p, **({"name": "http"} if i == 0 else {})}
+            for i, p in enumerate(unit.ports)
+        ],
+        "volumeMounts": mounts,
+    }
+    if unit.entrypoint is not None:
+        container["command"] = list(unit.entrypoint)
+    gpus = gpu_count(unit.gpus, config.tensor_parallel_size)
+    if gpus:
+        # A quantity: the API takes a number or a string, the client library a string.
+        container["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
+    if port is not None:
+        # Loading weights and compiling take minutes: the startup probe allows all of
+        # startup_timeout_s before the kubelet restarts the container.
+        failures = max(1, math.ceil(config.startup_timeout_s / PROBE_PERIOD_S))
+        container["startupProbe"] = _probe(port, PROBE_PERIOD_S, failures)
+        container["readinessProbe"] = _probe(port, 5, 3)
+    return container
+
+
+def unit_objects(
+    plan: LaunchPlan,
+    index: int,
+    settings: KubeSettings,
+    names: Names,
+    namespace: str,
+) -> list[dict[str, Any]]:
+    """The Deployment of the ``index``-th image unit of ``plan`` (its Service too for the
+    first), and a ConfigMap for each directory of files it shares."""
+    config = plan.config
+    unit = plan.images[index]
+    _check_unit(config, unit)
+    name = names.unit(index)
+    common = {**labels(config), LABEL_ROLE: label_value(unit.role)}
+    selector = {LABEL_SESSION: SESSION_ID, LABEL_INSTANCE: name}
+    all_labels = {**common, LABEL_INSTANCE: name}
+
+    def meta() -> dict[str, Any]:  # each object its own (no shared dicts: no YAML aliases)
+        return {"name": name, "namespace": namespace, "labels": dict(all_labels)}
+
+    objects: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if unit.shm:
+        shm["sizeLimit"] = quantity(unit.shm)
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
+    if unit.hf_cache:
+        mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
+        volumes.append(_cache_volume(settings))
+    for i, (host, inside) in enumerate(sorted(unit.mounts.items())):
+        cm_name = f"{name}-files-{i}"
+        objects.append(files_config_map(cm_name, namespace, host, all_labels))
+        mounts.append({"name": f"files-{i}", "mountPath": inside, "readOnly": True})
+        volumes.append({"name": f"files-{i}", "configMap": {"name": cm_name}})
+    pod_spec: dict[str, Any] = {
+        "containers": [_container(config, unit, settings, mounts)],
+        "volumes": volumes,
+        # No *_SERVICE_HOST/*_PORT variables: a Service named vllm would set VLLM_PORT,
+        # which vLLM reads as its own setting.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 30,
+    }
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.service_account:
+        pod_spec["serviceAccountName"] = settings.service_account
+    objects.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(),
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": {**all_labels, **selector}},
+                    "spec": pod_spec,
+                },
+            },
+        }
+    )
+    if index == 0 and unit.ports:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": meta(),
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": selector,
+                    "ports": [
+                        {"name": "http", "port": plan.port, "targetPort": unit.ports[0]},
+                    ],
+                },
+            }
+        )
+    return objects
+
+
+def engine_objects(
+    plan: LaunchPlan, settings: KubeSettings, names: Names, namespace: str
+) -> list[dict[str, Any]]:
+    """Every object of ``plan``'s engine, in the order they are applied (shared files,
+    then each unit's Deployment, the API's Service)."""
+    if not plan.images:
+        raise ConfigError(
+            f"engine {plan.config.display_name!r}: kind {plan.config.kind} has no image to "
+            "run in the kubernetes runtime"
+        )
+    out: list[dict[str, Any]] = []
+    for index in range(len(plan.images)):
+        out.extend(unit_objects(plan, index, settings, names, namespace))
+    return out
+
+
+def service_url(names: Names, namespace: str, port: int) -> str:
+    """The engine's URL from a pod of the cluster: its Service's DNS name."""
+    return f"http://{names.base}.{namespace}.svc:{port}"
+
+
+def selector_of(objects: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The label selectors of the pods of each Deployment in ``objects``."""
+    out = []
+    for obj in objects:
+        if obj["kind"] == "Deployment":
+            match = obj["spec"]["selector"]["matchLabels"]
+            out.append(",".join(f"{k}={v}" for k, v in sorted(match.items())))
+    return out

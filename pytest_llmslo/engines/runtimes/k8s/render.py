@@ -1,0 +1,37 @@
+"""What ``llmslo render`` prints: the objects the kubernetes runtime would apply for a
+plan, as YAML, without a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....errors import EngineUnavailable
+from ...plan import LaunchPlan
+from .manifests import engine_objects, names_for, session_object
+from .settings import settings_of
+
+
+def manifests(plan: LaunchPlan) -> list[dict[str, Any]]:
+    """What :meth:`KubernetesRuntime.start` would apply for ``plan``, without a cluster:
+    the session's ConfigMap, then the engine's objects (in ``kubernetes.namespace``,
+    ``default`` when unset; the owner references to the ConfigMap are added when applied,
+    since they name its uid)."""
+    settings = settings_of(plan.config)
+    namespace = settings.namespace or "default"
+    objects = engine_objects(plan, settings, names_for(plan.config), namespace)
+    return [session_object(namespace), *objects]
+
+
+def render_manifests(plan: LaunchPlan) -> str:
+    """:func:`manifests` as YAML, one document each."""
+    try:
+        import yaml
+    except ImportError:
+        raise EngineUnavailable(
+            "rendering manifests needs PyYAML: pip install 'pytest-llmslo[k8s]'"
+        ) from None
+    head = (
+        f"# {plan.config.display_name}: the objects the kubernetes runtime applies. Each but the\n"
+        "# first also gets an ownerReference to the first (its uid is the cluster's).\n"
+    )
+    return head + yaml.safe_dump_all(manifests(plan), sort_keys=False, explicit_start=True)

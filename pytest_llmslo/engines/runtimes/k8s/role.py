@@ -1,0 +1,47 @@
+"""The least privilege the kubernetes runtime needs in the engines' namespace: every verb
+it uses on every resource, and nothing else (a test drives the runtime against kmock and
+checks each request it made against these rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: (API group, resource or resource/subresource, verbs).
+RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # The session's ConfigMap and the files a unit shares; apply falls back to patch;
+    # the reaper lists the sessions' ConfigMaps (reap_after_s).
+    ("", "configmaps", ("create", "patch", "delete", "list")),
+    ("", "services", ("create", "patch", "delete")),
+    ("apps", "deployments", ("create", "patch", "delete")),
+    # Readiness and failures: the engine's pods, their logs, the namespace's events.
+    ("", "pods", ("list",)),
+    ("", "pods/log", ("get",)),
+    ("", "events", ("list",)),
+    # access = "port-forward": the websocket is a GET upgraded; RBAC asks for create
+    # (and get, since Kubernetes 1.30's websocket port-forward).
+    ("", "pods/portforward", ("get", "create")),
+)
+
+
+def role(namespace: str, name: str = "pytest-llmslo") -> dict[str, Any]:
+    """The Role to bind to whoever runs the harness in ``namespace``."""
+    rules: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for group, resource, verbs in RULES:
+        rules.setdefault((group, verbs), []).append(resource)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace},
+        "rules": [
+            {"apiGroups": [group], "resources": resources, "verbs": list(verbs)}
+            for (group, verbs), resources in rules.items()
+        ],
+    }
+
+
+def allowed(group: str, resource: str, verb: str, rules: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``rules`` (a Role's) allow ``verb`` on ``group``/``resource``."""
+    return any(
+        group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules
+    )

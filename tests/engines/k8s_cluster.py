@@ -1,0 +1,274 @@
+"""A Kubernetes API served over real HTTP on loopback (kmock's emulator, in a thread of
+its own), and the cluster's controllers played by the test: for each Deployment the
+runtime applies, :class:`Controller` makes its pod and then does what the test asks
+(marks it ready, or makes it fail with the status and event a real cluster shows).
+
+The emulator stores objects as given; here it also assigns a ``uid`` on creation, as the
+API server does (the runtime's owner references need it), and serves pod logs."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CONTROLLER = "test-controllers"
+LOG_LINES = "loading weights\nshard 1/1 loaded\n"
+
+RESOURCES = ("v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments")
+
+
+async def _port_forward(raw: Any, target_port: int) -> Any:
+    """The API server's side of a port-forward (the ``v4.channel.k8s.io`` websocket
+    protocol: two channels per port, each opened with a frame of the port number, data
+    frames prefixed with their channel), carried to ``target_port`` on loopback (where
+    the test's sim process stands for the pod)."""
+    import aiohttp
+    import aiohttp.web
+
+    ws = aiohttp.web.WebSocketResponse(protocols=("v4.channel.k8s.io",), compress=False)
+    await ws.prepare(raw)
+    port = int(raw.query["ports"])
+    await ws.send_bytes(b"\x00" + port.to_bytes(2, "little"))
+    await ws.send_bytes(b"\x01" + port.to_bytes(2, "little"))
+    reader, writer = await asyncio.open_connection("127.0.0.1", target_port)
+
+    async def upstream() -> None:
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x00":
+                writer.write(msg.data[1:])
+                await writer.drain()
+        writer.close()
+
+    async def downstream() -> None:
+        while data := await reader.read(65536):
+            await ws.send_bytes(b"\x00" + data)
+        await ws.close()
+
+    await asyncio.gather(upstream(), downstream(), return_exceptions=True)
+    return ws
+
+
+def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
+    class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc, name-defined]
+        """Assigns each created object a ``uid`` and a ``creationTimestamp`` (unless the test
+        gave one), as the API server does, and serves the
+        pods' port-forward to ``box["forward_to"]``."""
+
+        async def _handle(self, request: Any) -> Any:
+            raw = request._raw_request
+            if raw is not None and raw.path.endswith("/portforward"):
+                return await _port_forward(raw, box["forward_to"])
+            data = request.data
+            if request.action == kmock.action.CREATE and isinstance(data, dict):
+                meta = data.setdefault("metadata", {})
+                meta["uid"] = str(uuid.uuid4())
+                now = datetime.datetime.now(datetime.timezone.utc)
+                meta.setdefault("creationTimestamp", now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            return await super()._handle(request)
+
+    return Emulator
+
+
+class FakeCluster:
+    """The emulator's URL (``url``), a kubeconfig pointing at it (``kubeconfig``), and
+    plain HTTP access to its objects for the test's controllers."""
+
+    def __init__(self, url: str, kubeconfig: Path, handler: Any, box: dict[str, Any]) -> None:
+        self.url = url
+        self._box = box
+        self.kubeconfig = kubeconfig
+        self.handler = handler
+        # Named, so that the controllers' requests are told from the runtime's.
+        self.http = httpx.Client(
+            base_url=url, timeout=5.0, trust_env=False, headers={"User-Agent": CONTROLLER}
+        )
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        return list(self.http.get(path).json().get("items") or [])
+
+    def deployments(self, ns: str) -> list[dict[str, Any]]:
+        return self.items(f"/apis/apps/v1/namespaces/{ns}/deployments")
+
+    def forward_to(self, port: int) -> None:
+        """Serve every pod's port-forward from ``port`` on loopback."""
+        self._box["forward_to"] = port
+
+    def requests(self, method: str) -> list[str]:
+        """The paths the runtime sent ``method`` to, in order."""
+        return [str(r.url.path) for r in self.handler[method.lower()]]
+
+
+@contextmanager
+def fake_cluster(tmp_path: Path) -> Iterator[FakeCluster]:
+    """A running emulator and a kubeconfig for it; stopped on exit."""
+    kmock = __import__("kmock")
+    started = threading.Event()
+    stop = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def serve() -> None:
+        async with _emulator(kmock, box)() as handler, kmock.Server(handler):
+            for res in RESOURCES:
+                handler.resources[res] = {}
+            handler["get", kmock.resource("v1/pods"), kmock.subresource("log")] << (
+                LOG_LINES.encode()
+            )
+            box["handler"] = handler
+            started.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.02)
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread.start()
+    assert started.wait(10), "kmock did not start"
+    handler = box["handler"]
+    url = str(handler.url).rstrip("/")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: fake, user: {token: fake-token}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: fake, namespace: bench}}]\n"
+    )
+    cluster = FakeCluster(url, kubeconfig, handler, box)
+    try:
+        yield cluster
+    finally:
+        cluster.http.close()
+        stop.set()
+        thread.join(10)
+
+
+Behaviour = Callable[[FakeCluster, str, dict[str, Any]], None]
+
+
+def pod_of(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod a ReplicaSet of ``deployment`` would make (named as Kubernetes names it)."""
+    template = deployment["spec"]["template"]
+    name = deployment["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-7d4b9c6f5d-x2x9z",
+            "namespace": deployment["metadata"]["namespace"],
+            "labels": dict(template["metadata"]["labels"]),
+        },
+        "spec": template["spec"],
+        "status": {"phase": "Pending"},
+    }
+
+
+def patch_status(cluster: FakeCluster, ns: str, pod: str, status: dict[str, Any]) -> None:
+    cluster.http.patch(
+        f"/api/v1/namespaces/{ns}/pods/{pod}/status",
+        json={"status": status},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+
+
+def emit_event(cluster: FakeCluster, ns: str, pod: str, reason: str, message: str) -> None:
+    cluster.http.post(
+        f"/api/v1/namespaces/{ns}/events",
+        json={
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{pod}.{uuid.uuid4().hex[:8]}", "namespace": ns},
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns},
+        },
+    ).raise_for_status()
+
+
+def ready(cluster: FakeCluster, ns: str, pod: dict[str, Any]) -> None:
+    """The pod as the scheduler and kubelet leave it once ready, with their timestamps
+    (created at :00: scheduled 1 s later, image pulled at 3 s, started at 4 s, ready at
+    7 s) and the image's ``Pulled`` event."""
+    container = pod["spec"]["containers"][0]["name"]
+    name = pod["metadata"]["name"]
+    cluster.http.post(
+        f"/api/v1/namespaces/{ns}/events",
+        json={
+            "apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": "Pulled",
+            "metadata": {"name": f"{name}.pulled", "namespace": ns},
+            "message": "Successfully pulled image", "lastTimestamp": "2026-01-01T00:00:03Z",
+            "involvedObject": {"kind": "Pod", "name": name, "namespace": ns},
+        },
+    ).raise_for_status()  # fmt: skip
+    cluster.http.patch(
+        f"/api/v1/namespaces/{ns}/pods/{name}",
+        json={"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+    patch_status(
+        cluster,
+        ns,
+        pod["metadata"]["name"],
+        {
+            "phase": "Running",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastTransitionTime": "2026-01-01T00:00:01Z",
+                },
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:07Z"},
+            ],
+            "containerStatuses": [
+                {
+                    "name": container,
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:04Z"}},
+                }
+            ],
+        },
+    )
+
+
+class Controller:
+    """Makes a pod for each new Deployment in ``ns`` and hands it to ``behaviour``."""
+
+    def __init__(self, cluster: FakeCluster, ns: str, behaviour: Behaviour) -> None:
+        self.cluster = cluster
+        self.ns = ns
+        self.behaviour = behaviour
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for dep in self.cluster.deployments(self.ns):
+                    name = dep["metadata"]["name"]
+                    if name in self.seen:
+                        continue
+                    self.seen.add(name)
+                    pod = pod_of(dep)
+                    self.cluster.http.post(
+                        f"/api/v1/namespaces/{self.ns}/pods", json=pod
+                    ).raise_for_status()
+                    self.behaviour(self.cluster, self.ns, pod)
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+
+    def __enter__(self) -> Controller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -1,0 +1,122 @@
+"""The least-privilege Role of docs/engines.md is all the kubernetes runtime uses: every
+request it makes against kmock while starting, reaching (port-forward), failing and
+stopping engines is allowed by the Role, and the Role is a valid Kubernetes object."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_llmslo.engines.runtimes.k8s.role import allowed, role
+
+pytest.importorskip("kmock")
+pytest.importorskip("kubernetes")
+
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
+    r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
+)
+
+
+def rbac_of(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str]:
+    """(API group, resource[/subresource], verb) of one request, as RBAC reads it."""
+    m = _PATH.match(path)
+    assert m, f"not a namespaced request: {method} {path}"
+    group = m.group("group") or ""
+    resource = m.group("resource") + (f"/{m.group('sub')}" if m.group("sub") else "")
+    named = m.group("name") is not None
+    verb = {
+        "GET": "get" if named else ("watch" if query.get("watch") else "list"),
+        "POST": "create",
+        "PATCH": "patch",
+        "PUT": "update",
+        "DELETE": "delete" if named else "deletecollection",
+    }[method]
+    return group, resource, verb
+
+
+def test_the_role_is_a_valid_object() -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    kubernetes_validate.validate(role("bench"), "1.37.0", strict=True)
+
+
+@pytest.fixture
+def every_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from k8s_cluster import fake_cluster
+
+    from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
+    from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+
+    with fake_cluster(tmp_path) as cluster:
+        monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+        monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
+        forget_clients()
+        yield cluster
+        forget_clients()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_the_runtime_uses_nothing_the_role_does_not_allow(every_request: Any) -> None:
+    import socket
+
+    from k8s_cluster import Controller, ready
+
+    from pytest_llmslo.engines import load_engine_configs, plan_engine
+    from pytest_llmslo.engines.runtimes.kubernetes import KubernetesRuntime
+
+    cluster = every_request
+    with socket.create_server(("127.0.0.1", 0)) as target:
+        cluster.forward_to(target.getsockname()[1])
+        cfg = load_engine_configs(
+            {"trtllm": {"runtime": "kubernetes", "model": "m", "dtype": "bfloat16",
+                        "kubernetes": {"access": "port-forward", "reap_after_s": 60}}}
+        )["trtllm"]  # fmt: skip
+        plan = plan_engine(cfg)
+        runtime = KubernetesRuntime()
+        with Controller(cluster, "bench", lambda c, ns, pod: ready(c, ns, pod)):
+            engine = runtime.start(plan).units[0]
+            try:
+                url = runtime.endpoint(plan, [engine])
+                port = int(url.rsplit(":", 1)[1])
+                # Until the pod runs and a connection reaches the target through it.
+                for _ in range(50):
+                    with socket.create_connection(("127.0.0.1", port)):
+                        if _poll(target):
+                            target.accept()[0].close()
+                            break
+                assert engine.alive() and engine.log_tail(5)
+            finally:
+                engine.stop()
+    rules = role("bench")["rules"]
+    seen = set()
+    for request in cluster.handler:
+        path = str(request.url.path)
+        if not path.startswith(("/api/", "/apis/")) or _by_controllers(request):
+            continue
+        seen.add(rbac_of(request.method, path, dict(request.url.query)))
+    # Every path was exercised: apply, readiness and failures, the forward, teardown.
+    assert seen >= {
+        ("", "configmaps", "create"), ("", "configmaps", "list"),
+        ("apps", "deployments", "create"),
+        ("", "services", "create"), ("", "pods", "list"), ("", "events", "list"),
+        ("", "pods/log", "get"), ("", "pods/portforward", "get"),
+        ("apps", "deployments", "delete"), ("", "configmaps", "delete"),
+    }, seen  # fmt: skip
+    denied = [s for s in sorted(seen) if not allowed(*s, rules)]
+    assert not denied, f"the runtime used what the Role does not grant: {denied}"
+
+
+def _by_controllers(request: Any) -> bool:
+    from k8s_cluster import CONTROLLER
+
+    return bool(request.headers.get("User-Agent") == CONTROLLER)
+
+
+def _poll(server: Any, timeout_s: float = 0.2) -> bool:
+    import select
+
+    return bool(select.select([server], [], [], timeout_s)[0])

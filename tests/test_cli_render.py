@@ -1,0 +1,50 @@
+"""``llmslo render``: the manifests of an engine with runtime = "kubernetes", as YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_llmslo.cli import EXIT_OK, EXIT_USAGE, main
+
+yaml = pytest.importorskip("yaml")
+
+ENGINES = """
+[engines.sim-k8s]
+kind = "sim"
+runtime = "kubernetes"
+env = { LOG_LEVEL = "info" }
+kubernetes = { namespace = "bench", secret_env = { HF_TOKEN = "hf-token/token" } }
+
+[engines.sim-local]
+kind = "sim"
+"""
+
+
+def test_render_prints_one_document_per_object(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "engines.toml"
+    path.write_text(ENGINES)
+    assert main(["render", "--engine", "sim-k8s", "--engines-file", str(path)]) == EXIT_OK
+    text = capsys.readouterr().out
+    docs = list(yaml.safe_load_all(text))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service"]
+    assert all(d["metadata"]["namespace"] == "bench" for d in docs)
+    # A secret is a reference, never a value.
+    env = docs[1]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
+    } in env
+    assert "&id" not in text  # no YAML anchors: each document stands alone
+
+
+def test_render_refuses_an_engine_of_another_runtime(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "engines.toml"
+    path.write_text(ENGINES)
+    assert main(["render", "--engine", "sim-local", "--engines-file", str(path)]) == EXIT_USAGE
+    assert "runtime='process'" in capsys.readouterr().err
