@@ -565,14 +565,14 @@ def render_verdicts(
         )
         text = f"{word:<5} {engine} | {test}: "
         if judged:
-            text += f"{status.count('pass')} of {len(order)} levels passed"
+            text += f"{status.count('pass')}/{len(order)} levels passed"
         else:
             text += f"{len(order)} level{'s' if len(order) != 1 else ''}, no SLO judged"
         failed = [p.level.label for p, st in zip(order, status, strict=True) if st == "fail"]
         if failed:
-            text += f" (failed: {', '.join(failed)})"
+            text += f" ({', '.join(failed)} failed)"
         if knee.level is not None:
-            text += f"; knee {knee.level.label}, goodput {fmt_tok(knee.goodput_tok_s)} tok/s"
+            text += f"; knee {knee.level.label}, {fmt_tok(knee.goodput_tok_s)} good tok/s"
         lines.extend(_wrap(text, width))
     return lines
 
