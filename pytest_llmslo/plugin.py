@@ -605,7 +605,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     # 100 columns unless the terminal is wider: CI logs are not terminals (80 by default).
     width = min(max(config.get_terminal_writer().fullwidth, 100), 120)
-    for kind, text in core.summary_report(state, width):
+    # The lines under each level (signals, traffic, notes) with -v.
+    detail = config.get_verbosity() > 0
+    for kind, text in core.summary_report(state, width, detail=detail):
         if kind in ("=", "-"):
             tr.write_sep(kind, text)
         else:

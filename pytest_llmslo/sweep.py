@@ -42,6 +42,7 @@ __all__ = [
     "extend_sweep",
     "find_knee",
     "finite_or_none",
+    "frontier_points",
     "group_sweeps",
     "knee_of",
     "knee_points",
@@ -516,6 +517,15 @@ def pareto_front(points: Sequence[SweepPoint], *, throughput: str = "output_tok_
         )
         front.append(not dominated)
     return front
+
+
+def frontier_points(points: Sequence[SweepPoint]) -> list[SweepPoint]:
+    """The points on the Pareto frontier (output tok/s up, TTFT P99 down) of those that may
+    be on it: valid runs that met their SLO (or asserted none). A failed point, however
+    fast, is no operating point; an inconclusive one measured the client. Every report's
+    Pareto table and chart marks these."""
+    eligible = [p for p in points if point_status(p) in ("pass", "unchecked")]
+    return [p for p, on in zip(eligible, pareto_front(eligible), strict=True) if on]
 
 
 # --------------------------------------------------------------------------- extension

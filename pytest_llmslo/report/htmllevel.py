@@ -16,7 +16,8 @@ from typing import Any
 
 from pytest_llmslo.report.htmlcells import badge, bounds, cell, lines, point_value
 from pytest_llmslo.report.htmlcharts import Threshold, histogram, sequence_chart
-from pytest_llmslo.report.terminal import failure_lines, signal_bits, traffic_lines
+from pytest_llmslo.report.signaltext import signal_bits
+from pytest_llmslo.report.terminal import failure_lines, traffic_lines
 from pytest_llmslo.sweep import SweepPoint, finite_or_none
 
 __all__ = ["level_details"]

@@ -32,15 +32,17 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import EngineEntry, Results, Sweep
 from pytest_llmslo.report.paths import relative_paths
-from pytest_llmslo.report.svg import frontier_points
-from pytest_llmslo.report.terminal import (
+from pytest_llmslo.report.signaltext import (
     SIGNAL_COLUMNS,
-    fmt_ms,
-    fmt_pct,
-    fmt_tok,
     has_signals,
     signal_cells,
     signal_lines,
+)
+from pytest_llmslo.report.svg import frontier_points
+from pytest_llmslo.report.terminal import (
+    fmt_ms,
+    fmt_pct,
+    fmt_tok,
     sweep_row_cells,
     traffic_lines,
 )

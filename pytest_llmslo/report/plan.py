@@ -21,7 +21,14 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["estimate_line", "format_seconds", "level_seconds", "plan_lines"]
+__all__ = [
+    "estimate_basis",
+    "estimate_line",
+    "format_seconds",
+    "level_seconds",
+    "plan_lines",
+    "where_text",
+]
 
 
 def format_seconds(seconds: float) -> str:
@@ -109,8 +116,7 @@ def estimate_line(
     if not left:
         return None
     level = run.level
-    rounds = _rounds(level, warmup + len(run.records))
-    round_s = seconds / rounds if rounds else None
+    round_s, _ = estimate_basis(run, warmup, seconds)
     levels = [c for c in left if not c.capacity]
     total = sum(level_seconds(c, round_s, seconds) for c in levels)
     end = datetime.datetime.now() + datetime.timedelta(seconds=total)
@@ -125,3 +131,37 @@ def estimate_line(
     if any(c.settings.extend for c in left):
         text += ", plus any sweep extension"
     return text + "; scaled from the first level: levels past the knee take longer"
+
+
+def estimate_basis(run: Any, warmup: int, seconds: float) -> tuple[float | None, float]:
+    """What estimates scale from: the seconds per request round of the first level's
+    ``run`` (None: no closed loop) and its ``seconds`` in all."""
+    rounds = _rounds(run.level, warmup + len(run.records))
+    return (seconds / rounds if rounds else None), seconds
+
+
+def where_text(
+    contexts: Iterable[Any],
+    current: Any,
+    basis: tuple[float | None, float] | None = None,
+    elapsed_s: float = 0.0,
+) -> str:
+    """Where a session stands while the level of test ``current`` runs: ``test 3/5, level
+    2/3, ~2 min left`` (its test among the session's, its level among its test's on its
+    engine; the time left, once ``basis`` (``estimate_basis``) is known, is the current
+    level's rest and the levels not yet run, capacity searches not counted)."""
+    ctxs = list(contexts)
+    tests = list(dict.fromkeys(c.test for c in ctxs))
+    mine = [c for c in ctxs if c.test == current.test and c.engine == current.engine]
+    if current not in mine:
+        return ""
+    text = f"test {tests.index(current.test) + 1}/{len(tests)}, "
+    text += f"level {mine.index(current) + 1}/{len(mine)}"
+    if basis is None:
+        return text
+    round_s, first_s = basis
+    left = [c for c in ctxs if c is not current and not c.point_keys and not c.capacity]
+    total = sum(level_seconds(c, round_s, first_s) for c in left)
+    if not current.capacity:
+        total += max(level_seconds(current, round_s, first_s) - elapsed_s, 0.0)
+    return text + f", ~{format_seconds(total)} left"

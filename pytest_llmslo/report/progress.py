@@ -3,6 +3,10 @@ stream: updated in place on a terminal (every half second), only the final line 
 unless a snapshot asks to be logged now and then (``log_every_s``: a start that waits for
 minutes says so in a CI log too). The pytest plugin writes it through the terminal
 reporter with capture suspended; ``llmslo run`` to standard error.
+
+The time a level's line shows is the level's own, from its first line to its last, on one
+clock: ``level 25 s`` while it runs, ``level 34 s`` on its final line. ``where`` (set by
+the session) says where the session stands: ``test 3/5, level 2/3, ~2 min left``.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from typing import Any
 __all__ = ["LevelProgress", "progress_text"]
 
 
-def progress_text(p: Any) -> str:
-    """A load generator progress snapshot (or an engine's startup phase) in a few words."""
+def progress_text(p: Any, elapsed_s: float | None = None) -> str:
+    """A load generator progress snapshot (or an engine's startup phase) in a few words;
+    ``elapsed_s``: the level's time so far (default: the snapshot's)."""
     if p.phase == "starting":
         return str(p.text)
     if p.phase == "calibrating":
@@ -24,7 +29,10 @@ def progress_text(p: Any) -> str:
         text = f"{p.phase} {p.done}/{p.total}" if p.total else f"{p.phase} {p.done}"
         if not p.warmup:
             text += f" ({p.failed} failed)"
-    text += f" {p.elapsed_s:.0f} s"
+    if elapsed_s is None:
+        text += f" {p.elapsed_s:.0f} s"
+    else:
+        text += f", level {elapsed_s:.0f} s"
     if p.left_s is not None:
         text += f", level bound in {p.left_s:.0f} s"
     return text
@@ -55,6 +63,13 @@ class LevelProgress:
         self.last = 0.0
         self.width = 0
         self._first: float | None = None
+        self._t0 = time.monotonic()
+        #: Where the session stands, given the level's seconds so far (set by the session).
+        self.where: Callable[[float], str] | None = None
+
+    def _where(self) -> str:
+        text = self.where(time.monotonic() - self._t0) if self.where is not None else ""
+        return f" · {text}" if text else ""
 
     def _write(self, text: str, *, final: bool) -> None:
         if not self.enabled:
@@ -85,15 +100,19 @@ class LevelProgress:
             if now - self.last < every:
                 return
             self.last = now
-            self._write(progress_text(p), final=True)
+            self._write(progress_text(p, now - self._t0) + self._where(), final=True)
             return
         # On a terminal every half second.
         if now - self.last < 0.5 and p.phase != "calibrating":
             return
         self.last = now
-        self._write(progress_text(p), final=False)
+        self._write(progress_text(p, now - self._t0) + self._where(), final=False)
 
     def close(self, text: str) -> None:
+        """The level's final line: ``text``, then the level's time on the live line's clock
+        and where the session stands."""
+        if self.where is not None:
+            text += f"; level {time.monotonic() - self._t0:.1f} s{self._where()}"
         self._write(text, final=True)
 
     def done(self) -> None:

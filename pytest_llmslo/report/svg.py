@@ -43,18 +43,18 @@ from pytest_llmslo.document.results import Results
 from pytest_llmslo.report import chartkit as kit
 from pytest_llmslo.report.chartkit import nice_ticks, text_box, text_width
 from pytest_llmslo.report.paths import relative_paths
-from pytest_llmslo.report.terminal import fmt_ms, fmt_tok, signal_bits
+from pytest_llmslo.report.signaltext import signal_bits
+from pytest_llmslo.report.terminal import fmt_ms, fmt_tok
 from pytest_llmslo.report.testbed import describe
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
     find_knee,
     finite_or_none,
+    frontier_points,
     group_sweeps,
     lookup_knee,
-    pareto_front,
     point_goodput,
-    point_status,
     summary_stat,
 )
 
@@ -101,14 +101,6 @@ def load_axis(points: Sequence[SweepPoint]) -> tuple[str, str]:
     if points and all(p.level.arrival == "trace" for p in points):
         return "trace speed-up", "trace speed-up (x)"
     return "request rate", "request rate (req/s)"
-
-
-def frontier_points(points: Sequence[SweepPoint]) -> list[SweepPoint]:
-    """The points on the Pareto frontier (output tok/s up, TTFT P99 down) of those that may
-    be on it: valid runs that met their SLO (or asserted none). A failed point, however
-    fast, is no operating point; an inconclusive one measured the client."""
-    eligible = [p for p in points if point_status(p) in ("pass", "unchecked")]
-    return [p for p, on in zip(eligible, pareto_front(eligible), strict=True) if on]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,14 @@ nothing here prints. Layout, for 100 columns:
   tok/s, attainment, verdict) with the knee row marked ``*`` and
   invalid client runs marked ``!``, then a line with the knee level and the goodput there,
   and, for a test that searched its capacity, the capacity with its bracket and probes;
-- ``render_pareto``: across engines, per test, the Pareto frontier of throughput vs TTFT
-  P99 at each engine's knee and over all points;
+- ``render_pareto``: across engines, per test run on more than one, the Pareto frontier
+  of throughput vs TTFT P99 at each engine's knee and over all points (valid points that
+  met their SLO, ``sweep.frontier_points``);
+- ``render_verdicts``: one line per engine and test: what its levels came to, and its knee;
 - ``render_verdict``: a verdict's table, for failure messages and ``system-out``;
-- ``render_summary``: all of a session's sweeps and the Pareto summary, from its
-  ``document.Results``.
+- ``render_summary``: a session's verdicts, its Pareto tables, then its sweeps, from its
+  ``document.Results``; the lines under each level (traffic, engine signals, failures and
+  notes) only with ``detail``.
 
 Numbers: milliseconds with 1 decimal, tok/s as integers, attainment as a percentage with 1
 decimal, ``-`` where a value is undefined (no samples, no objectives).
@@ -26,11 +29,19 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import Results
+from pytest_llmslo.report.signaltext import (
+    CLIENT_LEGEND,
+    SIGNAL_COLUMNS,
+    has_client_delta,
+    has_signals,
+    signal_cells,
+    signal_lines,
+)
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
+    frontier_points,
     knee_of,
-    pareto_front,
     point_at,
     point_attainment,
     point_goodput,
@@ -50,15 +61,14 @@ __all__ = [
     "fmt_ms",
     "fmt_pct",
     "fmt_tok",
-    "has_signals",
+    "level_lines",
     "render_capacity",
     "render_pareto",
     "render_summary",
     "render_sweep",
     "render_verdict",
-    "signal_bits",
-    "signal_cells",
-    "signal_lines",
+    "render_verdicts",
+    "request_failure_lines",
     "sweep_row_cells",
     "traffic_lines",
 ]
@@ -80,9 +90,6 @@ _COLUMNS: tuple[tuple[str, int], ...] = (
     ("good tok/s", 12),
     ("attain", 8),
 )
-# The engine's own figures, after the client's, when the sweep has signals: queue time
-# P99, KV-cache usage (max) and preemptions over the level.
-SIGNAL_COLUMNS: tuple[tuple[str, int], ...] = (("queue p99", 11), ("KV", 6), ("preempt", 9))
 _LEAD = 2  # the marker column and a space
 _GAP = 2  # before the verdict
 _VERDICT_MIN = 14  # room for "inconclusive" and a short FAIL list
@@ -113,6 +120,8 @@ def render_sweep(
     knee: Knee | Mapping[Any, Knee] | None = None,
     width: int = DEFAULT_WIDTH,
     capacities: Mapping[tuple[str, str], CapacityResult] | None = None,
+    *,
+    detail: bool = True,
 ) -> list[str]:
     """The sweep table(s) of one engine: one block per test among ``points``.
 
@@ -120,6 +129,7 @@ def render_sweep(
     test name or engine name, or None to compute it with ``find_knee``. Points of other
     engines are ignored. ``capacities`` maps ``(engine, test)`` to the result of the
     capacity search that test ran, shown under its sweep of the same load mode.
+    ``detail``: the lines under each level (``level_lines``) follow the table.
     """
     mine = [p for p in points if p.engine == engine]
     if not mine:
@@ -137,7 +147,7 @@ def render_sweep(
             given = knee.get((engine, test)) or knee.get(test) or knee.get(engine)
         if lines:
             lines.append("")
-        lines.extend(_render_one(engine, test, sweep, knee_of(sweep, given), width))
+        lines.extend(_render_one(engine, test, sweep, knee_of(sweep, given), width, detail))
         capacity = (capacities or {}).get((engine, test))
         if capacity is not None and capacity.mode == sweep[0].level.mode:
             lines.extend(render_capacity(capacity, width))
@@ -176,7 +186,7 @@ def _layout(width: int, signals: bool = False) -> list[tuple[int, str, int]]:
 
 
 def _render_one(
-    engine: str, test: str, sweep: Sequence[SweepPoint], knee: Knee, width: int
+    engine: str, test: str, sweep: Sequence[SweepPoint], knee: Knee, width: int, detail: bool
 ) -> list[str]:
     order = sorted(range(len(sweep)), key=lambda i: sweep[i].level.value)
     mode = sweep[0].level.mode
@@ -206,9 +216,15 @@ def _render_one(
         text += f"bottleneck: no verdict; excluded from knee and Pareto): {reasons}"
         lines.extend(_wrap(text, width))
     for i in order:
-        for line in traffic_lines(sweep[i]) + signal_lines(sweep[i]) + failure_lines(sweep[i]):
+        for line in level_lines(sweep[i]) if detail else request_failure_lines(sweep[i]):
             lines.extend(_wrap(line, width))
     return lines
+
+
+def level_lines(p: SweepPoint) -> list[str]:
+    """The lines under a level's row: its traffic, its engine's signals, its failures and
+    notes (the terminal shows all of them with ``-v``, the failed requests without)."""
+    return traffic_lines(p) + signal_lines(p) + failure_lines(p)
 
 
 def _rate(v: Any) -> str:
@@ -265,69 +281,23 @@ def traffic_lines(p: SweepPoint) -> list[str]:
     return out
 
 
-# (key, format) of the plain figures of a signals mapping, in the order they are shown.
-_SIGNAL_FIGURES: tuple[tuple[str, str], ...] = (
-    ("waiting_mean", "{:.1f} waiting"),
-    ("running_mean", "{:.1f} running"),
-    ("kv_usage_max", "KV {:.0%}"),
-    ("preemptions", "{:.0f} preemptions"),
-    ("prefix_hit_rate", "prefix hits {:.0%}"),
-)
-
-
-def signal_bits(s: Mapping[str, Any]) -> list[str]:
-    """A level's engine signals (``RunSummary.signals``) as short phrases: queue P99,
-    waiting and running, KV cache, preemptions, prefix hits, the engine's TTFT P99 against
-    the client's, GPU utilisation and power, J/token. The sweep's signal line and the
-    SVG's hover titles both show these."""
-    bits = []
-    if s.get("queue_time_p99_ms") is not None:
-        bits.append(f"queue P99 {fmt_ms(s['queue_time_p99_ms'])} ms")
-    for key, form in _SIGNAL_FIGURES:
-        if s.get(key) is not None:
-            bits.append(form.format(s[key]).replace("%", " %"))
-    if s.get("ttft_p99_ms") is not None:
-        text = f"engine TTFT P99 {fmt_ms(s['ttft_p99_ms'])} ms"
-        delta = s.get("client_minus_engine_ttft_p99_ms")
-        if delta is not None:
-            text += f" (client {delta:+.1f} ms)"
-        bits.append(text)
-    gpu = s.get("gpu")
-    if isinstance(gpu, Mapping):
-        if gpu.get("util_pct_mean") is not None:
-            bits.append(f"GPU {gpu['util_pct_mean']:.0f} %")
-        if gpu.get("power_w_mean") is not None:
-            bits.append(f"{gpu['power_w_mean']:.0f} W")
-    if s.get("energy_j_per_token") is not None:
-        bits.append(f"{s['energy_j_per_token']:.2f} J/token")
-    return bits
-
-
-def signal_lines(p: SweepPoint) -> list[str]:
-    """What the engine said about itself over a level, under its row: queue time, waiting
-    and running requests, KV cache, preemptions, prefix hits, its own TTFT against the
-    client's, and GPU figures; or why there are no engine signals, with the GPU figures that
-    were read all the same. None when signals were off."""
-    s = p.summary.signals
-    if not s:
-        return []
-    label = p.level.label
-    if not s.get("engines"):
-        # The GPU figures (NVML, DCGM) do not depend on the engine's /metrics.
-        gpu = ", ".join(signal_bits(s))
-        return [f"  {label}: {s.get('note') or 'no engine signals'}" + (f"; {gpu}" if gpu else "")]
-    bits = signal_bits(s)
-    engines = "+".join(s.get("engines") or ())
-    return [f"  {label}: {engines} signals: " + ", ".join(bits)] if bits else []
-
-
 def _secs(v: Any) -> str:
     return "-" if v is None else f"{float(v):.2f} s"
 
 
 def failure_lines(p: SweepPoint) -> list[str]:
-    """Why a level's requests failed (its most frequent error message, with the count of
-    the others) and its notes, one line each; none for a clean level."""
+    """Why a level's requests failed (``request_failure_lines``) and its notes, one line
+    each; none for a clean level."""
+    out = request_failure_lines(p)
+    out.extend(f"  {p.level.label}: {note}" for note in p.notes)
+    if p.verdict is not None:
+        out.extend(f"  {p.level.label}: why: {why}" for why in p.verdict.attribution)
+    return out
+
+
+def request_failure_lines(p: SweepPoint) -> list[str]:
+    """Why a level's requests failed: its most frequent error message, with the count of
+    the others; none when none failed."""
     s = p.summary
     out: list[str] = []
     if s.failed:
@@ -342,9 +312,6 @@ def failure_lines(p: SweepPoint) -> list[str]:
                     + ")"
                 )
         out.append(text)
-    out.extend(f"  {p.level.label}: {note}" for note in p.notes)
-    if p.verdict is not None:
-        out.extend(f"  {p.level.label}: why: {why}" for why in p.verdict.attribution)
     return out
 
 
@@ -361,23 +328,6 @@ def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
             return knee.index
     p = point_at(sweep, knee.level)
     return None if p is None else next(i for i, q in enumerate(sweep) if q is p)
-
-
-def has_signals(p: SweepPoint) -> bool:
-    s = p.summary.signals
-    return bool(s and s.get("engines"))
-
-
-def signal_cells(p: SweepPoint) -> list[str]:
-    """The ``SIGNAL_COLUMNS`` cells of a point (``-`` where the engine did not say)."""
-    s = p.summary.signals or {}
-    kv = s.get("kv_usage_max")
-    pre = s.get("preemptions")
-    return [
-        fmt_ms(s.get("queue_time_p99_ms")),
-        "-" if kv is None else f"{kv * 100:.0f}%",
-        "-" if pre is None else f"{pre:.0f}",
-    ]
 
 
 def _latency(s: Any, metric: str, q: float) -> str:
@@ -494,15 +444,19 @@ def render_pareto(
     knees: Mapping[Any, Knee] | None = None,
     width: int = DEFAULT_WIDTH,
 ) -> list[str]:
-    """The Pareto summary across engines: per test, output tok/s (up) vs TTFT P99 (down) at
-    each engine's knee and over all points, frontier points marked ``*``. ``knees`` is keyed
-    by ``(engine, test)`` or engine name; missing knees are computed."""
+    """The Pareto summary across engines: per test run on more than one engine, output
+    tok/s (up) vs TTFT P99 (down) at each engine's knee and over all points, frontier
+    points (``sweep.frontier_points``: valid, and met their SLO) marked ``*``. ``knees``
+    is keyed by ``(engine, test)`` or engine name; missing knees are computed. A test run
+    on one engine has no table: its sweep says it all."""
     everything = [p for pts in points_by_engine.values() for p in pts]
     by_test: dict[str, list[SweepPoint]] = {}
     for p in everything:
         by_test.setdefault(p.test, []).append(p)
     lines: list[str] = []
     for test, pts in by_test.items():
+        if len({p.engine for p in pts}) < 2:
+            continue
         if lines:
             lines.append("")
         lines.append(
@@ -521,13 +475,21 @@ def render_pareto(
                 no_knee.extend(_wrap(f"     {engine}: no knee ({knee.note})", width))
         lines.append("  at each engine's knee:")
         if at_knee:
-            lines.extend(_pareto_rows(at_knee, pareto_front(at_knee), width, only_front=False))
+            lines.extend(_pareto_rows(at_knee, _on(at_knee), width, only_front=False))
         lines.extend(no_knee)
-        front = pareto_front(pts)
-        eligible = sum(1 for p in pts if p.summary.valid)
-        lines.append(f"  over all points ({sum(front)} of {eligible} valid on the frontier):")
+        front = _on(pts)
+        eligible = sum(1 for p in pts if point_status(p) in ("pass", "unchecked"))
+        lines.append(
+            f"  over all points ({sum(front)} of {eligible} that met their SLO on the frontier):"
+        )
         lines.extend(_pareto_rows(pts, front, width, only_front=True))
     return lines
+
+
+def _on(pts: Sequence[SweepPoint]) -> list[bool]:
+    """For each of ``pts``, whether it is on their frontier (``frontier_points``)."""
+    front = {id(p) for p in frontier_points(pts)}
+    return [id(p) in front for p in pts]
 
 
 _PARETO_HEAD = (
@@ -579,24 +541,73 @@ def render_verdict(verdict: Verdict) -> list[str]:
     return lines
 
 
-def render_summary(results: Results, width: int = DEFAULT_WIDTH) -> list[str]:
-    """Everything the terminal summary shows of ``results``: each engine's sweep tables
-    (with the capacity of a test that searched it), then the Pareto summary when more than
-    one engine or configuration was measured."""
+def render_verdicts(
+    points: Sequence[SweepPoint],
+    knees: Mapping[Any, Knee] | None = None,
+    width: int = DEFAULT_WIDTH,
+) -> list[str]:
+    """One line per engine and test: what its levels came to (``FAIL`` when a level failed,
+    ``inconclusive`` when one measured the client, ``pass``, or ``-`` without an SLO), the
+    levels that failed, and the knee with its goodput."""
+    lines: list[str] = []
+    for (engine, test), sweep, knee in sweep_knees(points, knees):
+        order = sorted(sweep, key=lambda p: p.level.value)
+        status = [point_status(p) for p in order]
+        judged = [st for st in status if st in ("pass", "fail")]
+        word = (
+            "FAIL"
+            if "fail" in status
+            else "inconclusive"
+            if "invalid" in status
+            else "pass"
+            if judged
+            else "-"
+        )
+        text = f"{word:<5} {engine} | {test}: "
+        if judged:
+            text += f"{status.count('pass')}/{len(order)} levels passed"
+        else:
+            text += f"{len(order)} level{'s' if len(order) != 1 else ''}, no SLO judged"
+        failed = [p.level.label for p, st in zip(order, status, strict=True) if st == "fail"]
+        if failed:
+            text += f" ({', '.join(failed)} failed)"
+        if knee.level is not None:
+            text += f"; knee {knee.level.label}, {fmt_tok(knee.goodput_tok_s)} good tok/s"
+        lines.extend(_wrap(text, width))
+    return lines
+
+
+def render_summary(
+    results: Results, width: int = DEFAULT_WIDTH, *, detail: bool = True
+) -> list[str]:
+    """Everything the terminal summary shows of ``results``, most telling first: a verdict
+    line per engine and test, the Pareto tables of the tests run on more than one engine,
+    then each engine's sweep tables (with the capacity of a test that searched it).
+    ``detail``: the lines under each level follow its table (``level_lines``), and a line
+    says what a signal line's "client +N ms" is when one shows it; without, a line says
+    how many lines ``-v`` adds."""
     pts = list(results.points)
     knees = results.test_knees()
     capacities = results.capacities
     by_engine: dict[str, list[SweepPoint]] = {}
     for p in pts:
         by_engine.setdefault(p.engine, []).append(p)
-    lines: list[str] = []
+    lines = render_verdicts(pts, knees, width)
+    pareto = render_pareto(by_engine, knees, width)
+    if pareto:
+        lines.extend(["", *pareto])
     for engine, mine in by_engine.items():
-        if lines:
-            lines.append("")
-        lines.extend(render_sweep(engine, mine, knees, width, capacities))
-    if len(by_engine) > 1:
         lines.append("")
-        lines.extend(render_pareto(by_engine, knees, width))
+        lines.extend(render_sweep(engine, mine, knees, width, capacities, detail=detail))
+    if detail and any(has_client_delta(p) for p in pts):
+        lines.extend(["", CLIENT_LEGEND])
+    hidden = 0 if detail else sum(len(level_lines(p)) - len(request_failure_lines(p)) for p in pts)
+    if hidden:
+        plural = "s" if hidden != 1 else ""
+        text = (
+            f"({hidden} line{plural} of per-level detail: signals, traffic, notes; -v shows them)"
+        )
+        lines.extend(["", text])
     return lines
 
 

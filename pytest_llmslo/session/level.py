@@ -174,6 +174,9 @@ def measure_level(
     for attempt in range(ts.retries + 1):
         label = f"{task.engine} {level.label}" + (f" (retry {attempt})" if attempt else "")
         progress = state.progress(label, ts.requests or 0, task.warmup)
+        if hasattr(progress, "where") and task.ctx is not None:
+            live: Any = progress  # a LevelProgress says where the session stands
+            live.where = _where(state, task.ctx)
         started = time.monotonic()
         run = _try_level(state, task, progress, tries)
         if run.health.valid or attempt >= ts.retries or not handle.alive():
@@ -190,8 +193,9 @@ def measure_level(
     state.level_seconds[idx] = time.monotonic() - started
     if not state.estimated:
         state.estimated = True
-        from pytest_llmslo.report.plan import estimate_line
+        from pytest_llmslo.report.plan import estimate_basis, estimate_line
 
+        state.estimate_basis = estimate_basis(run, task.warmup, state.level_seconds[idx])
         line = estimate_line(
             state.contexts.values(), task.ctx, run, task.warmup, state.level_seconds[idx]
         )
@@ -200,6 +204,13 @@ def measure_level(
     if not handle.alive():
         _died_during(state, task, run)
     return Measured(idx, run)
+
+
+def _where(state: Session, ctx: TestContext) -> Callable[[float], str]:
+    """Where the session stands while a level of ``ctx`` runs, given its seconds so far."""
+    from pytest_llmslo.report.plan import where_text
+
+    return lambda elapsed: where_text(state.contexts.values(), ctx, state.estimate_basis, elapsed)
 
 
 def _task(

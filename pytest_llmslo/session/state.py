@@ -225,6 +225,9 @@ class Session:
         #: Seconds each level took (by point index), calibration and warm-up included.
         self.level_seconds: dict[int, float] = {}
         self.estimated = False
+        #: What the estimates of the time left scale from, once the first level ran
+        #: (``report.plan.estimate_basis``).
+        self.estimate_basis: tuple[float | None, float] | None = None
 
     # ---- points
 

@@ -80,11 +80,12 @@ def tests_overview(state: Session, limit: int = 20) -> list[str]:
     return lines
 
 
-def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
+def summary_report(state: Session, width: int, *, detail: bool = True) -> list[tuple[str, str]]:
     """The session's closing report as ``(kind, text)``: kind ``=`` or ``-`` is a section
-    heading, ``line`` a line, ``error`` a line to show in red (a lost result). The sweep
-    tables with their knees and the Pareto summaries, the comparison with the baseline,
-    the notes, and where the results went."""
+    heading, ``line`` a line, ``error`` a line to show in red (a lost result). The verdicts,
+    the Pareto summaries and the sweep tables with their knees (``detail``: with the lines
+    under each level, ``terminal.render_summary``), the comparison with the baseline, the
+    notes, and where the results went."""
     from pytest_llmslo.report import terminal
 
     if not (state.points or state.notes or state.mismatches or state.write_errors):
@@ -93,7 +94,7 @@ def summary_report(state: Session, width: int) -> list[tuple[str, str]]:
     if state.points:
         try:
             results = Results(tuple(state.points), capacities=state.capacities)
-            lines = terminal.render_summary(results, width=width)
+            lines = terminal.render_summary(results, width=width, detail=detail)
         except Exception as exc:  # a renderer bug must not hide the test results
             lines = [f"(could not render the sweep tables: {exc!r})"]
         out.extend(("line", ln) for ln in lines)

@@ -356,8 +356,8 @@ def test_results_that_cannot_be_written(slo_pytester, misbehaving) -> None:
 def test_a_server_ignoring_the_pinned_length_is_flagged(slo_pytester, misbehaving) -> None:
     slo_pytester.makepyfile(test_chat=CHAT)
     result = slo_pytester.runpytest_subprocess(
-        *args(misbehaving("short-output"), "--slo-json=r.json", "--junitxml=j.xml")
-    )
+        *args(misbehaving("short-output"), "--slo-json=r.json", "--junitxml=j.xml", "-v")
+    )  # -v: the level's note under its row
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [

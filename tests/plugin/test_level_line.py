@@ -34,3 +34,7 @@ def test_the_level_line_shows_the_load_applied_against_the_load_asked(
     assert sent, out
     # The rate the requests were sent at is the rate their schedule asked.
     assert float(sent.group(1)) == pytest.approx(float(sent.group(2)), rel=0.1)
+    # Each level's line says where the session stands: test i/N, level j/M, and, once the
+    # first level has given an estimate, the time left.
+    assert re.search(r"llmslo sim c2: .*; level [\d.]+ s · test 1/2, level 1/1\n", out), out
+    assert re.search(r"llmslo sim r5: .*; level [\d.]+ s · test 2/2, level 1/1, ~\d+ s left", out)

@@ -247,11 +247,14 @@ def test_pareto_across_engines(
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "fast | test_suite.py::test_chat | *",
-            "slow | test_suite.py::test_chat | *",
+            # The verdicts and the Pareto table lead; the sweeps follow.
+            "* fast | test_suite.py::test_chat: *",
+            "* slow | test_suite.py::test_chat: *",
             "Pareto | test_suite.py::test_chat | *",
             "*at each engine's knee:*",
             "*fast*c1*",
+            "fast | test_suite.py::test_chat | *",
+            "slow | test_suite.py::test_chat | *",
         ]
     )
 

@@ -24,12 +24,18 @@ def test_a_miss_names_the_signal_that_explains_it(slo_pytester: pytest.Pytester)
     )
     result = slo_pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--engine-config=engines.toml",
-        "--slo-json=r.json", "--junitxml=j.xml", "--signals-interval=0.2",
+        "--slo-json=r.json", "--junitxml=j.xml", "--signals-interval=0.2", "-v",
     )  # fmt: skip
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "why: TTFT P99 " in out and "KV-cache bound" in out
-    result.stdout.fnmatch_lines(["*c32: vllm signals: queue P99 * ms, * waiting, * running, KV *"])
+    # Named for the engine measured; the sim answers in vLLM's names.
+    result.stdout.fnmatch_lines(
+        ["*c32: sim signals (vLLM-style /metrics): queue P99 * ms, * waiting, * running, KV *"]
+    )
+    # What "client +N ms" is, said once under the sweep tables.
+    if "(client " in out:
+        assert out.count("client +N ms: the client's TTFT P99 minus the engine's own") == 1
     doc = json.loads((slo_pytester.path / "r.json").read_text())
     sig = doc["points"][0]["summary"]["signals"]
     assert sig["engines"] == ["vllm"] and sig["kv_usage_max"] > 0.9
@@ -79,11 +85,17 @@ def test_a_server_without_metrics_still_runs(slo_pytester: pytest.Pytester) -> N
                 assert all(r.ok for r in slo_run.records)
             """
         )
-        result = slo_pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "--engine=external", f"--engine-url={url}"
-        )
+        args = ("-p", "no:cacheprovider", "--engine=external", f"--engine-url={url}")
+        result = slo_pytester.runpytest_subprocess(*args, "-v")
         result.assert_outcomes(passed=1)
         result.stdout.fnmatch_lines(["*c2: no engine signals: GET */metrics answered HTTP 404*"])
+        # Without -v the summary keeps the table and says what -v adds.
+        result = slo_pytester.runpytest_subprocess(*args)
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(
+            ["-     external | test_a.py::test_a: 1 level, no SLO judged", "(1 line of per-level*"]
+        )
+        result.stdout.no_fnmatch_line("*c2: no engine signals*")
     finally:
         proc.terminate()
         proc.wait(10)

@@ -120,7 +120,8 @@ def test_replay_conversations_and_shaping_reach_the_run(slo_pytester: pytest.Pyt
             print("CHAT", [t["requests"] for t in turns], c["session_header"], c["extra_body"])
         """
     )
-    result = slo_pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    # The traffic lines under each level are per-level detail: -v shows them.
+    result = slo_pytester.runpytest_subprocess("-s", "-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [

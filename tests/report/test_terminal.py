@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from pytest_llmslo.catalog import PERCENTILES
 from pytest_llmslo.document import Results
 from pytest_llmslo.metrics import Distribution, RunSummary
 from pytest_llmslo.records import LoadLevel
+from pytest_llmslo.report.signaltext import CLIENT_LEGEND, signals_name
 from pytest_llmslo.report.terminal import (
     fmt_ms,
     fmt_pct,
@@ -160,7 +162,8 @@ def test_pareto_marks_the_frontier(sweep_factory: Callable[..., list[SweepPoint]
     assert at_knee[0].split()[:3] == ["*", "fast", "c16"]
     assert at_knee[1].split()[:2] == ["slow", "c4"]
     over = next(line for line in lines if line.startswith("  over all points"))
-    assert "of 10 valid on the frontier" in over
+    # The frontier is drawn from the points that met their SLO, as the SVG's and HTML's.
+    assert "that met their SLO on the frontier" in over
     assert all(len(line) <= WIDTH for line in lines)
 
 
@@ -328,7 +331,7 @@ def test_capacity_is_shown_under_its_sweep(
     assert text.count("capacity: c4 (c5 failed), 6 levels: bracketed to the resolution") == 1
     assert "  probes: c1 pass, c2 pass, c4 pass, c8 FAIL, c6 FAIL, c5 FAIL" in text
     # Under the sim sweep, not the vllm one.
-    assert text.index("capacity: c4") < text.index("vllm | test_chat")
+    assert text.index("capacity: c4") < text.index("vllm | test_chat |")
     assert all(len(line) <= 100 for line in lines)
 
 
@@ -348,13 +351,13 @@ def test_signal_columns_and_line(point_factory: Callable[..., SweepPoint]) -> No
     assert fields[8:11] == ["530.0", "97%", "38"]
     text = " ".join(line.strip() for line in wide)  # the line wraps at the width
     assert (
-        "c48: vllm signals: queue P99 530.0 ms, 14.0 waiting, 30.0 running, KV 97 %, "
-        "38 preemptions, engine TTFT P99 780.0 ms (client +32.0 ms)" in text
+        "c48: sim signals (vLLM-style /metrics): queue P99 530.0 ms, 14.0 waiting, "
+        "30.0 running, KV 97 %, 38 preemptions, engine TTFT P99 780.0 ms (client +32.0 ms)" in text
     )
     # At 100 columns the client's figures keep their room; the line stays.
     narrow = render_sweep("sim", [p], width=100)
     assert "queue p99" not in narrow[1] and "TPOT p50" in narrow[1]
-    assert any("vllm signals: queue P99 530.0 ms" in line for line in narrow)
+    assert any("sim signals (vLLM-style /metrics): queue" in line for line in narrow)
     # Absent signals: a note, and no columns.
     none = {
         "sources": ["http://e/metrics"],
@@ -405,3 +408,71 @@ def test_the_table_shows_the_latencies_the_gates_compared() -> None:
     assert clean.with_failures is None
     shown = sweep_row_cells(SweepPoint("sim", "t", run.level, clean, None))[2]
     assert shown == f"{clean.distributions['ttft'].p(99):.1f}"
+
+
+def test_signals_are_named_for_the_engine_measured() -> None:
+    assert signals_name("vllm", ["vllm"]) == "vllm signals"
+    assert signals_name("sim-dynamo-sglang", ["sglang"]) == "sim-dynamo-sglang signals"
+    # The sim answers in vLLM's names whatever engine it imitates.
+    assert signals_name("sim-sglang", ["vllm"]) == "sim-sglang signals (vLLM-style /metrics)"
+    assert signals_name("trt", ["trtllm"]) == "trt signals (TRT-LLM-style /metrics)"
+
+
+def _with_signals(p: SweepPoint, **sig: Any) -> SweepPoint:
+    import dataclasses
+
+    signals = {"engines": ["vllm"], "queue_time_p99_ms": 5.0, **sig}
+    return dataclasses.replace(p, summary=dataclasses.replace(p.summary, signals=signals))
+
+
+def test_summary_leads_with_verdicts_then_pareto(
+    sweep_factory: Callable[..., list[SweepPoint]],
+) -> None:
+    pts = sweep_factory("fast", ttft=lambda c: 20.0 * c) + sweep_factory("slow")
+    lines = render_summary(Results.of(pts))
+    assert lines[0].split()[:3] == ["FAIL", "fast", "|"]
+    assert (
+        lines[0]
+        == "FAIL  fast | test_chat: 4/5 levels passed (c32 failed); knee c16, 479 good tok/s"
+    )
+    assert lines[1].split()[1] == "slow"
+    pareto = next(i for i, line in enumerate(lines) if line.startswith("Pareto |"))
+    sweep = next(i for i, line in enumerate(lines) if line.startswith("fast | test_chat |"))
+    assert 2 < pareto < sweep
+
+
+def test_no_pareto_table_for_a_test_run_on_one_engine(
+    sweep_factory: Callable[..., list[SweepPoint]],
+) -> None:
+    # test_chat on two engines, test_rag on one: only test_chat has a table.
+    pts = sweep_factory("a") + sweep_factory("b") + sweep_factory("a", test="test_rag")
+    lines = render_summary(Results.of(pts))
+    assert [line for line in lines if line.startswith("Pareto |")] == [
+        next(line for line in lines if line.startswith("Pareto | test_chat |"))
+    ]
+
+
+def test_per_level_detail_and_the_client_legend_only_with_detail(
+    sweep_factory: Callable[..., list[SweepPoint]],
+) -> None:
+    pts = [
+        _with_signals(p, ttft_p99_ms=10.0, client_minus_engine_ttft_p99_ms=3.0)
+        for p in sweep_factory("a") + sweep_factory("b")
+    ]
+    full = render_summary(Results.of(pts), detail=True)
+    assert any("a signals (vLLM-style /metrics):" in line for line in full)
+    # The legend once, however many lines show the figure.
+    assert sum("(client +3.0 ms)" in line for line in full) > 1
+    assert full.count(CLIENT_LEGEND) == 1
+    short = render_summary(Results.of(pts), detail=False)
+    assert not any("signals" in line and "queue P99" in line for line in short)
+    assert CLIENT_LEGEND not in short
+    assert short[-1].startswith("(10 lines of per-level detail")  # a signal line a level
+    assert short[-1].endswith("-v shows them)")
+    # The sweep tables stay: one row per level.
+    assert [line for line in short if line.startswith("a | test_chat")] == [
+        line for line in full if line.startswith("a | test_chat")
+    ]
+    # No figure, no legend.
+    plain = [_with_signals(p) for p in sweep_factory("a")]
+    assert CLIENT_LEGEND not in render_summary(Results.of(plain))
