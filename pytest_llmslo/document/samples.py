@@ -1,6 +1,8 @@
 """The per-request samples a point carries in the results document: compact values (ms,
 rounded to µs) aligned with the run's records, so that a later comparison can run rank
-tests without the raw records."""
+tests without the raw records, and when each request was sent, answered and ended
+(seconds from the start of the measured window, rounded to the millisecond), so that a
+report can draw the level's per-second series."""
 
 from __future__ import annotations
 
@@ -12,17 +14,27 @@ from pytest_llmslo.catalog import METRICS
 if TYPE_CHECKING:
     from pytest_llmslo.records import Run
 
-__all__ = ["SAMPLE_METRICS", "compact_samples"]
+__all__ = ["SAMPLE_METRICS", "SAMPLE_TIMES", "compact_samples"]
 
 #: Per-request metrics carried as samples (ms), in this order.
 SAMPLE_METRICS: tuple[str, ...] = METRICS
+
+#: Per-request times carried as samples (s from the measured window's start): the send,
+#: the first token, the end. Optional: a document written before them has none.
+SAMPLE_TIMES: tuple[str, ...] = ("sent_s", "first_token_s", "end_s")
+
+
+def _seconds(ns: int | None, start_ns: int) -> float | None:
+    return None if ns is None else round((ns - start_ns) / 1e9, 3)
 
 
 def compact_samples(run: Run, *, digits: int = 3) -> dict[str, list[float | None]]:
     """Per-request values of ``run`` for the document: ``<metric>_ms`` for ttft, ttfot,
     itl (the request's own gap statistic), tpot and e2e, rounded to ``digits`` decimals
-    (µs), None where undefined (failed request, single-token output); plus ``ok`` (1/0) and
-    ``output_tokens``. Aligned with ``run.records``."""
+    (µs), None where undefined (failed request, single-token output); plus ``ok`` (1/0),
+    ``output_tokens`` and the times ``sent_s``, ``first_token_s`` (None without a token)
+    and ``end_s``: seconds from ``run.start_ns`` (the first measured send), rounded to
+    the millisecond. Aligned with ``run.records``."""
     import numpy as np  # only needed when samples are wanted
 
     from pytest_llmslo import metrics
@@ -37,4 +49,8 @@ def compact_samples(run: Run, *, digits: int = 3) -> dict[str, list[float | None
         out[f"{name}_ms"] = [v if math.isfinite(v) else None for v in rounded.tolist()]
     out["ok"] = [1 if r.ok else 0 for r in run.records]
     out["output_tokens"] = [r.output_tokens for r in run.records]
+    t0 = run.start_ns
+    out["sent_s"] = [_seconds(r.sent_ns, t0) for r in run.records]
+    out["first_token_s"] = [_seconds(r.first_token_ns, t0) for r in run.records]
+    out["end_s"] = [_seconds(r.end_ns, t0) for r in run.records]
     return out

@@ -45,7 +45,9 @@ constants that belong to one engine (``model``, ``precision`` and ``hardware``: 
 engine's GPUs, or the sim engine's profile); ``client`` describes the machine that ran the
 load generator (information, not compared). ``samples`` are compact per-request values
 (``compact_samples``: ttft/itl/tpot/e2e in ms rounded to µs, aligned with the run's
-records), so a later comparison can run rank tests without the raw records.
+records), so a later comparison can run rank tests without the raw records, and, optional
+(a document without them is read as before), ``sent_s``, ``first_token_s`` and ``end_s``:
+each request's times in seconds from the measured window's start, for per-second series.
 
 ``validate_document`` checks kinds and required keys and raises ``DocumentError`` (a
 ``ConfigError``) naming the first bad field's path (``points[3].level.mode``).

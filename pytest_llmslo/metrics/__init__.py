@@ -19,6 +19,8 @@ One file per concept:
   usage that disagrees with the stream;
 - ``summary``: ``RunSummary`` and ``summarize``; ``traffic``: offered against sent rate,
   by turn and by conversation.
+- ``timeseries``: a level's per-second series from the per-request samples a results
+  document holds (its times, TTFT, ITL, outcome and tokens).
 
 Confidence bounds are distribution-free, from binomial order statistics (the argument
 behind MLPerf LoadGen's early stopping): with n i.i.d. samples and p = q/100, the order

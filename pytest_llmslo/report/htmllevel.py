@@ -2,11 +2,13 @@
 what was observed and the bound at the confidence asked, why an objective was missed (the
 attribution by the engine's own signals), the problems, the engine's signals, failures,
 notes and traffic, and the distributions of TTFT and ITL from the per-request samples the
-results hold, with the same values per request in the order sent.
+results hold, with the level's per-second series over its measured window
+(``metrics.timeseries``): TTFT P50 and P99 by the second the first token arrived, ITL P50,
+output tokens/s, completions and errors, requests in flight.
 
-The results hold each request's values but not when it was sent or answered, so no
-per-second series (tokens/s, errors, requests in flight) is drawn: the page says so rather
-than make one up. A level without samples says that instead of its charts."""
+Results written before the samples held each request's times have no per-second series:
+their level shows the values per request in the order sent instead, and says why. A level
+without samples says that instead of its charts."""
 
 from __future__ import annotations
 
@@ -14,8 +16,17 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from pytest_llmslo.metrics.timeseries import SecondSeries, per_second
 from pytest_llmslo.report.htmlcells import badge, bounds, cell, lines, point_value
-from pytest_llmslo.report.htmlcharts import Threshold, histogram, sequence_chart
+from pytest_llmslo.report.htmlcharts import (
+    PALETTE,
+    Mark,
+    Series,
+    Threshold,
+    histogram,
+    sequence_chart,
+    xy_chart,
+)
 from pytest_llmslo.report.signaltext import signal_bits
 from pytest_llmslo.report.terminal import failure_lines, traffic_lines
 from pytest_llmslo.sweep import SweepPoint, finite_or_none
@@ -66,8 +77,73 @@ def _near(slo: Sequence[Threshold], values: Sequence[float]) -> list[Threshold]:
     return [t for t in slo if t.value <= 2.0 * top]
 
 
+def _line(
+    label: str, values: Sequence[float | None], colour: str, unit: str, *, dashed: bool = False
+) -> Series:
+    marks = tuple(
+        Mark(float(t), float(v), tip=f"{label}, second {t}: {v:,.4g}{unit}")
+        for t, v in enumerate(values)
+        if v is not None
+    )
+    return Series(label, colour, marks, dashed=dashed)
+
+
+def _time_charts(ts: SecondSeries, objectives: Sequence[Any], lid: str) -> list[str]:
+    """The level's per-second series: one chart each."""
+    x = "second of the measured window"
+    ttft = [t for q in (99.0, 50.0) for t in bounds(objectives, "ttft", q)]
+    return [
+        xy_chart(
+            f"{lid}-ttft-time",
+            "TTFT P50 (solid) and P99 (dashed), by the second the first token came",
+            x,
+            "TTFT (ms)",
+            [
+                _line("TTFT P50", ts.ttft_p50_ms, PALETTE[0], " ms"),
+                _line("TTFT P99", ts.ttft_p99_ms, PALETTE[0], " ms", dashed=True),
+            ],
+            thresholds=_near(ttft, [v for v in ts.ttft_p99_ms if v is not None]),
+        ),
+        xy_chart(
+            f"{lid}-itl-time",
+            "ITL P50 of the requests that ended in each second",
+            x,
+            "ITL (ms)",
+            [_line("ITL P50", ts.itl_p50_ms, PALETTE[1], " ms")],
+            thresholds=_near(
+                bounds(objectives, "itl", 50.0), [v for v in ts.itl_p50_ms if v is not None]
+            ),
+        ),
+        xy_chart(
+            f"{lid}-tokens-time",
+            "Output tokens/s",
+            x,
+            "tokens/s",
+            [_line("output tok/s", ts.output_tok_s, PALETTE[2], " tok/s")],
+        ),
+        xy_chart(
+            f"{lid}-done-time",
+            "Completed (solid) and failed (dashed) requests per second",
+            x,
+            "requests",
+            [
+                _line("completed", ts.completed, PALETTE[3], ""),
+                _line("failed", ts.errors, PALETTE[5], "", dashed=True),
+            ],
+        ),
+        xy_chart(
+            f"{lid}-flight-time",
+            "Requests in flight (averaged over each second)",
+            x,
+            "requests",
+            [_line("in flight", ts.in_flight, PALETTE[4], "")],
+        ),
+    ]
+
+
 def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
     samples = p.samples or {}
+    ts = per_second(samples)
     charts, far = [], []
     for metric, label in (("ttft", "TTFT"), ("itl", "ITL")):
         values = samples.get(f"{metric}_ms")
@@ -87,25 +163,30 @@ def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
                 thresholds=[Threshold(t.value, t.label, "x") for t in near],
             )
         )
-        charts.append(
-            sequence_chart(
-                f"{lid}-{metric}-seq",
-                f"{label} per request, in the order sent",
-                f"{label} (ms)",
-                list(values),
-                thresholds=near,
+        if ts is None:
+            charts.append(
+                sequence_chart(
+                    f"{lid}-{metric}-seq",
+                    f"{label} per request, in the order sent",
+                    f"{label} (ms)",
+                    list(values),
+                    thresholds=near,
+                )
             )
-        )
     if not charts:
         return (
             '<p class="sub">The results hold no per-request samples of this level: no '
             "distribution can be drawn.</p>"
         )
-    notes = [
-        "The results hold each request’s values but not when it was sent or answered: the "
-        "series are per request in the order sent, and no per-second series (tokens/s, "
-        "errors, requests in flight) can be drawn."
-    ]
+    notes = []
+    if ts is None:
+        notes.append(
+            "The results hold each request’s values but not when it was sent or answered: "
+            "the series are per request in the order sent, and no per-second series "
+            "(tokens/s, errors, requests in flight) can be drawn."
+        )
+    else:
+        charts.extend(_time_charts(ts, objectives, lid))
     if far:
         notes.append("Far above every value, so not drawn: " + ", ".join(dict.fromkeys(far)) + ".")
     return (

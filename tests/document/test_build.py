@@ -71,6 +71,11 @@ def test_samples_are_compact_and_aligned(point_factory: Callable[..., SweepPoint
     assert samples["ttft_ms"][:2] == [None, None] and samples["ok"][:3] == [0, 0, 1]
     for value in samples["ttft_ms"][2:] + samples["e2e_ms"][2:]:
         assert value == round(value, 3)  # rounded to µs
+    # When each request was sent, answered and ended: s from the window's start, in ms.
+    sent, first, end = samples["sent_s"], samples["first_token_s"], samples["end_s"]
+    assert first[:2] == [None, None] and None not in sent + end + first[2:]
+    for s, f, e in zip(sent[2:], first[2:], end[2:], strict=True):
+        assert 0.0 <= s <= f <= e and e == round(e, 3)
 
 
 def test_nan_and_numpy_become_plain_json() -> None:

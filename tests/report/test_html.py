@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shutil
 import socketserver
@@ -25,9 +26,13 @@ from pytest_llmslo import session as core
 from pytest_llmslo import settings as S
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document import Results, read_document
+from pytest_llmslo.metrics.timeseries import per_second
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.report.formats import FORMATS
 from pytest_llmslo.report.html import render_html, render_runs
+
+#: The per-second charts of a level (``data-chart="p<i>-<name>-time"``).
+TIME_CHARTS = ("ttft", "itl", "tokens", "done", "flight")
 
 CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(
@@ -136,9 +141,9 @@ def test_every_test_has_its_sweep_charts_and_every_level_its_distributions(
                 continue
             level = section[section.index(f'<details class="level" id="p{i}"') :]
             level = level[: level.index("</details>")]
-            for chart in ("ttft-hist", "ttft-seq", "itl-hist", "itl-seq"):
+            for chart in ("ttft-hist", "itl-hist", *(f"{c}-time" for c in TIME_CHARTS)):
                 assert f'data-chart="p{i}-{chart}"' in level
-            assert "no per-second series" in level  # what the document does not hold
+            assert "ttft-seq" not in level and "no per-second series" not in level
     # The SLO's bound is drawn on the chart of its metric.
     chat = _section(page, "test_chat")
     assert "SLO ttft_p99 &lt; 40 ms" in chat and "SLO itl_p50 &lt; 30 ms" in chat
@@ -240,6 +245,49 @@ def test_a_capacity_search_is_shown_with_its_test(results: Results) -> None:
     assert "<h3>Capacity search</h3>" in chat
     assert escape(f"fast: {search.describe()}") in chat
     assert "<h3>Capacity search</h3>" not in _section(page, "test_rate")
+
+
+def test_each_level_has_its_per_second_series_that_add_up_to_its_counts(
+    results: Results, page: str
+) -> None:
+    for i, p in enumerate(results.points):
+        ts = per_second(p.samples)
+        assert ts is not None
+        # Every request ended in one second of the window: completed or failed.
+        assert sum(ts.completed) == p.summary.completed
+        assert sum(ts.errors) == p.summary.failed
+        horizon = max(v for v in p.samples["end_s"] if v is not None)
+        assert len(ts.seconds) == max(1, math.ceil(horizon))
+        # Tokens/s times each second's length adds up to the completed requests' tokens.
+        width = [min(1.0, horizon - t) for t in ts.seconds]
+        tokens = sum(r * w for r, w in zip(ts.output_tok_s, width, strict=True))
+        ok = [n for n, k in zip(p.samples["output_tokens"], p.samples["ok"], strict=True) if k]
+        assert tokens == pytest.approx(sum(ok), rel=0.01)
+        if p.level.mode == "concurrency":  # a closed loop never has more in flight
+            assert 0 < max(ts.in_flight) <= p.level.value + 1e-9
+        level = page[page.index(f'<details class="level" id="p{i}"') :]
+        level = level[: level.index("</details>")]
+        tips = re.findall(r"<title>completed, second \d+: ([\d,.]+)</title>", level)
+        assert sum(float(t.replace(",", "")) for t in tips) == p.summary.completed
+
+
+def test_a_level_from_results_without_times_shows_its_requests_in_the_order_sent(
+    results: Results,
+) -> None:
+    times = ("sent_s", "first_token_s", "end_s")
+    old = dataclasses.replace(
+        results,
+        points=tuple(
+            dataclasses.replace(
+                p, samples={k: v for k, v in (p.samples or {}).items() if k not in times}
+            )
+            for p in results.points
+        ),
+    )
+    page = render_html(old)
+    for chart in ("ttft-hist", "ttft-seq", "itl-hist", "itl-seq"):
+        assert f'data-chart="p0-{chart}"' in page
+    assert "no per-second series" in page and '-time"' not in page
 
 
 def test_a_level_without_samples_says_so(results: Results) -> None:
