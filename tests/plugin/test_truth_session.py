@@ -240,6 +240,8 @@ def _argv(runner: str, case: Case, url: str | None) -> list[str]:
     return ["run", *common]
 
 
+# About 20 s a case, 22 cases: behind the slow marker, which CI runs as a step of its own.
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["pytest", "cli"])
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_signal_in_any_phase_keeps_what_was_measured(

@@ -14,6 +14,9 @@ from pytest_llmslo.sim.offline import Workload, closed_loop
 from pytest_llmslo.sim.profiles import PROFILES
 from pytest_llmslo.sweep import SweepPoint, pareto_front, summary_stat
 
+# Offline sweeps of every simulated setup (about a minute): behind the slow marker.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def rows() -> list[fidelity.RowResult]:
