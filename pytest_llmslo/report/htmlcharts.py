@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
+from pytest_llmslo.report.chartkit import fmt_tick
 from pytest_llmslo.report.svg import PALETTE, nice_ticks
 
 __all__ = [
@@ -108,14 +109,6 @@ def _ticks(values: Sequence[float], zero: bool) -> list[float]:
     if zero and 0 <= lo < 0.5 * hi:
         lo = 0.0
     return nice_ticks(lo, hi)
-
-
-def fmt_tick(value: float) -> str:
-    if value == 0:
-        return "0"
-    if abs(value) >= 10_000:
-        return f"{value / 1000:g}k"
-    return f"{value:g}"
 
 
 def _text(x: float, y: float, text: str, *, anchor: str = "start", cls: str = "") -> str:
