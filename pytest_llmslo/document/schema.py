@@ -9,7 +9,8 @@ Layout (``SCHEMA_VERSION`` 2)::
       "created_utc": "2026-12-02T14:00:00Z",
       "complete": true,              # false: partial results (interrupted session)
       "constants": {...},            # model, precision, hardware, workload, slo, warmup, ...
-      "engines": {NAME: {"version": "...", "metadata": {...}}},
+      "engines": {NAME: {"version": "...", "metadata": {...},
+                         "cold_start": {"runtime", "phases": {PHASE: seconds}, ...}}},
       "points": [                    # every measured level, one SweepPoint.to_dict() each
         {"engine", "test", "level", "summary", "verdict", "samples", "interrupted",
          "cache"}, ...],            # cache: was the prefix cache emptied before the level
@@ -48,6 +49,12 @@ load generator (information, not compared). ``samples`` are compact per-request 
 records), so a later comparison can run rank tests without the raw records, and, optional
 (a document without them is read as before), ``sent_s``, ``first_token_s`` and ``end_s``:
 each request's times in seconds from the measured window's start, for per-second series.
+
+An engine the harness started has its ``cold_start`` (optional: a document without it is
+read as before; ``engines.coldstart``): ``runtime``, ``phases`` (``spawned_s``,
+``port_open_s``, ``ready_s``, ``model_listed_s``, ``first_token_s``, ... in seconds from
+the start, in start order; null for a phase not seen), on kubernetes ``cluster`` (the
+pod's own figures), and ``first_token`` (the completion that was asked).
 
 ``validate_document`` checks kinds and required keys and raises ``DocumentError`` (a
 ``ConfigError``) naming the first bad field's path (``points[3].level.mode``).
@@ -131,6 +138,11 @@ def validate_document(doc: Any) -> None:
         _expect(isinstance(entry, Mapping), where, "expected an object")
         _opt(entry, "version", str, where)
         _get(entry, "metadata", Mapping, where)
+        cold = _opt(entry, "cold_start", Mapping, where)
+        if cold is not None:
+            phases = _get(cold, "phases", Mapping, f"{where}.cold_start")
+            for phase in phases:
+                _opt(phases, phase, (int, float), f"{where}.cold_start.phases")
     points = _get(doc, "points", list, "")
     for i, p in enumerate(points):
         _check_point(p, f"points[{i}]", engines)
