@@ -13,7 +13,7 @@ Layout (``SCHEMA_VERSION`` 2)::
                          "cold_start": {"runtime", "phases": {PHASE: seconds}, ...}}},
       "points": [                    # every measured level, one SweepPoint.to_dict() each
         {"engine", "test", "level", "summary", "verdict", "samples", "interrupted",
-         "cache"}, ...],            # cache: was the prefix cache emptied before the level
+         "cache", "scale_up"}, ...], # cache: was the prefix cache emptied before the level
       "sweeps": [{"engine", "test", "mode", "levels": ["c1", ...],
                   "points": [0, 1, ...], "knee": {...},
                   "capacity": {...} or null}, ...],   # CapacityResult.to_dict()
@@ -55,6 +55,13 @@ read as before; ``engines.coldstart``): ``runtime``, ``phases`` (``spawned_s``,
 ``port_open_s``, ``ready_s``, ``model_listed_s``, ``first_token_s``, ... in seconds from
 the start, in start order; null for a phase not seen), on kubernetes ``cluster`` (the
 pod's own figures), and ``first_token`` (the completion that was asked).
+
+A point of a level that added capacity in its middle (the ``scale_up`` setting) has its
+``scale_up`` (optional): what was asked (``asked``: at, replicas, ...), when
+(``asked_s``, ``done_s``: seconds into the measured window), what was done, the goodput
+before and after (``before_tok_s``, ``after_tok_s``, ``gain``, the per-second
+``goodput_tok_s``) and when the new capacity showed (``shows_at_s``, ``capacity_s``), or
+``error``/``why`` (``metrics.scaleup``).
 
 ``validate_document`` checks kinds and required keys and raises ``DocumentError`` (a
 ``ConfigError``) naming the first bad field's path (``points[3].level.mode``).
@@ -246,6 +253,10 @@ def _check_point(p: Any, where: str, engines: Mapping[str, Any]) -> None:
             _get(r, "objective", Mapping, rw)
             _get(r, "passed", bool, rw)
             _opt(r, "observed", (int, float), rw)
+    scale = _opt(p, "scale_up", Mapping, where)
+    if scale is not None:
+        for key in ("asked_s", "capacity_s", "before_tok_s", "after_tok_s"):
+            _opt(scale, key, (int, float), f"{where}.scale_up")
     samples = p.get("samples")
     if samples is not None:
         sw2 = f"{where}.samples"

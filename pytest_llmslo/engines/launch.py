@@ -120,6 +120,17 @@ class RunningEngine:
     def alive(self) -> bool:
         return not self._stopped and all(u.alive() for u in self._units)
 
+    def add_unit(self, unit: StartedUnit, temp_dirs: Iterable[str] = ()) -> None:
+        """A unit started after the engine was ready (a worker a scale-up added): part of
+        the engine's liveness, its log tail and metadata, stopped first with it."""
+        self._units.append(unit)
+        self._temp_dirs = tuple(dict.fromkeys([*self._temp_dirs, *temp_dirs]))
+
+    @property
+    def units(self) -> tuple[StartedUnit, ...]:
+        """The engine's started units, in start order."""
+        return tuple(self._units)
+
     def reset_cache(self) -> dict[str, Any]:
         """Empty the engine's prefix cache (``cache_reset.py``): ``{"reset": bool, "how":
         "POST /path"}``, with ``"why"`` when it was not reset. Never raises."""

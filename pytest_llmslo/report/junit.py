@@ -33,6 +33,7 @@ __all__ = [
     "PREFIX",
     "cold_start_properties",
     "property_name",
+    "scale_up_properties",
     "suite_properties",
     "testcase_properties",
 ]
@@ -293,6 +294,21 @@ def cold_start_properties(
     out.add(property_name(*head, "runtime"), cold.get("runtime"))
     for phase, seconds in cold["phases"].items():
         out.add(property_name(*head, phase), seconds)
+    return out.items
+
+
+def scale_up_properties(record: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """A level's scale-up (``metrics.scaleup``): ``llmslo.scale_up.{at,replicas,asked_s,
+    done_s,before_tok_s,after_tok_s,gain,shows_at_s,capacity_s,window_s,share,error,why}``."""
+    if not isinstance(record, Mapping):
+        return []
+    out = _Properties()
+    asked = record.get("asked") or {}
+    out.add(property_name("scale_up", "at"), asked.get("at"))
+    out.add(property_name("scale_up", "replicas"), asked.get("replicas"))
+    for key in ("asked_s", "done_s", "before_tok_s", "after_tok_s", "gain", "shows_at_s",
+                "capacity_s", "window_s", "share", "error", "why"):  # fmt: skip
+        out.add(property_name("scale_up", key), record.get(key))
     return out.items
 
 

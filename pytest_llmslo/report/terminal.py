@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import Results
 from pytest_llmslo.report.coldstart import cold_start_line
+from pytest_llmslo.report.scaleup import scale_up_text
 from pytest_llmslo.report.signaltext import (
     CLIENT_LEGEND,
     SIGNAL_COLUMNS,
@@ -225,7 +226,8 @@ def _render_one(
 def level_lines(p: SweepPoint) -> list[str]:
     """The lines under a level's row: its traffic, its engine's signals, its failures and
     notes (the terminal shows all of them with ``-v``, the failed requests without)."""
-    return traffic_lines(p) + signal_lines(p) + failure_lines(p)
+    scale = scale_up_text(p.scale_up)
+    return traffic_lines(p) + signal_lines(p) + failure_lines(p) + ([scale] if scale else [])
 
 
 def _rate(v: Any) -> str:
