@@ -166,3 +166,55 @@ def test_the_sim_container_start_is_timed_phase_by_phase() -> None:
         ]  # fmt: skip
     finally:
         handle.stop()
+
+
+def test_a_pod_start_adds_the_harness_phases_to_the_clusters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kubernetes runtime against kmock (k8s_cluster.py plays the controllers and
+    # forwards the pod's port to a sim process): the cluster's phases from its own
+    # timestamps, then readiness, the model and the first token through the port-forward.
+    pytest.importorskip("kmock")
+    pytest.importorskip("kubernetes")
+    import subprocess
+
+    from k8s_cluster import Controller, fake_cluster, ready
+
+    from pytest_llmslo.engines import load_engine_configs, plan_engine
+    from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
+    from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+
+    port = pick_free_port()
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "pytest_llmslo.sim", "--host", "127.0.0.1", "--port", str(port),
+         "--model", "llmslo-sim"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with fake_cluster(tmp_path) as cluster:
+            monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+            monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
+            forget_clients()
+            cluster.forward_to(port)
+            cfg = load_engine_configs(
+                {"sim": {"runtime": "kubernetes", "kubernetes": {"namespace": "bench"}}}
+            )["sim"]
+            with Controller(cluster, "bench", lambda c, ns, pod: ready(c, ns, pod)):
+                handle = launch(plan_engine(cfg), poll_s=0.1)
+                try:
+                    cold = handle.cold_start
+                finally:
+                    handle.stop()
+            forget_clients()
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    assert cold is not None and cold.runtime == "kubernetes"
+    assert cold.cluster is not None and cold.cluster["ready_s"] == 7.0
+    phases = dict(cold.ordered())
+    cluster_phases = ("scheduled_s", "image_pulled_s", "container_started_s", "pod_ready_s")
+    assert [phases[k] for k in cluster_phases] == [1.0, 3.0, 4.0, 7.0]
+    harness = [phases["ready_s"], phases["model_listed_s"], phases["first_token_s"]]
+    assert None not in harness
+    assert harness == sorted(harness)  # type: ignore[type-var]
+    assert "port_open_s" not in phases  # the pod's port is not on this machine
