@@ -22,6 +22,14 @@ from . import catalog as _catalog
 from ._version import __version__
 from .catalog import SYMBOLS as _SYMBOLS
 
+#: The phases of an engine's start, the names of ``assert_startup``'s objectives
+#: (``engines.coldstart.PHASES``, spelled here so that this import stays cheap).
+_START_PHASES = (
+    "image_pulled_s", "scheduled_s", "container_created_s", "spawned_s",
+    "container_started_s", "port_open_s", "pod_ready_s", "ready_s", "model_listed_s",
+    "first_token_s",
+)  # fmt: skip
+
 # name -> module that defines it
 _EXPORTS: dict[str, str] = {
     **{name: "pytest_llmslo.slo" for name in _SYMBOLS},
@@ -34,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "parse_objectives": "pytest_llmslo.slo",
     "current_run": "pytest_llmslo.slo",
     "bind_run": "pytest_llmslo.slo",
+    "assert_startup": "pytest_llmslo.slo",
+    **{name: "pytest_llmslo.slo" for name in _START_PHASES},
     "LoadLevel": "pytest_llmslo.records",
     "Run": "pytest_llmslo.records",
     "RequestRecord": "pytest_llmslo.records",
@@ -74,6 +84,8 @@ __all__ = [  # grouped by kind, not sorted
     *_SYMBOLS,
     "Objective", "ObjectiveResult", "Verdict",
     "assert_goodput", "assert_slo", "evaluate", "parse_objectives", "current_run", "bind_run",
+    # start objectives: assert_startup(ready_s < 60, first_token_s < 90)
+    "assert_startup", *_START_PHASES,
     # runs and summaries
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
@@ -131,6 +143,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         Verdict,
         assert_goodput,
         assert_slo,
+        assert_startup,
         bind_run,
         current_run,
         evaluate,

@@ -95,7 +95,9 @@ class SweepPoint:
     regression check skips it; ``notes`` say why, and anything else worth knowing.
     ``cache``: whether the engine's prefix cache was emptied before the level
     (``{"mode", "reset", "how", "why"}``, ``--reset-cache``) and what its hit rate was
-    against the share the workload was built to have."""
+    against the share the workload was built to have. ``scale_up``: the capacity added in
+    the middle of the level (the ``scale_up`` setting) and how long it took to show in
+    goodput (``metrics.scaleup``)."""
 
     engine: str
     test: str
@@ -107,6 +109,7 @@ class SweepPoint:
     comparable: bool = True
     notes: tuple[str, ...] = ()
     cache: Mapping[str, Any] | None = None
+    scale_up: Mapping[str, Any] | None = None
 
     @property
     def status(self) -> PointStatus:
@@ -134,6 +137,7 @@ class SweepPoint:
             "comparable": self.comparable,
             "notes": list(self.notes),
             "cache": None if self.cache is None else dict(self.cache),
+            **({} if self.scale_up is None else {"scale_up": dict(self.scale_up)}),
         }
 
     @classmethod
@@ -155,6 +159,7 @@ class SweepPoint:
             comparable=bool(d.get("comparable", True)),
             notes=tuple(str(n) for n in d.get("notes") or ()),
             cache=dict(d["cache"]) if isinstance(d.get("cache"), Mapping) else None,
+            scale_up=dict(d["scale_up"]) if isinstance(d.get("scale_up"), Mapping) else None,
         )
 
 

@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "interrupts",
         "choices",
         "arrivals",
+        "levelpoint",
     ),
     ("signals", "metrics", "load", "engines", "sim"),
     ("slo",),
@@ -41,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # The session core's modules, lowest first: each imports only those before it.
 SESSION: tuple[tuple[str, ...], ...] = (
-    ("factory", "constants"),
+    ("factory", "constants", "scaleup"),
     ("state",),
     ("engines", "baseline", "outputs", "level"),
     ("inputs", "judge", "summary"),

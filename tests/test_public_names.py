@@ -22,11 +22,19 @@ DSL = [
     "e2e_p50", "e2e_p90", "e2e_p95", "e2e_p99", "e2e_p999", "e2e_mean",
 ]  # fmt: skip
 
+#: The phases of an engine's start: the names of ``assert_startup``'s objectives.
+START_PHASES = [
+    "image_pulled_s", "scheduled_s", "container_created_s", "spawned_s",
+    "container_started_s", "port_open_s", "pod_ready_s", "ready_s", "model_listed_s",
+    "first_token_s",
+]  # fmt: skip
+
 ROOT = [
     "__version__",
     *DSL,
     "Objective", "ObjectiveResult", "Verdict",
     "assert_goodput", "assert_slo", "evaluate", "parse_objectives", "current_run", "bind_run",
+    "assert_startup", *START_PHASES,
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
     "SweepPoint", "Knee", "CapacitySearch", "CapacitySpec", "find_knee", "pareto_front",
@@ -41,6 +49,8 @@ SLO = [
     "ObjectiveResult", "StatSymbol", "Verdict", "assert_goodput", "assert_slo", "bind_run",
     "current_run", "evaluate", "failures_fail", "parse_objectives", "settled", "unbind_run",
     *DSL,
+    "StartupObjective", "StartupSymbol", "StartupVerdict", "assert_startup", "bind_startup",
+    *START_PHASES,
 ]  # fmt: skip
 
 METRICS_ALL = [
@@ -103,3 +113,12 @@ def test_star_imports_give_the_listed_names() -> None:
         exec(f"from {module} import *", ns)
         assert set(expected) <= set(ns), module
         importlib.import_module(module)
+
+
+def test_the_start_phases_are_the_cold_start_phases() -> None:
+    from pytest_llmslo.engines.coldstart import PHASES
+
+    # The package root spells them itself (its import stays cheap): they must not drift.
+    assert list(PHASES) == START_PHASES
+    assert repr(pytest_llmslo.first_token_s) == "first_token_s"
+    assert pytest_llmslo.ready_s == slo.ready_s

@@ -34,11 +34,14 @@ TestKey = tuple[str, str]
 
 @dataclass(frozen=True, slots=True)
 class EngineEntry:
-    """What the results say about one engine: its version and its metadata (kind, model,
-    command, GPUs, for the sim engine the setup it simulates), as JSON data."""
+    """What the results say about one engine: its version, its metadata (kind, model,
+    command, GPUs, for the sim engine the setup it simulates), and its cold start (the
+    phases of its start, ``engines.coldstart.ColdStart.to_dict``; None for an engine the
+    harness did not start), as JSON data."""
 
     version: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    cold_start: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, value: Any) -> EngineEntry:
@@ -59,16 +62,29 @@ class EngineEntry:
         else:
             metadata = dict(value or {})
             version = metadata.get("version")
-        return cls(None if version is None else str(version), jsonable(metadata))
+        cold = metadata.pop("cold_start", None)
+        return cls(
+            None if version is None else str(version),
+            jsonable(metadata),
+            jsonable(dict(cold)) if isinstance(cold, Mapping) else None,
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> EngineEntry:
         d = d or {}
         version = d.get("version")
-        return cls(None if version is None else str(version), dict(d.get("metadata") or {}))
+        cold = d.get("cold_start")
+        return cls(
+            None if version is None else str(version),
+            dict(d.get("metadata") or {}),
+            dict(cold) if isinstance(cold, Mapping) else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "metadata": dict(self.metadata)}
+        out: dict[str, Any] = {"version": self.version, "metadata": dict(self.metadata)}
+        if self.cold_start is not None:
+            out["cold_start"] = dict(self.cold_start)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +208,7 @@ class Results:
             self,
             constants=redact_obj(dict(self.constants)),
             engines={
-                n: EngineEntry(e.version, redact_obj(dict(e.metadata)))
+                n: EngineEntry(e.version, redact_obj(dict(e.metadata)), e.cold_start)
                 for n, e in self.engines.items()
             },
         )

@@ -9,10 +9,11 @@ Layout (``SCHEMA_VERSION`` 2)::
       "created_utc": "2026-12-02T14:00:00Z",
       "complete": true,              # false: partial results (interrupted session)
       "constants": {...},            # model, precision, hardware, workload, slo, warmup, ...
-      "engines": {NAME: {"version": "...", "metadata": {...}}},
+      "engines": {NAME: {"version": "...", "metadata": {...},
+                         "cold_start": {"runtime", "phases": {PHASE: seconds}, ...}}},
       "points": [                    # every measured level, one SweepPoint.to_dict() each
         {"engine", "test", "level", "summary", "verdict", "samples", "interrupted",
-         "cache"}, ...],            # cache: was the prefix cache emptied before the level
+         "cache", "scale_up"}, ...], # cache: was the prefix cache emptied before the level
       "sweeps": [{"engine", "test", "mode", "levels": ["c1", ...],
                   "points": [0, 1, ...], "knee": {...},
                   "capacity": {...} or null}, ...],   # CapacityResult.to_dict()
@@ -48,6 +49,19 @@ load generator (information, not compared). ``samples`` are compact per-request 
 records), so a later comparison can run rank tests without the raw records, and, optional
 (a document without them is read as before), ``sent_s``, ``first_token_s`` and ``end_s``:
 each request's times in seconds from the measured window's start, for per-second series.
+
+An engine the harness started has its ``cold_start`` (optional: a document without it is
+read as before; ``engines.coldstart``): ``runtime``, ``phases`` (``spawned_s``,
+``port_open_s``, ``ready_s``, ``model_listed_s``, ``first_token_s``, ... in seconds from
+the start, in start order; null for a phase not seen), on kubernetes ``cluster`` (the
+pod's own figures), and ``first_token`` (the completion that was asked).
+
+A point of a level that added capacity in its middle (the ``scale_up`` setting) has its
+``scale_up`` (optional): what was asked (``asked``: at, replicas, ...), when
+(``asked_s``, ``done_s``: seconds into the measured window), what was done, the goodput
+before and after (``before_tok_s``, ``after_tok_s``, ``gain``, the per-second
+``goodput_tok_s``) and when the new capacity showed (``shows_at_s``, ``capacity_s``), or
+``error``/``why`` (``metrics.scaleup``).
 
 ``validate_document`` checks kinds and required keys and raises ``DocumentError`` (a
 ``ConfigError``) naming the first bad field's path (``points[3].level.mode``).
@@ -131,6 +145,11 @@ def validate_document(doc: Any) -> None:
         _expect(isinstance(entry, Mapping), where, "expected an object")
         _opt(entry, "version", str, where)
         _get(entry, "metadata", Mapping, where)
+        cold = _opt(entry, "cold_start", Mapping, where)
+        if cold is not None:
+            phases = _get(cold, "phases", Mapping, f"{where}.cold_start")
+            for phase in phases:
+                _opt(phases, phase, (int, float), f"{where}.cold_start.phases")
     points = _get(doc, "points", list, "")
     for i, p in enumerate(points):
         _check_point(p, f"points[{i}]", engines)
@@ -234,6 +253,10 @@ def _check_point(p: Any, where: str, engines: Mapping[str, Any]) -> None:
             _get(r, "objective", Mapping, rw)
             _get(r, "passed", bool, rw)
             _opt(r, "observed", (int, float), rw)
+    scale = _opt(p, "scale_up", Mapping, where)
+    if scale is not None:
+        for key in ("asked_s", "capacity_s", "before_tok_s", "after_tok_s"):
+            _opt(scale, key, (int, float), f"{where}.scale_up")
     samples = p.get("samples")
     if samples is not None:
         sw2 = f"{where}.samples"

@@ -29,7 +29,7 @@ import os
 import random
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -572,3 +572,31 @@ def _plan(config: EngineConfig, files: _Files) -> LaunchPlan:
         ),
         cache_resets=(DYNAMO,),
     )
+
+
+def extra_worker(running: LaunchPlan, workers: int) -> tuple[ProcessUnit, tuple[str, ...]]:
+    """One more aggregated worker for a running Dynamo process deployment (a scale-up:
+    ``engines/scaling.py``): the worker the plan of ``workers`` workers gives last, with
+    its own free ports, registering through the running units' discovery directory and
+    replaying their trace. Returns it and the directories made for it (removed with the
+    engine). ``ConfigError`` for a disaggregated deployment."""
+    config = running.config
+    if _opt(config, "mode", "agg", MODES) != "agg":
+        raise ConfigError(
+            f"engine {config.display_name!r}: a disaggregated Dynamo adds no worker while "
+            "running (scale its prefill or decode pool in its config instead)"
+        )
+    options: dict[str, Any] = {**config.options, "workers": workers}
+    env = running.processes[0].env if running.processes else {}
+    if env.get("DYN_FILE_KV"):
+        options["file_kv_dir"] = env["DYN_FILE_KV"]
+    argv = running.processes[-1].argv if running.processes else ()
+    if "--response-replay-trace-path" in argv:
+        options["replay_trace"] = argv[list(argv).index("--response-replay-trace-path") + 1]
+    temp_dirs: list[str] = []
+    try:
+        grown = _plan(replace(config, options=options), _Files(temp_dirs))
+    except BaseException:
+        remove_dirs(temp_dirs)
+        raise
+    return grown.processes[-1], tuple(temp_dirs)

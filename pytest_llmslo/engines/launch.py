@@ -31,12 +31,15 @@ from .._version import __version__ as harness_version
 from ..errors import ConfigError, EngineStartError
 from ..redact import redact, redact_env, redact_url, remember, secret_values
 from ..tls import make_ssl_context
-from . import startup
+from . import coldstart, startup
 from .base import EngineConfig
 from .cache_reset import RESET_TIMEOUT_S, reset_cache
+from .firsttoken import FirstTokenError, first_token
 from .plan import LaunchPlan
 from .ports import probe_host
+from .readiness import models_listed
 from .runtimes import Runtime, StartedUnit, runtime_of
+from .runtimes.base import HostNetwork
 from .units import ImageUnit
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,9 @@ log = logging.getLogger(__name__)
 PORT_FREE_TIMEOUT_S = 10.0
 #: An external endpoint is already running: refused connections for this long end the wait.
 EXTERNAL_REFUSED_S = 5.0
+#: How often a start checks whether the engine's port is open (the resolution of
+#: ``port_open_s``).
+PORT_POLL_S = 0.05
 
 
 class EngineTeardownWarning(RuntimeWarning):
@@ -64,6 +70,7 @@ class RunningEngine:
         version: str | None = None,
         started_s: float = 0.0,
         temp_dirs: Iterable[str] = (),
+        cold_start: coldstart.ColdStart | None = None,
     ) -> None:
         self.config = plan.config
         self.plan = plan
@@ -74,6 +81,8 @@ class RunningEngine:
         self._units = units
         self._version = version
         self._started_s = started_s
+        #: The phases of the start (``coldstart.py``); None for an engine not started here.
+        self.cold_start = cold_start
         self._stopped = False
         # The plan's directories and the process log directory, removed by stop().
         self._temp_dirs = tuple(dict.fromkeys([*plan.temp_dirs, *temp_dirs]))
@@ -102,6 +111,7 @@ class RunningEngine:
             "env": redact_env(cfg.env),
             "units": [u.describe() for u in self._units],
             "startup_s": round(self._started_s, 3),
+            "cold_start": None if self.cold_start is None else self.cold_start.to_dict(),
             "hardware": {**_hardware(), "gpus": list(_hardware()["gpus"])},
             "harness_version": harness_version,
             **dict(self.plan.meta),
@@ -109,6 +119,17 @@ class RunningEngine:
 
     def alive(self) -> bool:
         return not self._stopped and all(u.alive() for u in self._units)
+
+    def add_unit(self, unit: StartedUnit, temp_dirs: Iterable[str] = ()) -> None:
+        """A unit started after the engine was ready (a worker a scale-up added): part of
+        the engine's liveness, its log tail and metadata, stopped first with it."""
+        self._units.append(unit)
+        self._temp_dirs = tuple(dict.fromkeys([*self._temp_dirs, *temp_dirs]))
+
+    @property
+    def units(self) -> tuple[StartedUnit, ...]:
+        """The engine's started units, in start order."""
+        return tuple(self._units)
 
     def reset_cache(self) -> dict[str, Any]:
         """Empty the engine's prefix cache (``cache_reset.py``): ``{"reset": bool, "how":
@@ -218,7 +239,8 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
     failure stop everything and raise ``EngineStartError`` with the log tails."""
     cfg = plan.config
     runtime = runtime_of(cfg)
-    t0 = time.monotonic()
+    clock = coldstart.StartClock(runtime.name)
+    t0 = clock.t0
     started: list[StartedUnit] = []
     log_dir: str | None = None
     argv = [a for p in plan.processes for a in p.argv]
@@ -241,7 +263,8 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
             _phase(plan, t0, "starting " + ", ".join(u.role for u in units))
         run = runtime.start(plan)
         started, log_dir = run.units, run.log_dir
-        handle = _wait_ready(plan, runtime, started, t0, poll_s, log_dir)
+        clock.from_units(started)
+        handle = _wait_ready(plan, runtime, started, clock, poll_s, log_dir)
     except BaseException as exc:
         _stop_units(started)
         dirs = [*plan.temp_dirs, *([log_dir] if log_dir else [])]
@@ -273,6 +296,7 @@ def _phase(
     what: str,
     deadline_s: float | None = None,
     bound: str = "startup_timeout_s",
+    phase: str = "starting",
 ) -> None:
     startup.report(
         startup.StartupPhase(
@@ -281,6 +305,7 @@ def _phase(
             elapsed_s=time.monotonic() - t0,
             deadline_s=plan.config.startup_timeout_s if deadline_s is None else deadline_s,
             bound=bound,
+            phase=phase,
         )
     )
 
@@ -298,45 +323,26 @@ def _wait_ready(
     plan: LaunchPlan,
     runtime: Runtime,
     units: list[StartedUnit],
-    t0: float,
+    clock: coldstart.StartClock,
     poll_s: float,
     log_dir: str | None = None,
 ) -> RunningEngine:
+    """Wait for readiness, then (for an engine the harness started) for the model to be
+    listed and the first token of one real completion; each phase timed on ``clock``."""
     cfg = plan.config
     base_url = runtime.endpoint(plan, units)
-    bound_s, bound = _ready_bound(plan, units)
-    deadline = t0 + bound_s
-    # Process engines log to files: name them, the tail shown is only the last lines.
-    logs = f"; full logs in {log_dir}" if log_dir else ""
-    reason = "no answer yet"
-    external = plan.url is not None and not units
-    refused_since: float | None = None
+    wait = _Wait(plan, runtime, units, clock, log_dir)
     # Short timeouts: a loading engine may accept a connection and answer late. Each probe
     # is bounded as a whole (``probe.fetch``), and never past the deadline.
     per_probe = httpx.Timeout(10.0, connect=2.0)
     with probe_client(cfg, per_probe) as client:
-        while True:
-            dead = [u for u in units if not u.alive()]
-            if dead:
-                d = dead[0].describe()
-                raise EngineStartError(
-                    f"{cfg.display_name}: {d.get('role') or d.get('name')} exited before "
-                    f"it was ready ({_exit_text(dead[0])}){logs}",
-                    _tails(units, 60),
-                )
-            left = max(deadline - time.monotonic(), 0.05)
-            client.timeout = httpx.Timeout(min(10.0, left), connect=min(2.0, left))
-            reason = redact(plan.ready(client, base_url) or "")
-            if not reason:
-                break
-            if external:
-                refused_since = _check_external(cfg, base_url, reason, refused_since)
-            if time.monotonic() >= deadline:
-                raise EngineStartError(
-                    _not_ready(plan, base_url, bound_s, bound, reason) + logs, _tails(units, 60)
-                )
-            _phase(plan, t0, f"waiting for readiness{_stage(units)}: {reason}", bound_s, bound)
-            time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
+        _poll_ready(wait, client, base_url, poll_s)
+        client.timeout = per_probe
+        model = plan.model
+        if callable(plan.on_ready):
+            model = plan.on_ready(client, base_url) or model
+        if units:
+            _serves(wait, client, base_url, model, poll_s)
         client.timeout = per_probe
         version = plan.static_version or runtime.known_version(plan)
         if plan.version_probe is not None:
@@ -345,18 +351,152 @@ def _wait_ready(
         if version is None:
             with contextlib.suppress(Exception):
                 version = runtime.fallback_version(plan)
-        model = plan.model
-        if callable(plan.on_ready):
-            model = plan.on_ready(client, base_url) or model
+    cold = None
+    if units:
+        clock.from_units(units)
+        cold = clock.record()
     return RunningEngine(
         plan,
         units,
         base_url=base_url,
         model=model,
         version=version,
-        started_s=time.monotonic() - t0,
+        started_s=clock.elapsed(),
         temp_dirs=[log_dir] if log_dir else (),
+        cold_start=cold,
     )
+
+
+class _Wait:
+    """What a start waits with: its deadline and the setting that sets it, the log
+    directory to name, the engine's port when it is on this machine."""
+
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        runtime: Runtime,
+        units: list[StartedUnit],
+        clock: coldstart.StartClock,
+        log_dir: str | None,
+    ) -> None:
+        self.plan = plan
+        self.units = units
+        self.clock = clock
+        self.bound_s, self.bound = _ready_bound(plan, units)
+        self.deadline = clock.t0 + self.bound_s
+        # Process engines log to files: name them, the tail shown is only the last lines.
+        self.logs = f"; full logs in {log_dir}" if log_dir else ""
+        self.external = plan.url is not None and not units
+        on_host = bool(units) and isinstance(runtime, HostNetwork) and plan.port > 0
+        self.port: tuple[str, int] | None = (probe_host(plan.host), plan.port) if on_host else None
+        if self.port is not None:
+            clock.expect("port_open_s")
+        if units:
+            clock.expect("ready_s", "model_listed_s", "first_token_s")
+
+    def check_alive(self) -> None:
+        dead = [u for u in self.units if not u.alive()]
+        if dead:
+            d = dead[0].describe()
+            raise EngineStartError(
+                f"{self.plan.config.display_name}: {d.get('role') or d.get('name')} exited "
+                f"before it was ready ({_exit_text(dead[0])}){self.logs}",
+                _tails(self.units, 60),
+            )
+
+    def left(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.05)
+
+    def timed_out(self, base_url: str, reason: str) -> EngineStartError:
+        return EngineStartError(
+            _not_ready(self.plan, base_url, self.bound_s, self.bound, reason) + self.logs,
+            _tails(self.units, 60),
+        )
+
+    def phase(self, name: str, detail: str = "", stage: str = "") -> None:
+        """Tell the progress line which phase the start waits for, and why."""
+        text = coldstart.PHASE_TEXT[name] + stage + (f": {detail}" if detail else "")
+        _phase(self.plan, self.clock.t0, text, self.bound_s, self.bound, phase=name)
+
+    def port_open(self) -> bool:
+        """Whether the engine's port accepts a connection (marked the first time)."""
+        if self.port is None or self.clock.has("port_open_s"):
+            return True
+        try:
+            with socket.create_connection(self.port, timeout=0.2):
+                pass
+        except OSError:
+            return False
+        self.clock.mark("port_open_s")
+        return True
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (never past the deadline), watching the port meanwhile so
+        that its opening is timed to ``PORT_POLL_S``, not to the readiness poll; the
+        port opening ends the sleep (readiness is asked at once)."""
+        end = min(time.monotonic() + seconds, self.deadline)
+        was_open = self.port_open()
+        while time.monotonic() < end:
+            if was_open:
+                time.sleep(max(end - time.monotonic(), 0.0))
+                return
+            time.sleep(min(PORT_POLL_S, max(end - time.monotonic(), 0.0)))
+            if self.port_open():
+                return
+
+
+def _poll_ready(wait: _Wait, client: httpx.Client, base_url: str, poll_s: float) -> None:
+    """Until ``plan.ready`` passes (``ready_s``), a unit dies or the deadline passes."""
+    refused_since: float | None = None
+    while True:
+        wait.check_alive()
+        left = wait.left()
+        client.timeout = httpx.Timeout(min(10.0, left), connect=min(2.0, left))
+        wait.port_open()
+        reason = redact(wait.plan.ready(client, base_url) or "")
+        if not reason:
+            wait.port_open()
+            wait.clock.mark("ready_s")
+            return
+        if wait.external:
+            refused_since = _check_external(wait.plan.config, base_url, reason, refused_since)
+        if time.monotonic() >= wait.deadline:
+            raise wait.timed_out(base_url, reason)
+        if not wait.port_open():
+            wait.phase("port_open_s", reason)
+        else:
+            wait.phase("ready_s", reason, _stage(wait.units))
+        wait.sleep(poll_s)
+
+
+def _serves(wait: _Wait, client: httpx.Client, base_url: str, model: str, poll_s: float) -> None:
+    """Ready is not serving: the model listed (``model_listed_s``), then the first token
+    of one real streamed completion (``first_token_s``); a failure ends the start."""
+    listed = models_listed(model)
+    while True:
+        client.timeout = httpx.Timeout(min(10.0, wait.left()), connect=min(2.0, wait.left()))
+        reason = listed(client, base_url)
+        if reason is None:
+            wait.clock.mark("model_listed_s")
+            break
+        if time.monotonic() >= wait.deadline:
+            raise wait.timed_out(base_url, redact(reason))
+        wait.phase("model_listed_s", redact(reason))
+        wait.check_alive()
+        wait.sleep(poll_s)
+    wait.phase("first_token_s", f"one streamed completion of {model}")
+    try:
+        asked, seconds = first_token(client, base_url, model, wait.deadline)
+    except FirstTokenError as exc:
+        name = wait.plan.config.display_name
+        raise EngineStartError(
+            f"{name}: ready and listing {model}, but its first streamed completion did not "
+            f"stream a token ({redact(str(exc))}): the engine does not serve yet{wait.logs}",
+            _tails(wait.units, 60),
+        ) from None
+    wait.clock.mark("first_token_s")
+    wait.clock.first_token = asked
+    log.debug("%s: first token in %.3f s", wait.plan.config.display_name, seconds)
 
 
 def _not_ready(plan: LaunchPlan, base_url: str, bound_s: float, bound: str, reason: str) -> str:

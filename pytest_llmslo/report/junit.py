@@ -29,7 +29,14 @@ if TYPE_CHECKING:
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.slo import Verdict
 
-__all__ = ["PREFIX", "property_name", "suite_properties", "testcase_properties"]
+__all__ = [
+    "PREFIX",
+    "cold_start_properties",
+    "property_name",
+    "scale_up_properties",
+    "suite_properties",
+    "testcase_properties",
+]
 
 PREFIX = "llmslo."
 
@@ -270,6 +277,39 @@ testcase_properties.__test__ = False  # type: ignore[attr-defined]
 def _objective_key(obj: Any) -> str:
     """The objective's flat name (``ttft_p99``, ``itl_p50``, ``e2e_p999``, ``tpot_mean``)."""
     return _BAD.sub("_", str(obj.name))
+
+
+def cold_start_properties(
+    cold: Mapping[str, Any] | None, engine: str | None = None
+) -> list[tuple[str, str]]:
+    """An engine's cold start (``engines.coldstart``): ``llmslo.cold_start.<phase>`` (each
+    phase's seconds from the start: ``spawned_s``, ``port_open_s``, ``ready_s``,
+    ``model_listed_s``, ``first_token_s``, ...) and ``llmslo.cold_start.runtime``; with
+    ``engine`` under ``llmslo.engines.<engine>.cold_start`` (the suite's, one per engine).
+    A phase not seen is left out."""
+    if not isinstance(cold, Mapping) or not isinstance(cold.get("phases"), Mapping):
+        return []
+    head: tuple[str, ...] = ("engines", engine, "cold_start") if engine else ("cold_start",)
+    out = _Properties()
+    out.add(property_name(*head, "runtime"), cold.get("runtime"))
+    for phase, seconds in cold["phases"].items():
+        out.add(property_name(*head, phase), seconds)
+    return out.items
+
+
+def scale_up_properties(record: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """A level's scale-up (``metrics.scaleup``): ``llmslo.scale_up.{at,replicas,asked_s,
+    done_s,before_tok_s,after_tok_s,gain,shows_at_s,capacity_s,window_s,share,error,why}``."""
+    if not isinstance(record, Mapping):
+        return []
+    out = _Properties()
+    asked = record.get("asked") or {}
+    out.add(property_name("scale_up", "at"), asked.get("at"))
+    out.add(property_name("scale_up", "replicas"), asked.get("replicas"))
+    for key in ("asked_s", "done_s", "before_tok_s", "after_tok_s", "gain", "shows_at_s",
+                "capacity_s", "window_s", "share", "error", "why"):  # fmt: skip
+        out.add(property_name("scale_up", key), record.get(key))
+    return out.items
 
 
 def suite_properties(constants: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import EngineEntry, Results, Sweep
+from pytest_llmslo.report.coldstart import cold_start_table
 from pytest_llmslo.report.paths import relative_paths
+from pytest_llmslo.report.scaleup import scale_up_text
 from pytest_llmslo.report.signaltext import (
     SIGNAL_COLUMNS,
     has_signals,
@@ -213,6 +215,9 @@ def _level_notes(p: SweepPoint) -> list[str]:
         if reasons:
             out.append(f"{label}: inconclusive: {'; '.join(reasons)}")
     out += [f"{label}: {note}" for note in p.notes]
+    scale = scale_up_text(p.scale_up)
+    if scale:
+        out.append(f"{label}: {scale}")
     out += [f"{label}: why: {why}" for why in (p.verdict.attribution if p.verdict else ())]
     return out
 
@@ -530,6 +535,9 @@ def render_report(results: Results, *, title: str | None = None) -> str:
         lines.append("")
         sweeps = render_sweeps(points, knees, results.capacities, constants.get("tests"))
         lines.extend(sweeps)
+        cold = cold_start_table(results.engines)
+        if cold:
+            lines.extend(["", *cold])
     engines = results.engines
     versions = [f"{name} {entry.version}" for name, entry in engines.items() if entry.version]
     about = [f"Engines: {escape_cell(', '.join(versions))}", ""] if versions else []

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import Results
+from pytest_llmslo.report.coldstart import cold_start_line
+from pytest_llmslo.report.scaleup import scale_up_text
 from pytest_llmslo.report.signaltext import (
     CLIENT_LEGEND,
     SIGNAL_COLUMNS,
@@ -224,7 +226,8 @@ def _render_one(
 def level_lines(p: SweepPoint) -> list[str]:
     """The lines under a level's row: its traffic, its engine's signals, its failures and
     notes (the terminal shows all of them with ``-v``, the failed requests without)."""
-    return traffic_lines(p) + signal_lines(p) + failure_lines(p)
+    scale = scale_up_text(p.scale_up)
+    return traffic_lines(p) + signal_lines(p) + failure_lines(p) + ([scale] if scale else [])
 
 
 def _rate(v: Any) -> str:
@@ -599,6 +602,10 @@ def render_summary(
     for engine, mine in by_engine.items():
         lines.append("")
         lines.extend(render_sweep(engine, mine, knees, width, capacities, detail=detail))
+        entry = results.engines.get(engine)
+        cold = cold_start_line(engine, entry.cold_start if entry is not None else None)
+        if cold:
+            lines.extend(_wrap(cold, width))
     if detail and any(has_client_delta(p) for p in pts):
         lines.extend(["", CLIENT_LEGEND])
     hidden = 0 if detail else sum(len(level_lines(p)) - len(request_failure_lines(p)) for p in pts)

@@ -304,9 +304,12 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
     measured is told to ``hooks.level_result``. The plugin's ``pytest_runtest_call``
     wrapper is ``yield from run_test(...)``; ``call_test`` runs it around a function
     (``llmslo run``)."""
+    from pytest_llmslo import slo
+
     __tracebackhide__ = True
     ctx = state.contexts[node]
     state.current = ctx
+    slo.bind_startup(lambda: (ctx.engine, state.engine_meta.get(ctx.engine, {}).get("cold_start")))
     try:
         try:
             result = yield
@@ -318,6 +321,7 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
         return result
     finally:
         state.current = None
+        slo.bind_startup(None)
         state.report_levels(ctx)
 
 

@@ -299,8 +299,11 @@ def load_level(
     harness's keys ``meta`` in its run's meta: the one call of the load generator."""
     from pytest_llmslo import load
 
+    from .scaleup import scale_trigger, with_scale_up
+
     ts = task.ts
-    return load.run_load_sync(
+    trigger = scale_trigger(ts.scale_up, task.handle, progress, ts.duration_s)
+    run = load.run_load_sync(
         load.LoadJob(
             task.client,
             task.workload,
@@ -310,12 +313,15 @@ def load_level(
             duration_s=ts.duration_s,
             grace_s=ts.grace_s,
             level_timeout_s=ts.level_bound_s(),
-            progress=progress,
+            progress=trigger or progress,
             meta=meta.to_dict(),
             thresholds=ts.health_thresholds(),
             early_stop=task.early_stop,
         )
     )
+    if trigger is None or ts.scale_up is None:
+        return run
+    return with_scale_up(run, ts.scale_up, trigger, ts.objectives)
 
 
 def _interrupted(
@@ -529,6 +535,7 @@ def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ())
         comparable=comparable,
         notes=tuple(notes),
         cache=dict(cache) if cache is not None else None,
+        scale_up=run.meta.get("scale_up"),
     )
     return state.add_point(task.ctx, run, point)
 

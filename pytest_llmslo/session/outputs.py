@@ -157,6 +157,10 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
         )
     except Exception as exc:  # the report must not change a test's outcome
         props = [("llmslo.error", repr(exc))]
+    props.extend(
+        junit.cold_start_properties(state.engine_meta.get(ctx.engine, {}).get("cold_start"))
+    )
+    props.extend(junit.scale_up_properties(point.scale_up))
     if not point.comparable:
         props.append(("llmslo.comparable", "false"))
     props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))
@@ -180,4 +184,7 @@ def suite_properties(state: Session) -> list[tuple[str, str]]:
     from pytest_llmslo.report import junit
 
     consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
-    return [(k, redact(str(v))) for k, v in junit.suite_properties(consts)]
+    props = junit.suite_properties(consts)
+    for name, meta in state.engine_meta.items():
+        props.extend(junit.cold_start_properties(meta.get("cold_start"), name))
+    return [(k, redact(str(v))) for k, v in props]

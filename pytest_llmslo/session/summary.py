@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pytest_llmslo import settings as S
 from pytest_llmslo.catalog import METRICS
-from pytest_llmslo.document import Results
+from pytest_llmslo.document import EngineEntry, Results
 from pytest_llmslo.redact import redact
 
 from .engines import engines_text
@@ -93,7 +93,8 @@ def summary_report(state: Session, width: int, *, detail: bool = True) -> list[t
     out: list[tuple[str, str]] = [("=", "llmslo: SLO sweeps")]
     if state.points:
         try:
-            results = Results(tuple(state.points), capacities=state.capacities)
+            engines = {n: EngineEntry.of(m) for n, m in state.engine_meta.items()}
+            results = Results(tuple(state.points), capacities=state.capacities, engines=engines)
             lines = terminal.render_summary(results, width=width, detail=detail)
         except Exception as exc:  # a renderer bug must not hide the test results
             lines = [f"(could not render the sweep tables: {exc!r})"]

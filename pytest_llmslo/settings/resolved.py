@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pytest_llmslo.choices import ResetCacheMode
+from pytest_llmslo.engines.scaling import ScaleUp
 
 from .groups import (
     ClientOptions,
@@ -68,6 +69,8 @@ class TestSettings(
     #: The model to serve and request (``--model``; the engine config's when empty).
     model: str = ""
     reset_cache: ResetCacheMode = "auto"
+    #: Capacity added in the middle of each level (``--slo-scale-up``, ``scale_up=``).
+    scale_up: ScaleUp | None = None
     #: The test's own engines (``engines=`` on its marker); empty: the session's.
     engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)

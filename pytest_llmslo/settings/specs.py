@@ -29,6 +29,7 @@ from pytest_llmslo.choices import (
     WORKLOAD_KINDS,
 )
 from pytest_llmslo.engines.base import ENGINE_KINDS
+from pytest_llmslo.engines.scaling import parse_scale_up
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
@@ -531,6 +532,12 @@ SPECS: tuple[Spec, ...] = (
          help="Empty the engine's prefix cache before each level (vLLM /reset_prefix_cache, "
               "SGLang /flush_cache, Dynamo /clear_kv_blocks, the sim): 'auto' where the "
               "harness started the engine, 'on' also for an external engine, 'off' never."),
+    Spec("scale_up", parse_scale_up, None, field="scale_up", cli="--slo-scale-up",
+         marker="scale_up", coerce=parse_scale_up, topic="engines", metavar="SPEC",
+         help="Add capacity in the middle of each level and measure when it shows in "
+              "goodput: 'at=50%' (or at=20s), optional replicas=N (the total), startup_s=S "
+              "(a sim replica's cold start), window=3s, share=90%. The sim, Dynamo as "
+              "processes and kubernetes engines can grow."),
 )
 # fmt: on
 

@@ -221,6 +221,7 @@ class Cluster:
     ) -> None:
         self.topology = topology
         self.link = LINKS[topology.link]
+        self._configs = configs
         self.instances: list[_Instance] = []
         if topology.disaggregated:
             assert topology.prefill is not None and topology.decode is not None
@@ -243,6 +244,10 @@ class Cluster:
         self.transfers = 0
         self.transfer_s = 0.0
         self._failed: list[tuple[SimRequest, str]] = []  # stalls found while routing
+        #: Replicas added while running (``add_replica``), each with the simulated time it
+        #: came up; the server logs them.
+        self.replicas_up: list[tuple[str, float]] = []
+        self._pending = 0
 
     # -- the clients' side -----------------------------------------------------------
 
@@ -315,6 +320,8 @@ class Cluster:
                 at, _, kind, payload = heapq.heappop(self._events)
                 if kind == "arrive":
                     self._route(payload, at)
+                elif kind == "replica":
+                    self._bring_up(payload, at)
                 else:
                     self._land(payload, at, out)
             for inst in self.instances:
@@ -322,7 +329,40 @@ class Cluster:
                     self._start_step(inst, t, out)
         return out
 
+    def add_replica(self, now: float, startup_s: float = 0.0) -> str:
+        """Scale out an aggregated deployment: a new replica, asked at ``now``, takes new
+        requests from ``now + startup_s`` (its cold start) on; the router sends it its
+        share from then. Returns its name. ``ValueError`` for a disaggregated topology."""
+        if self.topology.disaggregated:
+            raise ValueError("only an aggregated sim adds replicas (its pools are fixed)")
+        if not startup_s >= 0:
+            raise ValueError(f"a replica's startup_s must be >= 0, got {startup_s}")
+        name = f"replica{len(self.instances) + self._pending}"
+        self._pending += 1
+        heapq.heappush(self._events, (now + startup_s, next(self._seq), "replica", name))
+        return name
+
+    @property
+    def replicas(self) -> int:
+        """Replicas serving now (an aggregated deployment's instances)."""
+        return len(self._front)
+
+    @property
+    def replicas_planned(self) -> int:
+        """Replicas serving and coming up."""
+        return len(self._front) + self._pending
+
     # -- inside ----------------------------------------------------------------------
+
+    def _bring_up(self, name: str, at: float) -> None:
+        cfg, cost = self._configs["aggregated"]
+        inst = _Instance(name, "aggregated", Scheduler(cfg, cost))
+        self.instances.append(inst)
+        self._front.append(inst)
+        self._pending -= 1
+        # Round robin over every replica, the new one next.
+        self._rr = itertools.cycle([len(self._front) - 1, *range(len(self._front) - 1)])
+        self.replicas_up.append((name, at))
 
     def _route(self, req: SimRequest, at: float) -> None:
         if req.status == "aborted":

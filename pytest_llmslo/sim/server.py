@@ -28,6 +28,7 @@ load levels), and its errors: ``{"error": {"message", "type", "param", "code"}}`
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -37,6 +38,7 @@ from http import HTTPStatus
 from time import perf_counter_ns
 from typing import IO, Any
 
+from . import admin
 from .cluster import Advance
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .latencies import RequestLatencies
@@ -262,10 +264,15 @@ class EngineLoop:
         self._wake = asyncio.Event()
         self._last_warn = 0.0
         self._late_since_warn = 0
+        self._up_logged = 0  # replicas added while running whose coming up is logged
 
     def wall_sim(self) -> float:
         """Now, on the simulated clock."""
         return (perf_counter_ns() - self.t0_ns) / 1e9
+
+    def wake(self) -> None:
+        """Look at the cluster's next event again (capacity was added)."""
+        self._wake.set()
 
     def submit(self, stream: Stream) -> None:
         req = stream.req
@@ -306,6 +313,8 @@ class EngineLoop:
             await self._sleep_until(target_ns)
             result = cluster.advance(t)
             self.sim_now = t
+            if len(cluster.replicas_up) > self._up_logged:
+                self._up_logged = admin.log_replicas_up(self, self._up_logged)
             self._emit(result, target_ns)
             behind = (perf_counter_ns() - target_ns) / 1e9
             self.lateness.behind = behind > self.lag_warn_s
@@ -437,6 +446,7 @@ class SimServer:
             "/metrics": ("GET", self.metrics),
             "/version": ("GET", self.version),
             "/reset_prefix_cache": ("POST", self.reset_prefix_cache),
+            "/admin/replicas": ("POST", functools.partial(admin.replicas, self.engine)),
         }
         route = routes.get(req.path.rstrip("/") or "/")
         if route is None:

@@ -61,6 +61,7 @@ mode a pass is, when every objective's gate bound holds.
 from __future__ import annotations
 
 from pytest_llmslo.catalog import SYMBOLS as _SYMBOLS
+from pytest_llmslo.engines.coldstart import PHASES as _PHASES
 
 from .assertions import (
     DEFAULT_MAX_ERROR_RATE,
@@ -84,11 +85,21 @@ from .dsl import (
 )
 from .dsl import Op as Op
 from .evaluate import evaluate, failures_fail, settled
+from .startup import (
+    StartupObjective,
+    StartupSymbol,
+    StartupVerdict,
+    assert_startup,
+    bind_startup,
+    startup_symbols,
+)
 from .verdict import ObjectiveResult, Verdict
 
 # The flat names of the DSL (ttft, ttft_p99, ..., e2e_mean), one per catalogue metric and
 # statistic: generated here, and found by __getattr__ for a metric registered later.
 globals().update(symbols())
+# The phases of an engine's start (ready_s, first_token_s, ...): assert_startup's names.
+globals().update(startup_symbols())
 
 __all__ = [
     "DEFAULT_MAX_ERROR_RATE",
@@ -109,6 +120,13 @@ __all__ = [
     "settled",
     "unbind_run",
     *_SYMBOLS,  # the flat names of the DSL
+    # start objectives (startup.py): assert_startup(ready_s < 60, first_token_s < 90)
+    "StartupObjective",
+    "StartupSymbol",
+    "StartupVerdict",
+    "assert_startup",
+    "bind_startup",
+    *_PHASES,
 ]
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ...errors import ConfigError
 from ..base import EngineConfig
 from ..plan import LaunchPlan
 from ..ports import port_is_free, probe_host, wait_port_free
@@ -89,6 +90,12 @@ class Runtime(Protocol):
         """Remove units that sessions now gone left behind; their names."""
         ...
 
+    def scale(self, replicas: int) -> None:
+        """Run the engine with ``replicas`` copies (a scale-up in the middle of a level,
+        ``engines/scaling.py``): a Deployment's replicas on kubernetes. ``ConfigError``
+        where the runtime cannot (one copy per engine on this machine)."""
+        ...
+
 
 class HostNetwork:
     """For runtimes whose units listen on this machine's network (local processes,
@@ -108,3 +115,11 @@ class HostNetwork:
     def ports_still_held(self, plan: LaunchPlan, timeout_s: float) -> list[int]:
         host = probe_host(plan.host)
         return [p for p in plan.ports if not wait_port_free(p, host, timeout_s=timeout_s)]
+
+    def scale(self, replicas: int) -> None:
+        """An engine on this machine runs as its units, once: it grows by a unit of its
+        own kind (``engines/scaling.py``), not by the runtime."""
+        raise ConfigError(
+            "an engine on this machine (process or docker runtime) runs one copy: it cannot "
+            f"be scaled to {replicas} replicas by its runtime"
+        )

@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -282,8 +283,13 @@ class ManagedContainer:
         # Registered before the container exists, and found by its name until create
         # returns: a Ctrl-C or SIGTERM between the two leaves nothing behind.
         self._token = lifecycle.register(self.stop)
+        #: When its image was on the host, the container created and started
+        #: (``time.monotonic()``): the marks of its cold start (``coldstart.py``).
+        self.image_ready_at: float | None = None
+        self._marks: dict[str, float] = {}
         try:
             self.container = client.containers.create(**spec.run_kwargs())
+            self._marks["container_created_s"] = time.monotonic()
         except APIError as exc:
             self.stop()
             raise EngineStartError(
@@ -294,6 +300,7 @@ class ManagedContainer:
             raise
         try:
             self.container.start()
+            self._marks["container_started_s"] = time.monotonic()
         except APIError as exc:
             tail = self.log_tail(60)
             self.stop()
@@ -335,6 +342,13 @@ class ManagedContainer:
         d = self.spec.describe()
         d["id"] = getattr(self, "id", None) and self.id[:12]
         return d
+
+    def marks(self) -> dict[str, float]:
+        """The phases of its start this unit saw (``coldstart.py``)."""
+        out = dict(self._marks)
+        if self.image_ready_at is not None:
+            out["image_pulled_s"] = self.image_ready_at
+        return out
 
     def stop(self) -> None:
         from docker.errors import NotFound
@@ -379,10 +393,12 @@ def start_containers(specs: Sequence[ContainerSpec]) -> list[ManagedContainer]:
             raise EngineUnavailable(reason)
     for spec in specs:
         _ensure_image(client, spec)
+    images_ready = time.monotonic()
     started: list[ManagedContainer] = []
     try:
         for spec in specs:
             started.append(ManagedContainer(client, spec))
+            started[-1].image_ready_at = images_ready
     except BaseException:
         for c in reversed(started):
             c.stop()

@@ -110,6 +110,8 @@ class ManagedProcess:
         except OSError as exc:
             self._log.close()
             raise EngineStartError(f"cannot start {spec.role} ({spec.argv[0]}): {exc}") from exc
+        #: When the process was spawned (``time.monotonic()``): its cold start's first mark.
+        self.spawned_at = time.monotonic()
         self.pid = self.popen.pid
         self.pgid = self.pid
         self._stopped = False
@@ -129,6 +131,10 @@ class ManagedProcess:
         d = self.spec.describe()
         d.update({"pid": self.pid, "log": str(self.log_path)})
         return d
+
+    def marks(self) -> dict[str, float]:
+        """The phases of its start this unit saw (``coldstart.py``)."""
+        return {"spawned_s": self.spawned_at}
 
     def _group_alive(self) -> bool:
         try:
