@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_llmslo.engines.runtimes.base import UnitFaults
 from pytest_llmslo.errors import ConfigError
 
 from .proxy import FaultProxy
@@ -49,11 +50,15 @@ def inject(
             f"here: the harness cannot {fault.kind} it (drop and delay work on any engine)"
         )
     unit, index = pick_unit(units, fault.replica)
+    target = runtime
+    if not callable(getattr(runtime, fault.kind, None)):
+        target = UnitFaults()  # its default: this runtime cannot
+        target.name = str(getattr(runtime, "name", config.runtime))
     if fault.kind == "stall":
         assert fault.for_s is not None
-        done = runtime.stall(unit, fault.for_s)
+        done = target.stall(unit, fault.for_s)
     else:
-        done = getattr(runtime, fault.kind)(unit)
+        done = getattr(target, fault.kind)(unit)
     return {"how": f"{config.runtime} {fault.kind}", "unit": index, **dict(done)}
 
 

@@ -98,6 +98,10 @@ class FaultProxy:
         for pipe in list(self._pipes):
             pipe.abort()
         self._pipes.clear()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def __enter__(self) -> FaultProxy:
         self.start()
