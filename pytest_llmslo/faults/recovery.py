@@ -81,7 +81,8 @@ def _both(run: Run, objectives: Sequence[Threshold]) -> tuple[SecondSeries, Seco
 
 
 def _r(values: Iterable[float | None], digits: int = 1) -> list[float | None]:
-    return [None if v is None or not math.isfinite(v) else round(v, digits) for v in values]
+    # + 0.0: a sum that cancels to -0.0 reads 0.0
+    return [None if v is None or not math.isfinite(v) else round(v, digits) + 0.0 for v in values]
 
 
 def _attainment(full: SecondSeries, good: SecondSeries) -> list[float | None]:
@@ -207,7 +208,7 @@ def fault_cost(
     stop = steady_end if at is None else max(at, ask + 1)
     dip = goodput_s[ask:stop]
     if dip.size:
-        out["goodput_min_tok_s"] = round(float(dip.min()), 1)
+        out["goodput_min_tok_s"] = round(float(dip.min()), 1) + 0.0
         out["goodput_dip"] = round(1 - float(dip.min()) / before, 3) if before > 0 else None
     seen = [a for a in attainment[ask:stop] if a is not None]
     out["attainment_min"] = min(seen) if seen else None

@@ -392,12 +392,14 @@ class Cluster:
         requests, and the client requests it held (running or queued on it) are lost and
         returned, to be failed. Returns its name and them."""
         inst = self._serving(name)
-        lost: list[SimRequest] = []
-        for inner in (*inst.scheduler.running, *inst.scheduler.waiting):
-            client = self._client.pop(inner, inner)
-            self._where.pop(client, None)
+        # Every client request routed to it and not finished: running, queued, or in the
+        # step in progress (a request whose last token that step would emit has already
+        # left the scheduler's running list).
+        lost = [client for client, (at, _inner) in self._where.items() if at is inst]
+        for client in lost:
+            _at, inner = self._where.pop(client)
+            self._client.pop(inner, None)
             client.status = "aborted"
-            lost.append(client)
         inst.step = None
         self.instances.remove(inst)
         self._front.remove(inst)

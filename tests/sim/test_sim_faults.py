@@ -162,3 +162,16 @@ def test_a_kill_closes_the_streams_on_that_replica(tmp_path: Path) -> None:
         assert isinstance(outcome, httpx.HTTPError) or "[DONE]" not in outcome.text
         refused = _stream(sim.url, 4)
         assert "no replica is serving" in refused.text
+
+
+def test_a_kill_loses_the_requests_whose_last_token_was_in_the_step_in_progress() -> None:
+    cluster = VLLM.cluster()
+    reqs = [SimRequest(f"r{i}", 64, 1) for i in range(2)]
+    for r in reqs:
+        cluster.submit(r, 0.0)
+    cluster.advance(0.0)  # routed; their one-token step is in progress
+    (inst,) = list(cluster)
+    assert inst.step is not None and not inst.scheduler.running  # they finish in it
+    _name, lost = cluster.kill_replica(None, 0.001)
+    assert sorted(r.rid for r in lost) == ["r0", "r1"]
+    assert cluster.advance(10.0).emitted == []
