@@ -6,6 +6,7 @@ drop through the proxy; a fault that cannot be done is recorded, not raised."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -68,8 +69,10 @@ def test_a_restart_is_timed_against_the_sims_log(slo_pytester: pytest.Pytester) 
     assert fault["done"]["how"] == "POST /admin/fault"
     assert fault["recovery_s"] is not None and fault["asked"]["kind"] == "restart"
     assert len(point["series"]["goodput_tok_s"]) == len(point["series"]["seconds"]) >= 10
-    report = (slo_pytester.path / "out.json").read_text()
-    assert '"asked_unix"' in report
+    root = ET.parse(slo_pytester.path / "out.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert float(props["llmslo.fault.0.recovery_s"]) == fault["recovery_s"]
+    assert props["llmslo.fault.0.kind"] == "restart" and props["llmslo.fault.0.at"] == "3s"
 
 
 MESSAGES = """

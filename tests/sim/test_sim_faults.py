@@ -134,6 +134,15 @@ def test_the_admin_endpoint_kills_restarts_and_logs_it(tmp_path: Path) -> None:
         assert "replica replica1 down at unix" in sim.log()
         bad = httpx.post(sim.url + "/admin/fault", json={"kind": "melt"}, timeout=10)
         assert bad.status_code == 400 and "kind: one of kill, restart, stall" in bad.text
+        stalled = httpx.post(
+            sim.url + "/admin/fault", json={"kind": "stall", "replica": 0, "for_s": 0.5}, timeout=10
+        )
+        assert stalled.status_code == 200 and stalled.json()["replica"] == "replica0"
+        rows = httpx.get(sim.url + "/admin/events", timeout=10).json()["events"]
+        stall = {e["event"]: e["unix"] for e in rows if e["replica"] == "replica0"}
+        assert stall["resumed"] - stall["stalled"] == pytest.approx(0.5, abs=0.01)
+        no_for = httpx.post(sim.url + "/admin/fault", json={"kind": "stall"}, timeout=10)
+        assert no_for.status_code == 400 and "for_s: required" in no_for.text
         gone = httpx.post(sim.url + "/admin/fault", json={"kind": "kill", "replica": 9}, timeout=10)
         assert gone.status_code == 400 and "no replica '9' is serving" in gone.text
 
