@@ -6,8 +6,8 @@ the frontend sends the new ones to the other replica. The test asserts the recov
 goodput back to 80 % of its level before the kill (one replica alone runs twice the
 batch, each step a little slower: it gives about 88 % of what two gave), no error and the
 TTFT objective met, for 3 s in a row, within 5 s of the kill, and at most 8 requests lost
-(the concurrency: all a replica could hold). The level's JSON point holds the per-second series and the
-fault's record; the sim's own log of the kill is at GET /admin/events."""
+(the concurrency: all a replica could hold). The level's JSON point holds the per-second
+series and the fault's record; the sim's own log of the kill is at GET /admin/events."""
 
 import httpx
 import pytest
