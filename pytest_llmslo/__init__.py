@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "current_run": "pytest_llmslo.slo",
     "bind_run": "pytest_llmslo.slo",
     "assert_startup": "pytest_llmslo.slo",
+    "assert_recovery": "pytest_llmslo.slo",
     **{name: "pytest_llmslo.slo" for name in _START_PHASES},
     "LoadLevel": "pytest_llmslo.records",
     "Run": "pytest_llmslo.records",
@@ -86,6 +87,8 @@ __all__ = [  # grouped by kind, not sorted
     "assert_goodput", "assert_slo", "evaluate", "parse_objectives", "current_run", "bind_run",
     # start objectives: assert_startup(ready_s < 60, first_token_s < 90)
     "assert_startup", *_START_PHASES,
+    # recovery objectives on a level's faults: assert_recovery(max_recovery_s=5)
+    "assert_recovery",
     # runs and summaries
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
@@ -142,6 +145,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ObjectiveResult,
         Verdict,
         assert_goodput,
+        assert_recovery,
         assert_slo,
         assert_startup,
         bind_run,

@@ -97,7 +97,9 @@ class SweepPoint:
     (``{"mode", "reset", "how", "why"}``, ``--reset-cache``) and what its hit rate was
     against the share the workload was built to have. ``scale_up``: the capacity added in
     the middle of the level (the ``scale_up`` setting) and how long it took to show in
-    goodput (``metrics.scaleup``)."""
+    goodput (``metrics.scaleup``). ``faults``: the faults done in the level (the
+    ``fault`` setting), each with what it cost (``faults.recovery``); ``series``: the
+    level's per-second series, kept for a level with faults."""
 
     engine: str
     test: str
@@ -110,6 +112,8 @@ class SweepPoint:
     notes: tuple[str, ...] = ()
     cache: Mapping[str, Any] | None = None
     scale_up: Mapping[str, Any] | None = None
+    faults: Sequence[Mapping[str, Any]] | None = None
+    series: Mapping[str, Any] | None = None
 
     @property
     def status(self) -> PointStatus:
@@ -138,6 +142,8 @@ class SweepPoint:
             "notes": list(self.notes),
             "cache": None if self.cache is None else dict(self.cache),
             **({} if self.scale_up is None else {"scale_up": dict(self.scale_up)}),
+            **({} if self.faults is None else {"faults": [dict(f) for f in self.faults]}),
+            **({} if self.series is None else {"series": dict(self.series)}),
         }
 
     @classmethod
@@ -160,6 +166,8 @@ class SweepPoint:
             notes=tuple(str(n) for n in d.get("notes") or ()),
             cache=dict(d["cache"]) if isinstance(d.get("cache"), Mapping) else None,
             scale_up=dict(d["scale_up"]) if isinstance(d.get("scale_up"), Mapping) else None,
+            faults=[dict(f) for f in d["faults"]] if isinstance(d.get("faults"), list) else None,
+            series=dict(d["series"]) if isinstance(d.get("series"), Mapping) else None,
         )
 
 

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "arrivals",
         "levelpoint",
     ),
-    ("signals", "metrics", "load", "engines", "sim"),
+    ("signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),
     ("sweep", "capacity", "settings"),
     ("document",),
@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # The session core's modules, lowest first: each imports only those before it.
 SESSION: tuple[tuple[str, ...], ...] = (
-    ("factory", "constants", "scaleup"),
+    ("factory", "constants", "scaleup", "faults"),
     ("state",),
     ("engines", "baseline", "outputs", "level"),
     ("inputs", "judge", "summary"),

@@ -35,6 +35,7 @@ ROOT = [
     "Objective", "ObjectiveResult", "Verdict",
     "assert_goodput", "assert_slo", "evaluate", "parse_objectives", "current_run", "bind_run",
     "assert_startup", *START_PHASES,
+    "assert_recovery",
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
     "SweepPoint", "Knee", "CapacitySearch", "CapacitySpec", "find_knee", "pareto_front",
@@ -51,6 +52,7 @@ SLO = [
     *DSL,
     "StartupObjective", "StartupSymbol", "StartupVerdict", "assert_startup", "bind_startup",
     *START_PHASES,
+    "RecoveryResult", "RecoveryVerdict", "assert_recovery", "bind_recovery",
 ]  # fmt: skip
 
 METRICS_ALL = [

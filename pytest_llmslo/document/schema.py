@@ -63,6 +63,17 @@ before and after (``before_tok_s``, ``after_tok_s``, ``gain``, the per-second
 ``goodput_tok_s``) and when the new capacity showed (``shows_at_s``, ``capacity_s``), or
 ``error``/``why`` (``metrics.scaleup``).
 
+A point of a level with faults in it (the ``fault`` setting) has ``faults`` (optional):
+one object per fault with what was asked (``asked``: kind, at, ...), when (``asked_s``,
+``done_s``: seconds into the measured window; ``asked_unix``), what was done (``done``)
+or ``error``, and what it cost: ``failed``, ``before_tok_s``, ``goodput_min_tok_s``,
+``goodput_dip``, ``before_attainment``, ``attainment_min``, ``recovered_at_s``,
+``recovery_s`` (null with ``why``), ``window_s``, ``share`` (``faults.recovery``); and
+``series`` (optional): the level's per-second series (``seconds``, ``in_flight``,
+``completed``, ``errors``, ``output_tok_s``, ``goodput_tok_s``, ``attainment``,
+``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``, ``itl_p99_ms``: lists of one value per
+second).
+
 ``validate_document`` checks kinds and required keys and raises ``DocumentError`` (a
 ``ConfigError``) naming the first bad field's path (``points[3].level.mode``).
 """
@@ -257,6 +268,15 @@ def _check_point(p: Any, where: str, engines: Mapping[str, Any]) -> None:
     if scale is not None:
         for key in ("asked_s", "capacity_s", "before_tok_s", "after_tok_s"):
             _opt(scale, key, (int, float), f"{where}.scale_up")
+    for j, fault in enumerate(_opt(p, "faults", list, where) or ()):
+        fw = f"{where}.faults[{j}]"
+        _expect(isinstance(fault, Mapping), fw, "expected an object")
+        _get(fault, "asked", Mapping, fw)
+        for key in ("asked_s", "recovery_s", "failed", "before_tok_s", "goodput_dip"):
+            _opt(fault, key, (int, float), fw)
+    series = _opt(p, "series", Mapping, where)
+    for key, values in (series or {}).items():
+        _expect(isinstance(values, list), f"{where}.series.{key}", "expected a list")
     samples = p.get("samples")
     if samples is not None:
         sw2 = f"{where}.samples"

@@ -385,6 +385,11 @@ class _Conn(asyncio.Protocol):
         self.last_ns = perf_counter_ns()
         self.data_ns = 0
         self.done_ns = 0
+        if self.closed:
+            # Closed by the server between the connect and this request (accepted, then
+            # dropped at once): its loss is told now, not waited for forever.
+            self.connection_lost(None)
+            return
         if self.transport is not None:
             self.transport.write(request)
 

@@ -14,8 +14,8 @@ window. Per second:
   over its stream (first token to end; all at its end when the two coincide), per second;
 - ``ttft_p50_ms``/``ttft_p99_ms``: TTFT percentiles of the requests whose *first token
   arrived* in the second (what a user saw then, not what was asked then), None without one;
-- ``itl_p50_ms``: the median of the requests' own ITL (their mean token gap) over the
-  requests that ended in the second, None without one.
+- ``itl_p50_ms``/``itl_p99_ms``: percentiles of the requests' own ITL (their mean token
+  gap) over the requests that ended in the second, None without one.
 
 Percentiles are ``stats.percentile``'s (linear interpolation), as everywhere else.
 """
@@ -45,6 +45,7 @@ class SecondSeries:
     ttft_p50_ms: tuple[float | None, ...]
     ttft_p99_ms: tuple[float | None, ...]
     itl_p50_ms: tuple[float | None, ...]
+    itl_p99_ms: tuple[float | None, ...] = ()
 
 
 def _floats(samples: Mapping[str, Sequence[float | None]], key: str, n: int) -> np.ndarray:
@@ -125,4 +126,5 @@ def per_second(samples: Mapping[str, Sequence[float | None]] | None) -> SecondSe
         ttft_p50_ms=_pct_per_bin(np.where(has_first, ttft, np.nan), first_bin, n, 50.0),
         ttft_p99_ms=_pct_per_bin(np.where(has_first, ttft, np.nan), first_bin, n, 99.0),
         itl_p50_ms=_pct_per_bin(np.where(timed, itl, np.nan), ended, n, 50.0),
+        itl_p99_ms=_pct_per_bin(np.where(timed, itl, np.nan), ended, n, 99.0),
     )

@@ -18,7 +18,7 @@ import math
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PREFIX",
     "cold_start_properties",
+    "fault_properties",
     "property_name",
     "scale_up_properties",
     "suite_properties",
@@ -309,6 +310,24 @@ def scale_up_properties(record: Mapping[str, Any] | None) -> list[tuple[str, str
     for key in ("asked_s", "done_s", "before_tok_s", "after_tok_s", "gain", "shows_at_s",
                 "capacity_s", "window_s", "share", "error", "why"):  # fmt: skip
         out.add(property_name("scale_up", key), record.get(key))
+    return out.items
+
+
+def fault_properties(records: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, str]]:
+    """A level's faults (``faults.recovery``), numbered from 0: ``llmslo.fault.<i>.{kind,
+    at,asked_s,asked_unix,failed,before_tok_s,goodput_min_tok_s,goodput_dip,attainment_min,
+    recovered_at_s,recovery_s,window_s,share,error,why}``."""
+    out = _Properties()
+    for i, record in enumerate(records or ()):
+        if not isinstance(record, Mapping):
+            continue
+        asked = record.get("asked") or {}
+        out.add(property_name("fault", str(i), "kind"), asked.get("kind"))
+        out.add(property_name("fault", str(i), "at"), asked.get("at"))
+        for key in ("asked_s", "asked_unix", "failed", "before_tok_s", "goodput_min_tok_s",
+                    "goodput_dip", "attainment_min", "recovered_at_s", "recovery_s",
+                    "window_s", "share", "error", "why"):  # fmt: skip
+            out.add(property_name("fault", str(i), key), record.get(key))
     return out.items
 
 

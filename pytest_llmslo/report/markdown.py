@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import EngineEntry, Results, Sweep
 from pytest_llmslo.report.coldstart import cold_start_table
+from pytest_llmslo.report.faults import fault_lines
 from pytest_llmslo.report.paths import relative_paths
 from pytest_llmslo.report.scaleup import scale_up_text
 from pytest_llmslo.report.signaltext import (
@@ -218,6 +219,7 @@ def _level_notes(p: SweepPoint) -> list[str]:
     scale = scale_up_text(p.scale_up)
     if scale:
         out.append(f"{label}: {scale}")
+    out += [f"{label}: {line}" for line in fault_lines(p.faults)]
     out += [f"{label}: why: {why}" for why in (p.verdict.attribution if p.verdict else ())]
     return out
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import Results
 from pytest_llmslo.report.coldstart import cold_start_line
+from pytest_llmslo.report.faults import fault_lines
 from pytest_llmslo.report.scaleup import scale_up_text
 from pytest_llmslo.report.signaltext import (
     CLIENT_LEGEND,
@@ -299,10 +300,11 @@ def failure_lines(p: SweepPoint) -> list[str]:
 
 
 def request_failure_lines(p: SweepPoint) -> list[str]:
-    """Why a level's requests failed: its most frequent error message, with the count of
-    the others; none when none failed."""
+    """The level's faults and what they cost (``report.faults``), then why its requests
+    failed: its most frequent error message, with the count of the others; none when
+    there was no fault and none failed."""
     s = p.summary
-    out: list[str] = []
+    out: list[str] = [f"  {p.level.label}: {line}" for line in fault_lines(p.faults)]
     if s.failed:
         text = f"  {p.level.label}: {s.failed} of {s.requests} requests failed"
         if s.errors:

@@ -63,7 +63,7 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
     if idx is None:
         return
     run = state.point_runs[idx]
-    if not ctx.verdicts:
+    if not ctx.verdicts and not ctx.recoveries:
         if ts.objectives:
             slo.assert_goodput(run, *ts.objectives, **gate_kwargs(ts))
             return
@@ -310,6 +310,7 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
     ctx = state.contexts[node]
     state.current = ctx
     slo.bind_startup(lambda: (ctx.engine, state.engine_meta.get(ctx.engine, {}).get("cold_start")))
+    slo.bind_recovery(ctx.recoveries.append)
     try:
         try:
             result = yield
@@ -322,6 +323,7 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
     finally:
         state.current = None
         slo.bind_startup(None)
+        slo.bind_recovery(None)
         state.report_levels(ctx)
 
 

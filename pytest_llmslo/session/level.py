@@ -299,26 +299,33 @@ def load_level(
     harness's keys ``meta`` in its run's meta: the one call of the load generator."""
     from pytest_llmslo import load
 
+    from .faults import fault_proxy, fault_triggers, with_faults
     from .scaleup import scale_trigger, with_scale_up
 
     ts = task.ts
     trigger = scale_trigger(ts.scale_up, task.handle, progress, ts.duration_s)
-    run = load.run_load_sync(
-        load.LoadJob(
-            task.client,
-            task.workload,
-            task.level,
-            requests=ts.requests,
-            warmup=task.warmup,
-            duration_s=ts.duration_s,
-            grace_s=ts.grace_s,
-            level_timeout_s=ts.level_bound_s(),
-            progress=trigger or progress,
-            meta=meta.to_dict(),
-            thresholds=ts.health_thresholds(),
-            early_stop=task.early_stop,
+    with fault_proxy(ts.faults, task.client) as (client, proxy):
+        faults, callback = fault_triggers(
+            ts.faults, task.handle, proxy, trigger or progress, ts.duration_s
         )
-    )
+        run = load.run_load_sync(
+            load.LoadJob(
+                client,
+                task.workload,
+                task.level,
+                requests=ts.requests,
+                warmup=task.warmup,
+                duration_s=ts.duration_s,
+                grace_s=ts.grace_s,
+                level_timeout_s=ts.level_bound_s(),
+                progress=callback,
+                meta=meta.to_dict(),
+                thresholds=ts.health_thresholds(),
+                early_stop=task.early_stop,
+            )
+        )
+        if faults:
+            run = with_faults(run, ts.faults, faults, ts.objectives)
     if trigger is None or ts.scale_up is None:
         return run
     return with_scale_up(run, ts.scale_up, trigger, ts.objectives)
@@ -536,6 +543,8 @@ def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ())
         notes=tuple(notes),
         cache=dict(cache) if cache is not None else None,
         scale_up=run.meta.get("scale_up"),
+        faults=run.meta.get("faults"),
+        series=run.meta.get("series"),
     )
     return state.add_point(task.ctx, run, point)
 

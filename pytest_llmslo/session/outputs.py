@@ -161,6 +161,7 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
         junit.cold_start_properties(state.engine_meta.get(ctx.engine, {}).get("cold_start"))
     )
     props.extend(junit.scale_up_properties(point.scale_up))
+    props.extend(junit.fault_properties(point.faults))
     if not point.comparable:
         props.append(("llmslo.comparable", "false"))
     props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))

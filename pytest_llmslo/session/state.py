@@ -124,6 +124,8 @@ class TestContext:
     last_level: bool
     point_keys: list[int] = dataclasses.field(default_factory=list)
     verdicts: list[Verdict] = dataclasses.field(default_factory=list)
+    #: The body judged the level's faults (``assert_recovery``): what it asserted.
+    recoveries: list[Any] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     comparison: Comparison | None = None
     compare_skip: str | None = None  # why the baseline comparison did not run

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pytest_llmslo.choices import ResetCacheMode
 from pytest_llmslo.engines.scaling import ScaleUp
+from pytest_llmslo.faults.spec import Fault
 
 from .groups import (
     ClientOptions,
@@ -71,6 +72,8 @@ class TestSettings(
     reset_cache: ResetCacheMode = "auto"
     #: Capacity added in the middle of each level (``--slo-scale-up``, ``scale_up=``).
     scale_up: ScaleUp | None = None
+    #: Faults done in the middle of each level (``--slo-fault``, ``fault=``).
+    faults: tuple[Fault, ...] = ()
     #: The test's own engines (``engines=`` on its marker); empty: the session's.
     engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)

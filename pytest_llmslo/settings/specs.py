@@ -31,6 +31,7 @@ from pytest_llmslo.choices import (
 from pytest_llmslo.engines.base import ENGINE_KINDS
 from pytest_llmslo.engines.scaling import parse_scale_up
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
+from pytest_llmslo.faults.spec import parse_faults
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .parsers import (
@@ -538,6 +539,12 @@ SPECS: tuple[Spec, ...] = (
               "goodput: 'at=50%' (or at=20s), optional replicas=N (the total), startup_s=S "
               "(a sim replica's cold start), window=3s, share=90%. The sim, Dynamo as "
               "processes and kubernetes engines can grow."),
+    Spec("fault", parse_faults, (), field="faults", cli="--slo-fault", marker="fault",
+         coerce=parse_faults, topic="engines", metavar="SPEC",
+         help="Faults in the middle of each level, and what they cost: 'kill at=40%', "
+              "'restart at=5s,startup_s=1', 'stall at=3s,for=2s', 'drop at=30%,for=2s,"
+              "rate=50%', 'delay at=3s,for=2s,by=200ms' (several separated by ';'); "
+              "replica=, window=3s and share=90% (recovery). See docs/faults.md."),
 )
 # fmt: on
 

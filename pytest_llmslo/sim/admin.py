@@ -6,6 +6,9 @@ requests ``startup_s`` seconds later (its cold start, 0 by default). The answer 
 many replicas serve now and the names of those coming up. When a replica comes up the sim
 logs it, with the wall-clock time, on its log (``REPLICA_UP``): the record a test checks a
 measured scale-up against. A disaggregated sim answers 400.
+
+Faults (``POST /admin/fault``) and the sim's own account of them (``GET /admin/events``)
+are in ``sim/faults.py``.
 """
 
 from __future__ import annotations

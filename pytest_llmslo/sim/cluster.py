@@ -30,6 +30,7 @@ import heapq
 import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
+from dataclasses import replace as _shifted
 from typing import Any, Literal
 
 from .costmodel import CostModel
@@ -181,6 +182,7 @@ class _Instance:
     role: Role
     scheduler: Scheduler
     step: Any = None  # the StepResult in progress (its tokens exist at its end)
+    stalled_until: float = 0.0  # no step ends before this (a stall, ``stall_replica``)
 
     @property
     def load(self) -> int:
@@ -206,6 +208,8 @@ class Advance:
 
     emitted: list[Emission] = field(default_factory=list)
     failed: list[tuple[SimRequest, str]] = field(default_factory=list)
+    #: Requests that found no replica serving (every one killed): the frontend refuses them.
+    lost: list[tuple[SimRequest, str]] = field(default_factory=list)
 
 
 class Cluster:
@@ -235,6 +239,7 @@ class Cluster:
                 self.instances.append(_Instance(f"replica{i}", "aggregated", Scheduler(cfg, cost)))
         self._front = [i for i in self.instances if i.role != "decode"]
         self._decoders = [i for i in self.instances if i.role == "decode"]
+        self._template = self._front[0]  # its config stands for every front instance's
         self._rr = itertools.cycle(range(len(self._front)))
         self._seq = itertools.count()
         # (arrival time, seq, kind, payload): frontend arrivals and KV transfers.
@@ -248,21 +253,27 @@ class Cluster:
         #: came up; the server logs them.
         self.replicas_up: list[tuple[str, float]] = []
         self._pending = 0
+        self._named = len(self.instances)  # replicas ever named (a new one's number)
+        #: What happened to replicas while running, on the simulated clock: (replica,
+        #: ``down``/``up``/``stalled``/``resumed``, time, why). The admin endpoint shows it.
+        self.replica_log: list[tuple[str, str, float, str]] = []
+        self._lost: list[tuple[SimRequest, str]] = []
+        self._dead: list[_Instance] = []  # killed replicas (their counters still count)
 
     # -- the clients' side -----------------------------------------------------------
 
     @property
     def block_size(self) -> int:
-        return self._front[0].scheduler.config.block_size
+        return self._template.scheduler.config.block_size
 
     @property
     def enable_prefix_caching(self) -> bool:
-        return self._front[0].scheduler.config.enable_prefix_caching
+        return self._template.scheduler.config.enable_prefix_caching
 
     def check(self, req: SimRequest) -> None:
         """``ValueError`` when no instance could ever serve ``req`` (as ``Scheduler.add``)."""
         probe = SimRequest(req.rid, req.prompt_tokens, req.max_tokens)
-        for inst in (self._front[0], *self._decoders[:1]):
+        for inst in (self._template, *self._decoders[:1]):
             cfg = inst.scheduler.config
             need = inst.scheduler.blocks.blocks_for(req.prompt_tokens + req.max_tokens)
             if need > cfg.num_blocks:
@@ -272,7 +283,7 @@ class Cluster:
                 )
         if not self.topology.disaggregated:
             # The scheduler's own checks (chunked prefill off and a prefill too long).
-            Scheduler(self._front[0].scheduler.config, self._front[0].scheduler.cost).add(probe)
+            Scheduler(self._template.scheduler.config, self._template.scheduler.cost).add(probe)
 
     def submit(self, req: SimRequest, now: float) -> None:
         """A client's request reaches the frontend at ``now``."""
@@ -327,6 +338,8 @@ class Cluster:
             for inst in self.instances:
                 if inst.step is None and inst.scheduler.has_work:
                     self._start_step(inst, t, out)
+        out.lost.extend(self._lost)
+        self._lost.clear()
         return out
 
     def add_replica(self, now: float, startup_s: float = 0.0) -> str:
@@ -337,7 +350,8 @@ class Cluster:
             raise ValueError("only an aggregated sim adds replicas (its pools are fixed)")
         if not startup_s >= 0:
             raise ValueError(f"a replica's startup_s must be >= 0, got {startup_s}")
-        name = f"replica{len(self.instances) + self._pending}"
+        name = f"replica{self._named}"
+        self._named += 1
         self._pending += 1
         heapq.heappush(self._events, (now + startup_s, next(self._seq), "replica", name))
         return name
@@ -352,6 +366,75 @@ class Cluster:
         """Replicas serving and coming up."""
         return len(self._front) + self._pending
 
+    # -- faults: a replica killed, restarted or stalled while running -----------------
+
+    def _serving(self, name: str | None) -> _Instance:
+        if self.topology.disaggregated:
+            raise ValueError(
+                "only an aggregated sim's replicas can be killed, restarted or stalled"
+            )
+        if not self._front:
+            raise ValueError("no replica is serving")
+        if name is None:
+            return self._front[0]
+        wanted = f"replica{name}" if str(name).isdigit() else str(name)
+        for inst in self._front:
+            if inst.name == wanted:
+                return inst
+        raise ValueError(
+            f"no replica {name!r} is serving; serving: " + ", ".join(i.name for i in self._front)
+        )
+
+    def kill_replica(
+        self, name: str | None, now: float, why: str = "killed"
+    ) -> tuple[str, list[SimRequest]]:
+        """The replica ``name`` (None: the first serving) dies at ``now``: it takes no more
+        requests, and the client requests it held (running or queued on it) are lost and
+        returned, to be failed. Returns its name and them."""
+        inst = self._serving(name)
+        # Every client request routed to it and not finished: running, queued, or in the
+        # step in progress (a request whose last token that step would emit has already
+        # left the scheduler's running list).
+        lost = [client for client, (at, _inner) in self._where.items() if at is inst]
+        for client in lost:
+            _at, inner = self._where.pop(client)
+            self._client.pop(inner, None)
+            client.status = "aborted"
+        inst.step = None
+        self.instances.remove(inst)
+        self._front.remove(inst)
+        self._dead.append(inst)
+        self._rr = itertools.cycle(range(len(self._front)))
+        self.replica_log.append((inst.name, "down", now, why))
+        return inst.name, lost
+
+    def restart_replica(
+        self, name: str | None, now: float, startup_s: float = 0.0
+    ) -> tuple[str, list[SimRequest]]:
+        """Kill the replica ``name`` and start it again: it serves ``startup_s`` later
+        (its cold start), empty. Returns as ``kill_replica``."""
+        if not startup_s >= 0:
+            raise ValueError(f"a replica's startup_s must be >= 0, got {startup_s}")
+        killed, lost = self.kill_replica(name, now, "restarted")
+        self._pending += 1
+        heapq.heappush(self._events, (now + startup_s, next(self._seq), "replica", killed))
+        return killed, lost
+
+    def stall_replica(self, name: str | None, now: float, for_s: float) -> str:
+        """The replica ``name`` produces nothing from ``now`` for ``for_s`` seconds: its
+        step in progress ends that much later and no step ends before the stall does.
+        Returns its name."""
+        if not (for_s > 0 and for_s < float("inf")):
+            raise ValueError(f"a stall lasts a number of seconds > 0, got {for_s}")
+        inst = self._serving(name)
+        until = max(inst.stalled_until, now + for_s)
+        inst.stalled_until = until
+        if inst.step is not None and inst.step.end_s > now:
+            inst.step = _shifted(inst.step, duration_s=inst.step.duration_s + for_s)
+        self.replica_log.append((inst.name, "stalled", now, f"for {for_s:g} s"))
+        self.replica_log.append((inst.name, "resumed", until, "stall over"))
+        return inst.name
+
     # -- inside ----------------------------------------------------------------------
 
     def _bring_up(self, name: str, at: float) -> None:
@@ -363,11 +446,17 @@ class Cluster:
         # Round robin over every replica, the new one next.
         self._rr = itertools.cycle([len(self._front) - 1, *range(len(self._front) - 1)])
         self.replicas_up.append((name, at))
+        self.replica_log.append((name, "up", at, "serving"))
 
     def _route(self, req: SimRequest, at: float) -> None:
         if req.status == "aborted":
             return
         inst = self._pick(req)
+        if inst is None:
+            self._where.pop(req, None)
+            req.status = "aborted"
+            self._lost.append((req, "no replica is serving: every one is down"))
+            return
         if self.topology.disaggregated:
             inner = SimRequest(
                 req.rid, req.prompt_tokens, 1, arrival_s=at, block_hashes=req.block_hashes
@@ -380,8 +469,10 @@ class Cluster:
         if inst.step is None:
             self._start_step(inst, at, None)
 
-    def _pick(self, req: SimRequest) -> _Instance:
+    def _pick(self, req: SimRequest) -> _Instance | None:
         front = self._front
+        if not front:
+            return None
         if len(front) == 1:
             return front[0]
         if self.topology.router == "kv" and req.block_hashes:
@@ -393,6 +484,7 @@ class Cluster:
         return front[next(self._rr)]
 
     def _start_step(self, inst: _Instance, at: float, out: Advance | None) -> None:
+        at = max(at, inst.stalled_until)
         while inst.scheduler.has_work:
             try:
                 inst.step = inst.scheduler.step(at)
@@ -461,7 +553,7 @@ class Cluster:
     def stats(self) -> SchedulerStats:
         """The counters of every instance, summed."""
         total = SchedulerStats()
-        for inst in self.instances:
+        for inst in (*self.instances, *self._dead):
             for name in total.__slots__:  # type: ignore[attr-defined]
                 setattr(total, name, getattr(total, name) + getattr(inst.scheduler.stats, name))
         return total

@@ -38,7 +38,7 @@ from http import HTTPStatus
 from time import perf_counter_ns
 from typing import IO, Any
 
-from . import admin
+from . import admin, faults
 from .cluster import Advance
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .latencies import RequestLatencies
@@ -347,6 +347,8 @@ class EngineLoop:
     def _emit(self, result: Advance, target_ns: int) -> None:
         for req, why in result.failed:
             self._failed(req, why)
+        for req, why in result.lost:
+            faults.lose(self, req, why, abrupt=False)
         trace = self.trace
         stats = self.lateness
         warn = self.lag_warn_s
@@ -447,6 +449,8 @@ class SimServer:
             "/version": ("GET", self.version),
             "/reset_prefix_cache": ("POST", self.reset_prefix_cache),
             "/admin/replicas": ("POST", functools.partial(admin.replicas, self.engine)),
+            "/admin/fault": ("POST", functools.partial(faults.fault, self.engine)),
+            "/admin/events": ("GET", functools.partial(faults.events, self.engine)),
         }
         route = routes.get(req.path.rstrip("/") or "/")
         if route is None:

@@ -85,6 +85,7 @@ from .dsl import (
 )
 from .dsl import Op as Op
 from .evaluate import evaluate, failures_fail, settled
+from .recovery import RecoveryResult, RecoveryVerdict, assert_recovery, bind_recovery
 from .startup import (
     StartupObjective,
     StartupSymbol,
@@ -127,6 +128,11 @@ __all__ = [
     "assert_startup",
     "bind_startup",
     *_PHASES,
+    # recovery objectives on a level's faults (recovery.py)
+    "RecoveryResult",
+    "RecoveryVerdict",
+    "assert_recovery",
+    "bind_recovery",
 ]
 
 

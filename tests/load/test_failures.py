@@ -439,3 +439,17 @@ async def test_gzip_bodies_and_tool_call_streams_from_a_server(misbehaving, tran
     tools = await one_request(misbehaving("tool-calls"), transport)
     assert tools.ok and len(tools.chunk_ns) == 3, tools.error
     assert tools.first_content_ns == tools.chunk_ns[0]
+
+
+async def test_a_connection_closed_before_its_request_is_a_reset_not_a_hang() -> None:
+    # A server that accepts and drops at once (a proxy cutting every connection): the
+    # close can come between the connect and the request's start.
+    from pytest_llmslo.load.http1 import _Conn
+
+    conn = _Conn()
+    conn.connection_lost(None)  # nothing in flight yet
+    raw = RawExchange()
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    conn.start(raw, fut, b"POST / HTTP/1.1\r\n\r\n")
+    assert fut.done()
+    assert raw.kind == "reset" and raw.error == "connection closed before the response was complete"

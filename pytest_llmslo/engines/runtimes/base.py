@@ -7,7 +7,9 @@ config to ``adapt`` before the kind plans it; ``launch.launch`` calls
 ``check``, ``start`` and ``endpoint`` in that order, asks ``known_version`` and
 ``fallback_version`` around the engine's own version probe, checks ``ports_in_use``
 before the start and ``ports_still_held`` after the stop; ``reap`` removes what crashed
-sessions left behind. Nothing here knows an engine kind, and no kind knows a runtime.
+sessions left behind; ``kill``, ``restart`` and ``stall`` do a fault to one started unit
+in the middle of a level (``faults/injector.py``; ``UnitFaults`` is the default of a
+runtime that cannot). Nothing here knows an engine kind, and no kind knows a runtime.
 """
 
 from __future__ import annotations
@@ -96,8 +98,46 @@ class Runtime(Protocol):
         where the runtime cannot (one copy per engine on this machine)."""
         ...
 
+    def kill(self, unit: StartedUnit) -> dict[str, Any]:
+        """Kill ``unit`` at once (a fault): what it held is lost (``UnitFaults``)."""
+        ...
 
-class HostNetwork:
+    def restart(self, unit: StartedUnit) -> dict[str, Any]:
+        """Kill ``unit``, then start it again as it was (``UnitFaults``)."""
+        ...
+
+    def stall(self, unit: StartedUnit, for_s: float) -> dict[str, Any]:
+        """Freeze ``unit`` for ``for_s`` seconds, then let it carry on (``UnitFaults``)."""
+        ...
+
+
+class UnitFaults:
+    """Faults done to one started unit of a running engine (``faults/injector.py``):
+    ``kill`` it at once (what it held is lost), ``restart`` it (killed, then started again
+    as it was), ``stall`` it (it runs nothing for ``for_s`` seconds, then carries on). Each
+    returns what was done as JSON data. This default is a runtime's that cannot: each
+    raises ``ConfigError`` saying so."""
+
+    name: str = "?"
+
+    def _cannot(self, what: str) -> ConfigError:
+        return ConfigError(
+            f"runtime {self.name} cannot {what} a unit of a running engine: faults on it "
+            "are not implemented (the sim's replicas, process and docker units can; drop "
+            "and delay work on any engine)"
+        )
+
+    def kill(self, unit: StartedUnit) -> dict[str, Any]:
+        raise self._cannot("kill")
+
+    def restart(self, unit: StartedUnit) -> dict[str, Any]:
+        raise self._cannot("restart")
+
+    def stall(self, unit: StartedUnit, for_s: float) -> dict[str, Any]:
+        raise self._cannot("stall")
+
+
+class HostNetwork(UnitFaults):
     """For runtimes whose units listen on this machine's network (local processes,
     containers with host networking): the engine is reached at ``plan.base_url`` and its
     ports are checked here."""

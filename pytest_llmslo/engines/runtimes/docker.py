@@ -31,7 +31,7 @@ from .._common import host_gpu_reason, image_tag
 from ..base import EngineConfig
 from ..plan import LaunchPlan
 from ..units import ImageUnit
-from .base import HostNetwork, Started
+from .base import HostNetwork, Started, StartedUnit
 
 LABEL_PREFIX = "io.llmslo"
 LABEL_SESSION = f"{LABEL_PREFIX}.session"
@@ -495,3 +495,46 @@ class DockerRuntime(HostNetwork):
 
     def reap(self) -> list[str]:
         return reap_stale_containers()
+
+    # Faults (docker SDK 7: Container.kill, .start, .pause, .unpause).
+
+    def kill(self, unit: StartedUnit) -> dict[str, Any]:
+        """``docker kill`` (SIGKILL): the container exits; it stays, stopped, until the
+        engine stops (and is removed with it)."""
+        container = _container(unit)
+        container.kill(signal="SIGKILL")
+        return {"container": container.id[:12], "signal": "SIGKILL",
+                "killed_unix": round(time.time(), 3)}  # fmt: skip
+
+    def restart(self, unit: StartedUnit) -> dict[str, Any]:
+        """``docker kill`` then ``docker start``: the same container, its engine started
+        again from its entrypoint."""
+        done = self.kill(unit)
+        container = _container(unit)
+        container.wait(timeout=30)
+        container.start()
+        return {**done, "started_unix": round(time.time(), 3)}
+
+    def stall(self, unit: StartedUnit, for_s: float) -> dict[str, Any]:
+        """``docker pause`` (the cgroup freezer), ``docker unpause`` ``for_s`` later."""
+        container = _container(unit)
+        container.pause()
+        timer = threading.Timer(for_s, _unpause, (container,))
+        timer.daemon = True
+        timer.start()
+        return {"container": container.id[:12], "paused_unix": round(time.time(), 3),
+                "for_s": for_s}  # fmt: skip
+
+
+def _container(unit: StartedUnit) -> Any:
+    container = getattr(unit, "container", None)
+    if not isinstance(unit, ManagedContainer) or container is None:
+        raise TypeError(
+            f"the docker runtime runs ManagedContainer units, not {type(unit).__name__}"
+        )
+    return container
+
+
+def _unpause(container: Any) -> None:
+    with contextlib.suppress(Exception):  # stopped and removed meanwhile
+        container.unpause()

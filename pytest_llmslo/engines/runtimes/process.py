@@ -28,7 +28,7 @@ from .. import lifecycle
 from .._common import require_gpu, require_module
 from ..plan import LaunchPlan
 from ..units import ProcessUnit
-from .base import HostNetwork, Started
+from .base import HostNetwork, Started, StartedUnit
 
 _PR_SET_PDEATHSIG = 1
 
@@ -90,10 +90,19 @@ class ManagedProcess:
         # Engines written in Python buffer stdout when it is a file; the log tail on a
         # start failure would then miss the last lines.
         env.setdefault("PYTHONUNBUFFERED", "1")
+        self._env = env
         # Kept open for the life of the process; closed in stop().
         self._log = open(self.log_path, "ab", buffering=0)
+        self._spawn()
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._token = lifecycle.register(self.stop)
+        self._resume: threading.Timer | None = None
+
+    def _spawn(self) -> None:
+        spec = self.spec
         # PDEATHSIG is tied to the thread that forked: only use it from the main thread,
-        # whose exit is the harness's exit.
+        # whose exit is the harness's exit (a restart from another thread goes without).
         main = threading.current_thread() is threading.main_thread()
         preexec = _child_setup if (main and _PRCTL is not None) else None
         try:
@@ -102,7 +111,7 @@ class ManagedProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=self._env,
                 cwd=spec.cwd,
                 start_new_session=True,
                 preexec_fn=preexec,  # only prctl(); no Python state touched in the child
@@ -114,9 +123,6 @@ class ManagedProcess:
         self.spawned_at = time.monotonic()
         self.pid = self.popen.pid
         self.pgid = self.pid
-        self._stopped = False
-        self._lock = threading.Lock()
-        self._token = lifecycle.register(self.stop)
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -155,8 +161,11 @@ class ManagedProcess:
             if self._stopped:
                 return
             self._stopped = True
+        if self._resume is not None:
+            self._resume.cancel()
         try:
             if self._group_alive():
+                self._signal_group(signal.SIGCONT)  # a stalled group cannot act on SIGTERM
                 self._signal_group(signal.SIGTERM)
                 deadline = time.monotonic() + self.grace_s
                 while time.monotonic() < deadline:
@@ -181,6 +190,41 @@ class ManagedProcess:
             with contextlib.suppress(OSError):
                 self._log.close()
             lifecycle.unregister(self._token)
+
+
+def kill_unit(unit: ManagedProcess) -> dict[str, Any]:
+    """SIGKILL ``unit``'s process group and reap it (a fault: nothing it held survives)."""
+    pid = unit.pid
+    unit._signal_group(signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        unit.popen.wait(timeout=10)
+    end = time.monotonic() + 5
+    while unit._group_alive() and time.monotonic() < end:
+        time.sleep(0.02)
+    return {"pid": pid, "signal": "SIGKILL", "killed_unix": round(time.time(), 3)}
+
+
+def restart_unit(unit: ManagedProcess) -> dict[str, Any]:
+    """SIGKILL ``unit``'s process group, then start its command again, logging to the same
+    file: the engine's process as a supervisor would bring it back."""
+    killed = kill_unit(unit)
+    with unit._lock:
+        if unit._stopped:
+            raise EngineStartError(f"{unit.spec.role} was stopped: it is not started again")
+        unit._spawn()
+    return {**killed, "new_pid": unit.pid, "spawned_unix": round(time.time(), 3)}
+
+
+def stall_unit(unit: ManagedProcess, for_s: float) -> dict[str, Any]:
+    """SIGSTOP ``unit``'s process group, and SIGCONT it ``for_s`` seconds later (on a
+    timer; ``stop()`` continues it first)."""
+    unit._signal_group(signal.SIGSTOP)
+    timer = threading.Timer(for_s, unit._signal_group, (signal.SIGCONT,))
+    timer.daemon = True
+    unit._resume = timer
+    timer.start()
+    return {"pid": unit.pid, "signal": "SIGSTOP", "for_s": for_s,
+            "stopped_unix": round(time.time(), 3)}  # fmt: skip
 
 
 def start_processes(
@@ -241,3 +285,18 @@ class ProcessRuntime(HostNetwork):
     def reap(self) -> list[str]:
         """Nothing to reap: a process engine dies with the harness (parent-death signal)."""
         return []
+
+    def kill(self, unit: StartedUnit) -> dict[str, Any]:
+        return kill_unit(_managed(unit))
+
+    def restart(self, unit: StartedUnit) -> dict[str, Any]:
+        return restart_unit(_managed(unit))
+
+    def stall(self, unit: StartedUnit, for_s: float) -> dict[str, Any]:
+        return stall_unit(_managed(unit), for_s)
+
+
+def _managed(unit: StartedUnit) -> ManagedProcess:
+    if not isinstance(unit, ManagedProcess):
+        raise TypeError(f"the process runtime runs ManagedProcess units, not {type(unit).__name__}")
+    return unit

@@ -1,0 +1,94 @@
+"""Doing a fault to a running engine (``inject``), on the target its kind and runtime have:
+
+- ``drop`` and ``delay``: the proxy the harness put in front of the engine for the level
+  (``faults.proxy``), whatever the engine;
+- the **sim** (any runtime): ``POST /admin/fault`` (``sim/faults.py``) kills, restarts or
+  stalls one of its replicas; its own log of them is ``GET /admin/events``;
+- an engine started here as processes or containers: ``kill`` and ``restart`` on the
+  runtime (``runtimes/base.Runtime.kill``/``restart``: the process group SIGKILLed and
+  started again, the container killed and started again), on the unit ``replica`` names
+  (its role, e.g. ``decode-worker``, or its number in start order; the last by default:
+  a Dynamo deployment's worker rather than its frontend); ``stall`` on the runtime too
+  (the process group stopped then continued; the container paused then unpaused).
+
+Each returns what was done as JSON data; an engine that cannot take the fault raises
+``ConfigError`` saying so, recorded on the fault (the level goes on).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_llmslo.engines.runtimes.base import UnitFaults
+from pytest_llmslo.errors import ConfigError
+
+from .proxy import FaultProxy
+from .spec import Fault
+
+__all__ = ["inject", "pick_unit"]
+
+
+def inject(
+    handle: Any, fault: Fault, proxy: FaultProxy | None = None, timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """Do ``fault`` to the engine ``handle`` (module docstring); what was done."""
+    if fault.kind in ("drop", "delay"):
+        if proxy is None:
+            raise ConfigError(f"{fault.label}: no proxy runs in front of the engine")
+        assert fault.for_s is not None
+        if fault.kind == "drop":
+            return proxy.drop(fault.rate, fault.for_s)
+        return proxy.delay(fault.by_s, fault.for_s)
+    config = handle.config
+    if config.kind == "sim":
+        return _sim(handle, fault, timeout_s)
+    runtime = getattr(handle, "runtime", None)
+    units = tuple(getattr(handle, "units", ()))
+    if runtime is None or not units:
+        raise ConfigError(
+            f"engine {config.display_name!r} ({config.kind}, {config.runtime}) was not started "
+            f"here: the harness cannot {fault.kind} it (drop and delay work on any engine)"
+        )
+    unit, index = pick_unit(units, fault.replica)
+    target = runtime
+    if not callable(getattr(runtime, fault.kind, None)):
+        target = UnitFaults()  # its default: this runtime cannot
+        target.name = str(getattr(runtime, "name", config.runtime))
+    if fault.kind == "stall":
+        assert fault.for_s is not None
+        done = target.stall(unit, fault.for_s)
+    else:
+        done = getattr(target, fault.kind)(unit)
+    return {"how": f"{config.runtime} {fault.kind}", "unit": index, **dict(done)}
+
+
+def pick_unit(units: tuple[Any, ...], replica: str | None) -> tuple[Any, int]:
+    """The unit ``replica`` names (its role or its number in start order; None: the
+    last) and its number. ``ConfigError`` naming the units when none matches."""
+    if replica is None:
+        return units[-1], len(units) - 1
+    for i, unit in enumerate(units):
+        role = getattr(getattr(unit, "spec", None), "role", None)
+        if replica == str(i) or (role is not None and replica == role):
+            return unit, i
+    names = ", ".join(
+        f"{i} ({getattr(getattr(u, 'spec', None), 'role', '?')})" for i, u in enumerate(units)
+    )
+    raise ConfigError(f"no unit {replica!r} in the engine; its units: {names}")
+
+
+def _sim(handle: Any, fault: Fault, timeout_s: float) -> dict[str, Any]:
+    import httpx
+
+    body: dict[str, Any] = {"kind": fault.kind}
+    if fault.replica is not None:
+        body["replica"] = fault.replica
+    if fault.kind == "restart":
+        body["startup_s"] = fault.startup_s
+    if fault.kind == "stall":
+        body["for_s"] = fault.for_s
+    with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+        resp = client.post(handle.base_url + "/admin/fault", json=body)
+    if not resp.is_success:
+        raise ConfigError(f"POST /admin/fault answered HTTP {resp.status_code}: {resp.text[:300]}")
+    return {"how": "POST /admin/fault", "asked": body, "answer": resp.json()}
