@@ -4,7 +4,10 @@ attribution by the engine's own signals), the problems, the engine's signals, fa
 notes and traffic, and the distributions of TTFT and ITL from the per-request samples the
 results hold, with the level's per-second series over its measured window
 (``metrics.timeseries``): TTFT P50 and P99 by the second the first token arrived, ITL P50,
-output tokens/s, completions and errors, requests in flight.
+output tokens/s, completions and errors, requests in flight. A level with faults (the
+``fault`` setting) lists each with what it cost (``report.faults``) and marks on every
+per-second chart when it was done and when the level recovered, with the goodput the
+recovery is judged on (``faults.recovery``) beside the output tokens/s.
 
 Results written before the samples held each request's times have no per-second series:
 their level shows the values per request in the order sent instead, and says why. A level
@@ -17,6 +20,7 @@ from html import escape
 from typing import Any
 
 from pytest_llmslo.metrics.timeseries import SecondSeries, per_second
+from pytest_llmslo.report.faults import fault_lines
 from pytest_llmslo.report.htmlcells import badge, bounds, cell, lines, point_value
 from pytest_llmslo.report.htmlcharts import (
     PALETTE,
@@ -88,11 +92,39 @@ def _line(
     return Series(label, colour, marks, dashed=dashed)
 
 
-def _time_charts(ts: SecondSeries, objectives: Sequence[Any], lid: str) -> list[str]:
-    """The level's per-second series: one chart each."""
+def _fault_marks(faults: Sequence[Mapping[str, Any]] | None) -> list[Threshold]:
+    """Each fault done (its second in the window) and the second its level recovered, as
+    lines across the per-second charts."""
+    out: list[Threshold] = []
+    for f in faults or ():
+        if not isinstance(f, Mapping) or not isinstance(f.get("asked_s"), int | float):
+            continue
+        name = str(f.get("label") or (f.get("asked") or {}).get("kind", "fault")).split(" ")[0]
+        out.append(Threshold(float(f["asked_s"]), name, "x"))
+        if isinstance(f.get("recovered_at_s"), int | float):
+            out.append(Threshold(float(f["recovered_at_s"]), "recovered", "x"))
+    return out
+
+
+def _goodput(series: Mapping[str, Any] | None) -> list[float | None] | None:
+    values = (series or {}).get("goodput_tok_s")
+    if not isinstance(values, list | tuple):
+        return None
+    return [float(v) if isinstance(v, int | float) else None for v in values]
+
+
+def _time_charts(
+    ts: SecondSeries, objectives: Sequence[Any], lid: str, p: SweepPoint | None = None
+) -> list[str]:
+    """The level's per-second series: one chart each, with its faults marked."""
     x = "second of the measured window"
     ttft = [t for q in (99.0, 50.0) for t in bounds(objectives, "ttft", q)]
-    return [
+    marks = _fault_marks(p.faults if p is not None else None)
+    tokens = [_line("output tok/s", ts.output_tok_s, PALETTE[2], " tok/s")]
+    good = _goodput(p.series if p is not None else None)
+    if good is not None:
+        tokens.append(_line("goodput", good, PALETTE[2], " tok/s", dashed=True))
+    charts = [
         xy_chart(
             f"{lid}-ttft-time",
             "TTFT P50 (solid) and P99 (dashed), by the second the first token came",
@@ -102,7 +134,7 @@ def _time_charts(ts: SecondSeries, objectives: Sequence[Any], lid: str) -> list[
                 _line("TTFT P50", ts.ttft_p50_ms, PALETTE[0], " ms"),
                 _line("TTFT P99", ts.ttft_p99_ms, PALETTE[0], " ms", dashed=True),
             ],
-            thresholds=_near(ttft, [v for v in ts.ttft_p99_ms if v is not None]),
+            thresholds=[*_near(ttft, [v for v in ts.ttft_p99_ms if v is not None]), *marks],
         ),
         xy_chart(
             f"{lid}-itl-time",
@@ -110,16 +142,20 @@ def _time_charts(ts: SecondSeries, objectives: Sequence[Any], lid: str) -> list[
             x,
             "ITL (ms)",
             [_line("ITL P50", ts.itl_p50_ms, PALETTE[1], " ms")],
-            thresholds=_near(
-                bounds(objectives, "itl", 50.0), [v for v in ts.itl_p50_ms if v is not None]
-            ),
+            thresholds=[
+                *_near(
+                    bounds(objectives, "itl", 50.0), [v for v in ts.itl_p50_ms if v is not None]
+                ),
+                *marks,
+            ],
         ),
         xy_chart(
             f"{lid}-tokens-time",
-            "Output tokens/s",
+            "Output tokens/s" + (" (solid) and goodput (dashed)" if good is not None else ""),
             x,
             "tokens/s",
-            [_line("output tok/s", ts.output_tok_s, PALETTE[2], " tok/s")],
+            tokens,
+            thresholds=marks,
         ),
         xy_chart(
             f"{lid}-done-time",
@@ -130,6 +166,7 @@ def _time_charts(ts: SecondSeries, objectives: Sequence[Any], lid: str) -> list[
                 _line("completed", ts.completed, PALETTE[3], ""),
                 _line("failed", ts.errors, PALETTE[5], "", dashed=True),
             ],
+            thresholds=marks,
         ),
         xy_chart(
             f"{lid}-flight-time",
@@ -137,8 +174,10 @@ def _time_charts(ts: SecondSeries, objectives: Sequence[Any], lid: str) -> list[
             x,
             "requests",
             [_line("in flight", ts.in_flight, PALETTE[4], "")],
+            thresholds=marks,
         ),
     ]
+    return charts
 
 
 def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
@@ -186,7 +225,7 @@ def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
             "(tokens/s, errors, requests in flight) can be drawn."
         )
     else:
-        charts.extend(_time_charts(ts, objectives, lid))
+        charts.extend(_time_charts(ts, objectives, lid, p))
     if far:
         notes.append("Far above every value, so not drawn: " + ", ".join(dict.fromkeys(far)) + ".")
     return (
@@ -213,6 +252,7 @@ def level_details(p: SweepPoint, i: int, objectives: Sequence[Any], compared: st
         _verdict_table(p),
         lines((f"why: {a}" for a in (p.verdict.attribution if p.verdict else ())), "why"),
         lines(reasons, "problems"),
+        lines(fault_lines(p.faults), "faults"),
         _signals(p),
         lines([*(x for x in failure_lines(p) if ": why: " not in x), *traffic_lines(p)], "notes"),
         _level_charts(p, objectives, lid),

@@ -478,3 +478,44 @@ def test_the_warm_up_shown_is_what_each_level_ran(
     }
     assert ran == {1, 2, 4}
     assert "1-4 (c1 1, c2 2, c4 4)" in _section(page, "test_chat")
+
+
+def test_a_level_with_faults_lists_them_and_marks_them_on_its_per_second_charts(
+    results: Results,
+) -> None:
+    from pytest_llmslo.report.faults import fault_text
+
+    p = results.points[0]
+    ts = per_second(p.samples)
+    assert ts is not None
+    fault = {
+        "label": "kill at=300ms",
+        "asked": {"kind": "kill"},
+        "asked_s": 0.3,
+        "done_s": 0.31,
+        "failed": 2,
+        "before_tok_s": 100.0,
+        "goodput_min_tok_s": 40.0,
+        "goodput_dip": 0.6,
+        "recovered_at_s": 1,
+        "recovery_s": 0.7,
+        "window_s": 1,
+        "share": 0.9,
+    }
+    goodput = [round(v / 2, 3) for v in ts.output_tok_s]
+    faulted = dataclasses.replace(p, faults=[fault], series={"goodput_tok_s": goodput})
+    page = render_html(dataclasses.replace(results, points=(faulted, *results.points[1:])))
+    level = page[page.index('<details class="level" id="p0"') :]
+    level = level[: level.index("</details>")]
+    assert f'<ul class="faults"><li>{escape(fault_text(fault))}</li></ul>' in level
+    for chart in TIME_CHARTS:
+        svg = level[level.index(f'data-chart="p0-{chart}-time"') :]
+        svg = svg[: svg.index("</svg>")]
+        assert re.search(r'class="slot"[^>]*>kill<', svg), chart
+        assert re.search(r'class="slot"[^>]*>recovered<', svg), chart
+    tips = re.findall(r"<title>goodput, second \d+: ([\d,.]+) tok/s</title>", level)
+    assert [float(t.replace(",", "")) for t in tips] == pytest.approx(goodput, rel=1e-3)
+    # A level without faults has neither.
+    other = page[page.index('<details class="level" id="p1"') :]
+    other = other[: other.index("</details>")]
+    assert 'class="faults"' not in other and ">recovered<" not in other
