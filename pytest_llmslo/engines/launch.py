@@ -77,10 +77,10 @@ class RunningEngine:
         self.runtime: Runtime = runtime_of(plan.config)
         self.base_url = (base_url or plan.base_url).rstrip("/")
         self.model = model or plan.model
-        # The plan's, then what the started units know once running (a cluster's worker
-        # pods, reached through the engine's access path).
-        found = [getattr(u, "metrics_urls", None) for u in units]
-        self.metrics_urls = (*plan.metrics_urls, *(x for f in found if callable(f) for x in f()))
+        # Units that know where their workers' metrics are once running (a cluster's
+        # worker pods, reached through the engine's access path) say so; else the plan's.
+        found = [f for u in units if callable(f := getattr(u, "metrics_urls", None))]
+        self.metrics_urls = tuple(x for f in found for x in f()) if found else plan.metrics_urls
         self._units = units
         self._version = version
         self._started_s = started_s

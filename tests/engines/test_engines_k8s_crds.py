@@ -20,7 +20,7 @@ from pytest_llmslo.errors import ConfigError
 pytest.importorskip("kubernetes_validate")
 pytest.importorskip("yaml")
 
-from crd_schema import errors  # noqa: E402
+from crd_schema import errors
 
 DGD = "nvidia.com_dynamographdeployments_v1alpha1.yaml"
 LWS = "leaderworkerset.x-k8s.io_leaderworkersets_v1.yaml"

@@ -200,7 +200,9 @@ class KubeEngine:
     def forward(self, port: int) -> str:
         """The local URL of a port-forward to ``port`` of the engine's pods (one per engine)."""
         if self.forwarder is None:
-            self.forwarder = PortForwarder(self._open_forward, self.running_pod, port)
+            self.forwarder = PortForwarder(
+                self._open_forward, self.running_pod, port, self.waiting_for
+            )
         return self.forwarder.url
 
     def resolve_service(self) -> None:
@@ -279,6 +281,8 @@ class KubeEngine:
                 )
             return replica
         index = replica or 0
+        if not pods:
+            raise ConfigError(f"engine {self.config.display_name!r} has no pod now")
         if not 0 <= index < len(pods):
             raise ConfigError(
                 f"engine {self.config.display_name!r}: replica {index} is not one of its "
@@ -501,10 +505,21 @@ class KubernetesRuntime:
         namespace before its first engine (``k8s/session.py``)."""
         return []
 
+    # One runtime serves every engine: a running engine is scaled, and its pods killed or
+    # restarted, by its started unit (``KubeEngine``), which callers find among the
+    # handle's units before the runtime (``engines/scaling.py``).
+
     def scale(self, replicas: int) -> None:
-        """One runtime serves every engine: a running engine scales itself
-        (``KubeEngine.scale``, which ``engines/scaling.py`` finds among its units)."""
-        raise ConfigError(
-            f"scale to {replicas}: the kubernetes runtime scales a running engine through "
-            "its started unit (KubeEngine.scale), not the runtime"
-        )
+        raise ConfigError(_BY_UNIT.format(what=f"scale to {replicas}"))
+
+    def kill(self, replica: int | str | None = None) -> None:
+        raise ConfigError(_BY_UNIT.format(what="kill"))
+
+    def restart(self, replica: int | str | None = None) -> None:
+        raise ConfigError(_BY_UNIT.format(what="restart"))
+
+
+_BY_UNIT = (
+    "{what}: the kubernetes runtime acts on a running engine through its started unit "
+    "(KubeEngine.scale, kill, restart: the handle's units), not the runtime"
+)
