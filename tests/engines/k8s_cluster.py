@@ -402,3 +402,36 @@ def used(cluster: FakeCluster) -> set[tuple[str, str, str]]:
             continue
         seen.add(rbac_of(request.method, path, dict(request.url.query)))
     return seen
+
+
+class LwsController(Controller):
+    """Plays the LeaderWorkerSet controller: for each new LeaderWorkerSet, ``size`` ready
+    pods per group, the leader (``worker-index`` 0) from the leader template, the others
+    from the worker template, labelled as LWS labels them."""
+
+    def _run(self) -> None:
+        path = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{self.ns}/leaderworkersets"
+        while not self._stop.is_set():
+            try:
+                for lws in self.cluster.items(path):
+                    name = lws["metadata"]["name"]
+                    if name in self.seen:
+                        continue
+                    self.seen.add(name)
+                    tmpl = lws["spec"]["leaderWorkerTemplate"]
+                    for i in range(int(tmpl["size"])):
+                        part = tmpl["leaderTemplate" if i == 0 else "workerTemplate"]
+                        labels = {**part["metadata"]["labels"],
+                                  "leaderworkerset.sigs.k8s.io/name": name,
+                                  "leaderworkerset.sigs.k8s.io/worker-index": str(i)}  # fmt: skip
+                        pod = {"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": f"{name}-0" + (f"-{i}" if i else ""),
+                                            "namespace": self.ns, "labels": labels},
+                               "spec": part["spec"], "status": {"phase": "Pending"}}  # fmt: skip
+                        self.cluster.http.post(
+                            f"/api/v1/namespaces/{self.ns}/pods", json=pod
+                        ).raise_for_status()
+                        ready(self.cluster, self.ns, pod)
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)

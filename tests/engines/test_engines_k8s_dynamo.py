@@ -173,3 +173,33 @@ def test_the_access_path_is_in_the_run_constants(cluster: FakeCluster) -> None:
         json.dumps(handle.metadata())  # JSON data, as the run document holds it
     finally:
         handle.stop()
+
+
+def test_a_multi_node_engine_is_reached_at_its_leader(cluster: FakeCluster) -> None:
+    from k8s_cluster import LwsController
+
+    cfg = load_engine_configs({"vllm": {
+        "runtime": "kubernetes", "model": MODEL, "tensor_parallel_size": 8,
+        "startup_timeout_s": 60,
+        "kubernetes": {"nodes": 2, "access": "port-forward"}}})["vllm"]  # fmt: skip
+    with LwsController(cluster, NS, lambda c, ns, pod: None):
+        handle = launch(plan_engine(cfg), poll_s=0.1)
+    try:
+        engine = handle.units[0]
+        assert isinstance(engine, KubeEngine)
+        # Both pods are the engine's; the API is the leader's.
+        assert len(engine.pods()) == 2
+        assert [p["metadata"]["name"] for p in engine.api_pods()] == [f"{engine.names.base}-0"]
+        assert handle.metadata()["units"][0]["nodes"] == 2
+        engine.scale(2)
+        lws = cluster.items(
+            f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets"
+        )[0]  # fmt: skip
+        assert lws["spec"]["replicas"] == 2
+    finally:
+        handle.stop()
+    assert (
+        cluster.items(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets") == []
+    )
+    rules = role(NS)["rules"]
+    assert not [s for s in sorted(used(cluster)) if not allowed(*s, rules)]
