@@ -118,3 +118,76 @@ def test_the_plugin_path_against_kmock(pytester: pytest.Pytester, tmp_path: Path
     finally:
         sim.terminate()
         sim.wait(10)
+
+
+DIES = """
+import os, threading
+import httpx
+import pytest
+
+OOM = {"status": {"phase": "Running", "containerStatuses": [{
+    "name": "engine", "ready": False, "restartCount": 1, "state": {"running": {}},
+    "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}}
+
+@pytest.fixture
+def killer(slo_engine, slo_level):
+    if slo_level.value == 4:
+        pod = slo_engine.handle.units[0].api_pods()[0]["metadata"]["name"]
+        url = f"{os.environ['FAKE_KUBE_URL']}/api/v1/namespaces/bench/pods/{pod}/status"
+        patch = lambda: httpx.patch(url, json=OOM, trust_env=False,
+                                    headers={"Content-Type": "application/merge-patch+json"})
+        threading.Timer(1.0, patch).start()
+
+@pytest.mark.slo(concurrency=[4, 8])
+def test_chat(killer, slo_run):
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_a_pod_that_dies_mid_level_is_a_clear_error_and_the_level_is_kept(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("kmock")
+    pytest.importorskip("kubernetes")
+    from k8s_cluster import Controller, fake_cluster, ready
+
+    port = pick_free_port("127.0.0.1")
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "pytest_llmslo.sim", "--host", "127.0.0.1", "--port", str(port),
+         "--model", "llmslo-sim"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with fake_cluster(tmp_path) as cluster:
+            cluster.forward_to(port)
+            monkeypatch.setenv("FAKE_KUBE_URL", cluster.url)
+            pytester.makefile(".toml", engines=f"""
+[engines.sim-k8s]
+kind = "sim"
+runtime = "kubernetes"
+startup_timeout_s = 120
+kubernetes = {{ namespace = "bench", kubeconfig = "{cluster.kubeconfig}" }}
+""")  # fmt: skip
+            pytester.makepyfile(test_dies=DIES)
+            with Controller(cluster, "bench", lambda c, ns, pod: ready(c, ns, pod)):
+                result = pytester.runpytest_subprocess(
+                    "-p", "no:cacheprovider", "--engine-config=engines.toml",
+                    "--engine=sim-k8s", "--warmup=0", "--requests=400", "--duration=3",
+                    "--isl=32", "--osl=16", "--slo-json=r.json", "-v",
+                    "--slo-max-error-rate=100%", timeout=300,
+                )  # fmt: skip
+            assert cluster.deployments("bench") == []
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    result.assert_outcomes(errors=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*EngineDiedError: engine 'sim-k8s'*OOMKilled (exit code 137)*during the load at c4*"
+            "the results measured so far are kept*",
+        ]
+    )
+    points = json.loads((pytester.path / "r.json").read_text())["points"]
+    assert [p["level"]["value"] for p in points] == [4.0, 8.0]
+    assert points[0]["summary"]["requests"] > 0  # the partial c4 point is kept
