@@ -90,3 +90,11 @@ def _poll(server: Any, timeout_s: float = 0.2) -> bool:
     import select
 
     return bool(select.select([server], [], [], timeout_s)[0])
+
+
+def test_docs_show_the_role_the_runtime_needs() -> None:
+    yaml = pytest.importorskip("yaml")
+    doc = (Path(__file__).parents[2] / "docs" / "engines.md").read_text()
+    start = doc.index("```yaml\napiVersion: rbac.authorization.k8s.io/v1")
+    shown = yaml.safe_load(doc[start + len("```yaml\n") : doc.index("```", start + 8)])
+    assert shown == role("bench")
