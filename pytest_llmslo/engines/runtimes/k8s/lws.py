@@ -88,8 +88,10 @@ def _templates(plan: LaunchPlan, settings: KubeSettings, name: str, namespace: s
     # Only the leader serves the API: the workers have no HTTP port or probes.
     for key in ("ports", "startupProbe", "readinessProbe"):
         other.pop(key, None)
-    meta = {"labels": {**pod.labels, **pod.selector}}
-    return pod, {"metadata": meta, "spec": leader}, {"metadata": dict(meta), "spec": worker}
+    def meta() -> dict[str, Any]:  # each template its own (no shared dicts: no YAML aliases)
+        return {"labels": {**pod.labels, **pod.selector}}
+
+    return pod, {"metadata": meta(), "spec": leader}, {"metadata": meta(), "spec": worker}
 
 
 def _copy(spec: dict[str, Any]) -> dict[str, Any]:
