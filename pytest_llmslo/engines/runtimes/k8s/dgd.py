@@ -55,8 +55,8 @@ FIRST_WORKER_PORT = 20000
 
 
 def _dynamo() -> ModuleType:
-    """The dynamo kind's module (imported when used: it imports the launcher, which
-    imports the runtimes)."""
+    """The dynamo kind's module, whose worker and frontend commands the DGD runs
+    (imported when used, as ``runtimes`` is imported while ``engines`` is)."""
     from ... import dynamo
 
     return dynamo

@@ -88,6 +88,7 @@ def _templates(plan: LaunchPlan, settings: KubeSettings, name: str, namespace: s
     # Only the leader serves the API: the workers have no HTTP port or probes.
     for key in ("ports", "startupProbe", "readinessProbe"):
         other.pop(key, None)
+
     def meta() -> dict[str, Any]:  # each template its own (no shared dicts: no YAML aliases)
         return {"labels": {**pod.labels, **pod.selector}}
 
