@@ -70,6 +70,9 @@ kubernetes = {{ namespace = "{namespace}", kubeconfig = "{kubeconfig}" }}
     doc = json.loads((pytester.path / "out.json").read_text())
     engine = doc["engines"]["sim-k8s"]["metadata"]
     assert engine["runtime"] == "kubernetes"
+    # The access path is pinned: runs over another path are not compared.
+    pinned = doc["constants"]["per_engine"]["sim-k8s"]["hardware"]
+    assert pinned["access"] == engine["units"][0]["access"]
     # Nothing of the session is left in the namespace.
     kubernetes = pytest.importorskip("kubernetes")
     api = kubernetes.config.new_client_from_config(config_file=kubeconfig)

@@ -188,3 +188,17 @@ def test_bad_manifests_are_named(tmp_path: Path, text: str, message: str) -> Non
     kube = {"manifests": str(path), "service": "s", "namespace": "bench"}
     with pytest.raises(ConfigError, match=message):
         layout("mine", {"kind": "manifests", "kubernetes": kube})
+
+
+def test_the_access_path_is_a_pinned_constant() -> None:
+    from pytest_llmslo.document.constants import constants_mismatch, engine_constants
+
+    def run(access: str) -> dict[str, Any]:
+        meta = {"kind": "sim", "runtime": "kubernetes", "command": ["--profile", "h100"],
+                "units": [{"role": "engine", "access": access}]}  # fmt: skip
+        return engine_constants(meta)
+
+    assert run("port-forward")["hardware"]["access"] == "port-forward"
+    # A port-forward adds latency to every request: such runs are not compared.
+    assert constants_mismatch(run("port-forward"), run("service"))
+    assert not constants_mismatch(run("service"), run("service"))
