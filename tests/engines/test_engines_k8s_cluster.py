@@ -194,3 +194,44 @@ kubernetes = {{ namespace = "bench", kubeconfig = "{cluster.kubeconfig}" }}
     points = json.loads((pytester.path / "r.json").read_text())["points"]
     assert [p["level"]["value"] for p in points] == [4.0, 8.0]
     assert points[0]["summary"]["requests"] > 0  # the partial c4 point is kept
+
+
+def _crd_or_skip(kubeconfig: str, group_version: str, what: str) -> None:
+    kubernetes = pytest.importorskip("kubernetes")
+    api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+    try:
+        api.call_api(*api.param_serialize("GET", f"/apis/{group_version}",
+                                          auth_settings=["BearerToken"])).read()  # fmt: skip
+    except Exception as exc:
+        pytest.skip(f"the cluster has no {group_version} ({what} not installed): {exc}")
+
+
+@pytest.mark.k8s
+def test_dynamo_as_a_dgd_through_the_plugin(pytester: pytest.Pytester) -> None:
+    """Needs the Dynamo operator in the cluster and DYNAMO_MODEL (a Hugging Face id the
+    mocker worker, which needs no GPU, reads the tokenizer of)."""
+    namespace = os.environ.get("KUBE_NAMESPACE", "default")
+    kubeconfig = _cluster_or_skip(namespace)
+    model = os.environ.get("DYNAMO_MODEL")
+    if not model:
+        pytest.skip("set DYNAMO_MODEL to a Hugging Face id for the mocker (e.g. Qwen/Qwen3-0.6B)")
+    _crd_or_skip(kubeconfig, "nvidia.com/v1alpha1", "the Dynamo operator")
+    pytester.makefile(".toml", engines=f"""
+[engines.dyn]
+kind = "dynamo"
+runtime = "kubernetes"
+model = "{model}"
+startup_timeout_s = 900
+options = {{ worker = "mocker", workers = 2 }}
+kubernetes = {{ namespace = "{namespace}", kubeconfig = "{kubeconfig}" }}
+""")  # fmt: skip
+    pytester.makepyfile(test_k8s=SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--engine-config=engines.toml", "--engine=dyn",
+        "--warmup=2", "--requests=8", "--isl=32", "--osl=16", "-rs", "--slo-json=out.json",
+        timeout=1200,
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    unit = doc["engines"]["dyn"]["metadata"]["units"][0]
+    assert unit["objects"][0].startswith("dynamographdeployment/")
