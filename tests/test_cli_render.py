@@ -48,3 +48,24 @@ def test_render_refuses_an_engine_of_another_runtime(
     path.write_text(ENGINES)
     assert main(["render", "--engine", "sim-local", "--engines-file", str(path)]) == EXIT_USAGE
     assert "runtime='process'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("table", "kinds"),
+    [
+        ('kind = "dynamo"\nmodel = "m"\noptions = { mode = "disagg", router_mode = "kv" }',
+         ["ConfigMap", "DynamoGraphDeployment"]),
+        ('kind = "sglang"\nmodel = "m"\nkubernetes = { nodes = 2 }',
+         ["ConfigMap", "LeaderWorkerSet", "Service"]),
+    ],
+    ids=["dynamo", "multi-node"],
+)  # fmt: skip
+def test_render_prints_the_custom_resources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, kinds: list[str]
+) -> None:
+    path = tmp_path / "engines.toml"
+    path.write_text(f'[engines.e]\nruntime = "kubernetes"\n{table}\n')
+    assert main(["render", "--engine", "e", "--engines-file", str(path)]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert [d["kind"] for d in yaml.safe_load_all(text)] == kinds
+    assert "&id" not in text

@@ -250,7 +250,8 @@ def engine_constants(
     """One engine's ``ENGINE_CONSTANTS`` from its metadata: ``model`` (the given one, else
     the served model), ``precision`` (the given one, else the engine's quantization or
     dtype), and ``hardware``: for the sim engine its profile (``sim_profile``, else the
-    ``--profile`` of its command line), for any other engine ``{"gpus": engine_gpus()}``.
+    ``--profile`` of its command line), for any other engine ``{"gpus": engine_gpus()}``;
+    for an engine in a cluster also its ``access`` path (``port-forward`` or ``service``).
     The client machine is not part of it: a load generator on a laptop and on a CI runner
     measure the same engine."""
     if metadata.get("kind") == "sim":
@@ -259,6 +260,14 @@ def engine_constants(
         }
     else:
         hardware = {"gpus": engine_gpus(metadata)}
+    # How the harness reaches an engine in a cluster (port-forward or the Service's DNS
+    # name) is part of what is measured: a port-forward adds latency to every request.
+    units = metadata.get("units")
+    access = next(
+        (u["access"] for u in units if isinstance(u, Mapping) and u.get("access")), None
+    ) if isinstance(units, Sequence) else None  # fmt: skip
+    if access:
+        hardware["access"] = str(access)
     found = metadata.get("quantization") or metadata.get("dtype")
     served = metadata.get("model")
     return {

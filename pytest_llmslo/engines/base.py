@@ -16,7 +16,15 @@ from typing import Any, Protocol, runtime_checkable
 #: ``kubernetes``).
 RuntimeName = str
 
-ENGINE_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm", "dynamo", "external")
+ENGINE_KINDS: tuple[str, ...] = (
+    "sim",
+    "vllm",
+    "sglang",
+    "trtllm",
+    "dynamo",
+    "external",
+    "manifests",
+)
 
 
 @dataclass(frozen=True, slots=True)

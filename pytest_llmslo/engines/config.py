@@ -144,7 +144,7 @@ def _check_runtime(cfg: EngineConfig, where: str) -> None:
     if cfg.kubernetes:
         kube_settings(cfg.kubernetes, where)
     if cfg.runtime == "kubernetes":
-        check_kind(cfg.kind, where)
+        check_kind(cfg.kind, where, cfg.kubernetes)
 
 
 def config_from_table(name: str, table: Mapping[str, Any], where: str = "config") -> EngineConfig:

@@ -48,10 +48,10 @@ from ._common import (
 )
 from .base import EngineConfig
 from .cache_reset import DYNAMO
-from .launch import remove_dirs
 from .plan import LaunchPlan
 from .ports import pick_free_port, port_is_free, probe_host
 from .readiness import all_of, health_body_healthy, models_listed
+from .tempdirs import remove_dirs
 from .units import ImageUnit, ProcessUnit, PythonModule
 
 DYNAMO_VERSION = "1.6.1"

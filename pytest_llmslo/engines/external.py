@@ -55,12 +55,14 @@ def plan(config: EngineConfig) -> LaunchPlan:
         version_probe=version_from_json("/version"),
         meta={"url": redact_url(base)},
         url=base,
-        on_ready=_first_model(model),
+        on_ready=first_model(model),
         cache_resets=ANY,
     )
 
 
-def _first_model(model: str) -> Any:
+def first_model(model: str) -> Any:
+    """The model to put in requests: ``model``, else the first ``/v1/models`` lists."""
+
     def pick(client: httpx.Client, base_url: str) -> str | None:
         if model:
             return model

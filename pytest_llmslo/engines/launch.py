@@ -40,6 +40,7 @@ from .ports import probe_host
 from .readiness import models_listed
 from .runtimes import Runtime, StartedUnit, runtime_of
 from .runtimes.base import HostNetwork
+from .tempdirs import remove_dirs
 from .units import ImageUnit
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,10 @@ class RunningEngine:
         self.runtime: Runtime = runtime_of(plan.config)
         self.base_url = (base_url or plan.base_url).rstrip("/")
         self.model = model or plan.model
-        self.metrics_urls = plan.metrics_urls
+        # Units that know where their workers' metrics are once running (a cluster's
+        # worker pods, reached through the engine's access path) say so; else the plan's.
+        found = [f for u in units if callable(f := getattr(u, "metrics_urls", None))]
+        self.metrics_urls = tuple(x for f in found for x in f()) if found else plan.metrics_urls
         self._units = units
         self._version = version
         self._started_s = started_s
@@ -214,17 +218,6 @@ def _check_ports_free(runtime: Runtime, plan: LaunchPlan) -> None:
         )
         log.warning(msg)
         warnings.warn(msg, EngineTeardownWarning, stacklevel=3)
-
-
-def remove_dirs(paths: Iterable[str], keep: Iterable[str] = ()) -> None:
-    """Remove the launcher's temporary directories, except those in ``keep``."""
-    kept = set(keep)
-    for path in paths:
-        if path in kept:
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        if os.path.exists(path):  # e.g. files a container wrote as another user
-            log.warning("could not remove the engine's temporary directory %s", path)
 
 
 def _stop_units(units: list[StartedUnit]) -> None:

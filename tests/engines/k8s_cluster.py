@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import threading
 import time
 import uuid
@@ -23,7 +24,10 @@ import httpx
 CONTROLLER = "test-controllers"
 LOG_LINES = "loading weights\nshard 1/1 loaded\n"
 
-RESOURCES = ("v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments")
+RESOURCES = (
+    "v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments",
+    "nvidia.com/v1alpha1/dynamographdeployments", "leaderworkerset.x-k8s.io/v1/leaderworkersets",
+)  # fmt: skip
 
 
 async def _port_forward(raw: Any, target_port: int) -> Any:
@@ -75,6 +79,23 @@ def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
                 meta.setdefault("creationTimestamp", now.strftime("%Y-%m-%dT%H:%M:%SZ"))
             return await super()._handle(request)
 
+        async def _serve_list(self, request: Any) -> Any:
+            """The listing, filtered by an equality ``labelSelector`` as the API server
+            filters it (the emulator lists everything)."""
+            payload = await super()._serve_list(request)
+            raw = request._raw_request
+            wanted = raw.query.get("labelSelector") if raw is not None else None
+            if not wanted:
+                return payload
+            pairs = [p.split("=", 1) for p in wanted.split(",") if "=" in p]
+            keys = [p for p in wanted.split(",") if "=" not in p]
+
+            def matches(obj: Mapping[str, Any]) -> bool:
+                have = (obj.get("metadata") or {}).get("labels") or {}
+                return all(have.get(k) == v for k, v in pairs) and all(k in have for k in keys)
+
+            return {**payload, "items": [o for o in payload["items"] if matches(o)]}
+
     return Emulator
 
 
@@ -97,6 +118,12 @@ class FakeCluster:
 
     def deployments(self, ns: str) -> list[dict[str, Any]]:
         return self.items(f"/apis/apps/v1/namespaces/{ns}/deployments")
+
+    def dgds(self, ns: str) -> list[dict[str, Any]]:
+        return self.items(f"/apis/nvidia.com/v1alpha1/namespaces/{ns}/dynamographdeployments")
+
+    def pods(self, ns: str) -> list[dict[str, Any]]:
+        return self.items(f"/api/v1/namespaces/{ns}/pods")
 
     def forward_to(self, port: int) -> None:
         """Serve every pod's port-forward from ``port`` on loopback."""
@@ -272,3 +299,139 @@ class Controller:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def set_dgd_ready(cluster: FakeCluster, ns: str, name: str, ready: bool, message: str) -> None:
+    """The DGD's ``Ready`` condition, as the Dynamo operator sets it."""
+    cond = {"type": "Ready", "status": "True" if ready else "False",
+            "reason": "AllReady" if ready else "NotReady", "message": message,
+            "lastTransitionTime": "2026-01-01T00:00:09Z"}  # fmt: skip
+    cluster.http.patch(
+        f"/apis/nvidia.com/v1alpha1/namespaces/{ns}/dynamographdeployments/{name}/status",
+        json={"status": {"conditions": [cond]}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+
+
+class DynamoOperator(Controller):
+    """Plays the Dynamo operator: for each new DynamoGraphDeployment, the frontend's
+    Service (``<name>-frontend``, port 8000) and a ready pod per replica of each service,
+    labelled as the operator labels them; the DGD not Ready until ``ready_after_s``."""
+
+    def __init__(self, cluster: FakeCluster, ns: str, ready_after_s: float = 0.5) -> None:
+        super().__init__(cluster, ns, lambda c, n, p: None)
+        self.ready_after_s = ready_after_s
+
+    def _pods_of(self, dgd: Mapping[str, Any]) -> list[dict[str, Any]]:
+        name, out = dgd["metadata"]["name"], []
+        for service, spec in dgd["spec"]["services"].items():
+            kind = spec["componentType"]
+            main = spec["extraPodSpec"]["mainContainer"]
+            for i in range(int(spec.get("replicas", 1))):
+                out.append({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"{name}-{service.lower()}-{i}", "namespace": self.ns,
+                                 "labels": {"nvidia.com/dynamo-graph-deployment-name": name,
+                                            "nvidia.com/dynamo-component-type": kind}},
+                    "spec": {"containers": [{"name": "main", "image": main["image"]}]},
+                    "status": {"phase": "Pending"},
+                })  # fmt: skip
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for dgd in self.cluster.dgds(self.ns):
+                    name = dgd["metadata"]["name"]
+                    if name in self.seen:
+                        continue
+                    self.seen.add(name)
+                    set_dgd_ready(self.cluster, self.ns, name, False, "Frontend: 0/1 ready")
+                    svc = {"apiVersion": "v1", "kind": "Service",
+                           "metadata": {"name": f"{name}-frontend", "namespace": self.ns},
+                           "spec": {"ports": [{"port": 8000}], "selector": {
+                               "nvidia.com/dynamo-graph-deployment-name": name,
+                               "nvidia.com/dynamo-component-type": "frontend"}}}  # fmt: skip
+                    self.cluster.http.post(
+                        f"/api/v1/namespaces/{self.ns}/services", json=svc
+                    ).raise_for_status()
+                    for pod in self._pods_of(dgd):
+                        self.cluster.http.post(
+                            f"/api/v1/namespaces/{self.ns}/pods", json=pod
+                        ).raise_for_status()
+                        ready(self.cluster, self.ns, {**pod, "spec": {
+                            "containers": [{"name": "main"}]}})  # fmt: skip
+                    time.sleep(self.ready_after_s)
+                    set_dgd_ready(self.cluster, self.ns, name, True, "")
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+
+
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
+    r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
+)
+
+
+def rbac_of(method: str, path: str, query: Mapping[str, str]) -> tuple[str, str, str]:
+    """(API group, resource[/subresource], verb) of one request, as RBAC reads it."""
+    m = _PATH.match(path)
+    assert m, f"not a namespaced request: {method} {path}"
+    group = m.group("group") or ""
+    resource = m.group("resource") + (f"/{m.group('sub')}" if m.group("sub") else "")
+    named = m.group("name") is not None
+    verb = {
+        "GET": "get" if named else ("watch" if query.get("watch") else "list"),
+        "POST": "create",
+        "PATCH": "patch",
+        "PUT": "update",
+        "DELETE": "delete" if named else "deletecollection",
+    }[method]
+    return group, resource, verb
+
+
+def used(cluster: FakeCluster) -> set[tuple[str, str, str]]:
+    """What the runtime (not the test's controllers) asked of the API, as RBAC reads it."""
+    seen = set()
+    for request in cluster.handler:
+        path = str(request.url.path)
+        if not path.startswith(("/api/", "/apis/")):
+            continue
+        if request.headers.get("User-Agent") == CONTROLLER:
+            continue
+        seen.add(rbac_of(request.method, path, dict(request.url.query)))
+    return seen
+
+
+class LwsController(Controller):
+    """Plays the LeaderWorkerSet controller: for each new LeaderWorkerSet, ``size`` ready
+    pods per group, the leader (``worker-index`` 0) from the leader template, the others
+    from the worker template, labelled as LWS labels them."""
+
+    def _run(self) -> None:
+        path = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{self.ns}/leaderworkersets"
+        while not self._stop.is_set():
+            try:
+                for lws in self.cluster.items(path):
+                    name = lws["metadata"]["name"]
+                    if name in self.seen:
+                        continue
+                    self.seen.add(name)
+                    tmpl = lws["spec"]["leaderWorkerTemplate"]
+                    for i in range(int(tmpl["size"])):
+                        part = tmpl["leaderTemplate" if i == 0 else "workerTemplate"]
+                        labels = {**part["metadata"]["labels"],
+                                  "leaderworkerset.sigs.k8s.io/name": name,
+                                  "leaderworkerset.sigs.k8s.io/worker-index": str(i)}  # fmt: skip
+                        pod = {"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": f"{name}-0" + (f"-{i}" if i else ""),
+                                            "namespace": self.ns, "labels": labels},
+                               "spec": part["spec"], "status": {"phase": "Pending"}}  # fmt: skip
+                        self.cluster.http.post(
+                            f"/api/v1/namespaces/{self.ns}/pods", json=pod
+                        ).raise_for_status()
+                        ready(self.cluster, self.ns, pod)
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)

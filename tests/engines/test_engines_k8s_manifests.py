@@ -114,7 +114,8 @@ def test_a_literal_secret_is_refused() -> None:
 @pytest.mark.parametrize(
     ("kube", "message"),
     [
-        ({"nodes": 1}, r"unknown kubernetes key\(s\) nodes. Valid keys: access, cache_host_path"),
+        ({"replicas": 2}, r"unknown kubernetes key\(s\) replicas. Valid keys: access, cache_host"),
+        ({"nodes": 0}, r"kubernetes.nodes=0 is not valid: an integer >= 1"),
         ({"access": "ingress"}, r"kubernetes.access='ingress' is not valid. Valid access paths"),
         ({"secret_env": {"HF_TOKEN": "hf"}}, r"expected 'SECRET/KEY'"),
         ({"tolerations": [{"operator": "Maybe"}]}, r"operator='Maybe' is not valid"),
@@ -130,8 +131,15 @@ def test_a_bad_kubernetes_table_is_a_config_error(kube: dict[str, Any], message:
 
 
 def test_kinds_the_runtime_does_not_run_are_named() -> None:
-    with pytest.raises(ConfigError, match=r"does not run kind 'dynamo' yet. Kinds it runs: sim"):
-        load_engine_configs({"dynamo": {"runtime": "kubernetes", "model": "m"}})
+    with pytest.raises(ConfigError, match=r"does not run kind 'external' yet. Kinds it runs: sim"):
+        load_engine_configs({"external": {"runtime": "kubernetes", "url": "http://x:1"}})
+    with pytest.raises(ConfigError, match=r"kind 'sim' does not run across nodes here"):
+        load_engine_configs({"sim": {"runtime": "kubernetes", "kubernetes": {"nodes": 2}}})
+    with pytest.raises(ConfigError, match=r"kind 'manifests' needs kubernetes.service"):
+        load_engine_configs(
+            {"m": {"kind": "manifests", "runtime": "kubernetes",
+                   "kubernetes": {"manifests": "x.yaml"}}}
+        )  # fmt: skip
 
 
 def test_overrides_reach_the_kubernetes_table() -> None:

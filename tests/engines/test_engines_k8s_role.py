@@ -4,7 +4,6 @@ stopping engines is allowed by the Role, and the Role is a valid Kubernetes obje
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,28 +14,6 @@ from pytest_llmslo.engines.runtimes.k8s.role import allowed, role
 
 pytest.importorskip("kmock")
 pytest.importorskip("kubernetes")
-
-_PATH = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
-    r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
-)
-
-
-def rbac_of(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str]:
-    """(API group, resource[/subresource], verb) of one request, as RBAC reads it."""
-    m = _PATH.match(path)
-    assert m, f"not a namespaced request: {method} {path}"
-    group = m.group("group") or ""
-    resource = m.group("resource") + (f"/{m.group('sub')}" if m.group("sub") else "")
-    named = m.group("name") is not None
-    verb = {
-        "GET": "get" if named else ("watch" if query.get("watch") else "list"),
-        "POST": "create",
-        "PATCH": "patch",
-        "PUT": "update",
-        "DELETE": "delete" if named else "deletecollection",
-    }[method]
-    return group, resource, verb
 
 
 def test_the_role_is_a_valid_object() -> None:
@@ -63,7 +40,7 @@ def every_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[A
 def test_the_runtime_uses_nothing_the_role_does_not_allow(every_request: Any) -> None:
     import socket
 
-    from k8s_cluster import Controller, ready
+    from k8s_cluster import Controller, ready, used
 
     from pytest_llmslo.engines import load_engine_configs, plan_engine
     from pytest_llmslo.engines.runtimes.kubernetes import KubernetesRuntime
@@ -89,15 +66,13 @@ def test_the_runtime_uses_nothing_the_role_does_not_allow(every_request: Any) ->
                             target.accept()[0].close()
                             break
                 assert engine.alive() and engine.log_tail(5)
+                # The operations on a running engine: a scale, a pod killed and restarted.
+                engine.scale(2)
+                engine.restart(0)  # (the test's controller makes no new pod)
             finally:
                 engine.stop()
     rules = role("bench")["rules"]
-    seen = set()
-    for request in cluster.handler:
-        path = str(request.url.path)
-        if not path.startswith(("/api/", "/apis/")) or _by_controllers(request):
-            continue
-        seen.add(rbac_of(request.method, path, dict(request.url.query)))
+    seen = used(cluster)
     # Every path was exercised: apply, readiness and failures, the forward, teardown.
     assert seen >= {
         ("", "configmaps", "create"), ("", "configmaps", "list"),
@@ -105,18 +80,21 @@ def test_the_runtime_uses_nothing_the_role_does_not_allow(every_request: Any) ->
         ("", "services", "create"), ("", "pods", "list"), ("", "events", "list"),
         ("", "pods/log", "get"), ("", "pods/portforward", "get"),
         ("apps", "deployments", "delete"), ("", "configmaps", "delete"),
+        ("apps", "deployments", "patch"), ("", "pods", "delete"),
     }, seen  # fmt: skip
     denied = [s for s in sorted(seen) if not allowed(*s, rules)]
     assert not denied, f"the runtime used what the Role does not grant: {denied}"
-
-
-def _by_controllers(request: Any) -> bool:
-    from k8s_cluster import CONTROLLER
-
-    return bool(request.headers.get("User-Agent") == CONTROLLER)
 
 
 def _poll(server: Any, timeout_s: float = 0.2) -> bool:
     import select
 
     return bool(select.select([server], [], [], timeout_s)[0])
+
+
+def test_docs_show_the_role_the_runtime_needs() -> None:
+    yaml = pytest.importorskip("yaml")
+    doc = (Path(__file__).parents[2] / "docs" / "engines.md").read_text()
+    start = doc.index("```yaml\napiVersion: rbac.authorization.k8s.io/v1")
+    shown = yaml.safe_load(doc[start + len("```yaml\n") : doc.index("```", start + 8)])
+    assert shown == role("bench")

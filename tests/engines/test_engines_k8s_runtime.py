@@ -259,3 +259,21 @@ def test_a_harness_ended_by_a_signal_deletes_what_it_applied(
     assert cluster.deployments(NS) == []
     assert cluster.items(f"/api/v1/namespaces/{NS}/services") == []
     assert cluster.items(f"/api/v1/namespaces/{NS}/configmaps") == []
+
+
+def test_an_object_that_exists_is_applied_server_side(cluster: FakeCluster) -> None:
+    from pytest_llmslo.engines.runtimes.k8s.apply import apply, get
+    from pytest_llmslo.engines.runtimes.k8s.client import cluster as connect
+    from pytest_llmslo.engines.runtimes.k8s.settings import KubeSettings
+
+    where = connect(KubeSettings())
+    obj = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "cm", "namespace": NS}, "data": {"a": "1"}}  # fmt: skip
+    apply(where, obj)
+    apply(where, {**obj, "data": {"a": "2"}})
+    patched = [r for r in cluster.handler if r.method == "PATCH"]
+    assert [str(r.url.path) for r in patched] == [f"/api/v1/namespaces/{NS}/configmaps/cm"]
+    assert patched[0].headers["Content-Type"] == "application/apply-patch+yaml"
+    assert dict(patched[0].url.query) == {"fieldManager": "pytest-llmslo", "force": "true"}
+    assert get(where, obj)["data"] == {"a": "2"}
+    assert get(where, {**obj, "metadata": {"name": "gone", "namespace": NS}}) is None

@@ -41,20 +41,48 @@ def _pump(a: Any, b: Any, stop: threading.Event) -> None:
                 sock.close()
 
 
+def _unavailable(conn: socket.socket, why: str) -> None:
+    """Answer the connection's request ``503`` with ``why`` (its request read first, so
+    that closing does not reset it), then close it."""
+    body = f"no pod of the engine serves yet: {why}\n".encode()
+    try:
+        conn.settimeout(2.0)
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < _CHUNK:
+            data = conn.recv(_CHUNK)
+            if not data:
+                break
+            head += data
+        conn.sendall(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        conn.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
 class PortForwarder:
     """Listens on ``127.0.0.1`` (``local_port``); each accepted connection is forwarded
-    to ``port`` of the pod ``pick_pod()`` names at that moment (closed at once while no
-    pod runs: the harness's readiness probe sees a refused start and waits).
-    ``open_socket(pod, port)`` opens the port-forward and returns its socket."""
+    to ``port`` of the pod ``pick_pod()`` names at that moment. While there is none, the
+    connection is answered ``503`` with ``why_not()`` (the harness's readiness probe
+    shows it and waits). ``open_socket(pod, port)`` opens the port-forward and returns
+    its socket."""
 
     def __init__(
         self,
         open_socket: Callable[[str, int], Any],
         pick_pod: Callable[[], str | None],
         port: int,
+        why_not: Callable[[], str | None] | None = None,
     ) -> None:
         self._open = open_socket
         self._pick = pick_pod
+        self._why_not = why_not
         self.port = port
         self._stop = threading.Event()
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -89,7 +117,7 @@ class PortForwarder:
         try:
             pod = self._pick()
             if pod is None:
-                conn.close()
+                _unavailable(conn, (self._why_not() if self._why_not else None) or "no pod")
                 return
             remote = self._open(pod, self.port)
         except Exception as exc:

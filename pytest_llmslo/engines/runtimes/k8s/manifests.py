@@ -242,27 +242,28 @@ def _container(
     return container
 
 
-def unit_objects(
-    plan: LaunchPlan,
-    index: int,
-    settings: KubeSettings,
-    names: Names,
-    namespace: str,
-) -> list[dict[str, Any]]:
-    """The Deployment of the ``index``-th image unit of ``plan`` (its Service too for the
-    first), and a ConfigMap for each directory of files it shares."""
+@dataclass(frozen=True, slots=True)
+class PodParts:
+    """What a unit's pods are made of: their spec, their labels, the labels that select
+    them, and the ConfigMaps of the files they share."""
+
+    spec: dict[str, Any]
+    labels: dict[str, str]
+    selector: dict[str, str]
+    config_maps: list[dict[str, Any]]
+
+
+def pod_parts(
+    plan: LaunchPlan, index: int, settings: KubeSettings, name: str, namespace: str
+) -> PodParts:
+    """The pod of the ``index``-th image unit of ``plan``, named ``name`` in its labels."""
     config = plan.config
     unit = plan.images[index]
     _check_unit(config, unit)
-    name = names.unit(index)
     common = {**labels(config), LABEL_ROLE: label_value(unit.role)}
     selector = {LABEL_SESSION: SESSION_ID, LABEL_INSTANCE: name}
     all_labels = {**common, LABEL_INSTANCE: name}
-
-    def meta() -> dict[str, Any]:  # each object its own (no shared dicts: no YAML aliases)
-        return {"name": name, "namespace": namespace, "labels": dict(all_labels)}
-
-    objects: list[dict[str, Any]] = []
+    config_maps: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     shm: dict[str, Any] = {"medium": "Memory"}
     if unit.shm:
@@ -273,10 +274,10 @@ def unit_objects(
         volumes.append(_cache_volume(settings))
     for i, (host, inside) in enumerate(sorted(unit.mounts.items())):
         cm_name = f"{name}-files-{i}"
-        objects.append(files_config_map(cm_name, namespace, host, all_labels))
+        config_maps.append(files_config_map(cm_name, namespace, host, all_labels))
         mounts.append({"name": f"files-{i}", "mountPath": inside, "readOnly": True})
         volumes.append({"name": f"files-{i}", "configMap": {"name": cm_name}})
-    pod_spec: dict[str, Any] = {
+    spec: dict[str, Any] = {
         "containers": [_container(config, unit, settings, mounts)],
         "volumes": volumes,
         # No *_SERVICE_HOST/*_PORT variables: a Service named vllm would set VLLM_PORT,
@@ -284,42 +285,71 @@ def unit_objects(
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 30,
     }
+    spec.update(placement(settings))
+    return PodParts(spec, all_labels, selector, config_maps)
+
+
+def placement(settings: KubeSettings) -> dict[str, Any]:
+    """Where the pods run and as whom: node selector, tolerations, service account."""
+    out: dict[str, Any] = {}
     if settings.node_selector:
-        pod_spec["nodeSelector"] = dict(settings.node_selector)
+        out["nodeSelector"] = dict(settings.node_selector)
     if settings.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
+        out["tolerations"] = [dict(t) for t in settings.tolerations]
     if settings.service_account:
-        pod_spec["serviceAccountName"] = settings.service_account
+        out["serviceAccountName"] = settings.service_account
+    return out
+
+
+def service_object(
+    name: str, namespace: str, labels: Mapping[str, str], selector: Mapping[str, str],
+    port: int, target: int,
+) -> dict[str, Any]:  # fmt: skip
+    """A ClusterIP Service ``name`` in front of the pods ``selector`` picks."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": dict(selector),
+            "ports": [{"name": "http", "port": port, "targetPort": target}],
+        },
+    }
+
+
+def unit_objects(
+    plan: LaunchPlan,
+    index: int,
+    settings: KubeSettings,
+    names: Names,
+    namespace: str,
+) -> list[dict[str, Any]]:
+    """The Deployment of the ``index``-th image unit of ``plan`` (its Service too for the
+    first), and a ConfigMap for each directory of files it shares."""
+    unit = plan.images[index]
+    name = names.unit(index)
+    pod = pod_parts(plan, index, settings, name, namespace)
+    objects = list(pod.config_maps)
     objects.append(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": meta(),
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(pod.labels)},
             "spec": {
                 "replicas": 1,
                 "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": selector},
+                "selector": {"matchLabels": dict(pod.selector)},
                 "template": {
-                    "metadata": {"labels": {**all_labels, **selector}},
-                    "spec": pod_spec,
+                    "metadata": {"labels": {**pod.labels, **pod.selector}},
+                    "spec": pod.spec,
                 },
             },
         }
     )
     if index == 0 and unit.ports:
         objects.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": meta(),
-                "spec": {
-                    "type": "ClusterIP",
-                    "selector": selector,
-                    "ports": [
-                        {"name": "http", "port": plan.port, "targetPort": unit.ports[0]},
-                    ],
-                },
-            }
+            service_object(name, namespace, pod.labels, pod.selector, plan.port, unit.ports[0])
         )
     return objects
 
@@ -340,9 +370,9 @@ def engine_objects(
     return out
 
 
-def service_url(names: Names, namespace: str, port: int) -> str:
+def service_url(service: str, namespace: str, port: int) -> str:
     """The engine's URL from a pod of the cluster: its Service's DNS name."""
-    return f"http://{names.base}.{namespace}.svc:{port}"
+    return f"http://{service}.{namespace}.svc:{port}"
 
 
 def selector_of(objects: Sequence[Mapping[str, Any]]) -> list[str]:

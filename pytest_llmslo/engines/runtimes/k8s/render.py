@@ -7,7 +7,8 @@ from typing import Any
 
 from ....errors import EngineUnavailable
 from ...plan import LaunchPlan
-from .manifests import engine_objects, names_for, session_object
+from .manifests import names_for, session_object
+from .objects import layout_of
 from .settings import settings_of
 
 
@@ -18,8 +19,8 @@ def manifests(plan: LaunchPlan) -> list[dict[str, Any]]:
     since they name its uid)."""
     settings = settings_of(plan.config)
     namespace = settings.namespace or "default"
-    objects = engine_objects(plan, settings, names_for(plan.config), namespace)
-    return [session_object(namespace), *objects]
+    layout = layout_of(plan, settings, names_for(plan.config), namespace)
+    return [session_object(namespace), *layout.objects]
 
 
 def render_manifests(plan: LaunchPlan) -> str:

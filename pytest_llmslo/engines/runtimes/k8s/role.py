@@ -1,6 +1,7 @@
 """The least privilege the kubernetes runtime needs in the engines' namespace: every verb
 it uses on every resource, and nothing else (a test drives the runtime against kmock and
-checks each request it made against these rules)."""
+checks each request it made against these rules). A user's own manifests (kind
+``manifests``) need the Role extended with create, patch and delete on their kinds."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # The session's ConfigMap and the files a unit shares; apply falls back to patch;
     # the reaper lists the sessions' ConfigMaps (reap_after_s).
     ("", "configmaps", ("create", "patch", "delete", "list")),
-    ("", "services", ("create", "patch", "delete")),
+    # A Service is read for the selector and port of a user's manifests' Service.
+    ("", "services", ("create", "patch", "delete", "get")),
+    # patch is also the scale of a running engine (spec.replicas).
     ("apps", "deployments", ("create", "patch", "delete")),
-    # Readiness and failures: the engine's pods, their logs, the namespace's events.
-    ("", "pods", ("list",)),
+    # Multi-node engines; Dynamo, whose Ready condition is read (get).
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", ("create", "patch", "delete")),
+    ("nvidia.com", "dynamographdeployments", ("create", "patch", "delete", "get")),
+    # Readiness and failures: the engine's pods, their logs, the namespace's events;
+    # delete: kill and restart one pod of a running engine.
+    ("", "pods", ("list", "delete")),
     ("", "pods/log", ("get",)),
     ("", "events", ("list",)),
     # access = "port-forward": the websocket is a GET upgraded; RBAC asks for create

@@ -22,8 +22,13 @@ from typing import Any
 from ....errors import ConfigError
 from ...base import EngineConfig
 
-#: The kinds the kubernetes runtime runs (one image unit: a Deployment and a Service).
-KUBERNETES_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm")
+#: The kinds the kubernetes runtime runs: an image unit as a Deployment and a Service (a
+#: LeaderWorkerSet across ``nodes``), Dynamo as a DynamoGraphDeployment, a user's own
+#: manifests as they are.
+KUBERNETES_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm", "dynamo", "manifests")
+
+#: The kinds that run across several nodes (``nodes`` > 1) as a LeaderWorkerSet.
+MULTI_NODE_KINDS: tuple[str, ...] = ("vllm", "sglang")
 
 #: How the harness reaches the engine: ``service`` (the Service's cluster DNS name, from a
 #: pod in the cluster) or ``port-forward`` (through the API server, from anywhere).
@@ -49,6 +54,12 @@ KUBERNETES_KEYS: Mapping[str, str] = {
     "name, from a pod in the cluster; the default there) or 'port-forward' (through the "
     "API server; the default outside a cluster)",
     "service_account": "service account of the engine's pod (default: the namespace's)",
+    "nodes": "nodes one copy of the engine spans (vllm, sglang): more than 1 runs it as a "
+    "LeaderWorkerSet, tensor parallel within a node and pipeline (vLLM) or tensor (SGLang) "
+    "parallel across nodes",
+    "manifests": "kind manifests: a YAML file or a directory of YAML files to apply as they are",
+    "service": "kind manifests: the Service (one of the manifests, or one already there) "
+    "whose port the harness reaches the engine at",
     "reap_after_s": "seconds: before the first engine in a namespace, delete what sessions "
     "older than this left there (their ConfigMap, and all it owns); unset: never",
 }
@@ -71,6 +82,9 @@ class KubeSettings:
     access: str | None = None
     service_account: str | None = None
     reap_after_s: float | None = None
+    nodes: int = 1
+    manifests: str | None = None
+    service: str | None = None
 
     def access_path(self) -> str:
         """``access``, or by default ``service`` in a pod of a cluster and
@@ -168,7 +182,13 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
         raise ConfigError(f"{where}: kubernetes.reap_after_s={reap!r} is not valid: seconds")
     if reap is not None and reap <= 0:
         raise ConfigError(f"{where}: kubernetes.reap_after_s={reap!r} is not valid: must be > 0")
+    nodes = table.get("nodes", 1)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"{where}: kubernetes.nodes={nodes!r} is not valid: an integer >= 1")
     settings = KubeSettings(
+        nodes=nodes,
+        manifests=_str(table, "manifests", where),
+        service=_str(table, "service", where),
         namespace=_str(table, "namespace", where),
         kubeconfig=_str(table, "kubeconfig", where),
         context=_str(table, "context", where),
@@ -200,10 +220,28 @@ def settings_of(config: EngineConfig) -> KubeSettings:
     return kube_settings(config.kubernetes, f"engine {config.display_name!r}")
 
 
-def check_kind(kind: str, where: str) -> None:
-    """``ConfigError`` when the kubernetes runtime does not run ``kind`` (yet)."""
+def check_kind(kind: str, where: str, table: Mapping[str, Any] | None = None) -> None:
+    """``ConfigError`` when the kubernetes runtime does not run ``kind`` (yet), or not as
+    the ``kubernetes`` table asks (several nodes, manifests)."""
     if kind not in KUBERNETES_KINDS:
         raise ConfigError(
             f"{where}: runtime='kubernetes' does not run kind {kind!r} yet. "
             f"Kinds it runs: {', '.join(KUBERNETES_KINDS)}"
+        )
+    settings = kube_settings(table or {}, where)
+    if settings.nodes > 1 and kind not in MULTI_NODE_KINDS:
+        raise ConfigError(
+            f"{where}: kubernetes.nodes={settings.nodes}: kind {kind!r} does not run across "
+            f"nodes here. Kinds that do (as a LeaderWorkerSet): {', '.join(MULTI_NODE_KINDS)}"
+        )
+    if (kind == "manifests") != bool(settings.manifests):
+        raise ConfigError(
+            f"{where}: kubernetes.manifests is the YAML of kind 'manifests' (and only of it): "
+            'set kind = "manifests" with kubernetes.manifests = "PATH" and '
+            'kubernetes.service = "SERVICE"'
+        )
+    if kind == "manifests" and not settings.service:
+        raise ConfigError(
+            f"{where}: kind 'manifests' needs kubernetes.service, the Service the harness "
+            "reaches the engine at"
         )
