@@ -9,7 +9,12 @@
   started again, the container killed and started again), on the unit ``replica`` names
   (its role, e.g. ``decode-worker``, or its number in start order; the last by default:
   a Dynamo deployment's worker rather than its frontend); ``stall`` on the runtime too
-  (the process group stopped then continued; the container paused then unpaused).
+  (the process group stopped then continued; the container paused then unpaused);
+- an engine on **Kubernetes**: ``kill`` and ``restart`` on its started unit
+  (``runtimes/kubernetes.KubeEngine``: a pod deleted with no grace period, or with its
+  grace period; its controller makes a new one), on the pod ``replica`` names (its index
+  among the pods behind the Service, or its name; the first by default). A pod cannot be
+  stalled through the API.
 
 Each returns what was done as JSON data; an engine that cannot take the fault raises
 ``ConfigError`` saying so, recorded on the fault (the level goes on).
@@ -44,6 +49,8 @@ def inject(
         return _sim(handle, fault, timeout_s)
     runtime = getattr(handle, "runtime", None)
     units = tuple(getattr(handle, "units", ()))
+    if config.runtime == "kubernetes":
+        return _kubernetes(config, units, fault)
     if runtime is None or not units:
         raise ConfigError(
             f"engine {config.display_name!r} ({config.kind}, {config.runtime}) was not started "
@@ -75,6 +82,26 @@ def pick_unit(units: tuple[Any, ...], replica: str | None) -> tuple[Any, int]:
         f"{i} ({getattr(getattr(u, 'spec', None), 'role', '?')})" for i, u in enumerate(units)
     )
     raise ConfigError(f"no unit {replica!r} in the engine; its units: {names}")
+
+
+def _kubernetes(config: Any, units: tuple[Any, ...], fault: Fault) -> dict[str, Any]:
+    """``kill``/``restart`` of one pod through the engine's started unit (``KubeEngine``)."""
+    if fault.kind == "stall":
+        raise ConfigError(
+            f"engine {config.display_name!r} runs on Kubernetes: a pod cannot be stalled "
+            "through the API (kill or restart it, or stall the sim's replica on any runtime)"
+        )
+    unit = next((u for u in units if callable(getattr(u, fault.kind, None))), None)
+    if unit is None:
+        raise ConfigError(
+            f"engine {config.display_name!r} (kubernetes) has no started unit to "
+            f"{fault.kind}: was it started by this session?"
+        )
+    replica: int | str | None = fault.replica
+    if isinstance(replica, str) and replica.isdigit():
+        replica = int(replica)
+    done = getattr(unit, fault.kind)(replica)
+    return {"how": f"kubernetes {fault.kind}", **dict(done)}
 
 
 def _sim(handle: Any, fault: Fault, timeout_s: float) -> dict[str, Any]:

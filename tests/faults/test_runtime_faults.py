@@ -153,3 +153,29 @@ def test_the_injector_takes_the_unit_a_fault_names_to_the_runtime() -> None:
         inject(external, kill)
     with pytest.raises(ConfigError, match="no proxy runs in front of the engine"):
         inject(handle, parse_faults("drop at=1s,for=1s")[0])
+
+
+def test_on_kubernetes_the_injector_kills_and_restarts_a_pod_through_the_started_unit() -> None:
+    calls: list[tuple[str, object]] = []
+
+    class Pods:  # what KubeEngine offers: kill/restart of a pod by index or name
+        def kill(self, replica):  # type: ignore[no-untyped-def]
+            calls.append(("kill", replica))
+            return {"target": "pod e-0", "replicas": 2}
+
+        def restart(self, replica):  # type: ignore[no-untyped-def]
+            calls.append(("restart", replica))
+            return {"target": f"pod {replica}", "replicas": 2}
+
+    config = EngineConfig(kind="vllm", runtime="kubernetes", name="e")  # type: ignore[arg-type]
+    handle = SimpleNamespace(config=config, runtime=object(), units=(Pods(),), base_url="http://x")
+    done = inject(handle, parse_faults("kill at=1s,replica=0")[0])
+    assert done == {"how": "kubernetes kill", "target": "pod e-0", "replicas": 2}
+    inject(handle, parse_faults("restart at=1s,replica=e-abc")[0])
+    inject(handle, parse_faults("kill at=1s")[0])
+    assert calls == [("kill", 0), ("restart", "e-abc"), ("kill", None)]
+    with pytest.raises(ConfigError, match="a pod cannot be stalled through the API"):
+        inject(handle, parse_faults("stall at=1s,for=1s")[0])
+    bare = SimpleNamespace(config=config, runtime=object(), units=(), base_url="http://x")
+    with pytest.raises(ConfigError, match="has no started unit to kill"):
+        inject(bare, parse_faults("kill at=1s")[0])
