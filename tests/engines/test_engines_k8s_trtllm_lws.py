@@ -105,7 +105,9 @@ def test_one_node_needs_no_secret() -> None:
 
 
 def test_a_pipeline_size_that_does_not_divide_the_gpus_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"--pp_size '5' does not divide the 16 GPUs"):
+    with pytest.raises(
+        ConfigError, match=r"engine 'trt': --pp_size '5' does not divide the 16 GPUs"
+    ):
         layout(extra_args=["--pp_size", "5"])
 
 

@@ -74,7 +74,7 @@ def _flag_values(args: list[str], flags: tuple[str, ...]) -> tuple[list[str], li
     return out, values
 
 
-def parallel_sizes(args: list[str], ranks: int) -> tuple[list[str], int, int]:
+def parallel_sizes(args: list[str], ranks: int, where: str = "") -> tuple[list[str], int, int]:
     """``args`` without their tp/pp flags, and the ``(tp, pp)`` of ``ranks`` GPUs."""
     args, _ = _flag_values(args, TP_FLAGS)
     args, pps = _flag_values(args, PP_FLAGS)
@@ -82,7 +82,7 @@ def parallel_sizes(args: list[str], ranks: int) -> tuple[list[str], int, int]:
     if pps:
         if not pps[-1].isdigit() or int(pps[-1]) < 1 or ranks % int(pps[-1]):
             raise ConfigError(
-                f"--pp_size {pps[-1]!r} does not divide the {ranks} GPUs of the group "
+                f"{where}--pp_size {pps[-1]!r} does not divide the {ranks} GPUs of the group "
                 "(GPUs per pod x kubernetes.nodes): give a divisor of it"
             )
         pp = int(pps[-1])
@@ -190,7 +190,8 @@ def trtllm_templates(
         )
     main = leader["containers"][0]
     command = [*main.get("command", []), *main["args"]]
-    args, tp, pp = parallel_sizes(command[1:], gpus * settings.nodes)
+    where = f"engine {config.display_name!r}: "
+    args, tp, pp = parallel_sizes(command[1:], gpus * settings.nodes, where)
     serve = [command[0], *args, "--tp_size", str(tp), "--pp_size", str(pp)]
     for spec in (leader, worker):
         _ssh_parts(spec, settings.ssh_secret)
