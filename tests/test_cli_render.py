@@ -57,8 +57,10 @@ def test_render_refuses_an_engine_of_another_runtime(
          ["ConfigMap", "DynamoGraphDeployment"]),
         ('kind = "sglang"\nmodel = "m"\nkubernetes = { nodes = 2 }',
          ["ConfigMap", "LeaderWorkerSet", "Service"]),
+        ('kind = "trtllm"\nmodel = "m"\nkubernetes = { nodes = 2, ssh_secret = "llmslo-ssh" }',
+         ["ConfigMap", "LeaderWorkerSet", "Service"]),
     ],
-    ids=["dynamo", "multi-node"],
+    ids=["dynamo", "multi-node", "trtllm-multi-node"],
 )  # fmt: skip
 def test_render_prints_the_custom_resources(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, kinds: list[str]
@@ -69,3 +71,30 @@ def test_render_prints_the_custom_resources(
     text = capsys.readouterr().out
     assert [d["kind"] for d in yaml.safe_load_all(text)] == kinds
     assert "&id" not in text
+
+
+def test_render_of_trtllm_across_nodes_names_the_ssh_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "engines.toml"
+    table = 'kind = "trtllm"\nmodel = "m"\nkubernetes = { nodes = 2, ssh_secret = "llmslo-ssh" }'
+    path.write_text(f'[engines.e]\nruntime = "kubernetes"\n{table}\n')
+    assert main(["render", "--engine", "e", "--engines-file", str(path)]) == EXIT_OK
+    lws = list(yaml.safe_load_all(capsys.readouterr().out))[1]
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    leader = tmpl["leaderTemplate"]["spec"]
+    assert "mpirun" in leader["containers"][0]["args"][0]
+    assert "sshd" in tmpl["workerTemplate"]["spec"]["containers"][0]["args"][0]
+    secrets = [v["secret"]["secretName"] for v in leader["volumes"] if "secret" in v]
+    assert secrets == ["llmslo-ssh"]
+
+
+def test_render_of_trtllm_across_nodes_without_a_secret_says_how_to_make_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "engines.toml"
+    table = 'kind = "trtllm"\nmodel = "m"\nkubernetes = { nodes = 2 }'
+    path.write_text(f'[engines.e]\nruntime = "kubernetes"\n{table}\n')
+    assert main(["render", "--engine", "e", "--engines-file", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "needs kubernetes.ssh_secret" in err and "kubectl -n NAMESPACE create secret" in err

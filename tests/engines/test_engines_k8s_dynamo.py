@@ -175,13 +175,20 @@ def test_the_access_path_is_in_the_run_constants(cluster: FakeCluster) -> None:
         handle.stop()
 
 
-def test_a_multi_node_engine_is_reached_at_its_leader(cluster: FakeCluster) -> None:
+@pytest.mark.parametrize(
+    ("kind", "kube"),
+    [("vllm", {}), ("trtllm", {"ssh_secret": "llmslo-ssh"})],
+    ids=["vllm", "trtllm"],
+)
+def test_a_multi_node_engine_is_reached_at_its_leader(
+    cluster: FakeCluster, kind: str, kube: dict[str, str]
+) -> None:
     from k8s_cluster import LwsController
 
-    cfg = load_engine_configs({"vllm": {
-        "runtime": "kubernetes", "model": MODEL, "tensor_parallel_size": 8,
+    cfg = load_engine_configs({"e": {
+        "kind": kind, "runtime": "kubernetes", "model": MODEL, "tensor_parallel_size": 8,
         "startup_timeout_s": 60,
-        "kubernetes": {"nodes": 2, "access": "port-forward"}}})["vllm"]  # fmt: skip
+        "kubernetes": {"nodes": 2, "access": "port-forward", **kube}}})["e"]  # fmt: skip
     with LwsController(cluster, NS, lambda c, ns, pod: None):
         handle = launch(plan_engine(cfg), poll_s=0.1)
     try:
@@ -190,6 +197,9 @@ def test_a_multi_node_engine_is_reached_at_its_leader(cluster: FakeCluster) -> N
         # Both pods are the engine's; the API is the leader's.
         assert len(engine.pods()) == 2
         assert [p["metadata"]["name"] for p in engine.api_pods()] == [f"{engine.names.base}-0"]
+        for pod in engine.pods():  # every pod mounts the SSH Secret MPI needs
+            secrets = [v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v]
+            assert secrets == list(kube.values())
         assert handle.metadata()["units"][0]["nodes"] == 2
         engine.scale(2)
         lws = cluster.items(

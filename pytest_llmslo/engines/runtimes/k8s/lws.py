@@ -10,7 +10,9 @@ vLLM's and SGLang's own guides for LWS deploy them. LWS gives each pod
   node and ``--pipeline-parallel-size nodes`` over Ray;
 - SGLang: the same server on every pod, ``--tp-size`` over all the group's GPUs,
   ``--nnodes``, ``--node-rank $(LWS_WORKER_INDEX)`` and
-  ``--dist-init-addr $(LWS_LEADER_ADDRESS):20000``.
+  ``--dist-init-addr $(LWS_LEADER_ADDRESS):20000``;
+- TensorRT-LLM: ``mpirun`` on the leader over SSH to ``sshd`` on the workers, with the
+  keypair of a Secret the user names (``lws_mpi``).
 
 Each pod asks for ``tensor_parallel_size`` GPUs. ``restartPolicy:
 RecreateGroupOnPodRestart``: a group whose pod restarts starts again as a whole (a
@@ -25,6 +27,7 @@ from typing import Any
 from ....errors import ConfigError
 from ...plan import LaunchPlan
 from .layout import Layout, deployment_scale, selector_text
+from .lws_mpi import trtllm_templates
 from .manifests import LABEL_INSTANCE, Names, pod_parts, service_object
 from .settings import KubeSettings
 
@@ -83,11 +86,13 @@ def _templates(plan: LaunchPlan, settings: KubeSettings, name: str, namespace: s
     elif config.kind == "sglang":
         main["args"] = _sglang(list(main["args"]), settings.nodes, config.tensor_parallel_size)
         other["args"] = list(main["args"])
-    else:
+    elif config.kind != "trtllm":
         raise ConfigError(f"kind {config.kind!r} does not run across nodes here")
     # Only the leader serves the API: the workers have no HTTP port or probes.
     for key in ("ports", "startupProbe", "readinessProbe"):
         other.pop(key, None)
+    if config.kind == "trtllm":
+        trtllm_templates(plan, settings, leader, worker)
 
     def meta() -> dict[str, Any]:  # each template its own (no shared dicts: no YAML aliases)
         return {"labels": {**pod.labels, **pod.selector}}

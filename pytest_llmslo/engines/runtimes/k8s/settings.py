@@ -28,7 +28,7 @@ from ...base import EngineConfig
 KUBERNETES_KINDS: tuple[str, ...] = ("sim", "vllm", "sglang", "trtllm", "dynamo", "manifests")
 
 #: The kinds that run across several nodes (``nodes`` > 1) as a LeaderWorkerSet.
-MULTI_NODE_KINDS: tuple[str, ...] = ("vllm", "sglang")
+MULTI_NODE_KINDS: tuple[str, ...] = ("vllm", "sglang", "trtllm")
 
 #: How the harness reaches the engine: ``service`` (the Service's cluster DNS name, from a
 #: pod in the cluster) or ``port-forward`` (through the API server, from anywhere).
@@ -54,9 +54,11 @@ KUBERNETES_KEYS: Mapping[str, str] = {
     "name, from a pod in the cluster; the default there) or 'port-forward' (through the "
     "API server; the default outside a cluster)",
     "service_account": "service account of the engine's pod (default: the namespace's)",
-    "nodes": "nodes one copy of the engine spans (vllm, sglang): more than 1 runs it as a "
-    "LeaderWorkerSet, tensor parallel within a node and pipeline (vLLM) or tensor (SGLang) "
-    "parallel across nodes",
+    "nodes": "nodes one copy of the engine spans (vllm, sglang, trtllm): more than 1 runs it "
+    "as a LeaderWorkerSet, tensor parallel within a node and pipeline (vLLM) or tensor "
+    "(SGLang, TRT-LLM under MPI) parallel across nodes",
+    "ssh_secret": "kind trtllm with nodes > 1: the Secret holding the SSH keypair (keys "
+    "private.key, private.key.pub) mpirun reaches the workers with (a reference, never the key)",
     "manifests": "kind manifests: a YAML file or a directory of YAML files to apply as they are",
     "service": "kind manifests: the Service (one of the manifests, or one already there) "
     "whose port the harness reaches the engine at",
@@ -85,6 +87,7 @@ class KubeSettings:
     nodes: int = 1
     manifests: str | None = None
     service: str | None = None
+    ssh_secret: str | None = None
 
     def access_path(self) -> str:
         """``access``, or by default ``service`` in a pod of a cluster and
@@ -189,6 +192,7 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
         nodes=nodes,
         manifests=_str(table, "manifests", where),
         service=_str(table, "service", where),
+        ssh_secret=_str(table, "ssh_secret", where),
         namespace=_str(table, "namespace", where),
         kubeconfig=_str(table, "kubeconfig", where),
         context=_str(table, "context", where),
@@ -215,6 +219,19 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
     return settings
 
 
+def missing_secret(nodes: int) -> str:
+    """What to do when TRT-LLM across nodes has no SSH Secret."""
+    return (
+        f"kind 'trtllm' with kubernetes.nodes={nodes} needs kubernetes.ssh_secret: it runs "
+        "under MPI, whose leader reaches the workers over SSH. Set kubernetes.ssh_secret = "
+        '"NAME", a Secret holding an SSH keypair as keys private.key and private.key.pub, '
+        "made once per namespace with: "
+        "ssh-keygen -t ed25519 -N '' -f llmslo-ssh && kubectl -n NAMESPACE create secret "
+        "generic NAME --from-file=private.key=llmslo-ssh "
+        "--from-file=private.key.pub=llmslo-ssh.pub"
+    )
+
+
 def settings_of(config: EngineConfig) -> KubeSettings:
     """The checked ``kubernetes`` table of ``config``."""
     return kube_settings(config.kubernetes, f"engine {config.display_name!r}")
@@ -234,6 +251,8 @@ def check_kind(kind: str, where: str, table: Mapping[str, Any] | None = None) ->
             f"{where}: kubernetes.nodes={settings.nodes}: kind {kind!r} does not run across "
             f"nodes here. Kinds that do (as a LeaderWorkerSet): {', '.join(MULTI_NODE_KINDS)}"
         )
+    if kind == "trtllm" and settings.nodes > 1 and not settings.ssh_secret:
+        raise ConfigError(f"{where}: {missing_secret(settings.nodes)}")
     if (kind == "manifests") != bool(settings.manifests):
         raise ConfigError(
             f"{where}: kubernetes.manifests is the YAML of kind 'manifests' (and only of it): "
