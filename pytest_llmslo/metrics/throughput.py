@@ -106,4 +106,5 @@ def in_window(run: Run, window: Window, mask: np.ndarray) -> tuple[int, int]:
     inside = owner & (ts >= window.start_ns) & (ts < window.end_ns)
     end = arr.end_ns
     done = mask & (end >= window.start_ns) & (end < window.end_ns)
-    return int(toks[inside].sum()), int(done.sum())
+    tokens = int(np.count_nonzero(inside)) if toks is None else int(toks[inside].sum())
+    return tokens, int(done.sum())
