@@ -358,13 +358,22 @@ class RecordStore(Sequence[RequestRecord]):
 
     def chunk_ns(self) -> np.ndarray:
         """Every record's chunk times, flat in record order (``n_chunks`` each)."""
-        parts = [ns for _, ns, _ in self.segments()]
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        return self._flat(1, "n_chunks", np.int64)
 
     def chunk_tokens(self) -> np.ndarray:
         """The per-chunk token counts of the records that have them, flat (``n_counts``)."""
-        parts = [toks for _, _, toks in self.segments()]
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.uint32)
+        return self._flat(2, "n_counts", np.uint32)
+
+    def _flat(self, which: int, count: str, dtype: type) -> np.ndarray:
+        """One ragged column of every segment in one array, filled a segment at a time
+        (a segment read from its file is the only other copy alive)."""
+        out = np.empty(int(self.column(count).sum(dtype=np.int64)), dtype=dtype)
+        at = 0
+        for arrays in self.segments():
+            part = arrays[which]
+            out[at : at + part.size] = part
+            at += part.size
+        return out
 
     def nth_chunk_ns(self, k: int) -> np.ndarray:
         """The arrival of each record's k-th output chunk (0-based); -1 where it has none."""

@@ -32,15 +32,15 @@ def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recordstore, "SEGMENT_ROWS", 16)
 
 
-def _record(i: int, rnd: random.Random) -> RequestRecord:
+def _record(i: int, rnd: random.Random, multi: bool = True) -> RequestRecord:
     """A record with what real runs have: failures with texts, per-chunk counts, usage
     that agrees or disagrees with the stream, reasoning before content, conversations."""
     sent = i * 7 * MS + rnd.randrange(MS)
     failed = i % 13 == 5
     n = 0 if i % 17 == 3 else rnd.randrange(1, 30)
     chunk_ns = sorted(sent + 40 * MS + rnd.randrange(200 * MS) for _ in range(n))
-    counts = [rnd.choice((1, 1, 2, 3)) for _ in range(n)] if i % 4 == 0 else []
-    usage = {0: None, 1: n, 2: n + 9, 3: n + 1}[i % 4]
+    counts = [rnd.choice((1, 1, 2, 3)) for _ in range(n)] if multi and i % 4 == 0 else []
+    usage = {0: None, 1: n, 2: n + 9, 3: n + 1}[i % 4] if multi else n
     return RequestRecord(
         index=i,
         scheduled_ns=sent - rnd.randrange(MS),
@@ -64,9 +64,11 @@ def _record(i: int, rnd: random.Random) -> RequestRecord:
     )
 
 
-def _records(n: int = 300, seed: int = 1) -> list[RequestRecord]:
+def _records(n: int = 300, seed: int = 1, multi: bool = True) -> list[RequestRecord]:
+    """``multi``: some chunks carry several tokens and some usage disagrees; else one
+    token a chunk, as most servers stream (the store's gaps are then read by segment)."""
     rnd = random.Random(seed)
-    return [_record(i, rnd) for i in range(n)]
+    return [_record(i, rnd, multi) for i in range(n)]
 
 
 def _shuffled(records: list[RequestRecord], seed: int = 2) -> list[RequestRecord]:
@@ -185,16 +187,17 @@ def _runs(records: list[RequestRecord], limit: int | None) -> tuple[Run, Run]:
     )
 
 
-@pytest.mark.parametrize("limit", [None, 0])
-def test_metrics_gates_and_samples_are_those_of_the_records(limit: int | None) -> None:
-    objects, stored = _runs(_records(), limit)
+@pytest.mark.parametrize(("limit", "multi"), [(None, True), (0, True), (0, False)])
+def test_metrics_gates_and_samples_are_those_of_the_records(limit: int | None, multi: bool) -> None:
+    objects, stored = _runs(_records(multi=multi), limit)
     objectives = "ttft_p90 < 150ms, itl_mean < 20ms, e2e_p99 < 400ms"
     clear_cache()
     a = metrics.summarize(objects, slo.parse_objectives(objectives)).to_dict()
     clear_cache()
     b = metrics.summarize(stored, slo.parse_objectives(objectives)).to_dict()
     assert _nan_equal(a, b)
-    assert 0 < a["good"] < a["completed"] < a["requests"] and a["usage_mismatches"] > 0
+    assert 0 < a["good"] < a["completed"] < a["requests"]
+    assert (a["usage_mismatches"] > 0) == multi and a["throughput_window"] == "steady"
     for name, values in metrics.per_request(objects).items():
         assert np.array_equal(values, metrics.per_request(stored)[name], equal_nan=True), name
     assert _nan_equal(compact_samples(objects), compact_samples(stored))
@@ -236,3 +239,15 @@ def test_columnar_batches_decode_as_the_exchanges_do() -> None:
     ]  # the same but for the worker, which a batch's sender gives
     assert got == want and len(batched) == 0 and batched.bytes == 0
     assert sum(not r.ok for r in got) == 5
+
+
+def test_the_bound_is_a_setting_in_megabytes() -> None:
+    from pytest_llmslo.settings import LoadOptions
+    from pytest_llmslo.settings.parsers import parse_records_memory
+
+    assert parse_records_memory("64") == 64.0 and parse_records_memory("0.5MB") == 0.5
+    assert parse_records_memory("none") is None and parse_records_memory("0") == 0.0
+    with pytest.raises(ValueError, match="megabytes >= 0"):
+        parse_records_memory("-1")
+    assert LoadOptions(records_memory_mb=2.0).records_memory == 2 * 1024 * 1024
+    assert LoadOptions(records_memory_mb=None).records_memory is None

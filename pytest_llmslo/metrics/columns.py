@@ -149,6 +149,23 @@ class Columns:
         ts = g.chunk_ns if g.chunk_ns is not None else chunk_times(self.run.records)
         return ts, g.chunk_tokens
 
+    def tokens_in(self, mask: np.ndarray, start_ns: int, end_ns: int) -> int:
+        """The output tokens of the records in ``mask`` whose chunks arrived in
+        [``start_ns``, ``end_ns``); a store's chunk times are read a segment at a time."""
+        g = self._token_gaps()
+        recs = self.run.records
+        if g.chunk_ns is None and g.chunk_tokens is None and isinstance(recs, RecordStore):
+            total = row = 0
+            for fixed, ns, _ in recs.segments():
+                m = len(fixed)
+                owner = np.repeat(mask[row : row + m], self.chunk_counts[row : row + m])
+                total += int(np.count_nonzero(owner & (ns >= start_ns) & (ns < end_ns)))
+                row += m
+            return total
+        ts, toks = self.chunks()
+        inside = np.repeat(mask, self.chunk_counts) & (ts >= start_ns) & (ts < end_ns)
+        return int(np.count_nonzero(inside)) if toks is None else int(toks[inside].sum())
+
     def _token_gaps(self) -> TokenGaps:
         if self._gaps is None:
             self._gaps = build_token_gaps(self.run, self.chunk_counts, self.ok, self.output_tokens)

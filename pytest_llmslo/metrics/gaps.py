@@ -60,18 +60,17 @@ def build_token_gaps(
     if total == 0:
         empty = np.empty(0, dtype=np.int64)
         return TokenGaps(Ragged(np.empty(0), sample_counts), empty, None)
-    ts = chunk_times(recs)
     toks = _counted_tokens(run, counts, total, output_tokens)
-    starts = np.cumsum(counts) - counts
-    # diff[k] = ts[k+1] - ts[k] is a gap unless chunk k+1 starts a request; a request
-    # with m chunks gives m - 1 gaps, in record order. Failed requests give none.
-    keep = np.ones(total - 1, dtype=bool)
-    boundary = starts[(counts > 0) & (starts > 0)] - 1
-    keep[boundary] = False
     per_rec = np.maximum(counts - 1, 0)
     if not ok.all():
-        keep &= np.repeat(ok, counts)[1:]
         per_rec = np.where(ok, per_rec, 0)
+    if toks is None and isinstance(recs, RecordStore):
+        # A segment at a time: the run's chunk times are never whole in memory.
+        return TokenGaps(Ragged(_store_gaps(recs, counts, ok, per_rec), per_rec), None, None)
+    ts = chunk_times(recs)
+    # diff[k] = ts[k+1] - ts[k] is a gap unless chunk k+1 starts a request; a request
+    # with m chunks gives m - 1 gaps, in record order. Failed requests give none.
+    keep = _gap_mask(counts, ok, total)
     kept_ts = None if isinstance(recs, RecordStore) else ts
     if toks is None:
         return TokenGaps(Ragged(_kept_gaps(ts, keep), per_rec), kept_ts, None)
@@ -82,6 +81,36 @@ def build_token_gaps(
     offsets = np.cumsum(per_rec[has]) - per_rec[has]
     sample_counts[has] = np.add.reduceat(w, offsets) if offsets.size else 0
     return TokenGaps(Ragged(gaps, sample_counts), kept_ts, toks)
+
+
+def _gap_mask(counts: np.ndarray, ok: np.ndarray, total: int) -> np.ndarray:
+    """Which differences of consecutive chunk times are gaps: not across two requests,
+    not in a failed request."""
+    starts = np.cumsum(counts) - counts
+    keep = np.ones(max(total - 1, 0), dtype=bool)
+    boundary = starts[(counts > 0) & (starts > 0)] - 1
+    keep[boundary] = False
+    if not ok.all():
+        keep &= np.repeat(ok, counts)[1:]
+    return keep
+
+
+def _store_gaps(
+    store: RecordStore, counts: np.ndarray, ok: np.ndarray, per_rec: np.ndarray
+) -> np.ndarray:
+    """The gaps (ms) of a store's records, read a segment at a time, in record order:
+    the same values as over the flat chunk times (a segment ends with a request)."""
+    out = np.empty(int(per_rec.sum()), dtype=np.float64)
+    at = row = 0
+    for fixed, ns, _ in store.segments():
+        m = len(fixed)
+        c, o = counts[row : row + m], ok[row : row + m]
+        row += m
+        if ns.size > 1:
+            block = _kept_gaps(ns, _gap_mask(c, o, ns.size))
+            out[at : at + block.size] = block
+            at += block.size
+    return out
 
 
 def _kept_gaps(ts: np.ndarray, keep: np.ndarray) -> np.ndarray:

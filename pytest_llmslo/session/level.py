@@ -318,6 +318,7 @@ def load_level(
             meta=meta.to_dict(),
             thresholds=ts.health_thresholds(),
             early_stop=task.early_stop,
+            records_memory=ts.records_memory,
         )
     )
     if trigger is None or ts.scale_up is None:
