@@ -21,8 +21,11 @@ built on the fly (the store is a ``Sequence[RequestRecord]``), so a run's metric
 gates and its samples read the same data and no second full copy is ever built.
 
 ``finish()`` sorts the records by ``index`` (they arrive in the order they ended),
-a segment at a time, and makes the store read-only. ``save``/``load`` export the records
-to one ``.npz`` file.
+a segment at a time, and makes the store read-only. The bound holds for the stores of a
+process together: when a store takes its first record, the finished stores that have a
+bound move what they hold in memory to their files (a session keeps every level's run to
+its end; the levels before the one running are read from files when asked).
+``save``/``load`` export the records to one ``.npz`` file.
 """
 
 from __future__ import annotations
@@ -127,6 +130,18 @@ class _Segment:
             return z["fixed"]
 
 
+_FINISHED: weakref.WeakSet[RecordStore] = weakref.WeakSet()
+
+
+def _release_finished(new: RecordStore) -> None:
+    """A store starts filling: the finished ones with a bound go to their files."""
+    if new.limit is None:
+        return
+    for store in list(_FINISHED):
+        if store is not new and store.limit is not None and store.memory_bytes:
+            store.to_files()
+
+
 def _offsets(counts: np.ndarray) -> np.ndarray:
     out = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=out[1:])
@@ -183,6 +198,8 @@ class RecordStore(Sequence[RequestRecord]):
         """Add one record (before ``finish``)."""
         if self.finished:
             raise ValueError("a finished record store takes no more records")
+        if not self._rows and len(self._starts) == 1:
+            _release_finished(self)
         counts = rec.chunk_tokens
         self._rows.append(
             (
@@ -262,7 +279,16 @@ class RecordStore(Sequence[RequestRecord]):
         index = self.column("index")
         if index.size > 1 and bool((index[1:] < index[:-1]).any()):
             self._sort(np.argsort(index, kind="stable"))
+        _FINISHED.add(self)
         return self
+
+    def to_files(self) -> None:
+        """Move every segment held in memory to the store's files (a bounded store)."""
+        self._seal_if_open()
+        for seg in self._segments:
+            if seg.path is None:
+                self._write(seg)
+        self._cache = None
 
     def _sort(self, order: np.ndarray) -> None:
         """Rewrite the segments in ``order``, a segment of output at a time; a segment

@@ -251,3 +251,32 @@ def test_the_bound_is_a_setting_in_megabytes() -> None:
         parse_records_memory("-1")
     assert LoadOptions(records_memory_mb=2.0).records_memory == 2 * 1024 * 1024
     assert LoadOptions(records_memory_mb=None).records_memory is None
+
+
+def test_a_store_that_starts_filling_moves_the_finished_ones_to_files() -> None:
+    records = _records(100)
+    first = _store(records, limit=10**9)
+    assert first.memory_bytes > 0 and first.file_dir is None
+    unbounded = _store(records, limit=None)
+    assert first.memory_bytes > 0  # a store without a bound leaves the others be
+    second = RecordStore(10**9)
+    second.append(records[0])
+    assert first.memory_bytes == 0 and first.spilled_segments > 0
+    assert unbounded.memory_bytes > 0
+    assert list(first) == records  # read back from its files
+
+
+def test_batches_past_the_budget_and_its_margin_wait_in_a_file() -> None:
+    one = Backlog(0, budget=0)
+    for i in range(30):
+        one.add(Job(i, b"", 8, 16, False), 10 * i - 1, _exchange(i))
+    want = list(one.drain())
+    backlog = Backlog(0, budget=1, spill_margin=1)
+    for i in range(30):
+        builder = BatchBuilder()
+        builder.add(i, 8, 16, 10 * i - 1, _exchange(i))
+        backlog.add_batch(builder.take(), 0)
+    assert backlog.spilled == 30 and backlog.in_file == 30 and len(backlog) == 30
+    backlog.decode_slice()  # decodes on while batches wait in the file
+    assert backlog.in_file < 30
+    assert list(backlog.drain()) == want and backlog.in_file == 0

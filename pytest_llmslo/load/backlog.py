@@ -25,12 +25,15 @@ about 0.2 µs per token), whose backlog keeps them packed until it decodes them 
 from __future__ import annotations
 
 import ctypes
+import os
+import pickle
+import tempfile
 from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns, thread_time_ns
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -42,6 +45,8 @@ __all__ = ["RAW_FIXED", "Backlog", "BatchBuilder", "Finished", "RawBatch"]
 
 DEFAULT_BUDGET = 256 * 1024 * 1024
 SLICE_NS = 1_000_000
+#: Past the budget by this much, a worker's batch waits in a file (``Backlog``).
+SPILL_MARGIN = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +179,21 @@ class _Cursor:
         self.i = self.reads = self.at = 0
 
 
+class _InFile:
+    """A batch waiting in the backlog's file: where, and whose."""
+
+    __slots__ = ("length", "offset", "worker")
+
+    def __init__(self, offset: int, length: int, worker: int) -> None:
+        self.offset, self.length, self.worker = offset, length, worker
+
+
 class Backlog:
     """Raw exchanges in finishing order, decoded into ``records`` (see the module
     docstring), a ``RecordStore`` (a new one unless ``store`` is given). ``on_record``
-    is told each new record (early stop watches them)."""
+    is told each new record (early stop watches them). Batches that come while more than
+    ``spill_margin`` bytes past the budget are held (the decoding does not keep up: a
+    busy machine) wait in a temporary file, pickled as they came, until their turn."""
 
     def __init__(
         self,
@@ -186,13 +202,18 @@ class Backlog:
         slice_ns: int = SLICE_NS,
         on_record: Callable[[RequestRecord], None] | None = None,
         store: RecordStore | None = None,
+        spill_margin: int | None = SPILL_MARGIN,
     ) -> None:
         self.worker = worker
+        self.spill_margin = spill_margin
+        self._file: IO[bytes] | None = None
+        self.in_file = 0  # batches waiting in the file
+        self.spilled = 0  # batches that went through it
         self.budget = budget
         self.slice_ns = slice_ns
         self.on_record = on_record
         self.records = RecordStore() if store is None else store
-        self._raw: deque[tuple[Any, int, RawExchange, int, int] | _Cursor] = deque()
+        self._raw: deque[tuple[Any, int, RawExchange, int, int] | _Cursor | _InFile] = deque()
         self._pending = 0  # exchanges not decoded yet
         self.bytes = 0
         self.decode_cpu_ns = 0  # CPU spent decoding during the run
@@ -209,20 +230,47 @@ class Backlog:
 
     def add_batch(self, batch: RawBatch, worker: int) -> None:
         """Queue a worker's batch of finished exchanges, kept packed until decoded."""
-        if len(batch):
-            self._raw.append(_Cursor(batch, worker))
-            self.bytes += batch.nbytes
-            self._pending += len(batch)
+        if not len(batch):
+            return
+        self._pending += len(batch)
+        margin = self.spill_margin
+        if margin is not None and self.bytes + batch.nbytes > self.budget + margin:
+            self._raw.append(self._to_file(batch, worker))
+            return
+        self._raw.append(_Cursor(batch, worker))
+        self.bytes += batch.nbytes
+
+    def _to_file(self, batch: RawBatch, worker: int) -> _InFile:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="llmslo-raw-")
+        f = self._file
+        f.seek(0, os.SEEK_END)
+        data = pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)
+        at = f.tell()
+        f.write(data)
+        self.in_file += 1
+        self.spilled += 1
+        return _InFile(at, len(data), worker)
+
+    def _from_file(self, entry: _InFile) -> _Cursor:
+        assert self._file is not None
+        self._file.seek(entry.offset)
+        batch: RawBatch = pickle.loads(self._file.read(entry.length))
+        self.in_file -= 1
+        self.bytes += batch.nbytes
+        return _Cursor(batch, entry.worker)
 
     def __len__(self) -> int:
         return self._pending
 
     @property
     def over_budget(self) -> bool:
-        return bool(self._raw) and self.bytes > self.budget
+        return bool(self._raw) and (self.bytes > self.budget or self.in_file > 0)
 
     def _decode_one(self) -> None:
         head = self._raw[0]
+        if isinstance(head, _InFile):
+            head = self._raw[0] = self._from_file(head)
         if isinstance(head, _Cursor):
             batch = head.batch
             job, scheduled, raw = batch.exchange(head.i, head.reads, head.at)
@@ -260,7 +308,7 @@ class Backlog:
         end = t0 + self.slice_ns
         while self._raw:
             self._decode_one()
-            if self.bytes <= target or perf_counter_ns() >= end:
+            if (self.bytes <= target and not self.in_file) or perf_counter_ns() >= end:
                 break
         self.decode_cpu_ns += thread_time_ns() - c0
         self.slices += 1
@@ -272,6 +320,9 @@ class Backlog:
         allocator keeps it, and what the run's metrics allocate next comes on top."""
         while self._raw:
             self._decode_one()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         store = self.records.finish()
         trim_heap()
         return store
@@ -281,14 +332,35 @@ def trim_heap() -> None:
     """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; nothing
     where there is none). Freed buffers of a few hundred KB, the raw batches, stay in the
     heap otherwise, and the process's RSS keeps the backlog's peak for good."""
-    global _malloc_trim
-    if _malloc_trim is None:
+    fn = _libc("malloc_trim")
+    if fn is not None:
+        fn(0)
+
+
+#: glibc's ``M_MMAP_THRESHOLD`` (malloc.h) and its default, 128 KiB.
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD = 128 * 1024
+
+
+def pin_mmap_threshold() -> None:
+    """Keep glibc's mmap threshold at its default (128 KiB) for good (``mallopt``;
+    nothing where there is none). glibc raises it to the size of each large buffer freed,
+    so the raw batches (a few hundred KB, read by one thread and freed by another) come
+    from the heap after the first, fragment it, and a long level's RSS crept up by about
+    20 MB a minute at c=512; above the threshold a buffer is mapped alone and goes back
+    to the system when freed."""
+    fn = _libc("mallopt")
+    if fn is not None:
+        fn(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+
+
+def _libc(name: str) -> Any:
+    if name not in _LIBC:
         try:
-            _malloc_trim = ctypes.CDLL(None).malloc_trim
+            _LIBC[name] = getattr(ctypes.CDLL(None), name)
         except (AttributeError, OSError):
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
+            _LIBC[name] = None
+    return _LIBC[name]
 
 
-_malloc_trim: Any = None
+_LIBC: dict[str, Any] = {}

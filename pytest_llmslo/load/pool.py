@@ -29,7 +29,7 @@ from time import perf_counter_ns
 from ..errors import LoadError
 from ..records import RequestRecord
 from ..recordstore import RecordStore
-from .backlog import Backlog
+from .backlog import Backlog, pin_mmap_threshold
 from .drive import Counter, Driver, WorkerResult
 from .jobs import JobSource
 from .plan import Limits, WorkerPlan
@@ -171,6 +171,7 @@ class _Pool:
         # The workers' finished exchanges, decoded here: past the budget during the run
         # (or all of them at once with early stop, which needs the values), the rest at
         # the end. The budget is the parent's: the batches it holds are its memory.
+        pin_mmap_threshold()
         limits = [p.records_memory for p in plans]
         self.store = RecordStore(None if None in limits else max(x or 0 for x in limits))
         self.backlog = Backlog(budget=max(p.defer_bytes for p in plans), store=self.store)
