@@ -46,7 +46,7 @@ __all__ = ["RAW_FIXED", "Backlog", "BatchBuilder", "Finished", "RawBatch"]
 DEFAULT_BUDGET = 256 * 1024 * 1024
 SLICE_NS = 1_000_000
 #: Past the budget by this much, a worker's batch waits in a file (``Backlog``).
-SPILL_MARGIN = 64 * 1024 * 1024
+SPILL_MARGIN = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
