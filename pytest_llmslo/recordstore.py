@@ -22,9 +22,10 @@ gates and its samples read the same data and no second full copy is ever built.
 
 ``finish()`` sorts the records by ``index`` (they arrive in the order they ended),
 a segment at a time, and makes the store read-only. The bound holds for the stores of a
-process together: when a store takes its first record, the finished stores that have a
-bound move what they hold in memory to their files (a session keeps every level's run to
-its end; the levels before the one running are read from files when asked).
+process together: when a store with a bound is made (before its level's load starts),
+the finished stores that have a bound move what they hold in memory to their files (a
+session keeps every level's run to its end; the levels before the one running are read
+from files when asked).
 ``save``/``load`` export the records to one ``.npz`` file.
 """
 
@@ -134,7 +135,7 @@ _FINISHED: weakref.WeakSet[RecordStore] = weakref.WeakSet()
 
 
 def _release_finished(new: RecordStore) -> None:
-    """A store starts filling: the finished ones with a bound go to their files."""
+    """A store is made: the finished ones with a bound go to their files."""
     if new.limit is None:
         return
     for store in list(_FINISHED):
@@ -182,6 +183,7 @@ class RecordStore(Sequence[RequestRecord]):
         self._cache: tuple[int, _Loaded] | None = None
         self.finished = False
         self.spilled_segments = 0
+        _release_finished(self)
 
     # ------------------------------------------------------------------ writing
 
@@ -198,8 +200,6 @@ class RecordStore(Sequence[RequestRecord]):
         """Add one record (before ``finish``)."""
         if self.finished:
             raise ValueError("a finished record store takes no more records")
-        if not self._rows and len(self._starts) == 1:
-            _release_finished(self)
         counts = rec.chunk_tokens
         self._rows.append(
             (

@@ -253,14 +253,13 @@ def test_the_bound_is_a_setting_in_megabytes() -> None:
     assert LoadOptions(records_memory_mb=None).records_memory is None
 
 
-def test_a_store_that_starts_filling_moves_the_finished_ones_to_files() -> None:
+def test_a_new_store_moves_the_finished_ones_to_files() -> None:
     records = _records(100)
     first = _store(records, limit=10**9)
     assert first.memory_bytes > 0 and first.file_dir is None
     unbounded = _store(records, limit=None)
     assert first.memory_bytes > 0  # a store without a bound leaves the others be
-    second = RecordStore(10**9)
-    second.append(records[0])
+    RecordStore(10**9)
     assert first.memory_bytes == 0 and first.spilled_segments > 0
     assert unbounded.memory_bytes > 0
     assert list(first) == records  # read back from its files

@@ -481,10 +481,12 @@ class Driver:
         t0_ns: int,
         on_record: Callable[[RequestRecord], None] | None = None,
         ship: Callable[[Job, int, RawExchange], None] | None = None,
+        store: RecordStore | None = None,
     ) -> WorkerResult:
         """Send the jobs from ``t0_ns`` on. ``ship`` takes each finished exchange instead
         of the local backlog (a worker process hands them, undecoded, to the parent);
-        ``on_record`` sees each record the local backlog decodes."""
+        ``on_record`` sees each record the local backlog decodes, into ``store`` (made
+        before ``t0``: a new store moves the finished ones to their files)."""
         plan = self.plan
         res = WorkerResult(
             plan.worker,
@@ -496,7 +498,8 @@ class Driver:
         res.kernel_stamps = self.transport.kernel_stamps
         loop = asyncio.get_running_loop()
         ticker = loop.create_task(_loop_ticker(res.loop_lag_ns, res.stalls, plan.stall_ns))
-        store = RecordStore(plan.records_memory)
+        if store is None:
+            store = RecordStore(plan.records_memory)
         backlog = Backlog(plan.worker, plan.defer_bytes, on_record=on_record, store=store)
         keeper = loop.create_task(_housekeeping(backlog, self.source))
         sender = Sender(plan, self, res, ship or backlog.add)

@@ -88,6 +88,7 @@ async def run_inprocess(
     source = JobSource(plan.jobs)
     source.prefill()
     transport = make_transport(plan.settings, plan.max_connections)
+    store = RecordStore(plan.records_memory)  # before t0: it may move older stores to files
     t0 = perf_counter_ns() + 1_000_000
     bound = limits.bound()
     seen: list[RequestRecord] = []
@@ -107,7 +108,7 @@ async def run_inprocess(
     rep = asyncio.ensure_future(reporter())
     on_record = seen.append if watch is not None else None
     driver = Driver(plan, source, transport, bound, stop, counter)
-    task = asyncio.ensure_future(driver.run(t0, on_record))
+    task = asyncio.ensure_future(driver.run(t0, on_record, store=store))
     try:
         res = await asyncio.shield(task)
     except asyncio.CancelledError:
