@@ -40,13 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_llmslo import metrics
 from pytest_llmslo.document import compact_samples
 from pytest_llmslo.load import ClientSettings, LoadJob, Progress, WorkloadSpec, run_load_sync
-from pytest_llmslo.load.backlog import Backlog, trim_heap
+from pytest_llmslo.load.backlog import Backlog
 from pytest_llmslo.metrics.columns import clear_cache
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
 
 try:
+    from pytest_llmslo.load.backlog import trim_heap
     from pytest_llmslo.recordstore import RecordStore
-except ImportError:  # a version before the record store: records kept as objects
+except ImportError:  # a version before the record store (records kept as objects)
     RecordStore = None  # type: ignore[assignment,misc]
 
 
