@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -479,10 +479,14 @@ class Run:
     was cut). ``records`` holds every measured request that was sent, those the run's end
     cut included (``error_kind="cancelled"``). ``meta`` holds the constants that make the
     run reproducible (engine, model, workload, endpoint, ...), JSON-serialisable.
+
+    ``records`` is a sequence sorted by index: a tuple, or, for a run the load generator
+    measured, its ``recordstore.RecordStore`` (columns in memory up to a bound and in files
+    beyond it; each record built when it is read).
     """
 
     level: LoadLevel
-    records: tuple[RequestRecord, ...]
+    records: Sequence[RequestRecord]
     start_ns: int
     end_ns: int
     warmup_requests: int = 0
@@ -498,12 +502,27 @@ class Run:
         return self.health.valid
 
     @property
+    def ok_count(self) -> int:
+        """How many records completed (read from the store's columns where there is one)."""
+        ok = getattr(self.records, "ok", None)
+        if callable(ok):
+            return int(ok().sum())
+        return sum(1 for r in self.records if r.ok)
+
+    @property
     def ok_records(self) -> tuple[RequestRecord, ...]:
-        return tuple(r for r in self.records if r.ok)
+        return self._where_ok(True)
 
     @property
     def failed_records(self) -> tuple[RequestRecord, ...]:
-        return tuple(r for r in self.records if not r.ok)
+        return self._where_ok(False)
+
+    def _where_ok(self, want: bool) -> tuple[RequestRecord, ...]:
+        ok = getattr(self.records, "ok", None)
+        if callable(ok):  # a store: only the records asked for are built
+            rows = (ok() == want).nonzero()[0].tolist()
+            return tuple(self.records[i] for i in rows)
+        return tuple(r for r in self.records if r.ok == want)
 
     def to_dict(self, *, with_records: bool = True) -> dict[str, Any]:
         d: dict[str, Any] = {

@@ -38,6 +38,7 @@ def compact_samples(run: Run, *, digits: int = 3) -> dict[str, list[float | None
     import numpy as np  # only needed when samples are wanted
 
     from pytest_llmslo import metrics
+    from pytest_llmslo.metrics.columns import columns
 
     per = metrics.per_request(run)
     out: dict[str, list[Any]] = {}
@@ -47,10 +48,15 @@ def compact_samples(run: Run, *, digits: int = 3) -> dict[str, list[float | None
             continue
         rounded = np.round(np.asarray(values, dtype=np.float64), digits)
         out[f"{name}_ms"] = [v if math.isfinite(v) else None for v in rounded.tolist()]
-    out["ok"] = [1 if r.ok else 0 for r in run.records]
-    out["output_tokens"] = [r.output_tokens for r in run.records]
+    # The run's columns, read once (a long run's records are a store of columns).
+    cols = columns(run)
+    out["ok"] = cols.ok.astype(np.int64).tolist()
+    out["output_tokens"] = cols.output_tokens.tolist()
     t0 = run.start_ns
-    out["sent_s"] = [_seconds(r.sent_ns, t0) for r in run.records]
-    out["first_token_s"] = [_seconds(r.first_token_ns, t0) for r in run.records]
-    out["end_s"] = [_seconds(r.end_ns, t0) for r in run.records]
+    out["sent_s"] = [_seconds(x, t0) for x in cols.sent_ns.tolist()]
+    firsts = cols.first_chunk_ns.tolist()
+    has = (cols.chunk_counts > 0).tolist()
+    pairs = zip(firsts, has, strict=True)
+    out["first_token_s"] = [_seconds(x if h else None, t0) for x, h in pairs]
+    out["end_s"] = [_seconds(x, t0) for x in cols.end_ns.tolist()]
     return out

@@ -3,9 +3,10 @@
 Decoding a response (SSE split, JSON) costs about 4 µs per streamed token, as much as a
 third of reading it; doing it while streams are read would delay their timestamps. So the
 raw bytes of each finished request wait in a backlog. With several load processes the
-workers do not decode at all: they ship each finished request's bytes to the parent process
-(``pack``/``unpack``; a pickle and a write, about 0.2 µs per token), whose backlog decodes
-them. A lone in-process worker keeps its own. Either way:
+workers do not decode at all: they ship their finished requests' bytes to the parent process
+in columnar batches (``BatchBuilder``, ``RawBatch``: a pickle of a few buffers and a write,
+about 0.2 µs per token), whose backlog keeps them packed until it decodes them into its
+``RecordStore``. A lone in-process worker keeps its own. Either way:
 
 - while the raw bytes held stay under ``budget`` (256 MiB by default: a minute at c=512
   fits), nothing is decoded during the run; what is left is decoded when it ends. On a
@@ -23,20 +24,29 @@ them. A lone in-process worker keeps its own. Either way:
 
 from __future__ import annotations
 
+import ctypes
+import os
+import pickle
+import tempfile
 from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns, thread_time_ns
-from typing import Any
+from typing import IO, Any
+
+import numpy as np
 
 from ..records import RequestRecord
+from ..recordstore import RecordStore
 from .client import RawExchange, build_record
 
-__all__ = ["Backlog", "Finished", "pack", "unpack"]
+__all__ = ["RAW_FIXED", "Backlog", "BatchBuilder", "Finished", "RawBatch"]
 
 DEFAULT_BUDGET = 256 * 1024 * 1024
 SLICE_NS = 1_000_000
+#: Past the budget by this much, a worker's batch waits in a file (``Backlog``).
+SPILL_MARGIN = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,50 +60,140 @@ class Finished:
     turn: int = 0
 
 
-Packed = tuple[int, int, int, int, int, int, int, Any, Any, bytes, bytes, bytes, int, int]
+#: The fixed fields of one finished exchange in a ``RawBatch``.
+RAW_FIXED = np.dtype(
+    [
+        ("index", np.int64),
+        ("isl", np.int64),
+        ("osl", np.int64),
+        ("scheduled_ns", np.int64),
+        ("sent_ns", np.int64),
+        ("end_ns", np.int64),
+        ("session", np.int64),
+        ("status", np.int32),
+        ("turn", np.int32),
+        ("pieces", np.int32),
+    ]
+)
 
 
-def pack(
-    index: int,
-    isl: int,
-    osl: int,
-    scheduled_ns: int,
-    raw: RawExchange,
-    session: int = -1,
-    turn: int = 0,
-) -> Packed:
-    """A finished exchange as plain data for the parent process: its reads joined into one
-    bytes object, with their arrival times and lengths as packed arrays, so that pickling
-    it copies three buffers instead of walking a hundred small objects."""
-    return (
-        index, isl, osl, scheduled_ns, raw.sent_ns, raw.end_ns, raw.status, raw.kind, raw.error,
-        array("q", raw.times).tobytes(), array("I", map(len, raw.pieces)).tobytes(),
-        b"".join(raw.pieces), session, turn,
-    )  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class RawBatch:
+    """Finished exchanges of one worker as columns, not decoded: ``fixed`` (``RAW_FIXED``,
+    one row each), the failure ``kinds`` and ``errors`` the transport saw (None for
+    most), and every read of every exchange flat: its arrival time (``times``, int64 ns),
+    its length (``lengths``, uint32) and its bytes, joined (``body``). Pickling it copies
+    a few buffers whatever the number of reads."""
+
+    fixed: np.ndarray
+    kinds: list[Any]
+    errors: list[Any]
+    times: np.ndarray
+    lengths: np.ndarray
+    body: bytes
+
+    def __len__(self) -> int:
+        return len(self.fixed)
+
+    @property
+    def nbytes(self) -> int:
+        return self.fixed.nbytes + self.times.nbytes + self.lengths.nbytes + len(self.body)
+
+    def exchange(self, i: int, reads: int, at: int) -> tuple[Finished, int, RawExchange]:
+        """Exchange ``i``, whose reads start at read ``reads`` and byte ``at``."""
+        index, isl, osl, scheduled, sent, end, ses, status, turn, n = self.fixed[i].tolist()
+        raw = RawExchange()
+        raw.sent_ns, raw.end_ns, raw.status = sent, end, status
+        raw.kind, raw.error = self.kinds[i], self.errors[i]
+        raw.times = self.times[reads : reads + n].tolist()
+        pieces = []
+        body = self.body
+        for size in self.lengths[reads : reads + n].tolist():
+            pieces.append(body[at : at + size])
+            at += size
+        raw.pieces = pieces
+        return Finished(index, isl, osl, ses, turn), scheduled, raw
 
 
-def unpack(item: Packed) -> tuple[Finished, int, RawExchange]:
-    index, isl, osl, scheduled, sent, end, status, kind, error, times, lengths, body, ses, turn = (
-        item
-    )
-    raw = RawExchange()
-    raw.sent_ns, raw.end_ns, raw.status, raw.kind, raw.error = sent, end, status, kind, error
-    t = array("q")
-    t.frombytes(times)
-    n = array("I")
-    n.frombytes(lengths)
-    pieces = []
-    at = 0
-    for size in n:
-        pieces.append(body[at : at + size])
-        at += size
-    raw.times, raw.pieces = t.tolist(), pieces
-    return Finished(index, isl, osl, ses, turn), scheduled, raw
+class BatchBuilder:
+    """A worker's finished exchanges gathered into a ``RawBatch`` (``take``): per
+    exchange a row, its reads' times and lengths appended to packed arrays and its
+    bytes joined once, about what pickling it costs."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows: list[tuple[int, ...]] = []
+        self.kinds: list[Any] = []
+        self.errors: list[Any] = []
+        self.times = array("q")
+        self.lengths = array("I")
+        self.bodies: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(
+        self,
+        index: int,
+        isl: int,
+        osl: int,
+        scheduled_ns: int,
+        raw: RawExchange,
+        session: int = -1,
+        turn: int = 0,
+    ) -> None:
+        pieces = raw.pieces
+        self.rows.append(
+            (index, isl, osl, scheduled_ns, raw.sent_ns, raw.end_ns, session, raw.status, turn,
+             len(pieces))
+        )  # fmt: skip
+        self.kinds.append(raw.kind)
+        self.errors.append(raw.error)
+        self.times.extend(raw.times)
+        self.lengths.extend(map(len, pieces))
+        self.bodies.append(b"".join(pieces))
+
+    def take(self) -> RawBatch:
+        """What was added, as one batch; the builder starts again empty."""
+        batch = RawBatch(
+            np.array(self.rows, dtype=RAW_FIXED),
+            self.kinds,
+            self.errors,
+            np.frombuffer(self.times, dtype=np.int64),
+            np.frombuffer(self.lengths, dtype=np.uint32),
+            b"".join(self.bodies),
+        )
+        self._reset()
+        return batch
+
+
+class _Cursor:
+    """A batch being decoded: the next exchange, its first read and its first byte."""
+
+    __slots__ = ("at", "batch", "i", "reads", "worker")
+
+    def __init__(self, batch: RawBatch, worker: int) -> None:
+        self.batch, self.worker = batch, worker
+        self.i = self.reads = self.at = 0
+
+
+class _InFile:
+    """A batch waiting in the backlog's file: where, and whose."""
+
+    __slots__ = ("length", "offset", "worker")
+
+    def __init__(self, offset: int, length: int, worker: int) -> None:
+        self.offset, self.length, self.worker = offset, length, worker
 
 
 class Backlog:
     """Raw exchanges in finishing order, decoded into ``records`` (see the module
-    docstring). ``on_record`` is told each new record (early stop watches them)."""
+    docstring), a ``RecordStore`` (a new one unless ``store`` is given). ``on_record``
+    is told each new record (early stop watches them). Batches that come while more than
+    ``spill_margin`` bytes past the budget are held (the decoding does not keep up: a
+    busy machine) wait in a temporary file, pickled as they came, until their turn."""
 
     def __init__(
         self,
@@ -101,13 +201,20 @@ class Backlog:
         budget: int = DEFAULT_BUDGET,
         slice_ns: int = SLICE_NS,
         on_record: Callable[[RequestRecord], None] | None = None,
+        store: RecordStore | None = None,
+        spill_margin: int | None = SPILL_MARGIN,
     ) -> None:
         self.worker = worker
+        self.spill_margin = spill_margin
+        self._file: IO[bytes] | None = None
+        self.in_file = 0  # batches waiting in the file
+        self.spilled = 0  # batches that went through it
         self.budget = budget
         self.slice_ns = slice_ns
         self.on_record = on_record
-        self.records: list[RequestRecord] = []
-        self._raw: deque[tuple[Any, int, RawExchange, int, int]] = deque()
+        self.records = RecordStore() if store is None else store
+        self._raw: deque[tuple[Any, int, RawExchange, int, int] | _Cursor | _InFile] = deque()
+        self._pending = 0  # exchanges not decoded yet
         self.bytes = 0
         self.decode_cpu_ns = 0  # CPU spent decoding during the run
         self.slices = 0
@@ -115,26 +222,69 @@ class Backlog:
 
     def add(self, job: Any, scheduled_ns: int, raw: RawExchange, worker: int | None = None) -> None:
         """Queue a finished exchange of ``job`` (anything with ``index``, ``isl``, ``osl``,
-        ``session`` and ``turn``)
-        run by ``worker`` (default: this backlog's)."""
+        ``session`` and ``turn``) run by ``worker`` (default: this backlog's)."""
         size = sum(map(len, raw.pieces))
         self._raw.append((job, scheduled_ns, raw, size, self.worker if worker is None else worker))
         self.bytes += size
+        self._pending += 1
 
-    def add_packed(self, item: Packed, worker: int) -> None:
-        job, scheduled, raw = unpack(item)
-        self.add(job, scheduled, raw, worker)
+    def add_batch(self, batch: RawBatch, worker: int) -> None:
+        """Queue a worker's batch of finished exchanges, kept packed until decoded."""
+        if not len(batch):
+            return
+        self._pending += len(batch)
+        margin = self.spill_margin
+        if margin is not None and self.bytes + batch.nbytes > self.budget + margin:
+            self._raw.append(self._to_file(batch, worker))
+            return
+        self._raw.append(_Cursor(batch, worker))
+        self.bytes += batch.nbytes
+
+    def _to_file(self, batch: RawBatch, worker: int) -> _InFile:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="llmslo-raw-")
+        f = self._file
+        f.seek(0, os.SEEK_END)
+        data = pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)
+        at = f.tell()
+        f.write(data)
+        self.in_file += 1
+        self.spilled += 1
+        return _InFile(at, len(data), worker)
+
+    def _from_file(self, entry: _InFile) -> _Cursor:
+        assert self._file is not None
+        self._file.seek(entry.offset)
+        batch: RawBatch = pickle.loads(self._file.read(entry.length))
+        self.in_file -= 1
+        self.bytes += batch.nbytes
+        return _Cursor(batch, entry.worker)
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return self._pending
 
     @property
     def over_budget(self) -> bool:
-        return bool(self._raw) and self.bytes > self.budget
+        return bool(self._raw) and (self.bytes > self.budget or self.in_file > 0)
 
     def _decode_one(self) -> None:
-        job, scheduled, raw, size, worker = self._raw.popleft()
-        self.bytes -= size
+        head = self._raw[0]
+        if isinstance(head, _InFile):
+            head = self._raw[0] = self._from_file(head)
+        if isinstance(head, _Cursor):
+            batch = head.batch
+            job, scheduled, raw = batch.exchange(head.i, head.reads, head.at)
+            worker = head.worker
+            head.reads += len(raw.pieces)
+            head.at += sum(map(len, raw.pieces))
+            head.i += 1
+            if head.i == len(batch):
+                self._raw.popleft()
+                self.bytes -= batch.nbytes
+        else:
+            job, scheduled, raw, size, worker = self._raw.popleft()
+            self.bytes -= size
+        self._pending -= 1
         rec = build_record(
             job.index,
             scheduled,
@@ -158,13 +308,59 @@ class Backlog:
         end = t0 + self.slice_ns
         while self._raw:
             self._decode_one()
-            if self.bytes <= target or perf_counter_ns() >= end:
+            if (self.bytes <= target and not self.in_file) or perf_counter_ns() >= end:
                 break
         self.decode_cpu_ns += thread_time_ns() - c0
         self.slices += 1
         self.longest_slice_ns = max(self.longest_slice_ns, perf_counter_ns() - t0)
 
-    def drain(self) -> None:
-        """Decode everything left (after the run)."""
+    def drain(self) -> RecordStore:
+        """Decode everything left (after the run); the records, sorted by index. The
+        memory the raw bytes held goes back to the system (``trim_heap``): otherwise the
+        allocator keeps it, and what the run's metrics allocate next comes on top."""
         while self._raw:
             self._decode_one()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        store = self.records.finish()
+        trim_heap()
+        return store
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; nothing
+    where there is none). Freed buffers of a few hundred KB, the raw batches, stay in the
+    heap otherwise, and the process's RSS keeps the backlog's peak for good."""
+    fn = _libc("malloc_trim")
+    if fn is not None:
+        fn(0)
+
+
+#: glibc's ``M_MMAP_THRESHOLD`` (malloc.h) and its default, 128 KiB.
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD = 128 * 1024
+
+
+def pin_mmap_threshold() -> None:
+    """Keep glibc's mmap threshold at its default (128 KiB) for good (``mallopt``;
+    nothing where there is none). glibc raises it to the size of each large buffer freed,
+    so the raw batches (a few hundred KB, read by one thread and freed by another) come
+    from the heap after the first, fragment it, and a long level's RSS crept up by about
+    20 MB a minute at c=512; above the threshold a buffer is mapped alone and goes back
+    to the system when freed."""
+    fn = _libc("mallopt")
+    if fn is not None:
+        fn(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+
+
+def _libc(name: str) -> Any:
+    if name not in _LIBC:
+        try:
+            _LIBC[name] = getattr(ctypes.CDLL(None), name)
+        except (AttributeError, OSError):
+            _LIBC[name] = None
+    return _LIBC[name]
+
+
+_LIBC: dict[str, Any] = {}

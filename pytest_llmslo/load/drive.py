@@ -19,12 +19,13 @@ import contextlib
 import gc
 import resource
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
 from ..records import RequestRecord
+from ..recordstore import RecordStore
 from .backlog import Backlog
 from .client import RawExchange, Transport
 from .jobs import Job, JobSource
@@ -46,7 +47,9 @@ class WorkerResult:
     """What one worker measured: its records and the measures of its own health."""
 
     worker: int
-    records: list[RequestRecord] = field(default_factory=list)
+    #: A ``RecordStore`` (or its view of one worker's records, ``RecordView``); a list
+    #: where a test builds a result by hand.
+    records: Sequence[RequestRecord] = field(default_factory=list)
     warmup_done: int = 0
     cancelled: int = 0
     schedule_lag_ns: list[int] = field(default_factory=list)
@@ -478,10 +481,12 @@ class Driver:
         t0_ns: int,
         on_record: Callable[[RequestRecord], None] | None = None,
         ship: Callable[[Job, int, RawExchange], None] | None = None,
+        store: RecordStore | None = None,
     ) -> WorkerResult:
         """Send the jobs from ``t0_ns`` on. ``ship`` takes each finished exchange instead
         of the local backlog (a worker process hands them, undecoded, to the parent);
-        ``on_record`` sees each record the local backlog decodes."""
+        ``on_record`` sees each record the local backlog decodes, into ``store`` (made
+        before ``t0``: a new store moves the finished ones to their files)."""
         plan = self.plan
         res = WorkerResult(
             plan.worker,
@@ -493,7 +498,9 @@ class Driver:
         res.kernel_stamps = self.transport.kernel_stamps
         loop = asyncio.get_running_loop()
         ticker = loop.create_task(_loop_ticker(res.loop_lag_ns, res.stalls, plan.stall_ns))
-        backlog = Backlog(plan.worker, plan.defer_bytes, on_record=on_record)
+        if store is None:
+            store = RecordStore(plan.records_memory)
+        backlog = Backlog(plan.worker, plan.defer_bytes, on_record=on_record, store=store)
         keeper = loop.create_task(_housekeeping(backlog, self.source))
         sender = Sender(plan, self, res, ship or backlog.add)
         built_before = self.source.built
@@ -551,6 +558,5 @@ class Driver:
         res.longest_slice_ms = backlog.longest_slice_ns / 1e6
         res.built_during_run = self.source.built - built_before
         d0 = time.process_time()
-        backlog.drain()
+        res.records = backlog.drain()
         res.decode_s = time.process_time() - d0
-        res.records = backlog.records

@@ -52,6 +52,7 @@ from typing import Protocol
 import numpy as np
 
 from ..records import ClientHealth, RequestRecord
+from ..recordstore import RecordStore, RecordView
 
 __all__ = [
     "AppliedLoad",
@@ -102,7 +103,7 @@ class HealthThresholds:
 class WorkerMeasures(Protocol):
     """What each worker hands over (``drive.WorkerResult`` has these)."""
 
-    records: list[RequestRecord]
+    records: Sequence[RequestRecord]
     schedule_lag_ns: list[int]
     loop_lag_ns: list[int]
     stalls: list[tuple[int, int]]
@@ -127,12 +128,21 @@ def stalled_tokens(
     next chunk of the same request count (see the module docstring)."""
     if not stalls or not records:
         return 0
-    arrays = [np.frombuffer(r.chunk_ns, dtype=np.int64) for r in records]
-    if kernel_stamps:
-        arrays = [a[:-1][a[:-1] == a[1:]] for a in arrays if a.size > 1]
-    if not arrays:
-        return 0
-    flat = np.concatenate(arrays)
+    if isinstance(records, RecordStore | RecordView):
+        flat = records.chunk_ns()
+        if kernel_stamps and flat.size:
+            # A chunk that shares its stamp with the next chunk of the same request.
+            same = flat[:-1] == flat[1:]
+            last = np.cumsum(records.column("n_chunks").astype(np.int64)) - 1
+            same[last[(last >= 0) & (last < same.size)]] = False
+            flat = flat[:-1][same]
+    else:
+        arrays = [np.frombuffer(r.chunk_ns, dtype=np.int64) for r in records]
+        if kernel_stamps:
+            arrays = [a[:-1][a[:-1] == a[1:]] for a in arrays if a.size > 1]
+        if not arrays:
+            return 0
+        flat = np.concatenate(arrays)
     if flat.size == 0:
         return 0
     flat.sort()
@@ -157,6 +167,22 @@ class AppliedLoad:
     @property
     def share(self) -> float:
         return self.achieved / self.asked if self.asked > 0 else 1.0
+
+
+def _column(records: Sequence[RequestRecord], name: str) -> np.ndarray:
+    """A field of every record (``sent_ns``, ``end_ns``, ``scheduled_ns``, ``n_chunks``:
+    the number of output chunks), read from the store's columns where it has them."""
+    if isinstance(records, RecordStore | RecordView):
+        return records.column(name).astype(np.int64)
+    if name == "n_chunks":
+        return np.fromiter((len(x.chunk_ns) for x in records), np.int64, len(records))
+    return np.fromiter((getattr(x, name) for x in records), np.int64, len(records))
+
+
+def _ok(records: Sequence[RequestRecord]) -> np.ndarray:
+    if isinstance(records, RecordStore | RecordView):
+        return records.ok()
+    return np.fromiter((x.ok for x in records), bool, len(records))
 
 
 def _overlap_ns(sent: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
@@ -186,23 +212,18 @@ def applied_load(results: Sequence[WorkerMeasures]) -> AppliedLoad | None:
         for r in closed:
             if not r.records or r.slots < 1:
                 continue
-            sent = np.fromiter((x.sent_ns for x in r.records), np.int64, len(r.records))
-            end = np.fromiter((x.end_ns for x in r.records), np.int64, len(r.records))
+            sent, end = _column(r.records, "sent_ns"), _column(r.records, "end_ns")
             lo, hi = int(sent.min()), int(end.max())
             if hi <= lo:
                 continue
             busy = _overlap_ns(sent, end, lo, hi)
-            failed_ends = {x.end_ns for x in r.records if not x.ok}
-            if failed_ends:
+            ok = _ok(r.records)
+            if not ok.all():
                 # A slot's next request is due at its previous one's end: that one failed.
-                after = [x for x in r.records if x.scheduled_ns in failed_ends]
-                if after:
-                    busy += _overlap_ns(
-                        np.fromiter((x.scheduled_ns for x in after), np.int64, len(after)),
-                        np.fromiter((x.sent_ns for x in after), np.int64, len(after)),
-                        lo,
-                        hi,
-                    )
+                sched = _column(r.records, "scheduled_ns")
+                after = np.isin(sched, end[~ok])
+                if after.any():
+                    busy += _overlap_ns(sched[after], sent[after], lo, hi)
             if r.side_flight:
                 side = np.asarray(r.side_flight, dtype=np.int64)
                 busy += _overlap_ns(side[:, 0], side[:, 1], lo, hi)
@@ -212,16 +233,15 @@ def applied_load(results: Sequence[WorkerMeasures]) -> AppliedLoad | None:
             return None
         judged = not any(r.multi_turn for r in closed)
         return AppliedLoad("in_flight", asked, achieved, judged)
-    recs = [x for r in results for x in r.records]
-    if len(recs) < 3:
+    if sum(len(r.records) for r in results) < 3:
         return None
-    sent = np.fromiter((x.sent_ns for x in recs), np.int64, len(recs))
-    sched = np.fromiter((x.scheduled_ns for x in recs), np.int64, len(recs))
+    sent = np.concatenate([_column(r.records, "sent_ns") for r in results])
+    sched = np.concatenate([_column(r.records, "scheduled_ns") for r in results])
     sent_span = int(sent.max() - sent.min())
     sched_span = int(sched.max() - sched.min())
     if sent_span <= 0 or sched_span <= 0:
         return None
-    n = len(recs) - 1
+    n = sent.size - 1
     return AppliedLoad("arrival_rate", n / sched_span * 1e9, n / sent_span * 1e9)
 
 
@@ -279,12 +299,16 @@ def assess(results: Sequence[WorkerMeasures], th: HealthThresholds, nproc: int) 
     smax = float(lags.max()) if lags.size else 0.0
     l99 = float(np.percentile(loop, 99)) if loop.size else 0.0
     lmax = float(loop.max()) if loop.size else 0.0
-    tokens = sum(len(rec.chunk_ns) for r in results for rec in r.records)
+    tokens = sum(int(_column(r.records, "n_chunks").sum()) for r in results)
     touched = sum(stalled_tokens(r.records, r.stalls, r.kernel_stamps) for r in results)
     kernel = bool(results) and all(r.kernel_stamps for r in results)
     closed = any(r.closed for r in results)
     idle_ns = sum(x for r in results if r.closed for x in r.schedule_lag_ns)
-    busy_ns = sum(rec.end_ns - rec.sent_ns for r in results if r.closed for rec in r.records)
+    busy_ns = sum(
+        int((_column(r.records, "end_ns") - _column(r.records, "sent_ns")).sum())
+        for r in results
+        if r.closed
+    )
     idle = idle_ns / (idle_ns + busy_ns) if idle_ns + busy_ns > 0 else 0.0
     windows = [(r, s, e) for r in results for s, e in r.stalls]
     share = touched / tokens if tokens else 0.0

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from ..errors import LoadError
 from ..records import LoadLevel, RequestRecord
+from ..recordstore import DEFAULT_LIMIT
 from .backlog import DEFAULT_BUDGET
 from .client import ClientSettings
 from .health import HealthThresholds
@@ -55,7 +56,9 @@ class LoadJob:
     - callbacks: ``progress`` gets ``Progress`` reports, ``early_stop`` sees the records
       decoded so far and says why the level may stop;
     - ``meta`` goes into ``Run.meta`` as given; ``defer_bytes`` is the decoding budget of
-      ``backlog.py``.
+      ``backlog.py`` (the parent's, whatever the number of worker processes);
+      ``records_memory`` the bytes of decoded records kept in memory, the rest written to
+      files until the run is released (``recordstore.RecordStore``; None: no bound).
     """
 
     client: ClientSettings
@@ -71,6 +74,7 @@ class LoadJob:
     early_stop: EarlyStop | None = field(default=None, compare=False)
     meta: Mapping[str, Any] | None = None
     defer_bytes: int = DEFAULT_BUDGET
+    records_memory: int | None = DEFAULT_LIMIT
 
     def __post_init__(self) -> None:
         if self.requests is None and self.duration_s is None and self.level.arrival != "trace":
@@ -85,6 +89,8 @@ class LoadJob:
             raise LoadError(f"grace_s must be >= 0, got {self.grace_s}")
         if self.level_timeout_s is not None and not self.level_timeout_s > 0:
             raise LoadError(f"level_timeout_s must be > 0, got {self.level_timeout_s}")
+        if self.records_memory is not None and self.records_memory < 0:
+            raise LoadError(f"records_memory must be >= 0 bytes, got {self.records_memory}")
 
     @property
     def health(self) -> HealthThresholds:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import LoadError
 from ..records import LoadLevel
+from ..recordstore import DEFAULT_LIMIT
 from .backlog import DEFAULT_BUDGET
 from .client import ClientSettings
 from .job import LoadJob
@@ -43,6 +44,8 @@ class WorkerPlan:
     stall_ns: int
     defer_bytes: int = DEFAULT_BUDGET
     cap: int | None = None  # an open loop's cap on requests in flight (this worker's share)
+    #: The bytes of decoded records kept in memory, the rest in files (``RecordStore``).
+    records_memory: int | None = DEFAULT_LIMIT
 
     @property
     def settings(self) -> ClientSettings:
@@ -230,6 +233,7 @@ def plan_level(job: LoadJob, lm: LengthModel) -> LevelPlan:
             stall_ns=int(job.health.max_loop_lag_p99_ms * 1e6),
             defer_bytes=0 if job.early_stop is not None else job.defer_bytes,
             cap=caps[w],
+            records_memory=job.records_memory,
         )
         for w in range(nproc)
     ]

@@ -5,9 +5,10 @@ Worker processes are plain subprocesses (``python -m pytest_llmslo.load.worker``
 speak the worker protocol (``protocol.py``) over a socketpair. They start, build their
 requests, report ready, and all begin at one absolute ``t0`` (``perf_counter_ns`` is
 ``CLOCK_MONOTONIC``, shared by every process on Linux, so their timestamps are
-comparable). Their finished exchanges come back undecoded and are decoded here: past the
-budget during the run (all at once with early stop, which needs the values), the rest at
-the end.
+comparable). Their finished exchanges come back undecoded, in columnar batches, and are
+decoded here into one ``RecordStore`` (in memory up to ``records_memory``, in files beyond
+it): past the budget during the run (all at once with early stop, which needs the values),
+the rest at the end.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from time import perf_counter_ns
 
 from ..errors import LoadError
 from ..records import RequestRecord
-from .backlog import Backlog
+from ..recordstore import RecordStore
+from .backlog import Backlog, pin_mmap_threshold
 from .drive import Counter, Driver, WorkerResult
 from .jobs import JobSource
 from .plan import Limits, WorkerPlan
@@ -86,6 +88,7 @@ async def run_inprocess(
     source = JobSource(plan.jobs)
     source.prefill()
     transport = make_transport(plan.settings, plan.max_connections)
+    store = RecordStore(plan.records_memory)  # before t0: it may move older stores to files
     t0 = perf_counter_ns() + 1_000_000
     bound = limits.bound()
     seen: list[RequestRecord] = []
@@ -105,7 +108,7 @@ async def run_inprocess(
     rep = asyncio.ensure_future(reporter())
     on_record = seen.append if watch is not None else None
     driver = Driver(plan, source, transport, bound, stop, counter)
-    task = asyncio.ensure_future(driver.run(t0, on_record))
+    task = asyncio.ensure_future(driver.run(t0, on_record, store=store))
     try:
         res = await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -114,8 +117,15 @@ async def run_inprocess(
         return Interrupted([res])
     finally:
         rep.cancel()
-    report(len(res.records), sum(not r.ok for r in res.records), counter.warm_done)
+    n = len(res.records)
+    report(n, n - _ok_count(res.records), counter.warm_done)
     return [res]
+
+
+def _ok_count(records: Sequence[RequestRecord]) -> int:
+    if isinstance(records, RecordStore):
+        return int(records.ok().sum())
+    return sum(r.ok for r in records)
 
 
 def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Connection]:
@@ -159,14 +169,13 @@ class _Pool:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.results: dict[int, WorkerResult] = {}
         self.tallies = {p.worker: (0, 0, 0) for p in plans}
-        self.decoded: list[RequestRecord] = []
         # The workers' finished exchanges, decoded here: past the budget during the run
         # (or all of them at once with early stop, which needs the values), the rest at
-        # the end.
-        self.backlog = Backlog(
-            budget=sum(p.defer_bytes for p in plans),
-            on_record=self.decoded.append if watch is not None else None,
-        )
+        # the end. The budget is the parent's: the batches it holds are its memory.
+        pin_mmap_threshold()
+        limits = [p.records_memory for p in plans]
+        self.store = RecordStore(None if None in limits else max(x or 0 for x in limits))
+        self.backlog = Backlog(budget=max(p.defer_bytes for p in plans), store=self.store)
 
     def _read(self, conn: Connection, worker: int) -> None:
         """A worker's messages into the inbox, read by a thread of its own."""
@@ -199,9 +208,7 @@ class _Pool:
 
     def handle(self, msg: Message) -> None:
         if isinstance(msg, Raw):
-            add, worker = self.backlog.add_packed, msg.worker
-            for item in msg.items:
-                add(item, worker)
+            self.backlog.add_batch(msg.batch, msg.worker)
         elif isinstance(msg, Result):
             self.results[msg.result.worker] = msg.result
 
@@ -237,10 +244,10 @@ class _Pool:
                 continue
             now = time.monotonic()
             ready_to_check = now - last_check >= _EARLY_STOP_EVERY_S
-            watch = self.watch
-            if watch is not None and not drained and ready_to_check and len(self.decoded) > checked:
-                checked, last_check = len(self.decoded), now
-                if watch(self.decoded):
+            watch, decoded = self.watch, self.store
+            if watch is not None and not drained and ready_to_check and len(decoded) > checked:
+                checked, last_check = len(decoded), now
+                if watch(decoded):
                     drained = True
                     self.send_all(Drain())
             await asyncio.sleep(0.01)
@@ -277,13 +284,10 @@ class _Pool:
         decoding."""
         backlog, results = self.backlog, self.results
         d0 = time.process_time()
-        backlog.drain()
+        store = backlog.drain()
         after_s = time.process_time() - d0
-        by_worker: dict[int, list[RequestRecord]] = {}
-        for rec in backlog.records:
-            by_worker.setdefault(rec.worker, []).append(rec)
         for w, res in results.items():
-            res.records = by_worker.get(w, [])
+            res.records = store.where(w)
             # What the parent decoded is each worker's share of the decoding.
             res.decode_s = after_s / max(len(results), 1)
             res.decode_run_s = backlog.decode_cpu_ns / 1e9 / max(len(results), 1)
@@ -325,8 +329,8 @@ async def run_processes(
             return Interrupted(results)
         # Exact now that the records are decoded (during the run, in-stream errors were
         # not yet known).
-        recs = pool.backlog.records
-        report(len(recs), sum(not r.ok for r in recs), sum(r.warmup_done for r in results))
+        n, ok = len(pool.store), int(pool.store.ok().sum())
+        report(n, n - ok, sum(r.warmup_done for r in results))
         return results
     finally:
         pool.close()

@@ -7,7 +7,7 @@ the same messages can travel over TCP to a worker on another host):
     Hello(version, plan)          ──────▶   builds its requests, makes its transport
                                   ◀──────   Ready(version, worker)
     Go(t0_ns, limits)             ──────▶   runs from the shared t0
-                                  ◀──────   Raw(worker, items)        every ~50 ms
+                                  ◀──────   Raw(worker, batch)        every ~50 ms
                                   ◀──────   Tally(worker, ...)        every ~250 ms
     Drain()  (early stop)         ──────▶   sends nothing more; what is in flight ends
     Stop()   (interrupt, or done) ──────▶   cuts what is in flight
@@ -16,10 +16,13 @@ the same messages can travel over TCP to a worker on another host):
 Each side checks the other's ``version`` against ``PROTOCOL_VERSION`` at the handshake
 (``check_version``): a worker of another version of the package fails at once, with both
 versions named, rather than misreading a message later. Messages are small frozen records
-with a ``kind``, pickled as they are; a ``Raw`` message carries a batch of packed
-exchanges (``backlog.pack``), a list as before, so naming the messages costs nothing per
-request. Change ``PROTOCOL_VERSION`` whenever a message, a ``WorkerPlan`` or a
-``WorkerResult`` changes shape.
+with a ``kind``, pickled as they are; a ``Raw`` message carries the finished exchanges of
+the last ~50 ms as columns (``backlog.RawBatch``: a row of fixed fields each, and every
+read's time, length and bytes in three flat buffers), so a message costs a few buffer
+copies however many requests and chunks it holds, and the parent keeps it packed until it
+decodes it. Change ``PROTOCOL_VERSION`` whenever a message, a ``WorkerPlan`` or a
+``WorkerResult`` changes shape (version 2: ``Raw`` carries a ``RawBatch``, version 1 a
+list of tuples).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import LoadError
-from .backlog import Packed
+from .backlog import RawBatch
 from .drive import WorkerResult
 from .plan import Limits, WorkerPlan
 
@@ -49,7 +52,7 @@ __all__ = [
 ]
 
 #: The version of the messages below; both sides must speak the same one.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 class ProtocolError(LoadError):
@@ -115,11 +118,11 @@ class Ready:
 
 @dataclass(frozen=True)
 class Raw:
-    """A batch of finished exchanges, packed and not decoded (``backlog.pack``)."""
+    """A batch of finished exchanges as columns, not decoded (``backlog.RawBatch``)."""
 
     kind: ClassVar[str] = "raw"
     worker: int
-    items: list[Packed]
+    batch: RawBatch
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ from typing import Any
 from .._version import __version__
 from ..errors import LoadError, LoadInterrupted
 from ..records import LoadLevel, RequestRecord, Run
+from ..recordstore import RecordStore, RecordView
 from .calibrate import calibrate, measure_overhead
 from .client import new_event_loop
 from .drive import WorkerResult
@@ -112,9 +113,14 @@ def _assemble(
     th: HealthThresholds,
     nproc: int,
 ) -> Run:
-    records = sorted((r for res in results for r in res.records), key=lambda r: r.index)
-    start = min((r.sent_ns for r in records), default=0)
-    end = max((r.end_ns for r in records), default=start)
+    records = merged_records(results)
+    if isinstance(records, RecordStore):
+        sent, ends = records.column("sent_ns"), records.column("end_ns")
+        start = int(sent.min()) if sent.size else 0
+        end = int(ends.max()) if ends.size else start
+    else:
+        start = min((r.sent_ns for r in records), default=0)
+        end = max((r.end_ns for r in records), default=start)
     meta = dict(meta)
     meta["cancelled"] = sum(r.cancelled for r in results)
     meta["warmup_completed"] = sum(r.warmup_done for r in results)
@@ -147,13 +153,28 @@ def _assemble(
     }
     return Run(
         level=level,
-        records=tuple(records),
+        records=records,
         start_ns=start,
         end_ns=end,
         warmup_requests=warmup,
         health=assess(results, th, nproc),
         meta=meta,
     )
+
+
+def merged_records(results: list[WorkerResult]) -> Sequence[RequestRecord]:
+    """The records of every worker, sorted by index: the store they share (the worker
+    processes'), a lone worker's own, or, for records given as lists, a sorted tuple."""
+    stores = {id(s): s for s in (_store_of(res.records) for res in results) if s is not None}
+    if len(stores) == 1 and all(_store_of(res.records) is not None for res in results):
+        return next(iter(stores.values())).finish()
+    return tuple(sorted((r for res in results for r in res.records), key=lambda r: r.index))
+
+
+def _store_of(records: Sequence[RequestRecord]) -> RecordStore | None:
+    if isinstance(records, RecordStore):
+        return records
+    return records.store if isinstance(records, RecordView) else None
 
 
 def _run_meta(job: LoadJob) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Started by ``pool.py`` with one end of a socketpair as FD, it speaks the worker protocol
 (``protocol.py``): it receives ``Hello`` with its plan, builds its requests and its
 transport, says ``Ready``, waits for ``Go`` and the common start time, runs
-(``drive.Driver``), ships its finished exchanges undecoded as ``Raw`` batches and its
+(``drive.Driver``), ships its finished exchanges undecoded as ``Raw`` messages, each a
+columnar batch (``backlog.RawBatch``), and its
 counts as ``Tally``, and ends with its ``Result`` (or a ``Failure``).
 """
 
@@ -17,7 +18,7 @@ import sys
 import threading
 from multiprocessing.connection import Connection
 
-from .backlog import Packed, pack
+from .backlog import BatchBuilder
 from .client import RawExchange, Transport, new_event_loop
 from .drive import Counter, Driver, WorkerResult
 from .jobs import Job, JobSource
@@ -145,18 +146,17 @@ async def _worker_async(
 ) -> WorkerResult:
     loop = asyncio.get_running_loop()
     worker, counter = driver.plan.worker, driver.counter
-    finished: list[Packed] = []
+    finished = BatchBuilder()
     threading.Thread(
         target=_listen, args=(conn, driver, loop), name="llmslo-control", daemon=True
     ).start()
 
     def ship(job: Job, scheduled: int, raw: RawExchange) -> None:
-        finished.append(pack(job.index, job.isl, job.osl, scheduled, raw, job.session, job.turn))
+        finished.add(job.index, job.isl, job.osl, scheduled, raw, job.session, job.turn)
 
     def flush() -> None:
-        if finished:
-            outbox.put(Raw(worker, finished[:]))
-            finished.clear()
+        if len(finished):
+            outbox.put(Raw(worker, finished.take()))
 
     async def report() -> None:
         ticks = 0

@@ -15,8 +15,9 @@ import numpy as np
 
 from pytest_llmslo.catalog import CATALOGUE, Metric
 from pytest_llmslo.records import Run
+from pytest_llmslo.recordstore import NONE, RecordStore, credits
 
-from .gaps import TokenGaps, build_token_gaps
+from .gaps import TokenGaps, build_token_gaps, chunk_times
 from .ragged import Ragged
 
 __all__ = ["Columns", "clear_cache", "columns", "entry"]
@@ -53,6 +54,11 @@ class Columns:
         n = len(recs)
         self.run = run
         self.n = n
+        self._gaps: TokenGaps | None = None
+        self._values: dict[Metric, Any] = {}
+        if isinstance(recs, RecordStore):
+            self._from_store(recs)
+            return
         self.ok = np.fromiter((r.ok for r in recs), dtype=bool, count=n)
         self.sent_ns = np.fromiter((r.sent_ns for r in recs), dtype=np.int64, count=n)
         self.end_ns = np.fromiter((r.end_ns for r in recs), dtype=np.int64, count=n)
@@ -79,8 +85,22 @@ class Columns:
             dtype=np.int64,
             count=n,
         )
-        self._gaps: TokenGaps | None = None
-        self._values: dict[Metric, Any] = {}
+
+    def _from_store(self, store: RecordStore) -> None:
+        """The same columns read from a ``RecordStore``'s own (no record is built)."""
+        self.ok = store.ok()
+        self.sent_ns = store.column("sent_ns")
+        self.end_ns = store.column("end_ns")
+        self.chunk_counts = store.column("n_chunks").astype(np.int64)
+        self.first_chunk_ns = np.maximum(store.nth_chunk_ns(0), 0)
+        first_content = store.column("first_content_ns")
+        self.first_content_ns = np.where(first_content == NONE, -1, first_content)
+        self.output_tokens, self.usage_mismatch = credits(store)
+        requested = store.column("requested_output_tokens")
+        self.requested_output = np.where(requested == NONE, 0, requested)
+        prompt = store.column("prompt_tokens")
+        asked = store.column("requested_prompt_tokens")
+        self.prompt_tokens = np.where(prompt != NONE, prompt, np.where(asked == NONE, 0, asked))
 
     # ----------------------------------------------------------------- for the formulas
 
@@ -96,6 +116,8 @@ class Columns:
 
     def nth_chunk_ns(self, k: int) -> np.ndarray:
         """The arrival of each request's k-th output chunk (0-based); -1 where it has none."""
+        if isinstance(self.run.records, RecordStore):
+            return self.run.records.nth_chunk_ns(k)
         return np.fromiter(
             (r.chunk_ns[k] if len(r.chunk_ns) > k else -1 for r in self.run.records),
             dtype=np.int64,
@@ -119,11 +141,30 @@ class Columns:
 
     # ----------------------------------------------------------------- for the metrics
 
-    def chunks(self) -> tuple[np.ndarray, np.ndarray]:
+    def chunks(self) -> tuple[np.ndarray, np.ndarray | None]:
         """(arrival ns, tokens) of every output chunk of every record, in record order;
-        tokens as the token gaps count them (usage spread over inexact chunks)."""
+        tokens as the token gaps count them (usage spread over inexact chunks), None when
+        every chunk carried one."""
         g = self._token_gaps()
-        return g.chunk_ns, g.chunk_tokens
+        ts = g.chunk_ns if g.chunk_ns is not None else chunk_times(self.run.records)
+        return ts, g.chunk_tokens
+
+    def tokens_in(self, mask: np.ndarray, start_ns: int, end_ns: int) -> int:
+        """The output tokens of the records in ``mask`` whose chunks arrived in
+        [``start_ns``, ``end_ns``); a store's chunk times are read a segment at a time."""
+        g = self._token_gaps()
+        recs = self.run.records
+        if g.chunk_ns is None and g.chunk_tokens is None and isinstance(recs, RecordStore):
+            total = row = 0
+            for fixed, ns, _ in recs.segments():
+                m = len(fixed)
+                owner = np.repeat(mask[row : row + m], self.chunk_counts[row : row + m])
+                total += int(np.count_nonzero(owner & (ns >= start_ns) & (ns < end_ns)))
+                row += m
+            return total
+        ts, toks = self.chunks()
+        inside = np.repeat(mask, self.chunk_counts) & (ts >= start_ns) & (ts < end_ns)
+        return int(np.count_nonzero(inside)) if toks is None else int(toks[inside].sum())
 
     def _token_gaps(self) -> TokenGaps:
         if self._gaps is None:

@@ -19,7 +19,6 @@ import numpy as np
 from pytest_llmslo.catalog import PERCENTILES, qkey
 from pytest_llmslo.stats import (
     DEFAULT_CONFIDENCE,
-    _finite,
     _linear_positions,
     samples_needed,
     upper_rank,
@@ -77,8 +76,13 @@ class Distribution:
         unit: str = "ms",
     ) -> Distribution:
         """Summarise the finite values. One ``np.partition`` serves every percentile and
-        every bound, so this stays O(n) for millions of token gaps."""
-        a = _finite(values)
+        every bound, so this stays O(n) for millions of token gaps; ``values`` are only
+        read, and copied once (the partition), or twice where some are not finite."""
+        a = np.asarray(values, dtype=np.float64).ravel()
+        finite = np.isfinite(a)
+        if not finite.all():
+            a = a[finite]
+        del finite
         n = int(a.size)
         qs = tuple(float(q) for q in percentiles)
         needed = {q: samples_needed(q, confidence) for q in qs}
@@ -100,6 +104,8 @@ class Distribution:
             k = ranks[q]
             if k is not None:
                 kth.add(k - 1)
+        # The moments first: the partition's copy is then the only one alive.
+        mean, std, lo_v, hi_v = float(a.mean()), float(a.std()), float(a.min()), float(a.max())
         part = np.partition(a, sorted(kth))
         pct: dict[float, float] = {}
         for q in qs:
@@ -111,10 +117,10 @@ class Distribution:
             name=name,
             unit=unit,
             count=n,
-            mean=float(a.mean()),
-            std=float(a.std()),
-            min=float(a.min()),
-            max=float(a.max()),
+            mean=mean,
+            std=std,
+            min=lo_v,
+            max=hi_v,
             percentiles=pct,
             upper_bounds=ubs,
             samples_needed=needed,

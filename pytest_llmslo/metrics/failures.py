@@ -22,12 +22,11 @@ def failure_counts(run: Run) -> dict[str, int]:
     """Failed requests of ``run`` per failure kind, sorted by kind: the record's
     ``error_kind``, else ``http`` for a failure with a status, else ``unknown``."""
     counts: dict[str, int] = {}
-    for r in run.records:
-        if not r.ok:
-            kind: str | None = r.error_kind
-            if kind is None:
-                kind = "http" if r.status else "unknown"
-            counts[kind] = counts.get(kind, 0) + 1
+    for r in run.failed_records:
+        kind: str | None = r.error_kind
+        if kind is None:
+            kind = "http" if r.status else "unknown"
+        counts[kind] = counts.get(kind, 0) + 1
     return dict(sorted(counts.items()))
 
 
@@ -59,9 +58,7 @@ def failure_messages(run: Run, limit: int = MAX_ERROR_MESSAGES) -> tuple[ErrorMe
     frequent first, each message cut to 300 characters. Bounded whatever the run's size:
     a run of a million distinct errors still reports five lines."""
     counts: dict[tuple[str, str], int] = {}
-    for r in run.records:
-        if r.ok:
-            continue
+    for r in run.failed_records:
         kind = r.error_kind or ("http" if r.status else "unknown")
         fallback = f"status {r.status}" if r.status else "no message"
         msg = (r.error or fallback).strip()

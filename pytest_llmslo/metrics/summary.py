@@ -242,7 +242,9 @@ def summarize(
     ok = arr.ok
     completed = int(ok.sum())
     dists = {
-        name: Distribution.of(name, aggregate_values(run, name), confidence=confidence, unit=m.unit)
+        name: Distribution.of(
+            name, aggregate_values(run, name, copy=False), confidence=confidence, unit=m.unit
+        )
         for name, m in CATALOGUE.items()
     }
     secs = window_s(run, arr)

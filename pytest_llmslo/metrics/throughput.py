@@ -101,9 +101,6 @@ def in_window(run: Run, window: Window, mask: np.ndarray) -> tuple[int, int]:
     arr = columns(run)
     if window.kind != "steady":
         return int(arr.output_tokens[mask].sum()), int(mask.sum())
-    ts, toks = arr.chunks()
-    owner = np.repeat(mask, arr.chunk_counts)
-    inside = owner & (ts >= window.start_ns) & (ts < window.end_ns)
     end = arr.end_ns
     done = mask & (end >= window.start_ns) & (end < window.end_ns)
-    return int(toks[inside].sum()), int(done.sum())
+    return arr.tokens_in(mask, window.start_ns, window.end_ns), int(done.sum())

@@ -19,12 +19,13 @@ records, and ``metrics.summarize`` keeps them in ``RunSummary.traffic``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pytest_llmslo.records import RequestRecord, Run
+from pytest_llmslo.recordstore import RecordStore
 
 __all__ = ["by_session", "by_turn", "sent_rate", "summarize"]
 
@@ -43,18 +44,32 @@ def _itl_ms(r: RequestRecord) -> float | None:
     return (r.chunk_ns[-1] - r.chunk_ns[0]) / 1e6 / (len(r.chunk_ns) - 1)
 
 
-def sent_rate(records: tuple[RequestRecord, ...]) -> float | None:
+def sent_rate(records: Sequence[RequestRecord]) -> float | None:
     """Measured sends per second over their span."""
-    sent = sorted(r.sent_ns for r in records if r.sent_ns)
+    if isinstance(records, RecordStore):
+        column = records.column("sent_ns")
+        sent = np.sort(column[column != 0]).tolist()
+    else:
+        sent = sorted(r.sent_ns for r in records if r.sent_ns)
     if len(sent) < 2 or sent[-1] <= sent[0]:
         return None
     return (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9)
 
 
+def _turns(run: Run, first: bool = False) -> Sequence[RequestRecord]:
+    """The records of a multi-turn run's conversations (``first``: the records of turn 0
+    instead); from a store only those are built."""
+    recs = run.records
+    if isinstance(recs, RecordStore):
+        rows = recs.column("turn") == 0 if first else recs.column("session") >= 0
+        return [recs[i] for i in np.flatnonzero(rows).tolist()]
+    return tuple(r for r in recs if r.turn == 0) if first else recs
+
+
 def by_turn(run: Run) -> list[dict[str, Any]]:
     """Figures per turn index (empty for a single-turn run)."""
     groups: dict[int, list[RequestRecord]] = {}
-    for r in run.records:
+    for r in _turns(run):
         if r.session >= 0:
             groups.setdefault(r.turn, []).append(r)
     out = []
@@ -80,7 +95,7 @@ def by_turn(run: Run) -> list[dict[str, Any]]:
 def by_session(run: Run) -> dict[str, Any] | None:
     """Figures per conversation (None for a single-turn run)."""
     groups: dict[int, list[RequestRecord]] = {}
-    for r in run.records:
+    for r in _turns(run):
         if r.session >= 0:
             groups.setdefault(r.session, []).append(r)
     if not groups:
@@ -120,7 +135,7 @@ def summarize(run: Run) -> dict[str, Any] | None:
         out["unit"] = meta.get("unit", "request")
         out["offered_req_s"] = meta.get("offered_req_s")
         if out["unit"] == "conversation":
-            firsts = tuple(r for r in run.records if r.turn == 0)
+            firsts = _turns(run, first=True)
             out["sent_req_s"] = sent_rate(firsts)
         else:
             out["sent_req_s"] = sent_rate(run.records)

@@ -78,11 +78,13 @@ def request_values(run: Run, metric: str, stat: Stat | str) -> np.ndarray:
     return v.percentile(float(stat))
 
 
-def aggregate_values(run: Run, metric: str) -> np.ndarray:
+def aggregate_values(run: Run, metric: str, *, copy: bool = True) -> np.ndarray:
     """The samples an aggregate gate on ``metric`` is computed over (ms, finite only):
-    one per completed request, or one per token gap for ``itl``."""
+    one per completed request, or one per token gap for ``itl``. ``copy=False`` gives a
+    per-token metric's cached samples themselves (a long run's token gaps are hundreds
+    of MB), for a caller that only reads them."""
     m = entry(metric)
     v = columns(run).value(metric)
     if m.per == "token":
-        return v.values.copy()
+        return v.values.copy() if copy else v.values
     return _finite(v)

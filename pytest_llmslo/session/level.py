@@ -13,6 +13,7 @@ from pytest_llmslo import settings as S
 from pytest_llmslo.engines.base import EngineHandle
 from pytest_llmslo.errors import ConfigError, EngineDiedError, LoadInterrupted, WorkloadError
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
+from pytest_llmslo.recordstore import RecordStore
 
 from .factory import Progress, exit_reason
 from .state import Session, TestContext, prompt_salt
@@ -322,6 +323,7 @@ def load_level(
                 meta=meta.to_dict(),
                 thresholds=ts.health_thresholds(),
                 early_stop=task.early_stop,
+                records_memory=ts.records_memory,
             )
         )
         if faults:
@@ -366,7 +368,7 @@ def _died_during(state: Session, task: LevelTask, run: Run) -> NoReturn:
     )
     raise EngineDiedError(
         f"engine {engine!r} {exit_reason(handle)} during the load at {task.level.label}; "
-        f"{len(run.ok_records)} of {len(run.records)} requests completed (the results "
+        f"{run.ok_count} of {len(run.records)} requests completed (the results "
         f"measured so far are kept in the report); {restart}",
         handle.log_tail(),
     )
@@ -588,12 +590,14 @@ def _early_stop(
         return None
 
     def decide(records: Sequence[RequestRecord]) -> str | None:
-        partial = Run(
-            level,
-            tuple(records),
-            min(r.sent_ns for r in records),
-            max(r.end_ns for r in records),
-        )
+        if isinstance(records, RecordStore):  # the records decoded so far, as columns
+            start = int(records.column("sent_ns").min())
+            end = int(records.column("end_ns").max())
+        else:
+            records = tuple(records)
+            start = min(r.sent_ns for r in records)
+            end = max(r.end_ns for r in records)
+        partial = Run(level, records, start, end)
         return slo.settled(
             partial,
             watch,
@@ -610,7 +614,7 @@ def _early_stop(
 def _run_line(run: Run) -> str:
     from pytest_llmslo import metrics
 
-    ok = len(run.ok_records)
+    ok = run.ok_count
     n = len(run.records)
     line = f"{ok}/{n} requests ok in {run.duration_s:.1f} s"
     timeout = run.meta.get("level_timeout")

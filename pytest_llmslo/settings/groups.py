@@ -60,6 +60,15 @@ class LoadOptions:
     #: The shape of the levels' arrivals (already in ``levels``; kept to be read).
     burstiness: float = 1.0
     max_concurrency: int | None = None
+    #: Megabytes of a level's records the parent keeps in memory, the rest in files
+    #: (``recordstore.RecordStore``); None: no bound.
+    records_memory_mb: float | None = 64.0
+
+    @property
+    def records_memory(self) -> int | None:
+        """``records_memory_mb`` in bytes (None: no bound)."""
+        mb = self.records_memory_mb
+        return None if mb is None else int(mb * 1024 * 1024)
 
     def warmup_for(self, level: LoadLevel) -> int:
         """Warm-up requests at ``level``: the setting, but never less than one wave of a

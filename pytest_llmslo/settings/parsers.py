@@ -127,6 +127,20 @@ def parse_level_timeout(text: str) -> float | None:
     return parse_positive_float(s)
 
 
+def parse_records_memory(text: str) -> float | None:
+    """Megabytes >= 0 (``0``: every record in files); ``none``/``off`` for no bound."""
+    t = str(text).strip().lower().removesuffix("mb").strip()
+    if t in ("none", "off"):
+        return None
+    try:
+        return parse_float(t)
+    except ValueError:
+        raise ValueError(
+            f"Could not parse value: {text!r}. Give megabytes >= 0 (0: every record in "
+            "files), or none for no bound."
+        ) from None
+
+
 def parse_optional_request_cap(text: str) -> int | None:
     """A count > 0, or ``none``/``off`` for no cap. ``0`` is refused: a cap of no request
     in flight would send nothing, and reading it as "no cap" hides the typo."""

@@ -64,6 +64,7 @@ from .parsers import (
     parse_positive_int,
     parse_prompt_salt,
     parse_ramp,
+    parse_records_memory,
     parse_request_count,
     parse_steps,
     parse_str,
@@ -377,6 +378,11 @@ SPECS: tuple[Spec, ...] = (
          help="Wall-clock bound of one load level in seconds: calibration, warm-up, "
               "measurement and drain together ('none' for no bound; 'auto': 3 x --duration "
               "when --duration is set, else no bound, each request has its deadlines)."),
+    Spec("records_memory", parse_records_memory, 64.0, field="records_memory_mb",
+         cli="--records-memory", marker="records_memory", topic="load", metavar="MB",
+         help="Megabytes of a level's records kept in memory as columns; beyond it they are "
+              "written to files in the temporary directory, removed at the end ('none' for no "
+              "bound, 0 for every record in files)."),
     Spec("max_error_rate", parse_fraction, 0.01, field="max_error_rate",
          cli="--slo-max-error-rate", marker="max_error_rate", topic="slo", metavar="F",
          help="Highest share of failed requests (0..1 or NN%) with which a level can pass; a "

@@ -98,7 +98,7 @@ def evaluate(
     results = tuple(_check_one(o, run, strict, confidence) for o in objs)
     gp = metrics.goodput(run, objs)
     requests = len(run.records)
-    completed = sum(1 for r in run.records if r.ok)
+    completed = run.ok_count
     error_rate = (requests - completed) / requests if requests else 0.0
     problems: list[str] = []
     if not objs and not allow_no_objectives:
@@ -203,7 +203,7 @@ def failures_fail(run: Run, max_error_rate: float | None) -> bool:
     client's health: a failed request is the engine's answer (an HTTP error, a reset, a
     stall until a deadline), which no busy client turns into a pass, so such a level is an
     SLO failure with the error texts, never inconclusive."""
-    completed = sum(1 for r in run.records if r.ok)
+    completed = run.ok_count
     return failures_decide(len(run.records), completed, max_error_rate)
 
 
@@ -248,7 +248,7 @@ def settled(
     completed requests are needed before anything is settled."""
     objs = coerce_objectives((objectives,) if isinstance(objectives, str) else objectives)
     n = len(run.records)
-    completed = sum(1 for r in run.records if r.ok)
+    completed = run.ok_count
     failed = n - completed
     if planned and max_error_rate is not None and failed > max_error_rate * planned:
         return (

@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from pytest_llmslo.load import protocol
-from pytest_llmslo.load.backlog import pack
+from pytest_llmslo.load.backlog import BatchBuilder
 from pytest_llmslo.load.client import RawExchange
 from pytest_llmslo.load.drive import WorkerResult
 from pytest_llmslo.load.plan import Limits
@@ -34,12 +34,15 @@ from pytest_llmslo.load.protocol import (
 def test_messages_are_named_and_survive_a_pickle() -> None:
     raw = RawExchange()
     raw.sent_ns, raw.end_ns, raw.status = 1, 2, 200
+    raw.times, raw.pieces = [5, 6], [b"data: x\n\n", b"data: [DONE]\n\n"]
+    batch = BatchBuilder()
+    batch.add(7, 8, 9, 0, raw, -1, 0)
     msgs = [
         Go(123, Limits(None, 0, None)),
         Drain(),
         Stop(),
         Ready(PROTOCOL_VERSION, 3),
-        Raw(3, [pack(7, 8, 9, 0, raw, -1, 0)]),
+        Raw(3, batch.take()),
         Tally(3, 10, 1, 2),
         Result(WorkerResult(3, warmup_done=4)),
         Failure("boom"),
@@ -50,6 +53,12 @@ def test_messages_are_named_and_survive_a_pickle() -> None:
         back = pickle.loads(pickle.dumps(m, pickle.HIGHEST_PROTOCOL))
         assert type(back) is type(m) and back.kind == m.kind
     assert pickle.loads(pickle.dumps(msgs[6])).result.warmup_done == 4
+    # A Raw message's columns come back as they went: each exchange's reads and bytes.
+    back = pickle.loads(pickle.dumps(msgs[4], pickle.HIGHEST_PROTOCOL)).batch
+    job, scheduled, again = back.exchange(0, 0, 0)
+    assert (job.index, job.isl, job.osl, scheduled) == (7, 8, 9, 0)
+    assert again.times == raw.times and again.pieces == raw.pieces
+    assert (again.sent_ns, again.end_ns, again.status) == (1, 2, 200)
 
 
 def test_a_version_mismatch_names_both_versions() -> None:
