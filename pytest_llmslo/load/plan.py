@@ -178,9 +178,10 @@ def _schedule(
     return offsets, units_warm, total
 
 
-def _processes(job: LoadJob, total: int | None) -> int:
+def _processes(job: LoadJob, total: int | None, workers: int | None) -> int:
     level, client = job.level, job.client
-    nproc = client.processes or auto_processes(level, job.workload.osl, client.resolved_transport)
+    nproc = workers or client.processes
+    nproc = nproc or auto_processes(level, job.workload.osl, client.resolved_transport)
     if level.mode == "concurrency":
         nproc = min(nproc, int(level.value))
     if total is not None:
@@ -190,8 +191,10 @@ def _processes(job: LoadJob, total: int | None) -> int:
     return max(1, nproc)
 
 
-def plan_level(job: LoadJob, lm: LengthModel) -> LevelPlan:
-    """``job``'s level dealt to its workers, with ``lm`` the fitted prompt lengths."""
+def plan_level(job: LoadJob, lm: LengthModel, workers: int | None = None) -> LevelPlan:
+    """``job``'s level dealt to its workers, with ``lm`` the fitted prompt lengths;
+    ``workers``: as many workers as that (remote ones), where the level has enough to
+    deal, instead of the client's processes."""
     level, workload = job.level, job.workload
     closed = level.mode == "concurrency"
     # A multi-turn workload's unit is a conversation: the request counts become counts of
@@ -201,7 +204,7 @@ def plan_level(job: LoadJob, lm: LengthModel) -> LevelPlan:
     total = None if job.requests is None else units_warm + -(-job.requests // per)
     traffic: dict[str, Any] = {}
     offsets, units_warm, total = _schedule(job, units_warm, total, traffic)
-    nproc = _processes(job, total)
+    nproc = _processes(job, total, workers)
     slots = split_concurrency(int(level.value), nproc) if closed else [0] * nproc
     caps: list[int | None] = (
         list(split_concurrency(level.max_concurrency, nproc))

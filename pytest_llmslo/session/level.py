@@ -20,6 +20,7 @@ from .state import Session, TestContext, prompt_salt
 if TYPE_CHECKING:
     from pytest_llmslo.load import ClientSettings, WorkloadSpec
     from pytest_llmslo.load import Progress as LoadProgress
+    from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.records import ClientHealth
     from pytest_llmslo.signals.level import LevelSignals
@@ -119,6 +120,9 @@ class LevelTask:
     workload: WorkloadSpec
     warmup: int
     early_stop: Callable[[Sequence[RequestRecord]], str | None] | None = None
+    #: The session's remote load workers (``--worker-listen``), None: local processes.
+    workers: WorkerHub | None = None
+    say: Callable[[str], None] | None = None
 
     @property
     def engine(self) -> str:
@@ -258,6 +262,8 @@ def _task(
         workload=workload,
         warmup=ts.warmup_for(level),
         early_stop=_early_stop(ts, level, stop_early_on),
+        workers=state.workers,
+        say=state.say,
     )
 
 
@@ -317,6 +323,8 @@ def load_level(
             meta=meta.to_dict(),
             thresholds=ts.health_thresholds(),
             early_stop=task.early_stop,
+            workers=task.workers,
+            say=task.say,
         )
     )
     if trigger is None or ts.scale_up is None:

@@ -23,6 +23,7 @@ from .constants import constants_of_test, session_constants
 from .factory import EngineFactory, NullProgress, Progress
 
 if TYPE_CHECKING:
+    from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.regression import Comparison
     from pytest_llmslo.regression.tolerances import Tolerance
@@ -225,6 +226,8 @@ class Session:
         #: Seconds each level took (by point index), calibration and warm-up included.
         self.level_seconds: dict[int, float] = {}
         self.estimated = False
+        #: The remote load workers' listener (``--worker-listen``; ``open_workers``).
+        self.workers: WorkerHub | None = None
         #: What the estimates of the time left scale from, once the first level ran
         #: (``report.plan.estimate_basis``).
         self.estimate_basis: tuple[float | None, float] | None = None
@@ -373,6 +376,34 @@ def resolve_path(state: Session, text: str, name: str) -> Path:
     if state.session.sources.get(name, "").startswith("ini") and state.inipath is not None:
         return state.inipath.parent / path
     return state.invocation_dir / path
+
+
+def open_workers(state: Session) -> None:
+    """Listen for the session's remote load workers (``--worker-listen``), so that they
+    can join while the engines start; the first level waits for them."""
+    from pytest_llmslo.errors import ConfigError, LoadError
+    from pytest_llmslo.load.remote import WorkerHub
+
+    ss = state.session
+    if ss.worker_listen is None or state.workers is not None:
+        return
+    hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s)
+    try:
+        hub.open()
+    except LoadError as exc:
+        raise ConfigError(str(exc)) from None
+    state.workers = hub
+    state.say(
+        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}: start "
+        f"each with `llmslo worker --connect {hub.address}`"
+    )
+
+
+def close_workers(state: Session) -> None:
+    """Release the remote load workers (they exit) and stop listening."""
+    if state.workers is not None:
+        state.workers.close()
+        state.workers = None
 
 
 def add_test(state: Session, node: str, ctx: TestContext) -> None:
