@@ -18,12 +18,13 @@ serves level after level on its connection:
     Ping(seq)  (remote, again)    ──────▶   the clock after the level
                                   ◀──────   Pong(seq, received_ns, sent_ns)
 
-A remote worker first introduces itself with a plain dictionary (``join_message``),
-answered by another (``welcome_message``): plain dictionaries read the same in any
-version, so a worker of another version is told so by name instead of failing to unpickle
-a message class it does not know. Its timestamps are on its own monotonic clock;
-``Ping``/``Pong`` measure the offset (``clock.py``), ``Go``'s times are sent translated
-to the worker's clock and its records are put back on the parent's.
+A remote worker first introduces itself with a plain dictionary (``join_message``, sent
+as JSON), answered by another (``welcome_message``): JSON reads the same in any version,
+so a worker of another version is told so by name instead of failing to unpickle a
+message class it does not know, and nothing is unpickled from a peer before it joined.
+Its timestamps are on its own monotonic clock; ``Ping``/``Pong`` measure the offset
+(``clock.py``), ``Go``'s times are sent translated to the worker's clock and its records
+are put back on the parent's.
 
 Each side checks the other's ``version`` against ``PROTOCOL_VERSION`` at the handshake
 (``check_version``): a worker of another version of the package fails at once, with both

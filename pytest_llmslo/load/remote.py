@@ -17,15 +17,18 @@ challenge).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from time import perf_counter_ns
+from typing import Any
 
 from ..errors import LoadError
 from .clock import PROBES, ClockOffset, ClockSample, best_offset
@@ -39,12 +42,22 @@ from .protocol import (
     welcome_message,
 )
 
-__all__ = ["KEY_ENV", "Lost", "RemoteLink", "WorkerHub", "parse_address", "worker_key"]
+__all__ = [
+    "KEY_ENV",
+    "Lost",
+    "RemoteLink",
+    "WorkerHub",
+    "parse_address",
+    "read_plain",
+    "send_plain",
+    "worker_key",
+]
 
 #: The environment variable of the shared key (optional; the same on both sides).
 KEY_ENV = "LLMSLO_WORKER_KEY"
-_JOIN_TIMEOUT_S = 10.0  # a connection that says nothing this long is not a load worker
+_JOIN_TIMEOUT_S = 5.0  # a connection that says nothing this long is not a load worker
 _PONG_TIMEOUT_S = 10.0
+_PLAIN_MAX = 64 * 1024  # the longest handshake message read
 
 
 class Lost:
@@ -54,6 +67,25 @@ class Lost:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+
+
+def _timeval(seconds: float) -> bytes:
+    return struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+
+
+def send_plain(conn: Connection, obj: dict[str, object]) -> None:
+    """A handshake message: JSON, which any version reads (and nothing is unpickled
+    before a peer has joined)."""
+    conn.send_bytes(json.dumps(obj).encode())
+
+
+def read_plain(conn: Connection) -> dict[str, Any]:
+    """A handshake message (``send_plain``); ``ValueError`` when it is not one."""
+    data = conn.recv_bytes(_PLAIN_MAX)
+    obj = json.loads(data)
+    if not isinstance(obj, dict):
+        raise ValueError(f"not a handshake message: {data[:80]!r}")
+    return obj
 
 
 def parse_address(text: str, what: str = "--worker-listen") -> tuple[str, int]:
@@ -249,6 +281,8 @@ class WorkerHub:
             return
         client.settimeout(None)
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Until it has joined, a peer gets a bounded time for each read.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(_JOIN_TIMEOUT_S))
         peer = f"{addr[0]}:{addr[1]}"
         conn = Connection(client.detach())
         try:
@@ -261,6 +295,9 @@ class WorkerHub:
             # it is turned away and the wait goes on.
             conn.close()
             return
+        sock = socket.socket(fileno=conn.fileno())
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(0))
+        sock.detach()
         self.links.append(RemoteLink(conn, name, peer))
 
     def _join(self, conn: Connection, peer: str) -> str:
@@ -268,10 +305,8 @@ class WorkerHub:
         if self.key is not None:
             deliver_challenge(conn, self.key)
             answer_challenge(conn, self.key)
-        if not conn.poll(_JOIN_TIMEOUT_S):
-            raise LoadError(f"the connection from {peer} said nothing: not a load worker")
-        join = conn.recv()
-        if not isinstance(join, dict) or join.get("tag") != JOIN_TAG:
+        join = read_plain(conn)
+        if join.get("tag") != JOIN_TAG:
             raise LoadError(f"the connection from {peer} is not a load worker")
         name = str(join.get("name") or peer)
         theirs = join.get("version")
@@ -282,9 +317,9 @@ class WorkerHub:
                 "of pytest-llmslo on both sides"
             )
             with contextlib.suppress(OSError):
-                conn.send(welcome_message(refusal))
+                send_plain(conn, welcome_message(refusal))
             raise ProtocolError(refusal)
-        conn.send(welcome_message())
+        send_plain(conn, welcome_message())
         return name
 
     def close(self) -> None:

@@ -16,9 +16,10 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import TextIO
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from time import perf_counter_ns
+from typing import TextIO
 
 from ..errors import LoadError
 from .protocol import (
@@ -30,7 +31,7 @@ from .protocol import (
     check_version,
     join_message,
 )
-from .remote import parse_address, worker_key
+from .remote import KEY_ENV, parse_address, read_plain, send_plain, worker_key
 from .worker import pong, serve_level
 
 __all__ = ["add_arguments", "command", "connect", "default_name", "serve"]
@@ -67,11 +68,20 @@ def connect(address: str, timeout_s: float) -> Connection:
 def _join(conn: Connection, name: str) -> None:
     key = worker_key()
     if key is not None:
-        answer_challenge(conn, key)
-        deliver_challenge(conn, key)
-    conn.send(join_message(name))
-    welcome = conn.recv()
-    if not isinstance(welcome, dict) or welcome.get("tag") != JOIN_TAG:
+        try:
+            answer_challenge(conn, key)
+            deliver_challenge(conn, key)
+        except (AuthenticationError, EOFError, OSError) as exc:
+            raise ProtocolError(
+                f"the session did not accept this worker's key, or it has another one "
+                f"({KEY_ENV}; {exc})"
+            ) from None
+    send_plain(conn, join_message(name))
+    try:
+        welcome = read_plain(conn)
+    except (ValueError, OSError) as exc:
+        raise ProtocolError(f"the session's answer is not a load session's ({exc})") from None
+    if welcome.get("tag") != JOIN_TAG:
         raise ProtocolError(f"the session answered {welcome!r:.80}, not a load session")
     refused = welcome.get("refused")
     if refused:
@@ -132,8 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=300.0,
         metavar="S",
-        help="how long to keep trying to reach a session that is not listening yet "
-        "(default: 300)",
+        help="how long to keep trying to reach a session that is not listening yet (default: 300)",
     )
 
 
