@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 import urllib.request
+from pathlib import Path
 from time import perf_counter_ns
 
 import numpy as np
@@ -22,6 +27,7 @@ from pytest_llmslo.records import LoadLevel
 
 from .conftest import fixed_server
 from .remote_helpers import (
+    ROOT,
     network_namespace,
     network_namespaces,
     time_namespaces,
@@ -173,3 +179,56 @@ def test_a_worker_killed_mid_level_is_named_and_the_others_are_kept() -> None:
                     run_load_sync(_job(url, hub, LoadLevel.concurrency(2), 4))
         finally:
             hub.close()
+
+
+def _address_from(proc: subprocess.Popen[str], head: list[str]) -> str:
+    """The address ``llmslo run`` says it listens on (read from its standard error)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        head.append(line)
+        if not line:
+            break
+        if "remote load worker(s) on " in line:
+            return line.split("--connect ", 1)[1].split("`", 1)[0]
+    raise AssertionError("".join(head))
+
+
+@needs_time_ns
+@pytest.mark.slow
+def test_a_coordinator_stopped_by_sigterm_keeps_what_its_workers_measured(tmp_path: Path) -> None:
+    with fixed_server(*SERVER) as url:
+        cmd = [
+            sys.executable, "-m", "pytest_llmslo.cli", "run", "--engine", "external",
+            "--engine-url", url, "--model", "fixed", "--concurrency", "4", "--requests", "none",
+            "--duration", "30", "--warmup", "4", "--isl", "16", "--osl", "20",
+            "--worker-listen", "127.0.0.1:0", "--remote-workers", "2", "--worker-wait", "60",
+            "--slo-json", str(tmp_path / "r.json"),
+        ]  # fmt: skip
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen(
+            cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        )
+        head: list[str] = []
+        try:
+            address = _address_from(proc, head)
+            with workers(address, [2_000, 40_000]) as procs:
+                before = _stats(url)["requests"]
+                deadline = time.monotonic() + 60
+                while _stats(url)["requests"] - before < 40 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                proc.send_signal(signal.SIGTERM)
+                _, rest = proc.communicate(timeout=120)
+                # The session ended: each worker exits by itself, cleanly.
+                assert [p.wait(timeout=30) for p in procs] == [0, 0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        err = "".join(head) + rest
+        assert proc.returncode == 130, err
+        doc = json.loads((tmp_path / "r.json").read_text())
+        assert doc["complete"] is False
+        (point,) = doc["points"]
+        assert point["interrupted"] is True and point["summary"]["requests"] > 10, err
