@@ -44,6 +44,10 @@ class SessionSettings:
     worker_listen: str | None = None
     remote_workers: int = 1
     worker_wait_s: float = 120.0
+    #: The workers' image, to start them as a Kubernetes Indexed Job, and the address
+    #: they connect to.
+    worker_image: str | None = None
+    worker_advertise: str | None = None
     #: The path of every output setting (topic ``outputs``: ``slo_json`` and each report
     #: format's ``slo_<name>``) by setting name; None where none was asked for.
     outputs: Mapping[str, str | None] = field(default_factory=dict)

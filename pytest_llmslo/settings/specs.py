@@ -541,6 +541,16 @@ SPECS: tuple[Spec, ...] = (
          cli="--worker-wait", marker=None, topic="client", metavar="S",
          help="How long the session waits for its remote load workers to connect before it "
               "fails, naming how many came."),
+    Spec("worker_image", parse_optional_str, None, field="worker_image",
+         cli="--worker-image", marker=None, topic="client", metavar="IMAGE",
+         help="Start the --remote-workers in Kubernetes: an Indexed Job of that many pods of "
+              "this image (holding this version of pytest-llmslo) in the current context's "
+              "namespace (in a pod: its own), created for the session and deleted with it."),
+    Spec("worker_advertise", parse_optional_str, None, field="worker_advertise",
+         cli="--worker-advertise", marker=None, topic="client", metavar="HOST:PORT",
+         shown_default="the --worker-listen address (this host's address for 0.0.0.0)",
+         help="The address the worker pods of --worker-image connect to (a Service's, or "
+              "this pod's)."),
     Spec("external_ready_timeout", parse_positive_float, 60.0, field="external_ready_timeout_s",
          cli="--external-ready-timeout", topic="engines", metavar="SECONDS",
          help="How long an external engine (already running) may take to answer ready "

@@ -21,11 +21,13 @@ _CREATE = {
     "ConfigMap": ("core", "create_namespaced_config_map", "patch_namespaced_config_map"),
     "Service": ("core", "create_namespaced_service", "patch_namespaced_service"),
     "Deployment": ("apps", "create_namespaced_deployment", "patch_namespaced_deployment"),
+    "Job": ("batch", "create_namespaced_job", "patch_namespaced_job"),
 }
 _DELETE = {
     "ConfigMap": ("core", "delete_namespaced_config_map"),
     "Service": ("core", "delete_namespaced_service"),
     "Deployment": ("apps", "delete_namespaced_deployment"),
+    "Job": ("batch", "delete_namespaced_job"),
 }
 
 

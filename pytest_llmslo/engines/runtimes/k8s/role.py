@@ -14,6 +14,8 @@ RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "configmaps", ("create", "patch", "delete", "list")),
     ("", "services", ("create", "patch", "delete")),
     ("apps", "deployments", ("create", "patch", "delete")),
+    # The remote load workers' Indexed Job (workerjob.py, --worker-image).
+    ("batch", "jobs", ("create", "patch", "delete")),
     # Readiness and failures: the engine's pods, their logs, the namespace's events.
     ("", "pods", ("list",)),
     ("", "pods/log", ("get",)),
