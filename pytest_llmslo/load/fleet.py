@@ -2,6 +2,10 @@
 clock, its own client health) in ``run.meta["remote"]``, and the reasons that make the
 level invalid, each naming the worker.
 
+``run.meta["traffic"]["workers"]`` keeps one line a worker (its clock offset and
+uncertainty, CPU, lag, load share, validity), which ``metrics.summarize`` carries into the
+level's summary and so into the results document.
+
 The merged run's health (``health.assess`` over every worker) says whether the client as a
 whole kept up; with workers on several hosts it also matters *which* one did not: a
 level is invalid (so its verdict inconclusive) when any one worker was the bottleneck
@@ -53,6 +57,24 @@ def _entry(res: WorkerResult, level: RemoteLevel, th: HealthThresholds) -> dict[
     return entry
 
 
+def _brief(e: dict[str, Any]) -> dict[str, Any]:
+    """A worker's entry as the results document keeps it."""
+    clock = e["clock"] or {}
+    asked = e.get("load_asked") or 0.0
+    return {
+        "name": e["name"],
+        "requests": e["requests"],
+        "offset_ms": (clock.get("before") or {}).get("offset_ms"),
+        "uncertainty_ms": clock.get("uncertainty_ms"),
+        "drift_ms": clock.get("drift_ms"),
+        "cpu_util": e.get("cpu_util"),
+        "schedule_lag_p99_ms": e.get("schedule_lag_p99_ms"),
+        "load_share": e.get("load_achieved", 0.0) / asked if asked else None,
+        "valid": e.get("valid", False),
+        "lost": e["lost"],
+    }
+
+
 def _reasons(entries: Sequence[dict[str, Any]], th: HealthThresholds) -> list[str]:
     out: list[str] = []
     for e in entries:
@@ -98,6 +120,9 @@ def with_workers(
             (e["clock"]["uncertainty_ms"] for e in entries if e["clock"]), default=0.0
         ),
     }
+    # Carried into the level's summary (``metrics.traffic``) and so into the results
+    # document: one line a worker.
+    meta["traffic"] = {**dict(meta.get("traffic") or {}), "workers": [_brief(e) for e in entries]}
     health = run.health
     if reasons:
         health = dataclasses.replace(health, valid=False, reasons=(*health.reasons, *reasons))

@@ -215,6 +215,7 @@ class WorkerHub:
         self.wait_s = wait_s
         self.key = worker_key()
         self.links: list[RemoteLink] = []
+        self.failed: str | None = None  # why the wait for the workers ended short
         self._sock: socket.socket | None = None
 
     @property
@@ -255,11 +256,14 @@ class WorkerHub:
                 f"waiting up to {self.wait_s:g} s for {self.expected - len(self.links)} remote "
                 f"load worker(s): `llmslo worker --connect {self.address}`"
             )
+        if self.failed is not None:
+            raise LoadError(self.failed)  # waited once already: the next level waits no more
         deadline = time.monotonic() + self.wait_s
         while len(self.links) < self.expected:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise LoadError(self._timeout_message())
+                self.failed = self._timeout_message()
+                raise LoadError(self.failed)
             self._accept(left)
         return list(self.links)
 
@@ -273,12 +277,19 @@ class WorkerHub:
 
     def _accept(self, timeout: float) -> None:
         sock = self._sock
-        assert sock is not None
-        sock.settimeout(min(timeout, 1.0))
+        if sock is None:
+            raise LoadError("the session stopped listening for its remote load workers")
         try:
+            sock.settimeout(min(timeout, 1.0))
             client, addr = sock.accept()
         except TimeoutError:
             return
+        except OSError:
+            if self._sock is None:  # closed while waiting (the session is stopping)
+                raise LoadError(
+                    "the session stopped listening for its remote load workers"
+                ) from None
+            raise
         client.settimeout(None)
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Until it has joined, a peer gets a bounded time for each read.
