@@ -235,30 +235,25 @@ def test_a_worker_that_cannot_connect_names_the_address() -> None:
 
 def test_with_a_key_only_a_worker_that_knows_it_joins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, "s3cret")
-    hub = WorkerHub("127.0.0.1:0", 1, wait_s=30)
+    hub = WorkerHub("127.0.0.1:0", 1, wait_s=60)
     hub.open()
-    base = {**os.environ, "PYTHONPATH": str(ROOT)}
-    wrong = subprocess.Popen(
-        worker_cmd(hub.address, "wrong"),
-        env={**base, KEY_ENV: "other"},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    links: list = []
+    waiting = threading.Thread(target=lambda: links.extend(hub.ensure()))
+    waiting.start()
     try:
-        # The wrong key is turned away (or left unanswered when the right one came first,
-        # and cut when the session closes); the right one joins.
+        # The wrong key is turned away, and the session goes on waiting.
+        wrong = _run_worker(hub.address, {KEY_ENV: "other"})
+        assert wrong.returncode == 1
+        assert "did not accept this worker's key" in wrong.stderr
         with subprocess.Popen(
-            worker_cmd(hub.address, "keyed"), env=base, stderr=subprocess.DEVNULL
+            worker_cmd(hub.address, "keyed"),
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stderr=subprocess.DEVNULL,
         ) as right:
-            (link,) = hub.ensure()
-            assert link.name == "keyed"
+            waiting.join(60)
+            assert [link.name for link in links] == ["keyed"]
             hub.close()
             assert right.wait(timeout=20) == 0
-        _, err = wrong.communicate(timeout=30)
     finally:
-        if wrong.poll() is None:
-            wrong.kill()
-            wrong.wait(timeout=10)
         hub.close()
-    assert wrong.returncode == 1
-    assert "did not accept this worker's key" in err
+        waiting.join(10)
