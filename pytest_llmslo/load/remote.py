@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
 import socket
@@ -52,6 +53,8 @@ __all__ = [
     "send_plain",
     "worker_key",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The environment variable of the shared key (optional; the same on both sides).
 KEY_ENV = "LLMSLO_WORKER_KEY"
@@ -143,7 +146,10 @@ class RemoteLink:
             with self._lock:
                 sink = self._sink
             if sink is not None:
-                sink(msg)
+                try:
+                    sink(msg)
+                except Exception:  # a level's bug must not end the reading of later ones
+                    log.exception("%s: a message could not be handed over", self.label)
 
     def attach(self, sink: Callable[[Message | Lost], None]) -> None:
         """Hand this worker's messages to ``sink`` (a level's), or its loss at once."""

@@ -17,6 +17,7 @@ runner makes the level invalid, saying so). A worker lost before the start is an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -71,7 +72,8 @@ class _RemotePool(Pool):
                 item = Gone(worker, f"it failed:\n{msg.error}")
             else:
                 item = msg
-            loop.call_soon_threadsafe(inbox.put_nowait, item)
+            with contextlib.suppress(RuntimeError):  # the level's loop is closed: it is over
+                loop.call_soon_threadsafe(inbox.put_nowait, item)
 
         return put
 
@@ -148,9 +150,18 @@ class _RemotePool(Pool):
         results = super().finish()
         # What a lost worker shipped before it was lost is kept, as a result of its own.
         kept = {r.worker for r in results}
+        plans = {p.worker: p for p in self.plans}
         for rec in self.backlog.records:
             if rec.worker not in kept:
-                self.partial.setdefault(rec.worker, WorkerResult(rec.worker)).records.append(rec)
+                if rec.worker not in self.partial:
+                    plan = plans[rec.worker]
+                    self.partial[rec.worker] = WorkerResult(
+                        rec.worker,
+                        closed=plan.closed,
+                        slots=plan.slots,
+                        multi_turn=plan.jobs.workload.multi_turn,
+                    )
+                self.partial[rec.worker].records.append(rec)
         results = sorted([*results, *self.partial.values()], key=lambda r: r.worker)
         for res in results:
             clock = self.level.clocks.get(res.worker)
