@@ -16,6 +16,9 @@ import pytest
 from pytest_llmslo.errors import LoadError
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec
 from pytest_llmslo.load.clock import ClockLink, ClockSample, best_offset, shift_record
+from pytest_llmslo.load.drive import WorkerResult
+from pytest_llmslo.load.fleet import with_workers
+from pytest_llmslo.load.health import HealthThresholds
 from pytest_llmslo.load.jobs import JobSource
 from pytest_llmslo.load.plan import plan_level
 from pytest_llmslo.load.protocol import (
@@ -25,9 +28,10 @@ from pytest_llmslo.load.protocol import (
     welcome_message,
 )
 from pytest_llmslo.load.remote import KEY_ENV, WorkerHub, parse_address, read_plain, send_plain
+from pytest_llmslo.load.remote_pool import RemoteLevel
 from pytest_llmslo.load.schedule import arrival_offsets_ns
 from pytest_llmslo.load.workload import LengthModel
-from pytest_llmslo.records import LoadLevel, RequestRecord
+from pytest_llmslo.records import LoadLevel, RequestRecord, Run
 
 from .remote_helpers import ROOT, worker_cmd
 
@@ -257,3 +261,51 @@ def test_with_a_key_only_a_worker_that_knows_it_joins(monkeypatch: pytest.Monkey
     finally:
         hub.close()
         waiting.join(10)
+
+
+# -- health across hosts -------------------------------------------------------------------
+
+
+def _worker_result(worker: int, cpu_s: float) -> WorkerResult:
+    recs = [
+        RequestRecord(
+            index=worker * 10 + i, scheduled_ns=i * 1_000_000, sent_ns=i * 1_000_000,
+            end_ns=i * 1_000_000 + 500_000, chunk_ns=array("q", [i * 1_000_000 + 100_000]),
+            status=200, finish_reason="length", worker=worker,
+        )
+        for i in range(10)
+    ]  # fmt: skip
+    return WorkerResult(worker, records=recs, cpu_s=cpu_s, wall_s=1.0, closed=True, slots=1)
+
+
+def _level(uncertainty_ns: int) -> RemoteLevel:
+    off = best_offset([_probe(0, 5_000, uncertainty_ns, uncertainty_ns, hold=0)])
+    return RemoteLevel(
+        names={0: "remote load worker a (h1:1)", 1: "remote load worker b (h2:1)"},
+        clocks={0: ClockLink(off, off), 1: ClockLink(off, off)},
+    )
+
+
+def test_a_busy_worker_makes_the_level_invalid_and_is_named() -> None:
+    results = [_worker_result(0, 0.2), _worker_result(1, 0.97)]
+    run = Run(LoadLevel.concurrency(2), (), 0, 1, meta={})
+    out = with_workers(run, results, _level(10_000), HealthThresholds(min_load_share=0))
+    assert not out.health.valid
+    (why,) = out.health.reasons
+    assert why.startswith("remote load worker b (h2:1) was the bottleneck: client CPU 97%")
+    lines = out.meta["traffic"]["workers"]
+    assert [w["valid"] for w in lines] == [True, False]
+    assert lines[0]["uncertainty_ms"] == pytest.approx(0.01)
+
+
+def test_a_clock_known_too_loosely_makes_the_level_invalid() -> None:
+    results = [_worker_result(0, 0.2), _worker_result(1, 0.2)]
+    run = Run(LoadLevel.concurrency(2), (), 0, 1, meta={})
+    th = HealthThresholds(min_load_share=0, max_clock_uncertainty_ms=1.0)
+    assert with_workers(run, results, _level(900_000), th).health.valid
+    out = with_workers(run, results, _level(3_000_000), th)
+    assert not out.health.valid and len(out.health.reasons) == 2
+    assert (
+        "its clock offset is known to ±3.000 ms (> 1 ms, --client-max-clock)"
+        in (out.health.reasons[0])
+    )

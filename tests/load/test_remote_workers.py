@@ -233,3 +233,31 @@ def test_a_coordinator_stopped_by_sigterm_keeps_what_its_workers_measured(tmp_pa
         assert doc["complete"] is False
         (point,) = doc["points"]
         assert point["interrupted"] is True and point["summary"]["requests"] > 10, err
+
+
+def test_conversations_stay_on_one_remote_worker() -> None:
+    # No namespaces: this one runs wherever processes can listen on loopback.
+    with fixed_server(*SERVER) as url:
+        hub = WorkerHub("127.0.0.1:0", 2, wait_s=60)
+        hub.open()
+        try:
+            with workers(hub.address, [None, None]):
+                job = LoadJob(
+                    ClientSettings(url, "fixed"),
+                    WorkloadSpec(isl=16, osl=20, calibrate=False, seed=5, turns=3),
+                    LoadLevel.concurrency(4),
+                    requests=36,
+                    warmup=0,
+                    workers=hub,
+                )
+                run = run_load_sync(job)
+        finally:
+            hub.close()
+    assert all(r.ok for r in run.records), [r.error for r in run.records][:3]
+    by_conv: dict[int, set[int]] = {}
+    for r in run.records:
+        by_conv.setdefault(r.session, set()).add(r.worker)
+    assert sorted(by_conv) == list(range(12))
+    assert all(len(w) == 1 for w in by_conv.values())
+    assert {w for ws in by_conv.values() for w in ws} == {0, 1}
+    assert sorted(r.index for r in run.records) == list(range(36))
