@@ -7,6 +7,7 @@
     llmslo compare A B [--fail goodput:5%,ttft_p99:10%] [--engine OLD=NEW]
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
     llmslo render --engine NAME [--engines-file F]
+    llmslo worker --connect HOST:PORT [--name NAME] [--connect-timeout S]
 
 ``run`` starts the engines and runs the sweep (or the capacity search) of one test
 without a test file, through the same session core as the plugin (``session/``): every
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run(sub)
     _add_render(sub)
+    _add_worker(sub)
 
     cmp_ = sub.add_parser(
         "compare",
@@ -461,6 +463,21 @@ def _add_run(sub: Any) -> None:
             group.add_argument(flag, **kw)
 
 
+def _add_worker(sub: Any) -> None:
+    from pytest_llmslo.load.remote_worker import add_arguments
+
+    add_arguments(
+        sub.add_parser(
+            "worker",
+            help="serve a session's load as a remote worker",
+            description="Connect to a session that listens with --worker-listen and send "
+            "its share of every level's load until the session ends (docs/load.md, 'Remote "
+            "workers'). Exit status: 0 the session ended, 1 an error (named), 130 "
+            "interrupted.",
+        )
+    )
+
+
 def _stderr_progress(label: str, stream: TextIO) -> Any:
     """The live progress line of a level on ``stream`` (in place on a terminal)."""
     from pytest_llmslo.report.progress import LevelProgress
@@ -632,6 +649,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, out, sys.stderr)
         if args.command == "render":
             return _render(args, out)
+        if args.command == "worker":
+            from pytest_llmslo.load.remote_worker import command
+
+            return command(args, sys.stderr)
         return _compare(args, out)
     except _UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -79,7 +79,10 @@ class HealthThresholds:
       all tokens;
     - CPU above ``max_cpu_util`` of a core in any client process: the loop had no slack;
     - the load applied below ``min_load_share`` of the load asked (``applied_load``): the
-      engine saw a lighter load than the level names (0 turns the check off).
+      engine saw a lighter load than the level names (0 turns the check off);
+    - remote workers only: a worker's clock offset known less precisely than
+      ``max_clock_uncertainty_ms`` (``clock.py``): its requests cannot be placed against
+      the others' that precisely (the merged arrivals, the span, the time series).
     """
 
     max_schedule_lag_p99_ms: float = 10.0
@@ -88,6 +91,7 @@ class HealthThresholds:
     max_stalled_tokens: float = 0.001
     max_idle_share: float = 0.01
     min_load_share: float = 0.9
+    max_clock_uncertainty_ms: float = 1.0
 
     def to_dict(self) -> dict[str, float]:
         return {
@@ -97,6 +101,7 @@ class HealthThresholds:
             "max_stalled_tokens": self.max_stalled_tokens,
             "max_idle_share": self.max_idle_share,
             "min_load_share": self.min_load_share,
+            "max_clock_uncertainty_ms": self.max_clock_uncertainty_ms,
         }
 
 

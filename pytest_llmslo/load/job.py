@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ..errors import LoadError
 from ..records import LoadLevel, RequestRecord
@@ -18,12 +18,19 @@ from .client import ClientSettings
 from .health import HealthThresholds
 from .workload import WorkloadSpec
 
-__all__ = ["EarlyStop", "LoadJob", "Phase", "Progress"]
+__all__ = ["EarlyStop", "LoadJob", "Phase", "Progress", "RemoteWorkers"]
 
 Phase = Literal["calibrating", "warm-up", "measuring", "draining"]
 
 #: Sees the records decoded so far; returns why the level may stop now, or None.
 EarlyStop = Callable[[Sequence[RequestRecord]], "str | None"]
+
+
+class RemoteWorkers(Protocol):
+    """Where a level's remote workers come from (``remote.WorkerHub``): ``ensure`` waits
+    for them (bounded) and returns their connections (``remote.RemoteLink``)."""
+
+    def ensure(self, say: Callable[[str], None] | None = None) -> Sequence[Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +65,10 @@ class LoadJob:
     - ``meta`` goes into ``Run.meta`` as given; ``defer_bytes`` is the decoding budget of
       ``backlog.py`` (the parent's, whatever the number of worker processes);
       ``records_memory`` the bytes of decoded records kept in memory, the rest written to
-      files until the run is released (``recordstore.RecordStore``; None: no bound).
+      files until the run is released (``recordstore.RecordStore``; None: no bound);
+    - ``workers``: remote workers to run the level on (``remote.WorkerHub``, one plan a
+      worker) instead of local worker processes; ``say`` gets what the load has to tell
+      (waiting for them).
     """
 
     client: ClientSettings
@@ -75,6 +85,8 @@ class LoadJob:
     meta: Mapping[str, Any] | None = None
     defer_bytes: int = DEFAULT_BUDGET
     records_memory: int | None = DEFAULT_LIMIT
+    workers: RemoteWorkers | None = field(default=None, compare=False)
+    say: Callable[[str], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.requests is None and self.duration_s is None and self.level.arrival != "trace":

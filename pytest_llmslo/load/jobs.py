@@ -11,6 +11,10 @@ thousand requests builds nothing while it measures; past that, ``refill`` keeps 
 ahead of the senders in slices of about a millisecond, so building never holds the event
 loop longer than that. ``next`` builds one on the spot only when the buffer ran dry.
 
+With several workers, a multi-turn workload's conversations are dealt by a hash of their
+id (``shard_of``; ``JobSpec.shard``): a conversation and all its turns stay on one worker,
+and which worker does not depend on the order or the count of the others.
+
 A multi-turn workload's indices are conversations (``next_conversation``): a turn's body
 holds the replies of the turns before it, so it is built when the turn is due
 (``turn_job``). A request asks for the settings' model, or one drawn from their weighted
@@ -30,7 +34,7 @@ import numpy as np
 from .client import ClientSettings, request_body
 from .workload import Conversation, LengthModel, PromptSource, WorkloadSpec
 
-__all__ = ["Job", "JobSource", "JobSpec"]
+__all__ = ["Job", "JobSource", "JobSpec", "shard_of"]
 
 #: Bodies built before the run, per worker, at most (the rest are built during it).
 PREFILL_BYTES = 128 * 1024 * 1024
@@ -41,6 +45,32 @@ SLICE_NS = 1_000_000
 PREFILL_CONVERSATIONS = 4096
 #: Where the indices of spare (cool-down) requests start: past any real sequence.
 SPARE_BASE = 1 << 40
+
+
+_MASK = (1 << 64) - 1
+_SHARD_CHUNK = 4096
+
+
+def shard_of(ids: np.ndarray, seed: int, workers: int) -> np.ndarray:
+    """The worker of each id: splitmix64 of the id mixed with the seed, modulo
+    ``workers`` (the same on every host and in every version of numpy)."""
+    with np.errstate(over="ignore"):
+        z = ids.astype(np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) & _MASK)
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(workers)).astype(np.int64)
+
+
+def _sharded(worker: int, workers: int, seed: int, stop: int | None) -> Iterator[int]:
+    """The ids below ``stop`` (without end: None) whose shard is ``worker``, in order."""
+    for lo in itertools.count(0, _SHARD_CHUNK):
+        hi = lo + _SHARD_CHUNK if stop is None else min(lo + _SHARD_CHUNK, stop)
+        if hi <= lo:
+            return
+        ids = np.arange(lo, hi, dtype=np.int64)
+        yield from (int(i) for i in ids[shard_of(ids, seed, workers) == worker])
 
 
 @dataclass(slots=True)
@@ -70,12 +100,19 @@ class JobSpec:
     warmup: int
     offsets: np.ndarray | None = None
     low_water: int = 64
+    #: (this worker, of how many): the ids are those of ``shard_of`` this worker (below
+    #: ``stop``) instead of ``start, start + step, ...``; None: those.
+    shard: tuple[int, int] | None = None
 
     @property
     def count(self) -> int | None:
         """How many jobs this worker has (None: no end)."""
         if self.stop is None:
             return None
+        if self.shard is not None:
+            ids = np.arange(self.stop, dtype=np.int64)
+            w, n = self.shard
+            return int((shard_of(ids, self.workload.seed, n) == w).sum())
         return max(0, -(-(self.stop - self.start) // self.step))
 
 
@@ -86,7 +123,9 @@ class JobSource:
         self.spec = spec
         self._prompts = PromptSource(spec.workload, spec.length_model)
         indices: Iterator[int]
-        if spec.stop is None:
+        if spec.shard is not None:
+            indices = _sharded(spec.shard[0], spec.shard[1], spec.workload.seed, spec.stop)
+        elif spec.stop is None:
             indices = itertools.count(spec.start, spec.step)
         else:
             indices = iter(range(spec.start, spec.stop, spec.step))

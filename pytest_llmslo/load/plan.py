@@ -4,7 +4,10 @@ they share.
 
 ``plan_level`` fixes an open loop's schedule up front (``schedule.py``, or a trace's
 timestamps) and deals it round-robin, so each worker sees the whole time span at
-1/n of the rate; a closed loop's concurrency is split as evenly as it goes. Each
+1/n of the rate and the union of the workers' arrivals is exactly the schedule; a closed
+loop's concurrency is split as evenly as it goes. A multi-turn workload's conversations
+are dealt by a hash of their id instead (``jobs.shard_of``), so that a conversation stays
+on one worker; an open loop's arrivals go with their conversations. Each
 ``WorkerPlan`` travels to its worker process whole (``protocol.Hello``).
 """
 
@@ -24,7 +27,7 @@ from ..recordstore import DEFAULT_LIMIT
 from .backlog import DEFAULT_BUDGET
 from .client import ClientSettings
 from .job import LoadJob
-from .jobs import JobSpec
+from .jobs import JobSpec, shard_of
 from .schedule import arrival_offsets_ns, expected_arrivals, split_concurrency
 from .traces import read_trace
 from .workload import LengthModel
@@ -181,9 +184,10 @@ def _schedule(
     return offsets, units_warm, total
 
 
-def _processes(job: LoadJob, total: int | None) -> int:
+def _processes(job: LoadJob, total: int | None, workers: int | None) -> int:
     level, client = job.level, job.client
-    nproc = client.processes or auto_processes(level, job.workload.osl, client.resolved_transport)
+    nproc = workers or client.processes
+    nproc = nproc or auto_processes(level, job.workload.osl, client.resolved_transport)
     if level.mode == "concurrency":
         nproc = min(nproc, int(level.value))
     if total is not None:
@@ -193,8 +197,22 @@ def _processes(job: LoadJob, total: int | None) -> int:
     return max(1, nproc)
 
 
-def plan_level(job: LoadJob, lm: LengthModel) -> LevelPlan:
-    """``job``'s level dealt to its workers, with ``lm`` the fitted prompt lengths."""
+def _worker_offsets(
+    offsets: np.ndarray | None, shards: np.ndarray | None, w: int, nproc: int
+) -> np.ndarray | None:
+    """Worker ``w``'s share of an open loop's schedule: its conversations' arrivals (by
+    their shard), or every ``nproc``-th arrival."""
+    if offsets is None:
+        return None
+    if shards is not None:
+        return offsets[shards == w]
+    return offsets[w::nproc]
+
+
+def plan_level(job: LoadJob, lm: LengthModel, workers: int | None = None) -> LevelPlan:
+    """``job``'s level dealt to its workers, with ``lm`` the fitted prompt lengths;
+    ``workers``: as many workers as that (remote ones), where the level has enough to
+    deal, instead of the client's processes."""
     level, workload = job.level, job.workload
     closed = level.mode == "concurrency"
     # A multi-turn workload's unit is a conversation: the request counts become counts of
@@ -204,7 +222,7 @@ def plan_level(job: LoadJob, lm: LengthModel) -> LevelPlan:
     total = None if job.requests is None else units_warm + -(-job.requests // per)
     traffic: dict[str, Any] = {}
     offsets, units_warm, total = _schedule(job, units_warm, total, traffic)
-    nproc = _processes(job, total)
+    nproc = _processes(job, total, workers)
     slots = split_concurrency(int(level.value), nproc) if closed else [0] * nproc
     caps: list[int | None] = (
         list(split_concurrency(level.max_concurrency, nproc))
@@ -213,6 +231,12 @@ def plan_level(job: LoadJob, lm: LengthModel) -> LevelPlan:
     )
     rate = 0.0 if closed else float(traffic.get("offered_req_s") or level.value)
     per_worker_rate = rate / nproc
+    # Conversations are dealt by a hash of their id (``jobs.shard_of``), requests in turn.
+    shards = None
+    if workload.multi_turn and nproc > 1:
+        n_ids = len(offsets) if offsets is not None else total
+        if n_ids is not None:
+            shards = shard_of(np.arange(n_ids, dtype=np.int64), workload.seed, nproc)
     plans = [
         WorkerPlan(
             worker=w,
@@ -224,8 +248,9 @@ def plan_level(job: LoadJob, lm: LengthModel) -> LevelPlan:
                 step=nproc,
                 stop=total,
                 warmup=units_warm,
-                offsets=None if offsets is None else offsets[w::nproc],
+                offsets=_worker_offsets(offsets, shards, w, nproc),
                 low_water=max(32, 2 * slots[w], math.ceil(2 * per_worker_rate)),
+                shard=(w, nproc) if workload.multi_turn and nproc > 1 else None,
             ),
             closed=closed,
             slots=slots[w],

@@ -49,7 +49,16 @@ from .protocol import (
 )
 from .transports import make_transport
 
-__all__ = ["Interrupted", "Report", "Watch", "run_inprocess", "run_processes"]
+__all__ = [
+    "Gone",
+    "Interrupted",
+    "Pool",
+    "Report",
+    "Watch",
+    "drive_pool",
+    "run_inprocess",
+    "run_processes",
+]
 
 PROGRESS_S = 0.25
 _EARLY_STOP_EVERY_S = 0.5
@@ -71,8 +80,9 @@ class Interrupted:
 
 
 @dataclass(frozen=True, slots=True)
-class _Lost:
-    """The parent's own note that a worker's connection ended before its result."""
+class Gone:
+    """The parent's own note that a worker's connection ended before its result (or, for
+    a remote worker, that it failed)."""
 
     kind = "lost"
     worker: int
@@ -156,7 +166,7 @@ def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Connection
     return proc, conn
 
 
-class _Pool:
+class Pool:
     """The worker processes of one level, their connections, and what came back."""
 
     def __init__(self, plans: list[WorkerPlan], report: Report, watch: Watch | None) -> None:
@@ -164,7 +174,7 @@ class _Pool:
         self.report = report
         self.watch = watch
         self.loop = asyncio.get_running_loop()
-        self.inbox: asyncio.Queue[Message | _Lost] = asyncio.Queue()
+        self.inbox: asyncio.Queue[Message | Gone] = asyncio.Queue()
         self.conns: list[Connection] = []
         self.procs: list[subprocess.Popen[bytes]] = []
         self.results: dict[int, WorkerResult] = {}
@@ -183,11 +193,22 @@ class _Pool:
             try:
                 msg = conn.recv()
             except (EOFError, OSError) as exc:
-                self.loop.call_soon_threadsafe(self.inbox.put_nowait, _Lost(worker, repr(exc)))
+                self.loop.call_soon_threadsafe(self.inbox.put_nowait, Gone(worker, repr(exc)))
                 return
             self.loop.call_soon_threadsafe(self.inbox.put_nowait, msg)
             if msg.kind in ("result", "failure"):
                 return
+
+    def expected(self) -> int:
+        """How many results are still to come, at most (remote workers may be lost)."""
+        return len(self.plans)
+
+    def go(self, t0_ns: int, limits: Limits) -> None:
+        for c in self.conns:
+            c.send(Go(t0_ns, limits))
+
+    async def settle(self) -> None:
+        """After the results (or the interrupt): nothing to do for local processes."""
 
     def send_all(self, msg: Message) -> None:
         for c in self.conns:
@@ -198,7 +219,7 @@ class _Pool:
         msg = await asyncio.wait_for(self.inbox.get(), timeout)
         if isinstance(msg, Failure):
             raise LoadError(f"a load worker process failed:\n{msg.error}")
-        if isinstance(msg, _Lost):
+        if isinstance(msg, Gone):
             code = self.procs[msg.worker].poll() if msg.worker < len(self.procs) else None
             raise LoadError(
                 f"load worker {msg.worker} exited before sending its results "
@@ -256,8 +277,7 @@ class _Pool:
         """Take the workers' messages until every result came; False when interrupted
         (then ask the workers to stop, and wait a while for their partial results)."""
         last = 0.0
-        n = len(self.plans)
-        while len(self.results) < n:
+        while len(self.results) < self.expected():
             try:
                 msg = await self.next_msg(None)
             except asyncio.CancelledError:
@@ -275,7 +295,7 @@ class _Pool:
         self.send_all(Stop())
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError, LoadError):
             t_end = time.monotonic() + _RESULT_TIMEOUT_S
-            while len(self.results) < n:
+            while len(self.results) < self.expected():
                 self.handle(await self.next_msg(max(t_end - time.monotonic(), 0.01)))
         return False
 
@@ -311,12 +331,17 @@ async def run_processes(
     plans: list[WorkerPlan], limits: Limits, report: Report, watch: Watch | None
 ) -> list[WorkerResult] | Interrupted:
     """One worker process a plan, all started at one ``t0``."""
-    pool = _Pool(plans, report, watch)
+    return await drive_pool(Pool(plans, report, watch), limits, report, _START_MARGIN_NS)
+
+
+async def drive_pool(
+    pool: Pool, limits: Limits, report: Report, margin_ns: int
+) -> list[WorkerResult] | Interrupted:
+    """Start ``pool``'s workers, let them go at one ``t0`` (``margin_ns`` from when all
+    were ready) and take what they measured."""
     try:
         await pool.start()
-        t0 = perf_counter_ns() + _START_MARGIN_NS
-        for c in pool.conns:
-            c.send(Go(t0, limits))
+        pool.go(perf_counter_ns() + margin_ns, limits)
         decoding = pool.loop.create_task(pool.decoder())
         try:
             complete = await pool.collect()
@@ -324,6 +349,7 @@ async def run_processes(
             decoding.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await decoding
+        await pool.settle()
         results = pool.finish()
         if not complete:
             return Interrupted(results)

@@ -1,17 +1,30 @@
 """The worker protocol: the named messages a parent and its load workers exchange.
 
-One conversation per worker, over one connection (today a socketpair to a child process;
-the same messages can travel over TCP to a worker on another host):
+One conversation per worker and level, over one connection: a socketpair to a child
+process, or TCP to a remote worker (``remote.py``, ``llmslo worker --connect``), which
+serves level after level on its connection:
 
     parent                                  worker
     Hello(version, plan)          ──────▶   builds its requests, makes its transport
                                   ◀──────   Ready(version, worker)
-    Go(t0_ns, limits)             ──────▶   runs from the shared t0
+    Ping(seq)  (remote, 16 times) ──────▶   stamps its receipt and its answer
+                                  ◀──────   Pong(seq, received_ns, sent_ns)
+    Go(t0_ns, limits)             ──────▶   runs from the shared t0 (on its own clock)
                                   ◀──────   Raw(worker, batch)        every ~50 ms
                                   ◀──────   Tally(worker, ...)        every ~250 ms
     Drain()  (early stop)         ──────▶   sends nothing more; what is in flight ends
     Stop()   (interrupt, or done) ──────▶   cuts what is in flight
                                   ◀──────   Result(result) or Failure(traceback)
+    Ping(seq)  (remote, again)    ──────▶   the clock after the level
+                                  ◀──────   Pong(seq, received_ns, sent_ns)
+
+A remote worker first introduces itself with a plain dictionary (``join_message``, sent
+as JSON), answered by another (``welcome_message``): JSON reads the same in any version,
+so a worker of another version is told so by name instead of failing to unpickle a
+message class it does not know, and nothing is unpickled from a peer before it joined.
+Its timestamps are on its own monotonic clock; ``Ping``/``Pong`` measure the offset
+(``clock.py``), ``Go``'s times are sent translated to the worker's clock and its records
+are put back on the parent's.
 
 Each side checks the other's ``version`` against ``PROTOCOL_VERSION`` at the handshake
 (``check_version``): a worker of another version of the package fails at once, with both
@@ -36,12 +49,15 @@ from .drive import WorkerResult
 from .plan import Limits, WorkerPlan
 
 __all__ = [
+    "JOIN_TAG",
     "PROTOCOL_VERSION",
     "Drain",
     "Failure",
     "Go",
     "Hello",
     "Message",
+    "Ping",
+    "Pong",
     "ProtocolError",
     "Raw",
     "Ready",
@@ -49,10 +65,15 @@ __all__ = [
     "Stop",
     "Tally",
     "check_version",
+    "join_message",
+    "welcome_message",
 ]
 
 #: The version of the messages below; both sides must speak the same one.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+
+#: The tag of a remote worker's first message (a plain dictionary, ``join_message``).
+JOIN_TAG = "llmslo-load-worker"
 
 
 class ProtocolError(LoadError):
@@ -67,6 +88,17 @@ def check_version(theirs: object, *, ours_side: str, their_side: str) -> None:
             f"the {ours_side} version {PROTOCOL_VERSION} (the same version of pytest-llmslo "
             "must run on both sides)"
         )
+
+
+def join_message(name: str) -> dict[str, object]:
+    """A remote worker's first message: who it is and which version it speaks."""
+    return {"tag": JOIN_TAG, "version": PROTOCOL_VERSION, "name": name}
+
+
+def welcome_message(refusal: str | None = None) -> dict[str, object]:
+    """The parent's answer to ``join_message``: its version, and why it refuses, if it
+    does (the worker then says so and exits)."""
+    return {"tag": JOIN_TAG, "version": PROTOCOL_VERSION, "refused": refusal}
 
 
 # -- parent to worker ------------------------------------------------------------------
@@ -102,6 +134,14 @@ class Stop:
     """Cut the requests in flight and report (an interrupt; or the parent is done)."""
 
     kind: ClassVar[str] = "stop"
+
+
+@dataclass(frozen=True)
+class Ping:
+    """A clock probe (``clock.py``): the parent stamps its send and the answer's arrival."""
+
+    kind: ClassVar[str] = "ping"
+    seq: int
 
 
 # -- worker to parent ------------------------------------------------------------------
@@ -152,4 +192,15 @@ class Failure:
     error: str
 
 
-Message = Hello | Go | Drain | Stop | Ready | Raw | Tally | Result | Failure
+@dataclass(frozen=True)
+class Pong:
+    """The answer to ``Ping``: when the worker received it and when it answered, on the
+    worker's own monotonic clock."""
+
+    kind: ClassVar[str] = "pong"
+    seq: int
+    received_ns: int
+    sent_ns: int
+
+
+Message = Hello | Go | Drain | Stop | Ping | Ready | Raw | Tally | Result | Failure | Pong

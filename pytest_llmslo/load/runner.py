@@ -16,6 +16,11 @@ raw bytes to the parent, which decodes them, so a worker's event loop never deco
 all; a lone in-process worker decodes in slices of about a millisecond. No bulk work ever
 holds the loop that takes timestamps, which is what keeps long runs as true as short ones.
 
+Remote workers (``LoadJob.workers``, ``remote.py``): the level runs on workers that joined
+the session over TCP, one plan each, their clocks measured and their records put on this
+process's clock (``remote_pool.py``, ``clock.py``); ``run.meta["remote"]`` holds each
+worker's clock and health (``fleet.py``).
+
 Several processes: above a modest load one Python event loop cannot read hundreds of
 streams without its own lag showing up as latency, so the load is split over worker
 processes (``python -m pytest_llmslo.load.worker``), each with its own event loop and
@@ -87,10 +92,12 @@ from ..recordstore import RecordStore, RecordView
 from .calibrate import calibrate, measure_overhead
 from .client import new_event_loop
 from .drive import WorkerResult
+from .fleet import with_workers
 from .health import HealthThresholds, assess
 from .job import EarlyStop, LoadJob, Phase, Progress
 from .plan import Limits, auto_processes, plan_level
 from .pool import Interrupted, run_inprocess, run_processes
+from .remote_pool import RemoteLevel, run_remote
 from .workload import LengthModel
 
 __all__ = [
@@ -276,13 +283,21 @@ async def run_load(job: LoadJob) -> Run:
     lm = await _calibrate(job, watch, run_meta)
     if lm is None:
         return _assemble(job.level, [], job.warmup, run_meta, th, 1)
-    planned = plan_level(job, lm)
+    links = None
+    if job.workers is not None:
+        links = await asyncio.get_running_loop().run_in_executor(None, job.workers.ensure, job.say)
+    planned = plan_level(job, lm, None if links is None else len(links))
     nproc = planned.processes
     run_meta["processes"] = nproc
     run_meta["traffic"] = planned.traffic
     limits = Limits.of(job, level_end_ns)
     watching = watch.watch if job.early_stop else None
-    if nproc == 1:
+    remote: RemoteLevel | None = None
+    if links is not None:
+        results, remote = await run_remote(
+            links[:nproc], planned.plans, limits, watch.report, watching
+        )
+    elif nproc == 1:
         results = await run_inprocess(planned.plans[0], limits, watch.report, watching)
     else:
         results = await run_processes(planned.plans, limits, watch.report, watching)
@@ -291,6 +306,8 @@ async def run_load(job: LoadJob) -> Run:
     if isinstance(results, Interrupted):
         meta = {**run_meta, "interrupted": True}
         run = _assemble(job.level, results.results, job.warmup, meta, th, nproc)
+        if remote is not None:
+            run = with_workers(run, results.results, remote, th)
         raise LoadInterrupted(
             f"load interrupted after {len(run.records)} measured requests", run=run
         )
@@ -301,7 +318,8 @@ async def run_load(job: LoadJob) -> Run:
             "bound_s": job.level_timeout_s,
             "warmup_done": sum(r.warmup_done for r in results),
         }
-    return _assemble(job.level, results, job.warmup, run_meta, th, nproc)
+    run = _assemble(job.level, results, job.warmup, run_meta, th, nproc)
+    return run if remote is None else with_workers(run, results, remote, th)
 
 
 def run_load_sync(job: LoadJob) -> Run:

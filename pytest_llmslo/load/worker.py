@@ -1,11 +1,11 @@
 """The worker side: ``python -m pytest_llmslo.load.worker FD``, one load-generator process.
 
-Started by ``pool.py`` with one end of a socketpair as FD, it speaks the worker protocol
+Started by ``pool.py`` with one end of a socketpair as FD (or, for a remote worker, on a
+TCP connection, level after level: ``remote_worker.py``), it speaks the worker protocol
 (``protocol.py``): it receives ``Hello`` with its plan, builds its requests and its
 transport, says ``Ready``, waits for ``Go`` and the common start time, runs
 (``drive.Driver``), ships its finished exchanges undecoded as ``Raw`` messages, each a
-columnar batch (``backlog.RawBatch``), and its
-counts as ``Tally``, and ends with its ``Result`` (or a ``Failure``).
+columnar batch (``backlog.RawBatch``), and its counts as ``Tally``, and ends with its ``Result`` (or a ``Failure``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 from multiprocessing.connection import Connection
+from time import perf_counter_ns
 
 from .backlog import BatchBuilder
 from .client import RawExchange, Transport, new_event_loop
@@ -29,6 +30,8 @@ from .protocol import (
     Go,
     Hello,
     Message,
+    Ping,
+    Pong,
     ProtocolError,
     Raw,
     Ready,
@@ -39,7 +42,7 @@ from .protocol import (
 )
 from .transports import make_transport
 
-__all__ = ["worker_main"]
+__all__ = ["pong", "serve_level", "worker_main"]
 
 SHIP_S = 0.05  # how often a worker hands its finished exchanges to the parent
 PROGRESS_S = 0.25  # how often it reports its counts
@@ -71,9 +74,8 @@ class _Outbox:
         self._thread.join(timeout)
 
 
-def _handshake(conn: Connection) -> tuple[WorkerPlan, JobSource, Transport]:
+def _handshake(conn: Connection, hello: object) -> tuple[WorkerPlan, JobSource, Transport]:
     """Take the plan, build the requests and the transport, say ready."""
-    hello = conn.recv()
     check_version(getattr(hello, "version", None), ours_side="worker", their_side="parent")
     if not isinstance(hello, Hello):
         raise ProtocolError(f"a load worker expected Hello first, got {hello!r:.80}")
@@ -85,25 +87,41 @@ def _handshake(conn: Connection) -> tuple[WorkerPlan, JobSource, Transport]:
     return plan, source, transport
 
 
-def worker_main(fd: int) -> None:
-    """Entry point of one worker process (``python -m pytest_llmslo.load.worker FD``)."""
-    # The parent turns Ctrl-C and SIGTERM into a ``Stop`` message; a handler here would cut
-    # requests before the parent could collect them (a CI runner signals the whole group).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn = Connection(fd)
+def pong(conn: Connection, ping: Ping, received_ns: int) -> None:
+    """Answer a clock probe: when it came and when the answer leaves (``clock.py``)."""
+    conn.send(Pong(ping.seq, received_ns, perf_counter_ns()))
+
+
+def _wait_go(conn: Connection) -> Go | None:
+    """Answer clock probes until ``Go``; None when the parent sent anything else."""
+    while True:
+        msg = conn.recv()
+        received = perf_counter_ns()
+        if isinstance(msg, Ping):
+            pong(conn, msg, received)
+            continue
+        return msg if isinstance(msg, Go) else None
+
+
+def serve_level(conn: Connection, hello: object) -> None:
+    """One level on ``conn``, from its ``Hello`` to its ``Result`` (or ``Failure``); the
+    control thread that reads ``Drain``/``Stop`` during the run is gone when it returns."""
     outbox: _Outbox | None = None
+    control: threading.Thread | None = None
     try:
-        plan, source, transport = _handshake(conn)
-        go = conn.recv()
-        if not isinstance(go, Go):
+        plan, source, transport = _handshake(conn, hello)
+        go = _wait_go(conn)
+        if go is None:
             return
         outbox = _Outbox(conn)
         loop = new_event_loop(plan.settings.event_loop)
         try:
             bound = go.limits.bound()
             driver = Driver(plan, source, transport, bound, asyncio.Event(), Counter())
-            res = loop.run_until_complete(_worker_async(conn, outbox, driver, go.t0_ns))
+            control = threading.Thread(
+                target=_listen, args=(conn, driver, loop), name="llmslo-control", daemon=True
+            )
+            res = loop.run_until_complete(_worker_async(control, outbox, driver, go.t0_ns))
         finally:
             loop.close()
         outbox.put(Result(res))
@@ -117,6 +135,25 @@ def worker_main(fd: int) -> None:
         else:
             with contextlib.suppress(Exception):
                 conn.send(Failure(traceback.format_exc()))
+    if control is not None and control.ident is not None:
+        # The parent ends every level with ``Stop``: the control thread reads it and ends,
+        # and the connection is the next level's.
+        control.join()
+
+
+def worker_main(fd: int) -> None:
+    """Entry point of one worker process (``python -m pytest_llmslo.load.worker FD``)."""
+    # The parent turns Ctrl-C and SIGTERM into a ``Stop`` message; a handler here would cut
+    # requests before the parent could collect them (a CI runner signals the whole group).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn = Connection(fd)
+    try:
+        try:
+            hello = conn.recv()
+        except (EOFError, OSError):
+            return
+        serve_level(conn, hello)
     finally:
         with contextlib.suppress(Exception):
             conn.close()
@@ -142,14 +179,11 @@ def _listen(conn: Connection, driver: Driver, loop: asyncio.AbstractEventLoop) -
 
 
 async def _worker_async(
-    conn: Connection, outbox: _Outbox, driver: Driver, t0_ns: int
+    control: threading.Thread, outbox: _Outbox, driver: Driver, t0_ns: int
 ) -> WorkerResult:
-    loop = asyncio.get_running_loop()
     worker, counter = driver.plan.worker, driver.counter
     finished = BatchBuilder()
-    threading.Thread(
-        target=_listen, args=(conn, driver, loop), name="llmslo-control", daemon=True
-    ).start()
+    control.start()
 
     def ship(job: Job, scheduled: int, raw: RawExchange) -> None:
         finished.add(job.index, job.isl, job.osl, scheduled, raw, job.session, job.turn)

@@ -11,7 +11,9 @@ multi-turn conversations, the figures by turn and by conversation.
   tokens and TTFT P50/P99 and ITL P50 (ms). The TTFT of turn k against turn 0 is where a
   prefix cache shows: turn k's prompt starts with turn k-1's whole conversation;
 - **sessions**: conversations started, those whose every turn completed, turns per
-  conversation, and duration P50/P99 (s: first send to last byte, think times included).
+  conversation, and duration P50/P99 (s: first send to last byte, think times included);
+- **workers**: with remote load workers, one line a worker (its clock offset and its
+  uncertainty, CPU, lag, load share, whether it was valid or lost; ``load.fleet``).
 
 Nothing here imports the rest of the metrics package: these are plain numpy over the
 records, and ``metrics.summarize`` keeps them in ``RunSummary.traffic``.
@@ -139,7 +141,7 @@ def summarize(run: Run) -> dict[str, Any] | None:
             out["sent_req_s"] = sent_rate(firsts)
         else:
             out["sent_req_s"] = sent_rate(run.records)
-    for key in ("cap", "trace"):
+    for key in ("cap", "trace", "workers"):
         if key in meta:
             out[key] = meta[key]
     if turns:

@@ -21,6 +21,7 @@ from .state import Session, TestContext, prompt_salt
 if TYPE_CHECKING:
     from pytest_llmslo.load import ClientSettings, WorkloadSpec
     from pytest_llmslo.load import Progress as LoadProgress
+    from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.records import ClientHealth
     from pytest_llmslo.signals.level import LevelSignals
@@ -120,6 +121,9 @@ class LevelTask:
     workload: WorkloadSpec
     warmup: int
     early_stop: Callable[[Sequence[RequestRecord]], str | None] | None = None
+    #: The session's remote load workers (``--worker-listen``), None: local processes.
+    workers: WorkerHub | None = None
+    say: Callable[[str], None] | None = None
 
     @property
     def engine(self) -> str:
@@ -259,6 +263,8 @@ def _task(
         workload=workload,
         warmup=ts.warmup_for(level),
         early_stop=_early_stop(ts, level, stop_early_on),
+        workers=state.workers,
+        say=state.say,
     )
 
 
@@ -324,6 +330,8 @@ def load_level(
                 thresholds=ts.health_thresholds(),
                 early_stop=task.early_stop,
                 records_memory=ts.records_memory,
+                workers=task.workers,
+                say=task.say,
             )
         )
         if faults:

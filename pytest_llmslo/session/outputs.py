@@ -10,7 +10,7 @@ from pytest_llmslo.document import write_atomic, write_atomic_bytes, write_atomi
 from pytest_llmslo.redact import redact
 from pytest_llmslo.regression import baselines
 
-from .state import Session, TestContext, baseline_root, primary, resolve_path
+from .state import Session, TestContext, baseline_root, close_workers, primary, resolve_path
 
 __all__ = [
     "finish",
@@ -126,6 +126,7 @@ def finish(state: Session, *, interrupted: bool = False) -> bool:
     while they were written makes them partial (``complete: false``, the baseline saved
     as ``NAME.partial``). Returns whether the session was interrupted."""
     guard = state.interrupts
+    close_workers(state)
     with guard.shielded():
         interrupted = interrupted or guard.interrupted
         _write_outputs(state, interrupted=interrupted)

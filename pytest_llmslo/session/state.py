@@ -23,6 +23,7 @@ from .constants import constants_of_test, session_constants
 from .factory import EngineFactory, NullProgress, Progress
 
 if TYPE_CHECKING:
+    from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.regression import Comparison
     from pytest_llmslo.regression.tolerances import Tolerance
@@ -227,6 +228,9 @@ class Session:
         #: Seconds each level took (by point index), calibration and warm-up included.
         self.level_seconds: dict[int, float] = {}
         self.estimated = False
+        #: The remote load workers' listener (``--worker-listen``; ``open_workers``).
+        self.workers: WorkerHub | None = None
+        self.worker_job: Any = None  # their Kubernetes Job (--worker-image), if any
         #: What the estimates of the time left scale from, once the first level ran
         #: (``report.plan.estimate_basis``).
         self.estimate_basis: tuple[float | None, float] | None = None
@@ -375,6 +379,86 @@ def resolve_path(state: Session, text: str, name: str) -> Path:
     if state.session.sources.get(name, "").startswith("ini") and state.inipath is not None:
         return state.inipath.parent / path
     return state.invocation_dir / path
+
+
+def open_workers(state: Session) -> None:
+    """Listen for the session's remote load workers (``--worker-listen``), so that they
+    can join while the engines start; the first level waits for them."""
+    from pytest_llmslo.errors import ConfigError, LoadError
+    from pytest_llmslo.load.remote import WorkerHub
+
+    ss = state.session
+    if ss.worker_listen is None or state.workers is not None:
+        return
+    hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s)
+    try:
+        hub.open()
+    except LoadError as exc:
+        raise ConfigError(str(exc)) from None
+    state.workers = hub
+    state.say(
+        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}: start "
+        f"each with `llmslo worker --connect {hub.address}`"
+    )
+    if ss.worker_image:
+        try:
+            state.worker_job = _start_worker_job(state, hub.host, hub.port)
+        except Exception:
+            close_workers(state)
+            raise
+
+
+def _start_worker_job(state: Session, host: str, port: int) -> Any:
+    """The workers as a Kubernetes Indexed Job (``engines.runtimes.k8s.workerjob``),
+    connecting to ``--worker-advertise`` or, for a wildcard listen address, this host's."""
+    import socket
+
+    from pytest_llmslo.engines.runtimes.k8s.apply import reason_of
+    from pytest_llmslo.engines.runtimes.k8s.client import cluster
+    from pytest_llmslo.engines.runtimes.k8s.settings import KubeSettings
+    from pytest_llmslo.engines.runtimes.k8s.workerjob import WorkerJob, WorkerJobSpec
+    from pytest_llmslo.errors import ConfigError, EngineUnavailable
+
+    ss = state.session
+    address = ss.worker_advertise
+    if address is None:
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostbyname(socket.gethostname())
+        address = f"{host}:{port}"
+    key = os.environ.get("LLMSLO_WORKER_KEY_SECRET")  # "secret/key" of the shared key
+    secret = tuple(key.split("/", 1)) if key and "/" in key else None
+    try:
+        where = cluster(KubeSettings())
+        spec = WorkerJobSpec(
+            workers=ss.remote_workers,
+            image=ss.worker_image or "",
+            address=address,
+            namespace=where.namespace,
+            key_secret=secret,  # type: ignore[arg-type]
+        )
+        job = WorkerJob(where, spec)
+        job.start()
+    except EngineUnavailable as exc:
+        raise ConfigError(f"--worker-image: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(
+            f"--worker-image: cannot create the workers' Job: {reason_of(exc)}"
+        ) from None
+    state.say(
+        f"started {spec.workers} load worker pod(s) (Job {spec.name} in {spec.namespace}), "
+        f"connecting to {address}"
+    )
+    return job
+
+
+def close_workers(state: Session) -> None:
+    """Release the remote load workers (they exit), delete their Job, stop listening."""
+    if state.workers is not None:
+        state.workers.close()
+        state.workers = None
+    if state.worker_job is not None:
+        state.worker_job.stop()
+        state.worker_job = None
 
 
 def add_test(state: Session, node: str, ctx: TestContext) -> None:

@@ -230,6 +230,7 @@ class HealthOptions:
     client_max_cpu: float | None = None
     client_max_stalled: float = 0.001
     client_min_load: float = 0.9
+    client_max_clock_ms: float = 1.0
 
     def health_thresholds(self) -> HealthThresholds:
         """The ``load.HealthThresholds`` of these options: the lag bound is both the schedule
@@ -246,6 +247,7 @@ class HealthOptions:
             max_cpu_util=base.max_cpu_util if cpu is None else cpu,
             max_stalled_tokens=self.client_max_stalled,
             min_load_share=self.client_min_load,
+            max_clock_uncertainty_ms=self.client_max_clock_ms,
         )
 
 

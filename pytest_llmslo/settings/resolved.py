@@ -40,6 +40,15 @@ class SessionSettings:
     compare: str | None = None
     compare_fail: str | None = None
     external_ready_timeout_s: float = 60.0
+    #: Remote load workers: where the session listens (None: local worker processes), how
+    #: many it waits for, and how long.
+    worker_listen: str | None = None
+    remote_workers: int = 1
+    worker_wait_s: float = 120.0
+    #: The workers' image, to start them as a Kubernetes Indexed Job, and the address
+    #: they connect to.
+    worker_image: str | None = None
+    worker_advertise: str | None = None
     #: The path of every output setting (topic ``outputs``: ``slo_json`` and each report
     #: format's ``slo_<name>``) by setting name; None where none was asked for.
     outputs: Mapping[str, str | None] = field(default_factory=dict)

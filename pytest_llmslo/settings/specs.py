@@ -406,6 +406,12 @@ SPECS: tuple[Spec, ...] = (
               "applied over the measured window, the time-averaged requests in flight of a "
               "closed loop or the arrival rate of an open loop; below it the run is invalid, "
               "whatever the cause (0: no check)."),
+    Spec("client_max_clock", parse_positive_float, 1.0, field="client_max_clock_ms",
+         cli="--client-max-clock", marker="client_max_clock", topic="client", metavar="MS",
+         help="Client health with remote workers (--worker-listen): the largest uncertainty "
+              "of a worker's clock offset to the session's, in milliseconds; above it the "
+              "level is invalid (its workers' requests cannot be placed against each other "
+              "that precisely)."),
     Spec("ca_bundle", parse_optional_str, None, field="ca_bundle",
          cli="--ca-bundle", marker="ca_bundle", topic="requests", metavar="PATH",
          shown_default="the system store (SSL_CERT_FILE and SSL_CERT_DIR honoured)",
@@ -529,6 +535,29 @@ SPECS: tuple[Spec, ...] = (
          help="Total deadline of one /metrics scrape (connect, headers, the whole body): a "
               "body that does not end in time is given up, and not scraped again in that "
               "level."),
+    Spec("worker_listen", parse_optional_str, None, field="worker_listen",
+         cli="--worker-listen", marker=None, topic="client", metavar="HOST:PORT",
+         help="Run each level on remote load workers: listen here for the --remote-workers "
+              "started anywhere with `llmslo worker --connect HOST:PORT` (port 0: any free "
+              "port, printed). Without it the load runs in local worker processes."),
+    Spec("remote_workers", parse_positive_int, 1, field="remote_workers",
+         cli="--remote-workers", marker=None, topic="client", metavar="N",
+         help="How many remote load workers the session waits for (with --worker-listen); "
+              "every level is split over them."),
+    Spec("worker_wait", parse_positive_float, 120.0, field="worker_wait_s",
+         cli="--worker-wait", marker=None, topic="client", metavar="S",
+         help="How long the session waits for its remote load workers to connect before it "
+              "fails, naming how many came."),
+    Spec("worker_image", parse_optional_str, None, field="worker_image",
+         cli="--worker-image", marker=None, topic="client", metavar="IMAGE",
+         help="Start the --remote-workers in Kubernetes: an Indexed Job of that many pods of "
+              "this image (holding this version of pytest-llmslo) in the current context's "
+              "namespace (in a pod: its own), created for the session and deleted with it."),
+    Spec("worker_advertise", parse_optional_str, None, field="worker_advertise",
+         cli="--worker-advertise", marker=None, topic="client", metavar="HOST:PORT",
+         shown_default="the --worker-listen address (this host's address for 0.0.0.0)",
+         help="The address the worker pods of --worker-image connect to (a Service's, or "
+              "this pod's)."),
     Spec("external_ready_timeout", parse_positive_float, 60.0, field="external_ready_timeout_s",
          cli="--external-ready-timeout", topic="engines", metavar="SECONDS",
          help="How long an external engine (already running) may take to answer ready "

@@ -56,6 +56,10 @@ class Cluster:
     def apps(self) -> Any:
         return kubernetes_module().client.AppsV1Api(self.api)
 
+    @property
+    def batch(self) -> Any:
+        return kubernetes_module().client.BatchV1Api(self.api)
+
 
 _lock = threading.Lock()
 _clients: dict[tuple[str | None, str | None], tuple[Any, str | None]] = {}

@@ -20,6 +20,8 @@ RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # Multi-node engines; Dynamo, whose Ready condition is read (get).
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("create", "patch", "delete")),
     ("nvidia.com", "dynamographdeployments", ("create", "patch", "delete", "get")),
+    # The remote load workers' Indexed Job (workerjob.py, --worker-image).
+    ("batch", "jobs", ("create", "patch", "delete")),
     # Readiness and failures: the engine's pods, their logs, the namespace's events;
     # delete: kill and restart one pod of a running engine.
     ("", "pods", ("list", "delete")),

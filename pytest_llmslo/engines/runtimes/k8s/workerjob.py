@@ -1,0 +1,162 @@
+"""Remote load workers in a cluster: one Indexed Job (``completionMode: Indexed``, batch/v1,
+Kubernetes 1.37 schemas), one pod a worker, each running ``llmslo worker --connect ADDRESS``
+to the session that listens there (``--worker-listen``; docs/load.md, 'Remote workers').
+
+The Job is created for the session and deleted with it: it is owned by the session's
+ConfigMap (``session.SESSIONS``), like the engines' objects, so a session that crashed
+leaves nothing the reaper does not remove. Its pods:
+
+- are spread over the nodes (a topology spread on ``kubernetes.io/hostname``, best
+  effort): load from several hosts is what the workers are for;
+- are not restarted (``backoffLimitPerIndex: 0``, ``restartPolicy: Never``): a worker
+  that dies is named by the session and its level kept as invalid, and a new one could not
+  join a level that runs;
+- get no API token (``automountServiceAccountToken: false``): a worker talks to the
+  session and the engine only;
+- read the shared key (``LLMSLO_WORKER_KEY``) from a Secret when one is named.
+
+The image must hold the same version of pytest-llmslo as the session (``llmslo`` on its
+``PATH``): the protocol versions are checked at the handshake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .apply import apply, delete
+from .client import Cluster
+from .manifests import LABEL_ROLE, SESSION_ID, dns_label, labels, owner_reference
+from .session import SESSIONS
+
+__all__ = ["WORKER_ROLE", "WorkerJob", "WorkerJobSpec", "worker_job"]
+
+WORKER_ROLE = "load-worker"
+#: How long a worker keeps trying to reach the session: pods may start before it listens.
+CONNECT_TIMEOUT_S = 600
+KEY_ENV = "LLMSLO_WORKER_KEY"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerJobSpec:
+    """What the workers' Job is made of: how many, the image, where they connect, their
+    resources and nodes, the Secret (``name``, ``key``) of the shared key, and the Job's
+    bounds (``deadline_s`` over its whole life, ``ttl_s`` kept after it ends)."""
+
+    workers: int
+    image: str
+    address: str
+    namespace: str
+    cpu: str = "2"
+    memory: str = "2Gi"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    key_secret: tuple[str, str] | None = None
+    deadline_s: int = 86_400
+    ttl_s: int = 300
+    session: str = SESSION_ID
+
+    @property
+    def name(self) -> str:
+        return dns_label(f"llmslo-workers-{self.session}")
+
+
+def _args(spec: WorkerJobSpec) -> list[str]:
+    return [
+        "worker", "--connect", spec.address, "--name", "$(POD_NAME)",
+        "--connect-timeout", str(CONNECT_TIMEOUT_S),
+    ]  # fmt: skip
+
+
+def _container(spec: WorkerJobSpec) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [
+        # The pod's name names the worker in the session's reports.
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    if spec.key_secret is not None:
+        name, key = spec.key_secret
+        env.append({"name": KEY_ENV, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
+    return {
+        "name": "worker",
+        "image": spec.image,
+        "command": ["llmslo"],
+        "args": _args(spec),
+        "env": env,
+        "resources": {
+            "requests": {"cpu": spec.cpu, "memory": spec.memory},
+            "limits": {"memory": spec.memory},
+        },
+    }
+
+
+def worker_job(spec: WorkerJobSpec) -> dict[str, Any]:
+    """The Indexed Job of ``spec``'s workers (see the module docstring)."""
+    if spec.workers < 1:
+        raise ValueError(f"a worker Job needs at least one worker, got {spec.workers}")
+    pod_labels = {**labels(session=spec.session), LABEL_ROLE: WORKER_ROLE}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [_container(spec)],
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": dict(pod_labels)},
+            }
+        ],
+    }
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [dict(t) for t in spec.tolerations]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": pod_labels},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": spec.workers,
+            "parallelism": spec.workers,
+            "backoffLimitPerIndex": 0,
+            "activeDeadlineSeconds": spec.deadline_s,
+            "ttlSecondsAfterFinished": spec.ttl_s,
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+        },
+    }
+
+
+class WorkerJob:
+    """The workers' Job of one session in ``where``: ``start`` creates it (owned by the
+    session's ConfigMap), ``stop`` deletes it and its pods."""
+
+    def __init__(self, where: Cluster, spec: WorkerJobSpec) -> None:
+        self.where = where
+        self.spec = spec
+        self.obj: dict[str, Any] | None = None
+
+    def start(self) -> dict[str, Any]:
+        owner = SESSIONS.acquire(self.where)
+        obj = worker_job(self.spec)
+        obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
+        try:
+            apply(self.where, obj)
+        except Exception:
+            SESSIONS.release(self.where)
+            raise
+        self.obj = obj
+        return obj
+
+    def stop(self) -> None:
+        obj, self.obj = self.obj, None
+        if obj is None:
+            return
+        try:
+            with contextlib.suppress(Exception):
+                delete(self.where, obj)
+        finally:
+            SESSIONS.release(self.where)

@@ -1,0 +1,161 @@
+"""A remote load worker: ``llmslo worker --connect HOST:PORT``.
+
+It connects to a session that listens (``--worker-listen``), retrying while the session is
+not up yet (a pod may start before its coordinator), introduces itself with its name and
+protocol version (``protocol.join_message``), and then serves the session's levels one
+after another (``worker.serve_level``), answering clock probes between them, until the
+session closes the connection. A session of another version refuses it by name; a
+connection lost mid-level ends the worker with an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+from time import perf_counter_ns
+from typing import TextIO
+
+from ..errors import LoadError
+from .protocol import (
+    JOIN_TAG,
+    PROTOCOL_VERSION,
+    Hello,
+    Ping,
+    ProtocolError,
+    check_version,
+    join_message,
+)
+from .remote import KEY_ENV, parse_address, read_plain, send_plain, worker_key
+from .worker import pong, serve_level
+
+__all__ = ["add_arguments", "command", "connect", "default_name", "serve"]
+
+_RETRY_S = 0.5
+
+
+def default_name() -> str:
+    """The worker's name: the pod's or host's name and the process id."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def connect(address: str, timeout_s: float) -> Connection:
+    """A connection to the session at ``address``, retried for up to ``timeout_s``."""
+    host, port = parse_address(address, "--connect")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock = socket.create_connection((host, port), timeout=min(timeout_s, 10.0))
+            break
+        except OSError as exc:
+            if time.monotonic() + _RETRY_S > deadline:
+                raise LoadError(
+                    f"cannot connect to the session at {address} within {timeout_s:g} s "
+                    f"({exc}): is it running with --worker-listen on an address reachable "
+                    "from here?"
+                ) from None
+            time.sleep(_RETRY_S)
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return Connection(sock.detach())
+
+
+def _join(conn: Connection, name: str) -> None:
+    key = worker_key()
+    if key is not None:
+        try:
+            answer_challenge(conn, key)
+            deliver_challenge(conn, key)
+        except (AuthenticationError, EOFError, OSError) as exc:
+            raise ProtocolError(
+                f"the session did not accept this worker's key, or it has another one "
+                f"({KEY_ENV}; {exc})"
+            ) from None
+    send_plain(conn, join_message(name))
+    try:
+        welcome = read_plain(conn)
+    except (ValueError, OSError) as exc:
+        raise ProtocolError(f"the session's answer is not a load session's ({exc})") from None
+    if welcome.get("tag") != JOIN_TAG:
+        raise ProtocolError(f"the session answered {welcome!r:.80}, not a load session")
+    refused = welcome.get("refused")
+    if refused:
+        raise ProtocolError(f"the session refused this worker: {refused}")
+    check_version(welcome.get("version"), ours_side="worker", their_side="session")
+
+
+def serve(
+    address: str,
+    *,
+    name: str | None = None,
+    connect_timeout_s: float = 300.0,
+    say: Callable[[str], None] | None = None,
+) -> int:
+    """Connect to the session at ``address`` and serve its levels until it closes the
+    connection; the number of levels served."""
+    name = name or default_name()
+    conn = connect(address, connect_timeout_s)
+    levels = 0
+    try:
+        _join(conn, name)
+        if say is not None:
+            say(f"worker {name} joined the session at {address} (protocol {PROTOCOL_VERSION})")
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                return levels  # the session ended
+            received = perf_counter_ns()
+            if isinstance(msg, Ping):
+                pong(conn, msg, received)
+            elif isinstance(msg, Hello) or getattr(msg, "kind", None) == "hello":
+                serve_level(conn, msg)
+                levels += 1
+                if say is not None:
+                    say(f"worker {name}: level {levels} done")
+            # A late Stop or Drain of a level that is over needs no answer.
+    finally:
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``llmslo worker``."""
+    p.add_argument(
+        "--connect",
+        required=True,
+        metavar="HOST:PORT",
+        help="the address the session listens on (its --worker-listen)",
+    )
+    p.add_argument(
+        "--name",
+        default=None,
+        help="how the session's reports name this worker (default: HOSTNAME:PID)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="how long to keep trying to reach a session that is not listening yet (default: 300)",
+    )
+
+
+def command(args: argparse.Namespace, err: TextIO) -> int:
+    """``llmslo worker``: serve a session; 0 when it ended, 1 on an error (named)."""
+
+    def say(text: str) -> None:
+        print(f"llmslo worker: {text}", file=err, flush=True)
+
+    try:
+        n = serve(args.connect, name=args.name, connect_timeout_s=args.connect_timeout, say=say)
+    except LoadError as exc:
+        print(f"llmslo worker: error: {exc}", file=err, flush=True)
+        return 1
+    say(f"the session ended after {n} level(s)")
+    return 0
