@@ -5,7 +5,8 @@ TCP connection, level after level: ``remote_worker.py``), it speaks the worker p
 (``protocol.py``): it receives ``Hello`` with its plan, builds its requests and its
 transport, says ``Ready``, waits for ``Go`` and the common start time, runs
 (``drive.Driver``), ships its finished exchanges undecoded as ``Raw`` messages, each a
-columnar batch (``backlog.RawBatch``), and its counts as ``Tally``, and ends with its ``Result`` (or a ``Failure``).
+columnar batch (``backlog.RawBatch``), and its counts as ``Tally``, and ends with its
+``Result`` (or a ``Failure``).
 """
 
 from __future__ import annotations
@@ -183,6 +184,7 @@ async def _worker_async(
 ) -> WorkerResult:
     worker, counter = driver.plan.worker, driver.counter
     finished = BatchBuilder()
+    loop = asyncio.get_running_loop()
     control.start()
 
     def ship(job: Job, scheduled: int, raw: RawExchange) -> None:
