@@ -50,6 +50,55 @@ def test_token_budget_and_chunked_prefill() -> None:
     assert b.first_token_s == r2.end_s
 
 
+def test_long_prefill_token_threshold_caps_each_prefill_chunk() -> None:
+    s = make(max_num_batched_tokens=1000, num_blocks=1000, long_prefill_token_threshold=64)
+    a, b = SimRequest("a", 150, 3), SimRequest("b", 40, 3)
+    s.add(a)
+    s.add(b)
+    r1 = s.step(0.0)
+    # Each prefill gets at most 64 tokens a step, whatever is left of the budget.
+    assert [(q.rid, n) for q, n in r1.scheduled] == [("a", 64), ("b", 40)]
+    r2 = s.step(r1.end_s)
+    assert [(q.rid, n) for q, n in r2.scheduled] == [("a", 64), ("b", 1)]
+    r3 = s.step(r2.end_s)
+    assert [(q.rid, n) for q, n in r3.scheduled] == [("a", 22), ("b", 1)]
+    assert [q.rid for q, _ in r3.emitted] == ["a", "b"]
+    with pytest.raises(ValueError, match="long_prefill_token_threshold"):
+        SchedulerConfig(long_prefill_token_threshold=-1)
+
+
+def test_max_num_partial_prefills_queues_new_prompts_for_a_lane() -> None:
+    s = make(max_num_batched_tokens=1000, num_blocks=1000, long_prefill_token_threshold=50,
+             max_num_partial_prefills=2)  # fmt: skip
+    reqs = [SimRequest(name, 100, 3) for name in "abc"]
+    for r in reqs:
+        s.add(r)
+    r1 = s.step(0.0)
+    # Two prefill at once; the third waits although the budget has room.
+    assert [(q.rid, n) for q, n in r1.scheduled] == [("a", 50), ("b", 50)]
+    assert [q.rid for q in s.waiting] == ["c"]
+    r2 = s.step(r1.end_s)
+    assert [(q.rid, n) for q, n in r2.scheduled] == [("a", 50), ("b", 50)]
+    r3 = s.step(r2.end_s)
+    # a and b decode now (1 token each, no lane): c takes a lane.
+    assert [(q.rid, n) for q, n in r3.scheduled] == [("a", 1), ("b", 1), ("c", 50)]
+    assert reqs[2].first_scheduled_s == r2.end_s
+    with pytest.raises(ValueError, match="max_num_partial_prefills"):
+        SchedulerConfig(max_num_partial_prefills=-1)
+
+
+def test_a_running_prefill_without_a_lane_sits_the_step_out() -> None:
+    s = make(max_num_batched_tokens=1000, num_blocks=1000, long_prefill_token_threshold=50)
+    a, b = SimRequest("a", 100, 2), SimRequest("b", 100, 2)
+    s.add(a)
+    s.add(b)
+    s.step(0.0)  # both prefilling, no lane limit yet
+    s.config = dataclasses.replace(s.config, max_num_partial_prefills=1)
+    r = s.step(1.0)
+    assert [(q.rid, n) for q, n in r.scheduled] == [("a", 50)]
+    assert b.num_computed == 50 and b.status == "running"
+
+
 def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget() -> None:
     s = make(max_num_batched_tokens=100, num_blocks=1000, chunked_prefill=False)
     s.add(SimRequest("a", 80, 2))
