@@ -39,6 +39,16 @@ def _positive_int(s: str) -> int:
     return v
 
 
+def _nonneg_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {s!r}.") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"Value must be >= 0, got {s!r}.")
+    return v
+
+
 def _nonneg_float(s: str) -> float:
     try:
         v = float(s)
@@ -129,6 +139,21 @@ def _add_hardware(p: argparse.ArgumentParser) -> None:
         help="Prefix caching.",
     )
     g.add_argument("--no-chunked-prefill", action="store_true", help="Prefill whole prompts only.")
+    g.add_argument(
+        "--long-prefill-token-threshold",
+        type=_nonneg_int,
+        help="Largest prefill chunk per request per step (0: no cap).",
+    )
+    g.add_argument(
+        "--max-num-partial-prefills",
+        type=_nonneg_int,
+        help="Requests prefilling in one step (0: no limit).",
+    )
+    g.add_argument(
+        "--prefill-interference",
+        type=_nonneg_float,
+        help="Share (0 to 1) of a prefill chunk's compute that lengthens the decodes' step.",
+    )
     g.add_argument("--step-overhead-ms", type=_nonneg_float, help="Fixed CPU time per step.")
     g.add_argument(
         "--per-seq-overhead-ms", type=_nonneg_float, help="CPU time per sequence per step."
@@ -194,6 +219,9 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
         ("block_size", "block_size"),
         ("gpu_memory_utilization", "gpu_memory_utilization"),
         ("enable_prefix_caching", "enable_prefix_caching"),
+        ("long_prefill_token_threshold", "long_prefill_token_threshold"),
+        ("max_num_partial_prefills", "max_num_partial_prefills"),
+        ("prefill_interference", "prefill_interference"),
     ):
         v = getattr(args, flag)
         if v is not None:

@@ -20,6 +20,13 @@ engines differ at high batch sizes; they are calibrated, not derived.
 
 Small decode batches are memory-bound (every step reads all weights for a handful of
 tokens); large prefill chunks are compute-bound. ``StepCost.bound`` says which.
+
+A step that batches prefill chunks with decodes (chunked prefill) is, in the roofline
+alone, as long as its decodes while the chunks' compute fits under their memory time.
+Measured engines slow down more: the chunks' attention and the decodes' run as separate
+kernels. ``prefill_interference`` is the share of the chunks' compute (up to the step's
+memory time) that does not overlap and is added to such a step: 0 is the roofline, 1
+runs them one after the other.
 """
 
 from __future__ import annotations
@@ -115,6 +122,7 @@ class CostModel:
     per_seq_layer_s: float = 0.0
     allreduces_per_layer: int = 2
     activation_bytes: float = 2.0
+    prefill_interference: float = 0.0
 
     def __post_init__(self) -> None:
         if self.tp < 1:
@@ -123,6 +131,10 @@ class CostModel:
             v = getattr(self, name)
             if not 0 < v <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
+        if not 0 <= self.prefill_interference <= 1:
+            raise ValueError(
+                f"prefill_interference must be in [0, 1], got {self.prefill_interference}"
+            )
 
     @property
     def linear_flops_peak(self) -> float:
@@ -151,13 +163,22 @@ class CostModel:
         attn_flops = 0.0
         # 4 = 2 FLOPs per multiply-add x (QK^T and AV); causal within the new chunk.
         attn_coeff = 4.0 * m.layers * m.heads * m.head_dim
+        decodes = 0
+        prefill_tokens = 0
+        prefill_attn = 0.0
         for ctx, new in seqs:
             if new <= 0:
                 continue
             tokens += new
             n_seqs += 1
             kv_tokens += ctx + new
-            attn_flops += attn_coeff * new * (ctx + (new + 1) / 2.0)
+            a = attn_coeff * new * (ctx + (new + 1) / 2.0)
+            attn_flops += a
+            if new == 1:
+                decodes += 1
+            else:
+                prefill_tokens += new
+                prefill_attn += a
         if n_seqs == 0:
             return StepCost(0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "idle")
         body_params = m.params - 2.0 * m.embedding_params
@@ -172,9 +193,17 @@ class CostModel:
         compute_s = linear_flops / tp / (self.linear_flops_peak * self.compute_efficiency)
         compute_s += attn_flops / tp / (self.gpu.bf16_flops * self.compute_efficiency)
         comm_s = self.comm_time(tokens)
+        interference_s = 0.0
+        if decodes and prefill_tokens and self.prefill_interference:
+            # A prefill chunk batched with decodes: the share of its compute that the
+            # roofline hides under the step's memory time but that does not overlap.
+            chunk_s = 2.0 * body_params * prefill_tokens / tp / (
+                self.linear_flops_peak * self.compute_efficiency
+            ) + prefill_attn / tp / (self.gpu.bf16_flops * self.compute_efficiency)
+            interference_s = self.prefill_interference * min(memory_s, chunk_s)
         per_seq = self.per_seq_overhead_s + self.per_seq_layer_s * m.layers
         overhead_s = self.step_overhead_s + per_seq * n_seqs
-        total = max(memory_s, compute_s) + comm_s + overhead_s
+        total = max(memory_s, compute_s) + interference_s + comm_s + overhead_s
         return StepCost(
             tokens=tokens,
             seqs=n_seqs,
@@ -217,4 +246,5 @@ class CostModel:
             "step_overhead_s": self.step_overhead_s,
             "per_seq_overhead_s": self.per_seq_overhead_s,
             "per_seq_layer_s": self.per_seq_layer_s,
+            "prefill_interference": self.prefill_interference,
         }

@@ -11,7 +11,12 @@ published Llama 3.1 configs. The engine presets differ where the engines do:
 
 - vLLM-like: 2048-token budget (``max_num_batched_tokens``), 16-token blocks, prefix
   caching, the largest per-step and per-sequence CPU overheads (Python scheduler,
-  detokenisation in the API server);
+  detokenisation in the API server), and limits on prefills that make TTFT grow with
+  load as the reference's sweep does: chunks of at most 96 tokens per prefill
+  (``long_prefill_token_threshold``), at most 4 prefills at once
+  (``max_num_partial_prefills``), 62 running requests (``max_num_seqs``; more wait for
+  a slot), and a prefill chunk lengthens the decodes' step by a quarter of the compute the
+  roofline hides under their memory time (``prefill_interference``);
 - SGLang-like: 8192-token chunked prefill, token-granular radix cache (block size 1),
   lower overheads (the overlap scheduler hides most of the CPU work);
 - TRT-LLM-like: 8192 max tokens, 32-token blocks, the C++ runtime's small overheads and
@@ -21,15 +26,18 @@ The overheads and efficiencies are calibrated against the reference comparison o
 engines (Llama-3.1-70B FP8 on 4x H100, ISL ~512 / OSL ~256): the vLLM-like profile gives an
 inter-token latency of about 12 ms at concurrency 1 and a TTFT P99 < 500 ms / ITL P50 <
 30 ms knee between concurrency 32 and 48; the SGLang- and TRT-LLM-like per-sequence costs
-put their knee throughput at 1.30x and 1.18x the vLLM-like one. ``docs/sim.md`` has the
-sweep and the fidelity table (``benchmarks/sim_fidelity.py``).
+put their knee throughput at 1.30x and 1.18x the vLLM-like one. The vLLM-like prefill
+limits above put its TTFT P99 within 30 % of the reference sweep's at c8 to c64 (210 to
+1,200 ms; vLLM's own defaults leave the first two off and allow 256 or more sequences).
+``docs/sim.md`` has the sweep and the fidelity table (``benchmarks/sim_fidelity.py``).
 
 Dynamo-like profiles (``...-dynamo-<engine>``) run the same engine behind a disaggregated
 frontend (``cluster.Topology``): one prefill instance and one decode instance of TP2 each
 (P/D 2+2 of the 4 GPUs), the KV cache moved over NVLink, a KV-aware router and 1 ms of
 frontend time. Their workers keep ``DYNAMO_WORKER_SHARE`` of the engine's per-sequence
 costs: Dynamo's Rust frontend does tokenisation, detokenisation and streaming, so the
-worker's per-sequence CPU work is smaller. That share is calibrated on the vLLM + Dynamo
+worker's per-sequence CPU work is smaller; and none of the engine's prefill limits, since
+a worker has no decodes to protect from prefills. That share is calibrated on the vLLM + Dynamo
 row of the reference comparison alone; the SGLang and TRT-LLM rows are predictions.
 
 Without chunked prefill a prompt is prefilled in one step, so, as vLLM does, a profile with
@@ -116,7 +124,8 @@ MODELS: dict[str, ModelSpec] = {
 
 @dataclass(frozen=True, slots=True)
 class EnginePreset:
-    """Scheduling limits, CPU overheads and kernel efficiencies of one engine."""
+    """Scheduling limits, CPU overheads and kernel efficiencies of one engine
+    (``scheduler.SchedulerConfig`` and ``costmodel.CostModel`` say what each does)."""
 
     name: str
     max_num_batched_tokens: int
@@ -124,6 +133,8 @@ class EnginePreset:
     block_size: int
     enable_prefix_caching: bool = True
     chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    max_num_partial_prefills: int = 0
     step_overhead_s: float = 2e-3
     per_seq_overhead_s: float = 20e-6
     per_seq_layer_s: float = 0.0
@@ -131,14 +142,18 @@ class EnginePreset:
     mem_efficiency: float = 0.8
     attn_mem_efficiency: float = 0.6
     compute_efficiency: float = 0.6
+    prefill_interference: float = 0.0
 
 
 ENGINES: dict[str, EnginePreset] = {
     "vllm": EnginePreset(
         name="vllm",
         max_num_batched_tokens=2048,
-        max_num_seqs=1024,
+        max_num_seqs=62,
         block_size=16,
+        long_prefill_token_threshold=96,
+        max_num_partial_prefills=4,
+        prefill_interference=0.25,
         step_overhead_s=3.0e-3,
         per_seq_overhead_s=40e-6,
         per_seq_layer_s=4.25e-6,
@@ -196,6 +211,12 @@ def dynamo_worker(preset: EnginePreset, share: float = DYNAMO_WORKER_SHARE) -> E
         name=f"dynamo-{preset.name}",
         per_seq_overhead_s=preset.per_seq_overhead_s * share,
         per_seq_layer_s=preset.per_seq_layer_s * share,
+        # A worker runs only prefills or only decodes: no decode to protect from a long
+        # prefill, none to slow down, and the frontend holds the requests that wait.
+        max_num_seqs=max(preset.max_num_seqs, 1024),
+        long_prefill_token_threshold=0,
+        max_num_partial_prefills=0,
+        prefill_interference=0.0,
     )
 
 
@@ -239,6 +260,7 @@ class Profile:
             step_overhead_s=e.step_overhead_s,
             per_seq_overhead_s=e.per_seq_overhead_s,
             per_seq_layer_s=e.per_seq_layer_s,
+            prefill_interference=e.prefill_interference,
         )
 
     def kv_blocks(self, tp: int | None = None) -> int:
@@ -258,6 +280,8 @@ class Profile:
             num_blocks=self.kv_blocks(tp),
             enable_prefix_caching=e.enable_prefix_caching,
             chunked_prefill=e.chunked_prefill,
+            long_prefill_token_threshold=e.long_prefill_token_threshold,
+            max_num_partial_prefills=e.max_num_partial_prefills,
         )
 
     @property

@@ -6,7 +6,14 @@ The model follows vLLM's V1 scheduler, which SGLang's and TensorRT-LLM's behave 
   whose KV is in the cache). A step gives each scheduled request
   ``num_tokens - num_computed`` tokens, capped by what is left of the step's token budget:
   1 for a decode, a chunk for a prefill (chunked prefill). When a request's computed
-  tokens reach ``num_tokens`` after a step, it samples one output token.
+  tokens reach ``num_tokens`` after a step, it samples one output token. Decodes and
+  prefill chunks share the budget (``max_num_batched_tokens``).
+- Two limits of vLLM's ``SchedulerConfig`` (0.8) bound the prefills in a step: a
+  prefill's chunk is at most ``long_prefill_token_threshold`` tokens, and at most
+  ``max_num_partial_prefills`` requests prefill at once (0 for either: no limit). A
+  running request whose prefill finds no free lane sits the step out; a waiting one stops
+  admission (FCFS). So a prompt takes several steps, each as long as the decodes batched
+  with it make it, and under load new prompts queue for a lane: TTFT grows with the load.
 - Running requests are served first, in arrival order; then waiting requests are admitted
   first-come first-served while the budget, ``max_num_seqs`` and free KV blocks allow.
   A request that cannot get blocks for its chunk stops admission (head-of-line FCFS).
@@ -60,7 +67,9 @@ class SchedulerStalled(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """Scheduling limits of one engine (vLLM names: ``max_num_batched_tokens``,
-    ``max_num_seqs``, ``block_size``, ``enable_prefix_caching``)."""
+    ``max_num_seqs``, ``block_size``, ``enable_prefix_caching``,
+    ``long_prefill_token_threshold``, ``max_num_partial_prefills``; 0 for the last two:
+    no limit)."""
 
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
@@ -68,11 +77,25 @@ class SchedulerConfig:
     num_blocks: int = 10000
     enable_prefix_caching: bool = True
     chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    max_num_partial_prefills: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("long_prefill_token_threshold", "max_num_partial_prefills"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}")
+
+    def chunk(self, remaining: int, budget: int) -> int:
+        """New tokens a request with ``remaining`` tokens to compute gets from what is left
+        of the step's ``budget``: capped at ``long_prefill_token_threshold`` when set (and
+        chunked prefill is on), as vLLM's V1 scheduler caps a long prefill's chunk."""
+        cap = self.long_prefill_token_threshold
+        if cap and self.chunked_prefill and remaining > cap:
+            remaining = cap
+        return min(remaining, budget)
 
 
 @dataclass(slots=True, eq=False)
@@ -333,9 +356,17 @@ class Scheduler:
         preempted: list[SimRequest] = []
         running = self.running
         i = 0
+        # Prefills (more than one token to compute) this step may still take.
+        lanes = cfg.max_num_partial_prefills or cfg.max_num_seqs
         while i < len(running) and budget > 0:
             req = running[i]
-            n = min(req.num_tokens - req.num_computed, budget)
+            left = req.num_tokens - req.num_computed
+            if left > 1:
+                if lanes <= 0:
+                    i += 1  # its next chunk waits for a step with a free lane
+                    continue
+                lanes -= 1
+            n = cfg.chunk(left, budget)
             need = bm.blocks_for(req.num_computed + n) - req.blocks
             placed = True
             while need > 0 and not bm.alloc(need):
@@ -368,7 +399,9 @@ class Scheduler:
                 # and only its next token to compute.
                 start = max(hits * cfg.block_size, req.num_computed)
                 remaining = req.num_tokens - start
-                n = min(remaining, budget)
+                if remaining > 1 and lanes <= 0:
+                    break  # FCFS: it waits for a free prefill lane
+                n = cfg.chunk(remaining, budget)
                 if n < remaining and not cfg.chunked_prefill:
                     break
                 need = bm.blocks_for(start + n) - hits
@@ -376,6 +409,8 @@ class Scheduler:
                 if need + idle_hits > bm.available:
                     break
                 waiting.popleft()
+                if remaining > 1:
+                    lanes -= 1
                 if hits:
                     bm.acquire(req, hits)
                 bm.alloc(need)

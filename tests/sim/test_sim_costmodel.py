@@ -100,3 +100,21 @@ def test_70b_fp8_tp4_decode_is_in_the_low_tens_of_ms() -> None:
     assert 0.008 < itl < 0.02
     # A 512-token prefill on its own: tens of ms.
     assert 0.01 < cm.step([(0, 512)]).total_s < 0.06
+
+
+def test_a_prefill_chunk_slows_the_decodes_it_is_batched_with() -> None:
+    decodes = [(600, 1)] * 32
+    mixed = [*decodes, (0, 96)]
+    steps = {f: bare(L70, tp=4, prefill_interference=f) for f in (0.0, 0.25, 1.0)}
+    # The chunk's compute hides under the decodes' memory time in the roofline alone;
+    # with interference the step (so every decode's gap) grows with it.
+    t = {f: cm.step(mixed).total_s for f, cm in steps.items()}
+    assert t[0.0] < t[0.25] < t[1.0]
+    bigger = [*decodes, (0, 192)]
+    assert steps[0.25].step(bigger).total_s > t[0.25]
+    # Decodes alone, or a prefill alone, have nothing to interfere with.
+    for cm in steps.values():
+        assert cm.step(decodes).total_s == steps[0.0].step(decodes).total_s
+        assert cm.step([(0, 96)]).total_s == steps[0.0].step([(0, 96)]).total_s
+    with pytest.raises(ValueError, match="prefill_interference"):
+        bare(prefill_interference=1.5)

@@ -110,3 +110,24 @@ def test_block_hashes_name_prefixes() -> None:
     c = block_hashes(["y"] + [str(i) for i in range(1, 40)], 16)
     assert len(a) == 2 and a == b  # full blocks only; same first 32 tokens
     assert not set(a) & set(c)  # a different first token changes every block's hash
+
+
+def test_cli_flags_set_or_lift_the_prefill_limits() -> None:
+    from pytest_llmslo.sim.__main__ import build_parser, resolve_profile
+
+    args = build_parser().parse_args(
+        ["--long-prefill-token-threshold", "0", "--max-num-partial-prefills", "0",
+         "--max-num-seqs", "1024", "--prefill-interference", "0"]
+    )  # fmt: skip
+    prof = resolve_profile(args)
+    cfg, cost = prof.scheduler_config(), prof.cost_model()
+    assert (cfg.long_prefill_token_threshold, cfg.max_num_partial_prefills) == (0, 0)
+    assert cfg.max_num_seqs == 1024 and cost.prefill_interference == 0.0
+    # The vLLM-like default has them all set; a Dynamo-like worker none.
+    default = get_profile(DEFAULT_PROFILE).scheduler_config()
+    assert default.long_prefill_token_threshold > 0 and default.max_num_partial_prefills > 0
+    worker = get_profile("llama3-70b-fp8-4xh100-dynamo-vllm")
+    assert worker.scheduler_config().long_prefill_token_threshold == 0
+    assert worker.cost_model().prefill_interference == 0.0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--max-num-partial-prefills", "-1"])
