@@ -79,6 +79,9 @@ class Scraper:
         self._dead: set[str] = set()
         self._stop = threading.Event()
         self._measuring = threading.Event()
+        # Set by mark_measuring and stop: the thread takes the baseline (or ends) at once,
+        # not at its next tick, so that a short level is counted from its start.
+        self._wake = threading.Event()
         self._lock = threading.Lock()
         self._before: Snapshot | None = None
         self._dcgm_before: Snapshot | None = None
@@ -167,8 +170,12 @@ class Scraper:
                 if self._nvml is not None:
                     self._nvml = NvmlSampler(self._nvml._nvml, self._nvml._handles)
                 continue
-            if self._stop.wait(self.interval_s):
+            woke = self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
                 break
+            if woke:
+                continue  # the measured part began: the baseline, at the loop's top
             self._tick(baseline=False)
 
     # -- the level ---------------------------------------------------------------------
@@ -181,6 +188,7 @@ class Scraper:
     def mark_measuring(self) -> None:
         """The measured part begins (thread-safe, returns at once)."""
         self._measuring.set()
+        self._wake.set()
 
     def stop(self) -> LevelSignals:
         """End the level: the last scrape, and its signals (the same on a second call)."""
@@ -192,6 +200,7 @@ class Scraper:
 
     def _finish(self) -> LevelSignals:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             # A scrape in progress ends within its deadline (plus one read timeout).
             self._thread.join((self._deadline_s + self._timeout_s) * (len(self.urls) + 1) + 1)
