@@ -145,3 +145,28 @@ class AtPoint:
             return True
         thread.join(timeout_s)
         return not thread.is_alive()
+
+    def outcome(self, start_ns: int, wait_s: float, what: str) -> dict[str, Any]:
+        """What happened to the action, as JSON data for the level's record, times in
+        seconds from ``start_ns`` (the measured window's start): ``why`` when the level
+        ended before its point; else ``asked_s``, ``asked_unix``, ``done_s`` and either
+        ``done`` (what it returned) or ``error`` (what it raised, secrets masked; or that
+        it had not returned ``wait_s`` after the level). ``what`` names it in the text."""
+        from .redact import redact
+
+        if not self.fired or self.asked_ns is None:
+            return {"why": f"the level ended before its point ({self.point.label}) was reached"}
+        self.wait(wait_s)
+        out: dict[str, Any] = {
+            "asked_s": round((self.asked_ns - start_ns) / 1e9, 3),
+            "asked_unix": round(self.asked_unix or 0.0, 3),
+        }
+        if self.done_ns is not None:
+            out["done_s"] = round((self.done_ns - start_ns) / 1e9, 3)
+        if self.error is not None:
+            out["error"] = redact(f"{type(self.error).__name__}: {self.error}")
+        elif self.done_ns is None:
+            out["error"] = f"the {what} had not returned {wait_s:g} s after the level"
+        else:
+            out["done"] = self.result
+        return out

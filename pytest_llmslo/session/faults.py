@@ -16,7 +16,6 @@ from urllib.parse import urlsplit, urlunsplit
 from pytest_llmslo.faults import Fault, FaultProxy, fault_cost, inject, level_series
 from pytest_llmslo.levelpoint import AtPoint
 from pytest_llmslo.records import Run
-from pytest_llmslo.redact import redact
 
 __all__ = ["FAULT_WAIT_S", "fault_proxy", "fault_triggers", "with_faults"]
 
@@ -70,22 +69,10 @@ def fault_triggers(
 
 def _record(run: Run, fault: Fault, trigger: AtPoint, objectives: tuple[Any, ...]) -> dict:
     record: dict[str, Any] = {"asked": fault.to_dict(), "label": fault.label}
-    if not trigger.fired or trigger.asked_ns is None:
-        record["why"] = f"the level ended before its point ({fault.at.label}) was reached"
+    record.update(trigger.outcome(run.start_ns, FAULT_WAIT_S, "fault"))
+    if "done" not in record:
         return record
-    trigger.wait(FAULT_WAIT_S)
-    asked_s = (trigger.asked_ns - run.start_ns) / 1e9
-    record["asked_s"] = round(asked_s, 3)
-    record["asked_unix"] = round(trigger.asked_unix or 0.0, 3)
-    if trigger.done_ns is not None:
-        record["done_s"] = round((trigger.done_ns - run.start_ns) / 1e9, 3)
-    if trigger.error is not None:
-        record["error"] = redact(f"{type(trigger.error).__name__}: {trigger.error}")
-        return record
-    if trigger.done_ns is None:
-        record["error"] = f"the fault had not returned {FAULT_WAIT_S:g} s after the level"
-        return record
-    record["done"] = trigger.result
+    asked_s = float(record["asked_s"])
     record.update(fault_cost(run, asked_s, objectives, window_s=fault.window_s, share=fault.share))
     return record
 

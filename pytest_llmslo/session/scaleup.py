@@ -12,7 +12,6 @@ from typing import Any
 from pytest_llmslo.engines.scaling import ScaleUp, add_capacity
 from pytest_llmslo.levelpoint import AtPoint
 from pytest_llmslo.records import Run
-from pytest_llmslo.redact import redact
 
 __all__ = ["SCALE_WAIT_S", "scale_trigger", "with_scale_up"]
 
@@ -47,21 +46,9 @@ def with_scale_up(
     from pytest_llmslo.metrics.scaleup import time_to_capacity
 
     record: dict[str, Any] = {"asked": spec.to_dict()}
-    if not trigger.fired or trigger.asked_ns is None:
-        record["why"] = f"the level ended before its point ({spec.at.label}) was reached"
-        return dataclasses.replace(run, meta={**dict(run.meta), "scale_up": record})
-    trigger.wait(SCALE_WAIT_S)
-    asked_s = (trigger.asked_ns - run.start_ns) / 1e9
-    record["asked_s"] = round(asked_s, 3)
-    record["asked_unix"] = round(trigger.asked_unix or 0.0, 3)
-    if trigger.done_ns is not None:
-        record["done_s"] = round((trigger.done_ns - run.start_ns) / 1e9, 3)
-    if trigger.error is not None:
-        record["error"] = redact(f"{type(trigger.error).__name__}: {trigger.error}")
-    elif trigger.done_ns is None:
-        record["error"] = f"the scale-up had not returned {SCALE_WAIT_S:g} s after the level"
-    else:
-        record["done"] = trigger.result
+    record.update(trigger.outcome(run.start_ns, SCALE_WAIT_S, "scale-up"))
+    if "done" in record:
+        asked_s = float(record["asked_s"])
         record.update(
             time_to_capacity(run, asked_s, objectives, window_s=spec.window_s, share=spec.share)
         )
