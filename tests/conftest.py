@@ -12,8 +12,15 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpcore  # noqa: F401  (see below)
 import httpx
 import pytest
+
+# httpx imports httpcore on its first request. Were that inside a pytester test, pytester
+# would drop httpcore's modules when the test ends, and the copies imported next would
+# raise exceptions (httpcore.ConnectError) that httpx no longer maps to its own, so every
+# later "server not up yet" check would fail instead of retrying. Imported here, httpcore
+# is in every snapshot pytester takes.
 
 
 def _free_port() -> int:
