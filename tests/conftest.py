@@ -39,18 +39,22 @@ def _start_fixed(ttft_ms: float, itl_ms: float, tokens: int) -> tuple[subprocess
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            raise RuntimeError(f"fixed server exited: {err}")
-        try:
-            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("fixed server did not become ready in 60 s")
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                raise RuntimeError(f"fixed server exited: {err}")
+            try:
+                if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("fixed server did not become ready in 60 s")
+    except BaseException:
+        proc.kill()  # whatever ended the wait, no server is left behind
+        proc.wait(10)
+        raise
 
 
 def _stop(proc: subprocess.Popen) -> None:
