@@ -39,9 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from pytest_llmslo.metrics.columns import columns
 from pytest_llmslo.metrics.gates import Threshold, gate_statistic, gate_values
 from pytest_llmslo.metrics.goodput import goodput
-from pytest_llmslo.metrics.timeseries import SecondSeries, per_second
+from pytest_llmslo.metrics.timeseries import SecondSeries, per_second, request_times
 from pytest_llmslo.metrics.values import per_request
 from pytest_llmslo.records import Run
 
@@ -55,28 +56,20 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-def _samples(run: Run, ok: Sequence[bool]) -> dict[str, list[Any]]:
-    t0 = run.start_ns
-
-    def secs(ns: int | None) -> float | None:
-        return None if ns is None else (ns - t0) / 1e9
-
+def _samples(run: Run, ok: np.ndarray) -> dict[str, np.ndarray]:
     per = per_request(run)
     return {
-        "sent_s": [secs(r.sent_ns) for r in run.records],
-        "first_token_s": [secs(r.first_token_ns) for r in run.records],
-        "end_s": [secs(r.end_ns) for r in run.records],
-        "ok": [1 if good else 0 for good in ok],
-        "output_tokens": [r.output_tokens for r in run.records],
-        "ttft_ms": list(per["ttft"]),
-        "itl_ms": list(per["itl"]),
+        **request_times(run),
+        "ok": ok.astype(np.float64),
+        "ttft_ms": per["ttft"],
+        "itl_ms": per["itl"],
     }
 
 
 def _both(run: Run, objectives: Sequence[Threshold]) -> tuple[SecondSeries, SecondSeries] | None:
     """The series of completed requests and of good ones; None without a timed request."""
-    full = per_second(_samples(run, [r.ok for r in run.records]))
-    good = per_second(_samples(run, goodput(run, objectives).mask.tolist()))
+    full = per_second(_samples(run, columns(run).ok))
+    good = per_second(_samples(run, goodput(run, objectives).mask))
     return None if full is None or good is None else (full, good)
 
 
@@ -117,8 +110,8 @@ def level_series(run: Run, objectives: Iterable[Threshold] = ()) -> dict[str, An
 def objectives_hold(run: Run, keep: np.ndarray, objectives: Sequence[Threshold]) -> bool:
     """Whether every objective holds over the requests ``keep`` selects (the point
     estimate of its statistic over them, failures counting as its worst value)."""
-    kept = tuple(r for r, k in zip(run.records, keep, strict=True) if k)
-    sub = dataclasses.replace(run, records=kept)
+    records = run.records
+    sub = dataclasses.replace(run, records=tuple(records[int(i)] for i in np.flatnonzero(keep)))
     for o in objectives:
         upper = o.op in ("<", "<=")
         values, _ = gate_values(sub, o.metric, upper)
@@ -140,11 +133,9 @@ def _recovered_at(
     errors: np.ndarray,
     span: tuple[int, int, int],
     floor_tok_s: float,
+    ends: np.ndarray,
 ) -> int | None:
     first, last, window = span
-    ends = np.array(
-        [math.nan if r.end_ns is None else (r.end_ns - run.start_ns) / 1e9 for r in run.records]
-    )
     holds = (goodput_s >= floor_tok_s) & (errors == 0)
     for s in range(first, last - window + 1):
         if not holds[s : s + window].all():
@@ -167,10 +158,9 @@ def fault_cost(
     docstring), as JSON data."""
     objs = tuple(objectives)
     window = max(1, math.ceil(window_s))
-    ends = [(r.end_ns - run.start_ns) / 1e9 for r in run.records if r.end_ns is not None]
-    failed_ends = sorted(
-        (r.end_ns - run.start_ns) / 1e9 for r in run.records if not r.ok and r.end_ns is not None
-    )
+    times = request_times(run)
+    ends = times["end_s"]
+    failed_ends = np.sort(ends[times["ok"] == 0.0]).tolist()
     out: dict[str, Any] = {
         "window_s": window,
         "share": share,
@@ -185,12 +175,11 @@ def fault_cost(
         "attainment_min": None,
     }
     both = _both(run, objs)
-    if both is None or not ends:
+    if both is None or not ends.size:
         out["why"] = "no request of the level was timed"
         return out
     full, good = both
-    sends = [r.sent_ns for r in run.records]
-    last_send = (max(sends) - run.start_ns) / 1e9
+    last_send = float(times["sent_s"].max())
     ask = math.floor(max(asked_s, 0.0))
     steady_end = min(math.floor(last_send), len(full.seconds))
     if ask < 1:
@@ -204,7 +193,8 @@ def fault_cost(
     out["before_tok_s"] = round(before, 1)
     if ended_before:
         out["before_attainment"] = round(int(np.sum(good.completed[:ask])) / ended_before, 3)
-    at = _recovered_at(run, objs, goodput_s, errors, (ask, steady_end, window), share * before)
+    span = (ask, steady_end, window)
+    at = _recovered_at(run, objs, goodput_s, errors, span, share * before, ends)
     stop = steady_end if at is None else max(at, ask + 1)
     dip = goodput_s[ask:stop]
     if dip.size:

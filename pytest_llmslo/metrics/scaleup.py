@@ -31,26 +31,14 @@ from pytest_llmslo.records import Run
 
 from .gates import Threshold
 from .goodput import goodput
-from .timeseries import per_second
+from .timeseries import per_second, request_times
 
 __all__ = ["good_series", "time_to_capacity"]
 
 
 def good_series(run: Run, objectives: Iterable[Threshold] = ()) -> tuple[float, ...]:
     """The run's goodput (tok/s of good requests) per second of its measured window."""
-    mask = goodput(run, objectives).mask
-    t0 = run.start_ns
-
-    def secs(ns: int | None) -> float | None:
-        return None if ns is None else (ns - t0) / 1e9
-
-    samples: dict[str, list[Any]] = {
-        "sent_s": [secs(r.sent_ns) for r in run.records],
-        "first_token_s": [secs(r.first_token_ns) for r in run.records],
-        "end_s": [secs(r.end_ns) for r in run.records],
-        "ok": [1 if good else 0 for good in mask.tolist()],
-        "output_tokens": [r.output_tokens for r in run.records],
-    }
+    samples = {**request_times(run), "ok": goodput(run, objectives).mask.astype(np.float64)}
     series = per_second(samples)
     return () if series is None else series.output_tok_s
 

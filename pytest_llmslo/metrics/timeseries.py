@@ -18,6 +18,10 @@ window. Per second:
   gap) over the requests that ended in the second, None without one.
 
 Percentiles are ``stats.percentile``'s (linear interpolation), as everywhere else.
+
+``request_times`` gives the same samples straight from a measured run (its columns,
+``metrics.columns``: one read, whether the records are objects or a store of columns), for
+the series of a level being judged (faults, scale-up).
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pytest_llmslo.stats import percentile
 
-__all__ = ["SecondSeries", "per_second"]
+if TYPE_CHECKING:
+    from pytest_llmslo.records import Run
+
+__all__ = ["SecondSeries", "per_second", "request_times"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +56,30 @@ class SecondSeries:
     itl_p99_ms: tuple[float | None, ...] = ()
 
 
+def request_times(run: Run) -> dict[str, np.ndarray]:
+    """``run``'s per-request ``sent_s``, ``first_token_s`` (NaN without a token) and
+    ``end_s`` in seconds from ``run.start_ns``, its ``ok`` (1/0) and ``output_tokens``, as
+    ``per_second`` reads them, aligned with ``run.records``."""
+    from .columns import columns
+
+    cols = columns(run)
+    t0 = run.start_ns
+    first = np.where(cols.chunk_counts > 0, (cols.first_chunk_ns - t0) / 1e9, np.nan)
+    return {
+        "sent_s": (cols.sent_ns - t0) / 1e9,
+        "first_token_s": first,
+        "end_s": (cols.end_ns - t0) / 1e9,
+        "ok": cols.ok.astype(np.float64),
+        "output_tokens": cols.output_tokens.astype(np.float64),
+    }
+
+
 def _floats(samples: Mapping[str, Sequence[float | None]], key: str, n: int) -> np.ndarray:
     values = samples.get(key)
     if values is None:
         return np.full(n, np.nan)
+    if isinstance(values, np.ndarray):  # request_times: NaN already stands for None
+        return values.astype(np.float64)
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
