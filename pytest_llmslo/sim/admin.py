@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -72,12 +73,24 @@ def log_replicas_up(engine: EngineLoop, seen: int) -> int:
     return len(up)
 
 
-async def replicas(engine: EngineLoop, req: HttpRequest, conn: HttpConnection) -> None:
-    """``POST /admin/replicas``."""
+def answer_json_post(
+    action: Callable[[EngineLoop, dict[str, Any]], Any],
+    engine: EngineLoop,
+    req: HttpRequest,
+    conn: HttpConnection,
+) -> None:
+    """An admin ``POST`` with a JSON object body: 200 with ``action(engine, body)``, or 400
+    with the reason when the body is not a JSON object or ``action`` refuses it
+    (``ValueError``)."""
     try:
         body = json.loads(req.body or b"{}")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
-        conn.send_json(200, add_replicas(engine, body))
+        conn.send_json(200, action(engine, body))
     except ValueError as exc:
         conn.send_json(400, {"error": {"message": str(exc), "type": "BadRequestError"}})
+
+
+async def replicas(engine: EngineLoop, req: HttpRequest, conn: HttpConnection) -> None:
+    """``POST /admin/replicas``."""
+    answer_json_post(add_replicas, engine, req, conn)

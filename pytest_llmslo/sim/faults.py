@@ -26,10 +26,11 @@ it took requests again). The same events go to the sim's log (``REPLICA_DOWN``, 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
+
+from .admin import answer_json_post
 
 if TYPE_CHECKING:
     from .httpd import HttpConnection, HttpRequest
@@ -126,13 +127,7 @@ def replica_events(engine: EngineLoop) -> dict[str, Any]:
 
 async def fault(engine: EngineLoop, req: HttpRequest, conn: HttpConnection) -> None:
     """``POST /admin/fault``."""
-    try:
-        body = json.loads(req.body or b"{}")
-        if not isinstance(body, dict):
-            raise ValueError("the body must be a JSON object")
-        conn.send_json(200, inject(engine, body))
-    except ValueError as exc:
-        conn.send_json(400, {"error": {"message": str(exc), "type": "BadRequestError"}})
+    answer_json_post(inject, engine, req, conn)
 
 
 async def events(engine: EngineLoop, req: HttpRequest, conn: HttpConnection) -> None:
