@@ -29,19 +29,6 @@ HAVE_SIM = importlib.util.find_spec("pytest_llmslo.sim.__main__") is not None
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def client() -> Any:
-    try:
-        c = dk.docker_client()
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        c.images.get(SIM_IMAGE)
-    except Exception:
-        pytest.skip(f"image {SIM_IMAGE} not built (bash docker/build-sim-image.sh)")
-    return c
-
-
 @pytest.fixture
 def no_leftovers(client: Any) -> Iterator[None]:
     yield

@@ -11,27 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
-from engines_helpers import SIM_IMAGE, fake_docker_plan
+from engines_helpers import fake_docker_plan
 
 from pytest_llmslo.engines.launch import launch
 from pytest_llmslo.engines.ports import pick_free_port
-from pytest_llmslo.engines.runtimes import docker as dk
-from pytest_llmslo.errors import EngineUnavailable
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def client() -> Any:
-    try:
-        c = dk.docker_client()
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        c.images.get(SIM_IMAGE)
-    except Exception:
-        pytest.skip(f"image {SIM_IMAGE} not built (bash docker/build-sim-image.sh)")
-    return c
 
 
 def _serves(url: str, timeout_s: float = 30) -> bool:

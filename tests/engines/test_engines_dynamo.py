@@ -7,26 +7,13 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from engines_helpers import DYNAMO_PYTHON, group_alive, missing_module, stream_chat
+from engines_helpers import group_alive, stream_chat
 
 from pytest_llmslo.engines import EngineConfig, start_engine
-from pytest_llmslo.engines.local import dynamo_mocker_config
 from pytest_llmslo.engines.ports import port_is_free
 from pytest_llmslo.engines.runtimes.process import ManagedProcess
-from pytest_llmslo.errors import EngineUnavailable
 
 pytestmark = pytest.mark.dynamo
-
-
-@pytest.fixture(scope="module")
-def dynamo_config() -> EngineConfig:
-    reason = missing_module(DYNAMO_PYTHON, "dynamo.frontend")
-    if reason:
-        pytest.skip(f"Dynamo not available: {reason}")
-    try:
-        return dynamo_mocker_config()
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _run(config: EngineConfig, expect_workers: int) -> None:

@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from pytest_llmslo.engines import EngineConfig
 from pytest_llmslo.errors import EngineUnavailable
 from pytest_llmslo.faults import inject, parse_faults
 
@@ -40,20 +41,12 @@ def _instances(base_url: str) -> set[str]:
 
 
 @pytest.mark.dynamo
-def test_a_dynamo_worker_restarted_registers_again_and_serves() -> None:
-    from engines_helpers import DYNAMO_PYTHON, missing_module, stream_chat
+def test_a_dynamo_worker_restarted_registers_again_and_serves(dynamo_config: EngineConfig) -> None:
+    from engines_helpers import stream_chat
 
     from pytest_llmslo.engines import start_engine
-    from pytest_llmslo.engines.local import dynamo_mocker_config
 
-    reason = missing_module(DYNAMO_PYTHON, "dynamo.frontend")
-    if reason:
-        pytest.skip(f"Dynamo not available: {reason}")
-    try:
-        config = dynamo_mocker_config()
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    handle = start_engine(config)
+    handle = start_engine(dynamo_config)
     try:
         before = _instances(handle.base_url)
         assert before, "the frontend's /health lists no worker instance"

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_llmslo.engines import EngineConfig
 from pytest_llmslo.engines.scaling import ScaleUp, add_capacity, parse_scale_up
-from pytest_llmslo.errors import ConfigError, EngineUnavailable
+from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.levelpoint import LevelPoint
 
 
@@ -59,21 +59,13 @@ def test_an_engine_that_cannot_grow_says_which_can() -> None:
 
 
 @pytest.mark.dynamo
-def test_dynamo_with_a_second_worker_serves_through_both() -> None:
-    from engines_helpers import DYNAMO_PYTHON, missing_module, stream_chat
+def test_dynamo_with_a_second_worker_serves_through_both(dynamo_config: EngineConfig) -> None:
+    from engines_helpers import stream_chat
 
     from pytest_llmslo.engines import start_engine
-    from pytest_llmslo.engines.local import dynamo_mocker_config
     from pytest_llmslo.engines.runtimes.process import ManagedProcess
 
-    reason = missing_module(DYNAMO_PYTHON, "dynamo.frontend")
-    if reason:
-        pytest.skip(f"Dynamo not available: {reason}")
-    try:
-        config = dynamo_mocker_config()
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-    handle = start_engine(config)
+    handle = start_engine(dynamo_config)
     units: list[ManagedProcess] = []
     try:
         before = _worker_instances(handle.base_url)
