@@ -26,6 +26,7 @@ LOG_LINES = "loading weights\nshard 1/1 loaded\n"
 
 RESOURCES = (
     "v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments",
+    "apps/v1/statefulsets",
     "nvidia.com/v1alpha1/dynamographdeployments", "leaderworkerset.x-k8s.io/v1/leaderworkersets",
 )  # fmt: skip
 
@@ -87,12 +88,19 @@ def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
             wanted = raw.query.get("labelSelector") if raw is not None else None
             if not wanted:
                 return payload
-            pairs = [p.split("=", 1) for p in wanted.split(",") if "=" in p]
-            keys = [p for p in wanted.split(",") if "=" not in p]
+            sets = {m[0]: set(v.strip() for v in m[1].split(","))
+                    for m in re.findall(r"([\w./-]+) in \(([^)]*)\)", wanted)}  # fmt: skip
+            rest = re.sub(r"[\w./-]+ in \([^)]*\)", "", wanted)
+            pairs = [p.split("=", 1) for p in rest.split(",") if "=" in p]
+            keys = [p for p in rest.split(",") if p and "=" not in p]
 
             def matches(obj: Mapping[str, Any]) -> bool:
                 have = (obj.get("metadata") or {}).get("labels") or {}
-                return all(have.get(k) == v for k, v in pairs) and all(k in have for k in keys)
+                return (
+                    all(have.get(k) == v for k, v in pairs)
+                    and all(k in have for k in keys)
+                    and all(have.get(k) in vs for k, vs in sets.items())
+                )
 
             return {**payload, "items": [o for o in payload["items"] if matches(o)]}
 
@@ -338,6 +346,10 @@ class DynamoOperator(Controller):
                 })  # fmt: skip
         return out
 
+    def start_pod(self, pod: dict[str, Any]) -> None:
+        """The pod's container starts and becomes ready."""
+        ready(self.cluster, self.ns, pod)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -359,8 +371,7 @@ class DynamoOperator(Controller):
                         self.cluster.http.post(
                             f"/api/v1/namespaces/{self.ns}/pods", json=pod
                         ).raise_for_status()
-                        ready(self.cluster, self.ns, {**pod, "spec": {
-                            "containers": [{"name": "main"}]}})  # fmt: skip
+                        self.start_pod(pod)
                     time.sleep(self.ready_after_s)
                     set_dgd_ready(self.cluster, self.ns, name, True, "")
             except httpx.HTTPError:
