@@ -42,8 +42,10 @@ LABEL_KIND = "llmslo.io/kind"
 LABEL_ROLE = "llmslo.io/role"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 GPU_RESOURCE = "nvidia.com/gpu"
-#: Where the pod keeps the Hugging Face cache (``HF_HOME``), as the docker runtime does.
-HF_HOME = "/root/.cache/huggingface"
+#: Where the pod keeps the Hugging Face cache (``HF_HOME``): a path of its own, under no
+#: user's home, so that it is reachable whatever user the image runs as (Dynamo's runtime
+#: images run as uid 1000 with ``HOME=/home/dynamo``; ``/root`` is closed to that user).
+HF_HOME = "/llmslo/hf-cache"
 #: The path every kind the runtime runs answers 200 on once it serves.
 HEALTH_PATH = "/health"
 PROBE_PERIOD_S = 10
@@ -226,6 +228,9 @@ def _container(
             for i, p in enumerate(unit.ports)
         ],
         "volumeMounts": mounts,
+        # The log's last lines become the termination message: what a start script said
+        # before it exited reaches the pod's status (failures.py reads it).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if unit.entrypoint is not None:
         container["command"] = list(unit.entrypoint)
