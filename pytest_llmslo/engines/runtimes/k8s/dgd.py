@@ -49,6 +49,7 @@ from ...base import EngineConfig
 from ...plan import LaunchPlan
 from .layout import Layout, Metrics, selector_text
 from .manifests import HF_HOME, Names, _cache_volume, labels, placement
+from .pod_settings import apply_to_container, apply_to_pod
 from .settings import KubeSettings
 
 API_VERSION = "nvidia.com/v1alpha1"
@@ -142,6 +143,8 @@ def _pod(image: str, args: list[str], settings: KubeSettings) -> dict[str, Any]:
             "fsGroup": DYNAMO_FS_GROUP,
             "fsGroupChangePolicy": "OnRootMismatch",
         }
+    apply_to_pod(out, settings.pod)
+    apply_to_container(out["mainContainer"], settings.pod)
     return out
 
 

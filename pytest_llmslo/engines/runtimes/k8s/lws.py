@@ -41,6 +41,7 @@ from ...plan import LaunchPlan
 from .layout import Layout, deployment_scale, selector_text
 from .lws_mpi import trtllm_templates
 from .manifests import LABEL_INSTANCE, Names, pod_parts, service_object
+from .pod_settings import EXCLUSIVE_TOPOLOGY
 from .settings import KubeSettings
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -139,10 +140,13 @@ def lws_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace
     of its leaders."""
     name = names.base
     pod, leader, worker = _templates(plan, settings, name, namespace)
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(pod.labels)}
+    if settings.pod.exclusive_topology:
+        meta["annotations"] = {EXCLUSIVE_TOPOLOGY: settings.pod.exclusive_topology}
     lws = {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(pod.labels)},
+        "metadata": meta,
         "spec": {
             "replicas": 1,
             "startupPolicy": "LeaderCreated",

@@ -32,6 +32,7 @@ from ....redact import is_secret_name, secret_values
 from ...base import EngineConfig
 from ...plan import LaunchPlan
 from ...units import ImageUnit
+from .pod_settings import apply_to_container, apply_to_pod, quantity
 from .settings import KubeSettings
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -136,15 +137,6 @@ def gpu_count(gpus: str | None, tensor_parallel_size: int) -> int:
     if value.isdigit():
         return int(value)
     return len([g for g in value.removeprefix("device=").split(",") if g.strip()])
-
-
-def quantity(size: str) -> str:
-    """A docker size (``16g``, ``512m``) as a Kubernetes quantity (``16Gi``, ``512Mi``)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", size.lower())
-    if not m:
-        raise ConfigError(f"shared memory size {size!r} is not a size like 16g or 512m")
-    unit = {"": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[m.group(2)]
-    return f"{m.group(1)}{unit}"
 
 
 def _check_unit(config: EngineConfig, unit: ImageUnit) -> None:
@@ -271,8 +263,8 @@ def pod_parts(
     config_maps: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     shm: dict[str, Any] = {"medium": "Memory"}
-    if unit.shm:
-        shm["sizeLimit"] = quantity(unit.shm)
+    if settings.pod.shm_size or unit.shm:
+        shm["sizeLimit"] = settings.pod.shm_size or quantity(unit.shm or "")
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
     if unit.hf_cache:
         mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
@@ -291,6 +283,8 @@ def pod_parts(
         "terminationGracePeriodSeconds": 30,
     }
     spec.update(placement(settings))
+    apply_to_pod(spec, settings.pod)
+    apply_to_container(spec["containers"][0], settings.pod)
     return PodParts(spec, all_labels, selector, config_maps)
 
 
