@@ -72,6 +72,14 @@ def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
             raw = request._raw_request
             if raw is not None and raw.path.endswith("/portforward"):
                 return await _port_forward(raw, box["forward_to"])
+            # A test's own answers for what the emulator does not play (discovery,
+            # access reviews, cluster-scoped reads): (status, JSON body) or None.
+            answer = box.get("answer")
+            said = answer(request.method, str(request.url.path), request.data) if answer else None
+            if said is not None:
+                import aiohttp.web
+
+                return aiohttp.web.json_response(said[1], status=said[0])
             data = request.data
             if request.action == kmock.action.CREATE and isinstance(data, dict):
                 meta = data.setdefault("metadata", {})
@@ -132,6 +140,10 @@ class FakeCluster:
 
     def pods(self, ns: str) -> list[dict[str, Any]]:
         return self.items(f"/api/v1/namespaces/{ns}/pods")
+
+    def answer_with(self, answer: Callable[[str, str, Any], tuple[int, Any] | None]) -> None:
+        """Answer the requests ``answer`` knows (``(status, body)``; None: the emulator's)."""
+        self._box["answer"] = answer
 
     def forward_to(self, port: int) -> None:
         """Serve every pod's port-forward from ``port`` on loopback."""
