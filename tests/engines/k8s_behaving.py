@@ -325,6 +325,33 @@ class BehavingLws(Controller):
             time.sleep(0.05)
 
 
+def crash_loop(cluster: FakeCluster, ns: str, pod: Mapping[str, Any], said: str) -> None:
+    """The pod's container exits at each start, the kubelet backing off (its last
+    words the termination message)."""
+    container = pod["spec"]["containers"][0]["name"]
+    status = {"phase": "Running", "containerStatuses": [{
+        "name": container, "ready": False, "restartCount": 3,
+        "state": {"waiting": {"reason": "CrashLoopBackOff",
+                              "message": "back-off 40s restarting failed container"}},
+        "lastState": {"terminated": {"exitCode": 1, "message": said}}}]}  # fmt: skip
+    cluster.http.patch(
+        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status",
+        json={"status": status},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+
+
+def run_as_image_user(cluster: FakeCluster, ns: str, pod: dict[str, Any]) -> None:
+    """A Deployment's pod (``Controller``'s behaviour): ready when its image's user can
+    write its cache, else in a crash loop with Python's ``PermissionError``."""
+    container = pod["spec"]["containers"][0]
+    denied = cache_error(pod["spec"], container, image_user(container["image"]))
+    if denied:
+        crash_loop(cluster, ns, pod, denied)
+    else:
+        ready(cluster, ns, pod)
+
+
 class BehavingDynamo(DynamoOperator):
     """The Dynamo operator (module docstring): pods with the services' containers, run
     as their image's user, labelled with their component type."""
@@ -359,16 +386,7 @@ class BehavingDynamo(DynamoOperator):
             ready(self.cluster, self.ns, pod)
             return
         self.exits.append(f"{pod['metadata']['name']}: {denied}")
-        status = {"phase": "Running", "containerStatuses": [{
-            "name": "main", "ready": False, "restartCount": 3,
-            "state": {"waiting": {"reason": "CrashLoopBackOff",
-                                  "message": "back-off 40s restarting failed container"}},
-            "lastState": {"terminated": {"exitCode": 1, "message": denied}}}]}  # fmt: skip
-        self.cluster.http.patch(
-            f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}/status",
-            json={"status": status},
-            headers={"Content-Type": "application/merge-patch+json"},
-        ).raise_for_status()
+        crash_loop(self.cluster, self.ns, pod, denied)
 
 
 def owner_reference_denials(cluster: FakeCluster, rules: list[dict[str, Any]]) -> list[str]:

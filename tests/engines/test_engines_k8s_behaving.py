@@ -27,8 +27,9 @@ from k8s_behaving import (
     BehavingLws,
     owner_reference_denials,
     resolves,
+    run_as_image_user,
 )
-from k8s_cluster import FakeCluster, fake_cluster
+from k8s_cluster import Controller, FakeCluster, fake_cluster
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
 from pytest_llmslo.engines.ports import pick_free_port
@@ -115,6 +116,25 @@ def nothing_left(cluster: FakeCluster) -> None:
     ours = [s["metadata"]["name"] for s in cluster.items(f"/api/v1/namespaces/{NS}/services")
             if (s["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")]  # fmt: skip
     assert ours == []
+
+
+@pytest.mark.parametrize("image", [None, "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"])
+def test_one_node_comes_up_as_its_images_user(cluster: FakeCluster, image: str | None) -> None:
+    # The default vLLM image runs as root; Dynamo's vLLM image as uid 1000.
+    cfg = load_engine_configs({"e": {
+        "kind": "vllm", "runtime": "kubernetes", "model": MODEL, "startup_timeout_s": 30,
+        **({"image": image} if image else {}),
+        "kubernetes": {"access": "port-forward", "cache_pvc": "hf-cache",
+                       "security_context": {"fsGroup": 1000}}}})["e"]  # fmt: skip
+    with Controller(cluster, NS, run_as_image_user):
+        handle = launch(plan_engine(cfg), poll_s=0.1)
+        try:
+            assert first_token(handle.base_url)
+        finally:
+            handle.stop()
+    nothing_left(cluster)
+    assert cluster.deployments(NS) == []
+    assert owner_reference_denials(cluster, role(NS)["rules"]) == []
 
 
 @pytest.mark.parametrize(
