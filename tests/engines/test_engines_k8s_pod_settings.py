@@ -110,6 +110,48 @@ def test_dynamo_disaggregated() -> None:
         assert pod["mainContainer"]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
 
 
+#: Gang scheduling: Kueue's queue label, or another scheduler's name, labels, annotations.
+GANG = {
+    "queue_name": "gpu-queue",
+    "scheduler_name": "volcano",
+    "pod_labels": {"kai.scheduler/queue": "team-a"},
+    "pod_annotations": {"scheduling.volcano.sh/queue-name": "team-a"},
+}
+
+
+@pytest.mark.parametrize("nodes", [1, 2], ids=["deployment", "lws"])
+def test_gang_scheduling(nodes: int) -> None:
+    objects = rendered({"kind": "vllm", "model": "m", "tensor_parallel_size": 8,
+                        "kubernetes": {"namespace": "bench", "nodes": nodes, **GANG}})  # fmt: skip
+    (workload,) = [o for o in objects if o["kind"] in ("Deployment", "LeaderWorkerSet")]
+    if nodes == 1:
+        kubernetes_validate.validate(workload, "1.37.0", strict=True)
+        templates = [workload["spec"]["template"]]
+    else:
+        assert errors(workload, LWS) == []
+        tmpl = workload["spec"]["leaderWorkerTemplate"]
+        templates = [tmpl["leaderTemplate"], tmpl["workerTemplate"]]
+    # Kueue admits the workload object (a Deployment's pods, each LWS group as a gang).
+    assert workload["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    for template in templates:
+        assert template["spec"]["schedulerName"] == "volcano"
+        assert template["metadata"]["labels"]["kai.scheduler/queue"] == "team-a"
+        assert template["metadata"]["labels"]["llmslo.io/session"]  # still the runtime's
+        assert template["metadata"]["annotations"] == {"scheduling.volcano.sh/queue-name": "team-a"}
+
+
+def test_dynamo_takes_the_queue_and_scheduler_not_pod_labels() -> None:
+    table = {"kind": "dynamo", "model": "Qwen/Qwen3-0.6B", "options": {"worker": "vllm"}}
+    (_, dgd) = rendered({**table, "kubernetes": {"namespace": "bench", "queue_name": "q",
+                                                  "scheduler_name": "kai-scheduler"}})  # fmt: skip
+    assert errors(dgd, DGD) == []
+    assert dgd["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    for service in dgd["spec"]["services"].values():
+        assert service["extraPodSpec"]["schedulerName"] == "kai-scheduler"
+    with pytest.raises(ConfigError, match="pod_labels and pod_annotations are not written"):
+        rendered({**table, "kubernetes": {"pod_labels": {"a": "b"}}})
+
+
 @pytest.mark.parametrize(
     ("kube", "message"),
     [
@@ -134,6 +176,11 @@ def test_dynamo_disaggregated() -> None:
         ({"affinity": {"nodeSelector": {}}}, r"expected a table of nodeAffinity, podAffinity"),
         ({"exclusive_topology": "rack"}, r"exclusive_topology places LeaderWorkerSet groups: "
          r"it needs kubernetes.nodes > 1"),
+        ({"queue_name": "Team A"}, r"kubernetes.queue_name='Team A' is not valid: expected a name"),
+        ({"pod_labels": {"llmslo.io/session": "x"}},
+         r"pod_labels: llmslo.io/session are the runtime's own labels"),
+        ({"pod_annotations": {"a": 1}}, r"pod_annotations=\{'a': 1\} is not valid: expected a "
+         r"table of key = 'string'"),
     ],
 )  # fmt: skip
 def test_a_bad_pod_setting_names_the_key(kube: dict[str, Any], message: str) -> None:

@@ -178,6 +178,12 @@ def dgd_object(
     """The DynamoGraphDeployment of ``plan`` (a dynamo engine)."""
     dynamo = _dynamo()
     config = plan.config
+    if settings.pod.pod_labels or settings.pod.pod_annotations:
+        raise ConfigError(
+            f"engine {config.display_name!r}: kubernetes.pod_labels and pod_annotations are "
+            "not written into a DynamoGraphDeployment (the operator makes its pods): set "
+            "them in the operator's configuration, or use kind manifests"
+        )
     worker = dynamo._opt(config, "worker", "vllm", dynamo.WORKERS)
     image = config.image or dynamo.IMAGES[worker]
     frontend = dynamo.frontend_argv(config, "0.0.0.0", FRONTEND_PORT)
@@ -198,7 +204,11 @@ def dgd_object(
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace, "labels": labels(config)},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**settings.pod.workload_labels(), **labels(config)},
+        },
         "spec": spec,
     }
 

@@ -41,7 +41,7 @@ from ...plan import LaunchPlan
 from .layout import Layout, deployment_scale, selector_text
 from .lws_mpi import trtllm_templates
 from .manifests import LABEL_INSTANCE, Names, pod_parts, service_object
-from .pod_settings import EXCLUSIVE_TOPOLOGY
+from .pod_settings import EXCLUSIVE_TOPOLOGY, template_metadata
 from .settings import KubeSettings
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -124,7 +124,7 @@ def _templates(plan: LaunchPlan, settings: KubeSettings, name: str, namespace: s
         trtllm_templates(plan, settings, leader, worker)
 
     def meta() -> dict[str, Any]:  # each template its own (no shared dicts: no YAML aliases)
-        return {"labels": {**pod.labels, **pod.selector}}
+        return template_metadata({**pod.labels, **pod.selector}, settings.pod)
 
     return pod, {"metadata": meta(), "spec": leader}, {"metadata": meta(), "spec": worker}
 
@@ -140,7 +140,8 @@ def lws_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace
     of its leaders."""
     name = names.base
     pod, leader, worker = _templates(plan, settings, name, namespace)
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(pod.labels)}
+    labels = {**settings.pod.workload_labels(), **pod.labels}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
     if settings.pod.exclusive_topology:
         meta["annotations"] = {EXCLUSIVE_TOPOLOGY: settings.pod.exclusive_topology}
     lws = {

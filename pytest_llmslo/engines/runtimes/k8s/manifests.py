@@ -32,7 +32,7 @@ from ....redact import is_secret_name, secret_values
 from ...base import EngineConfig
 from ...plan import LaunchPlan
 from ...units import ImageUnit
-from .pod_settings import apply_to_container, apply_to_pod, quantity
+from .pod_settings import apply_to_container, apply_to_pod, quantity, template_metadata
 from .settings import KubeSettings
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -334,13 +334,17 @@ def unit_objects(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(pod.labels)},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {**settings.pod.workload_labels(), **pod.labels},
+            },
             "spec": {
                 "replicas": 1,
                 "strategy": {"type": "Recreate"},
                 "selector": {"matchLabels": dict(pod.selector)},
                 "template": {
-                    "metadata": {"labels": {**pod.labels, **pod.selector}},
+                    "metadata": template_metadata({**pod.labels, **pod.selector}, settings.pod),
                     "spec": pod.spec,
                 },
             },

@@ -23,7 +23,13 @@ LeaderWorkerSet's leader and workers, a DynamoGraphDeployment's services):
 - ``exclusive_topology`` (``nodes`` > 1): a topology key (e.g.
   ``cloud.google.com/gke-nodepool``, a rack or NVLink domain label): each LeaderWorkerSet
   group gets a domain of its own, through LWS's
-  ``leaderworkerset.sigs.k8s.io/exclusive-topology`` annotation.
+  ``leaderworkerset.sigs.k8s.io/exclusive-topology`` annotation;
+- ``queue_name``: the Kueue LocalQueue that admits the engine, as the label
+  ``kueue.x-k8s.io/queue-name`` on its workload object (Kueue admits a Deployment's pods,
+  and each LeaderWorkerSet group as a whole with its ``LeaderWorkerSet`` integration);
+- ``scheduler_name``, ``pod_labels``, ``pod_annotations``: the pods' ``schedulerName``
+  and extra labels and annotations, for a gang scheduler that reads its own (Volcano's
+  queue annotation, KAI's queue label); the runtime's own labels cannot be overridden.
 """
 
 from __future__ import annotations
@@ -49,9 +55,16 @@ POD_KEYS: Mapping[str, str] = {
     "affinity": "the pod's affinity as in the PodSpec (nodeAffinity, podAffinity, podAntiAffinity)",
     "exclusive_topology": "nodes > 1: a node label key; each LeaderWorkerSet group gets a "
     "domain of that label of its own (LWS's exclusive-topology annotation)",
+    "queue_name": "Kueue LocalQueue admitting the engine (label kueue.x-k8s.io/queue-name)",
+    "scheduler_name": "the pods' schedulerName (a gang scheduler: volcano, kai-scheduler, ...)",
+    "pod_labels": "table of extra labels of the pods (a scheduler's queue label, ...)",
+    "pod_annotations": "table of extra annotations of the pods",
 }
 
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Label prefixes that are the runtime's (or LWS's) and may not be set by pod_labels.
+OWN_LABELS = ("llmslo.io/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/")
 GPU_RESOURCE = "nvidia.com/gpu"
 SECURITY_KEYS: Mapping[str, type] = {
     "runAsUser": int, "runAsGroup": int, "runAsNonRoot": bool, "fsGroup": int,
@@ -82,6 +95,14 @@ class PodSettings:
     capabilities: tuple[str, ...] = ()
     affinity: Mapping[str, Any] = field(default_factory=dict)
     exclusive_topology: str | None = None
+    queue_name: str | None = None
+    scheduler_name: str | None = None
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def workload_labels(self) -> dict[str, str]:
+        """Labels of the workload object (the Deployment, the LeaderWorkerSet, the DGD)."""
+        return {QUEUE_LABEL: self.queue_name} if self.queue_name else {}
 
 
 def _bad(where: str, key: str, value: Any, expected: str) -> ConfigError:
@@ -171,7 +192,7 @@ def _optional(
 ) -> str | None:
     value = table.get(key)
     if value is not None and (not isinstance(value, str) or not pattern.match(value)):
-        raise _bad(where, key, value, "a name" if key == "runtime_class_name" else "a label key")
+        raise _bad(where, key, value, "a label key" if key == "exclusive_topology" else "a name")
     return value
 
 
@@ -182,6 +203,21 @@ def quantity(size: str) -> str:
         raise ConfigError(f"shared memory size {size!r} is not a size like 16g or 512m")
     unit = {"": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[m.group(2)]
     return f"{m.group(1)}{unit}"
+
+
+def _table(table: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    value = table.get(key, {})
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and _QUALIFIED.match(k) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _bad(where, key, value, "a table of key = 'string' (keys like example.com/name)")
+    own = sorted(k for k in value if k.startswith(OWN_LABELS))
+    if key == "pod_labels" and own:
+        raise ConfigError(
+            f"{where}: kubernetes.pod_labels: {', '.join(own)} are the runtime's own labels "
+            f"({', '.join(OWN_LABELS)}...): choose other keys"
+        )
+    return dict(value)
 
 
 def pod_settings(table: Mapping[str, Any], where: str, nodes: int = 1) -> PodSettings:
@@ -208,6 +244,10 @@ def pod_settings(table: Mapping[str, Any], where: str, nodes: int = 1) -> PodSet
         capabilities=_names(table, "capabilities", where, _CAPABILITY),
         affinity=_affinity(table, where),
         exclusive_topology=topology,
+        queue_name=_optional(table, "queue_name", where, _NAME),
+        scheduler_name=_optional(table, "scheduler_name", where, _NAME),
+        pod_labels=_table(table, "pod_labels", where),
+        pod_annotations=_table(table, "pod_annotations", where),
     )
 
 
@@ -221,6 +261,8 @@ def apply_to_pod(spec: dict[str, Any], pod: PodSettings) -> None:
         spec["securityContext"] = {**spec.get("securityContext", {}), **pod.security_context}
     if pod.affinity:
         spec["affinity"] = dict(pod.affinity)
+    if pod.scheduler_name:
+        spec["schedulerName"] = pod.scheduler_name
 
 
 def apply_to_container(container: dict[str, Any], pod: PodSettings) -> None:
@@ -235,3 +277,12 @@ def apply_to_container(container: dict[str, Any], pod: PodSettings) -> None:
     if pod.capabilities:
         context = container.setdefault("securityContext", {})
         context["capabilities"] = {"add": list(pod.capabilities)}
+
+
+def template_metadata(labels: Mapping[str, str], pod: PodSettings) -> dict[str, Any]:
+    """A pod template's metadata: the runtime's ``labels`` over ``pod_labels``, and the
+    ``pod_annotations``."""
+    out: dict[str, Any] = {"labels": {**pod.pod_labels, **labels}}
+    if pod.pod_annotations:
+        out["annotations"] = dict(pod.pod_annotations)
+    return out
