@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -196,6 +196,7 @@ def fake_cluster(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 Behaviour = Callable[[FakeCluster, str, dict[str, Any]], None]
+_C = TypeVar("_C", bound="Controller")
 
 
 def pod_of(deployment: Mapping[str, Any]) -> dict[str, Any]:
@@ -312,7 +313,7 @@ class Controller:
                 pass
             time.sleep(0.05)
 
-    def __enter__(self) -> Controller:
+    def __enter__(self: _C) -> _C:
         self._thread.start()
         return self
 

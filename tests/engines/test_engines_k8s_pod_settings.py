@@ -46,7 +46,8 @@ MULTI = {
 
 def rendered(table: dict[str, Any]) -> list[dict[str, Any]]:
     cfg = load_engine_configs({"e": {"runtime": "kubernetes", **table}})["e"]
-    return manifests(plan_engine(cfg))
+    out: list[dict[str, Any]] = manifests(plan_engine(cfg))
+    return out
 
 
 def check_pod(spec: dict[str, Any], container: dict[str, Any], shm: bool = True) -> None:

@@ -101,13 +101,14 @@ def test_the_layout_comes_up_serves_and_leaves_nothing(layout: str) -> None:
         session = handle.units[0].names.session
     finally:
         handle.stop()
-    import kubernetes
+    from pytest_llmslo.engines.runtimes.k8s.client import cluster, json_of
+    from pytest_llmslo.engines.runtimes.k8s.settings import settings_of
 
-    api = kubernetes.config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
-    left = kubernetes.client.CoreV1Api(api).list_namespaced_config_map(
-        config.kubernetes["namespace"], label_selector="app.kubernetes.io/managed-by=pytest-llmslo"
-    )
-    assert session not in [c.metadata.name for c in left.items]
+    where = cluster(settings_of(config))
+    left = json_of(where.core.list_namespaced_config_map(
+        where.namespace, label_selector="app.kubernetes.io/managed-by=pytest-llmslo",
+        _preload_content=False))  # fmt: skip
+    assert session not in [c["metadata"]["name"] for c in left.get("items") or []]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
