@@ -248,3 +248,21 @@ def test_a_start_script_that_says_what_it_lacks_is_a_failure() -> None:
     # Another exit is left to the kubelet's restarts; a clean exit is no failure.
     assert pod_failure(pod("Traceback: something\n")) is None
     assert pod_failure(pod("llmslo: done", code=0)) is None
+
+
+def test_a_cluster_without_the_lws_api_says_so(cluster: FakeCluster) -> None:
+    # No LWS controller installed: the API server answers 404 to the LeaderWorkerSet.
+    cluster.answer_with(
+        lambda method, path, data: (
+            (404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+            if "/leaderworkersets" in path
+            else None
+        )
+    )
+    with pytest.raises(EngineStartError) as info:
+        launch(multi_node("vllm"), poll_s=0.1)
+    first = str(info.value).splitlines()[0]
+    assert "cannot apply LeaderWorkerSet" in first
+    assert "the cluster does not serve leaderworkerset.x-k8s.io/v1 LeaderWorkerSet" in first
+    assert "llmslo check --engine NAME" in first
+    nothing_left(cluster)
