@@ -7,6 +7,7 @@
     llmslo compare A B [--fail goodput:5%,ttft_p99:10%] [--engine OLD=NEW]
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
     llmslo render --engine NAME [--engines-file F]
+    llmslo check --engine NAME [--engines-file F]
     llmslo worker --connect HOST:PORT [--name NAME] [--connect-timeout S]
 
 ``run`` starts the engines and runs the sweep (or the capacity search) of one test
@@ -195,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run(sub)
     _add_render(sub)
+    _add_check(sub)
     _add_worker(sub)
 
     cmp_ = sub.add_parser(
@@ -424,6 +426,40 @@ def _render(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- check
+
+
+def _add_check(sub: Any) -> None:
+    chk = sub.add_parser(
+        "check",
+        help='check a cluster for what an engine with runtime = "kubernetes" needs',
+        description="Before anything is applied: read the cluster the engine's kubeconfig "
+        "names and list what it lacks (namespace, CRDs, RBAC, GPUs, runtime class, "
+        "Secrets, the cache's access mode). Exit 1 when something is missing.",
+    )
+    chk.add_argument("--engine", required=True, metavar="NAME", help="a configured engine")
+    chk.add_argument(
+        "--engines-file",
+        metavar="F",
+        default=None,
+        help="TOML file with [engines.NAME] tables (default: ./pyproject.toml's "
+        "[tool.llmslo.engines.NAME])",
+    )
+
+
+def _check(args: argparse.Namespace, out: TextIO) -> int:
+    """``llmslo check``: the preflight of one engine's cluster (exit 1: something missing)."""
+    from pytest_llmslo.engines import load_engine_configs, resolve_engine
+    from pytest_llmslo.engines.runtimes.k8s.preflight import check_engine
+    from pytest_llmslo.errors import EngineUnavailable
+
+    source = args.engines_file or ("pyproject.toml" if Path("pyproject.toml").exists() else None)
+    try:
+        return check_engine(resolve_engine(args.engine, load_engine_configs(source or {})), out)
+    except (ConfigError, EngineUnavailable) as exc:
+        raise _UsageError(str(exc)) from None
+
+
 # --------------------------------------------------------------------------- run
 
 
@@ -649,6 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, out, sys.stderr)
         if args.command == "render":
             return _render(args, out)
+        if args.command == "check":
+            return _check(args, out)
         if args.command == "worker":
             from pytest_llmslo.load.remote_worker import command
 

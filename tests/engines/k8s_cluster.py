@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -26,6 +26,7 @@ LOG_LINES = "loading weights\nshard 1/1 loaded\n"
 
 RESOURCES = (
     "v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments",
+    "apps/v1/statefulsets",
     "nvidia.com/v1alpha1/dynamographdeployments", "leaderworkerset.x-k8s.io/v1/leaderworkersets",
 )  # fmt: skip
 
@@ -71,6 +72,14 @@ def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
             raw = request._raw_request
             if raw is not None and raw.path.endswith("/portforward"):
                 return await _port_forward(raw, box["forward_to"])
+            # A test's own answers for what the emulator does not play (discovery,
+            # access reviews, cluster-scoped reads): (status, JSON body) or None.
+            answer = box.get("answer")
+            said = answer(request.method, str(request.url.path), request.data) if answer else None
+            if said is not None:
+                import aiohttp.web
+
+                return aiohttp.web.json_response(said[1], status=said[0])
             data = request.data
             if request.action == kmock.action.CREATE and isinstance(data, dict):
                 meta = data.setdefault("metadata", {})
@@ -87,12 +96,19 @@ def _emulator(kmock: Any, box: dict[str, Any]) -> Any:
             wanted = raw.query.get("labelSelector") if raw is not None else None
             if not wanted:
                 return payload
-            pairs = [p.split("=", 1) for p in wanted.split(",") if "=" in p]
-            keys = [p for p in wanted.split(",") if "=" not in p]
+            sets = {m[0]: set(v.strip() for v in m[1].split(","))
+                    for m in re.findall(r"([\w./-]+) in \(([^)]*)\)", wanted)}  # fmt: skip
+            rest = re.sub(r"[\w./-]+ in \([^)]*\)", "", wanted)
+            pairs = [p.split("=", 1) for p in rest.split(",") if "=" in p]
+            keys = [p for p in rest.split(",") if p and "=" not in p]
 
             def matches(obj: Mapping[str, Any]) -> bool:
                 have = (obj.get("metadata") or {}).get("labels") or {}
-                return all(have.get(k) == v for k, v in pairs) and all(k in have for k in keys)
+                return (
+                    all(have.get(k) == v for k, v in pairs)
+                    and all(k in have for k in keys)
+                    and all(have.get(k) in vs for k, vs in sets.items())
+                )
 
             return {**payload, "items": [o for o in payload["items"] if matches(o)]}
 
@@ -124,6 +140,10 @@ class FakeCluster:
 
     def pods(self, ns: str) -> list[dict[str, Any]]:
         return self.items(f"/api/v1/namespaces/{ns}/pods")
+
+    def answer_with(self, answer: Callable[[str, str, Any], tuple[int, Any] | None]) -> None:
+        """Answer the requests ``answer`` knows (``(status, body)``; None: the emulator's)."""
+        self._box["answer"] = answer
 
     def forward_to(self, port: int) -> None:
         """Serve every pod's port-forward from ``port`` on loopback."""
@@ -176,6 +196,7 @@ def fake_cluster(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 Behaviour = Callable[[FakeCluster, str, dict[str, Any]], None]
+_C = TypeVar("_C", bound="Controller")
 
 
 def pod_of(deployment: Mapping[str, Any]) -> dict[str, Any]:
@@ -292,7 +313,7 @@ class Controller:
                 pass
             time.sleep(0.05)
 
-    def __enter__(self) -> Controller:
+    def __enter__(self: _C) -> _C:
         self._thread.start()
         return self
 
@@ -338,6 +359,10 @@ class DynamoOperator(Controller):
                 })  # fmt: skip
         return out
 
+    def start_pod(self, pod: dict[str, Any]) -> None:
+        """The pod's container starts and becomes ready."""
+        ready(self.cluster, self.ns, pod)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -359,8 +384,7 @@ class DynamoOperator(Controller):
                         self.cluster.http.post(
                             f"/api/v1/namespaces/{self.ns}/pods", json=pod
                         ).raise_for_status()
-                        ready(self.cluster, self.ns, {**pod, "spec": {
-                            "containers": [{"name": "main"}]}})  # fmt: skip
+                        self.start_pod(pod)
                     time.sleep(self.ready_after_s)
                     set_dgd_ready(self.cluster, self.ns, name, True, "")
             except httpx.HTTPError:

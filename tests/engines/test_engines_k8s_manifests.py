@@ -114,7 +114,7 @@ def test_a_literal_secret_is_refused() -> None:
 @pytest.mark.parametrize(
     ("kube", "message"),
     [
-        ({"replicas": 2}, r"unknown kubernetes key\(s\) replicas. Valid keys: access, cache_host"),
+        ({"replicas": 2}, r"unknown kubernetes key\(s\) replicas. Valid keys: access, affinity,"),
         ({"nodes": 0}, r"kubernetes.nodes=0 is not valid: an integer >= 1"),
         ({"access": "ingress"}, r"kubernetes.access='ingress' is not valid. Valid access paths"),
         ({"secret_env": {"HF_TOKEN": "hf"}}, r"expected 'SECRET/KEY'"),

@@ -442,10 +442,21 @@ def start_engine_objects(plan: LaunchPlan) -> KubeEngine:
         if isinstance(exc, Exception):
             raise EngineStartError(
                 f"{plan.config.display_name}: cannot apply {obj['kind']} "
-                f"{obj['metadata']['name']}: {reason_of(exc)}"
+                f"{obj['metadata']['name']}{_unserved(obj, exc)}: {reason_of(exc)}"
             ) from None
         raise
     return engine
+
+
+def _unserved(obj: dict[str, Any], exc: BaseException) -> str:
+    """What a 404 on creating a custom resource means: its API is not served."""
+    version = str(obj.get("apiVersion", ""))
+    if getattr(exc, "status", None) != 404 or "." not in version.split("/")[0]:
+        return ""
+    return (
+        f" (the cluster does not serve {version} {obj['kind']}: is its controller "
+        "installed, in that version? `llmslo check --engine NAME` lists what is missing)"
+    )
 
 
 class KubernetesRuntime:

@@ -19,8 +19,19 @@ in ``spec.envs``.
 
 The operator names the frontend's Service ``<name>-frontend`` (port 8000) and labels
 every pod ``nvidia.com/dynamo-graph-deployment-name`` and
-``nvidia.com/dynamo-component-type`` (``frontend``, ``worker``); each worker serves its
-``/metrics`` on the system port 9090 (``DynamoSystemPort`` of the operator's consts).
+``nvidia.com/dynamo-component-type``: ``frontend``, and ``worker``, or for a
+disaggregated graph ``prefill`` and ``decode`` (``ComponentTypePrefill`` and
+``ComponentTypeDecode`` of the operator's ``internal/consts``, which later operators
+write on the prefill and decode pods): the workers are selected by all three. Each
+worker serves its ``/metrics`` on the system port 9090 (``DynamoSystemPort`` of the
+operator's consts).
+
+Dynamo's runtime images run as the user ``dynamo`` (uid 1000, group 0,
+``HOME=/home/dynamo``: ai-dynamo/dynamo ``container/templates/dynamo_runtime.Dockerfile``,
+``useradd -m -s /bin/bash -g 0 dynamo`` then ``USER dynamo``): the Hugging Face cache is
+mounted at ``manifests.HF_HOME``, under no home, and a PersistentVolumeClaim cache is
+made writable to that user by the pod's ``fsGroup`` (``OnRootMismatch``: the volume is
+not walked again at each start once its root is right).
 Ready when the DGD's ``Ready`` condition is true, then the frontend's ``/v1/models``
 lists the model and its ``/health`` body says healthy (the dynamo kind's readiness).
 """
@@ -38,6 +49,7 @@ from ...base import EngineConfig
 from ...plan import LaunchPlan
 from .layout import Layout, Metrics, selector_text
 from .manifests import HF_HOME, Names, _cache_volume, labels, placement
+from .pod_settings import apply_to_container, apply_to_pod
 from .settings import KubeSettings
 
 API_VERSION = "nvidia.com/v1alpha1"
@@ -52,6 +64,10 @@ FRAMEWORKS: Mapping[str, str | None] = {
 }  # fmt: skip
 #: Ports a worker binds besides its system port, fixed: each worker has its own pod.
 FIRST_WORKER_PORT = 20000
+#: The component types of a worker's pods, aggregated or disaggregated.
+WORKER_TYPES = ("decode", "prefill", "worker")
+#: The group the user of Dynamo's runtime images may write a volume with (its uid).
+DYNAMO_FS_GROUP = 1000
 
 
 def _dynamo() -> ModuleType:
@@ -111,7 +127,7 @@ def _envs(config: EngineConfig, settings: KubeSettings) -> list[dict[str, Any]]:
 def _pod(image: str, args: list[str], settings: KubeSettings) -> dict[str, Any]:
     """``extraPodSpec``: the main container (``python3`` and ``args``), the cache volume,
     where the pods run."""
-    return {
+    out: dict[str, Any] = {
         **placement(settings),
         "volumes": [_cache_volume(settings)],
         "mainContainer": {
@@ -119,8 +135,17 @@ def _pod(image: str, args: list[str], settings: KubeSettings) -> dict[str, Any]:
             "command": ["python3"],
             "args": args,
             "volumeMounts": [{"name": "hf-cache", "mountPath": HF_HOME}],
+            "terminationMessagePolicy": "FallbackToLogsOnError",
         },
     }
+    if settings.cache_pvc:
+        out["securityContext"] = {
+            "fsGroup": DYNAMO_FS_GROUP,
+            "fsGroupChangePolicy": "OnRootMismatch",
+        }
+    apply_to_pod(out, settings.pod)
+    apply_to_container(out["mainContainer"], settings.pod)
+    return out
 
 
 def _worker_service(
@@ -153,6 +178,12 @@ def dgd_object(
     """The DynamoGraphDeployment of ``plan`` (a dynamo engine)."""
     dynamo = _dynamo()
     config = plan.config
+    if settings.pod.pod_labels or settings.pod.pod_annotations:
+        raise ConfigError(
+            f"engine {config.display_name!r}: kubernetes.pod_labels and pod_annotations are "
+            "not written into a DynamoGraphDeployment (the operator makes its pods): set "
+            "them in the operator's configuration, or use kind manifests"
+        )
     worker = dynamo._opt(config, "worker", "vllm", dynamo.WORKERS)
     image = config.image or dynamo.IMAGES[worker]
     frontend = dynamo.frontend_argv(config, "0.0.0.0", FRONTEND_PORT)
@@ -173,9 +204,19 @@ def dgd_object(
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace, "labels": labels(config)},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**settings.pod.workload_labels(), **labels(config)},
+        },
         "spec": spec,
     }
+
+
+def worker_selector(name: str) -> str:
+    """The label selector of every worker pod of the DGD ``name``, whatever its type."""
+    types = ",".join(WORKER_TYPES)
+    return f"{selector_text({LABEL_DGD: name})},{LABEL_COMPONENT_TYPE} in ({types})"
 
 
 def dgd_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace: str) -> Layout:
@@ -201,7 +242,7 @@ def dgd_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace
         port=FRONTEND_PORT,
         api_selector=selector_text({**pods, LABEL_COMPONENT_TYPE: "frontend"}),
         pod_selectors=[selector_text(pods)],
-        metrics=[Metrics(selector_text({**pods, LABEL_COMPONENT_TYPE: "worker"}), SYSTEM_PORT)],
+        metrics=[Metrics(worker_selector(names.base), SYSTEM_PORT)],
         ready_object=obj,
         scale_object=obj,
         scale_patch=scale,

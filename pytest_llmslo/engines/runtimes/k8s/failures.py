@@ -1,7 +1,12 @@
 """What tells, from a pod's status and the namespace's events, that an engine will not
 start, so that the start ends at once with the cluster's own words instead of waiting
 out ``startup_timeout_s``: an image that cannot be pulled, a pod no node can take (not
-enough ``nvidia.com/gpu``), a container in a crash loop or killed for memory.
+enough ``nvidia.com/gpu``), a container in a crash loop or killed for memory, a
+container whose start script said what it lacks (a line with ``llmslo:``, read from the
+termination message: every container has ``terminationMessagePolicy:
+FallbackToLogsOnError``). The last matters for a LeaderWorkerSet: its
+``RecreateGroupOnPodRestart`` deletes and recreates the whole group when one container
+exits, so the pods never reach ``CrashLoopBackOff`` and the group restarts for ever.
 
 Everything here reads plain dicts (the API's JSON); nothing calls the cluster.
 """
@@ -25,6 +30,10 @@ FATAL_WAITING: frozenset[str] = frozenset(
 
 _FATAL_PULL = ("ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName")
 
+#: What the runtime's own start scripts print before they exit on a missing prerequisite
+#: (no ``sshd`` in the image, a Ray head that never answered, ...).
+SCRIPT_MARK = "llmslo:"
+
 
 def _message(reason: str, message: str | None) -> str:
     return f"{reason}: {message}" if message else reason
@@ -36,6 +45,23 @@ def _statuses(pod: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
     yield from status.get("containerStatuses") or []
 
 
+def _script_line(term: Mapping[str, Any] | None) -> str | None:
+    """The last ``llmslo:`` line of a failed container's termination message, if any."""
+    if not term or term.get("exitCode") in (None, 0):
+        return None
+    lines = [ln.strip() for ln in str(term.get("message") or "")[-4096:].splitlines()]
+    said = [ln for ln in lines if SCRIPT_MARK in ln]
+    return said[-1][:500] if said else None
+
+
+def _last_line(term: Mapping[str, Any] | None) -> str | None:
+    """The last line of a terminated container's message (its log's, with
+    ``FallbackToLogsOnError``), if any."""
+    lines = [ln.strip() for ln in str((term or {}).get("message") or "")[-4096:].splitlines()]
+    said = [ln for ln in lines if ln]
+    return said[-1][:500] if said else None
+
+
 def pod_failure(pod: Mapping[str, Any]) -> str | None:
     """Why ``pod`` will not become ready, or None while it may."""
     name = (pod.get("metadata") or {}).get("name", "?")
@@ -44,13 +70,19 @@ def pod_failure(pod: Mapping[str, Any]) -> str | None:
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in FATAL_WAITING:
             why = _message(waiting["reason"], waiting.get("message"))
-            return f"pod {name}, container {cs.get('name')}: {why}"
+            last = _last_line((cs.get("lastState") or {}).get("terminated"))
+            return f"pod {name}, container {cs.get('name')}: {why}" + (
+                f"; it said: {last}" if last else ""
+            )
         for term in (state.get("terminated") or {}, (cs.get("lastState") or {}).get("terminated")):
             if term and term.get("reason") == "OOMKilled":
                 return (
                     f"pod {name}, container {cs.get('name')}: OOMKilled (exit code "
                     f"{term.get('exitCode')}): the container ran out of memory"
                 )
+            said = _script_line(term)
+            if said:
+                return f"pod {name}, container {cs.get('name')} exited ({said})"
     status = pod.get("status") or {}
     for cond in status.get("conditions") or []:
         if (

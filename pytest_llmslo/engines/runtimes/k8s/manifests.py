@@ -32,6 +32,7 @@ from ....redact import is_secret_name, secret_values
 from ...base import EngineConfig
 from ...plan import LaunchPlan
 from ...units import ImageUnit
+from .pod_settings import apply_to_container, apply_to_pod, quantity, template_metadata
 from .settings import KubeSettings
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -42,8 +43,10 @@ LABEL_KIND = "llmslo.io/kind"
 LABEL_ROLE = "llmslo.io/role"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 GPU_RESOURCE = "nvidia.com/gpu"
-#: Where the pod keeps the Hugging Face cache (``HF_HOME``), as the docker runtime does.
-HF_HOME = "/root/.cache/huggingface"
+#: Where the pod keeps the Hugging Face cache (``HF_HOME``): a path of its own, under no
+#: user's home, so that it is reachable whatever user the image runs as (Dynamo's runtime
+#: images run as uid 1000 with ``HOME=/home/dynamo``; ``/root`` is closed to that user).
+HF_HOME = "/llmslo/hf-cache"
 #: The path every kind the runtime runs answers 200 on once it serves.
 HEALTH_PATH = "/health"
 PROBE_PERIOD_S = 10
@@ -136,15 +139,6 @@ def gpu_count(gpus: str | None, tensor_parallel_size: int) -> int:
     return len([g for g in value.removeprefix("device=").split(",") if g.strip()])
 
 
-def quantity(size: str) -> str:
-    """A docker size (``16g``, ``512m``) as a Kubernetes quantity (``16Gi``, ``512Mi``)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", size.lower())
-    if not m:
-        raise ConfigError(f"shared memory size {size!r} is not a size like 16g or 512m")
-    unit = {"": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[m.group(2)]
-    return f"{m.group(1)}{unit}"
-
-
 def _check_unit(config: EngineConfig, unit: ImageUnit) -> None:
     where = f"engine {config.display_name!r} (runtime kubernetes)"
     literal = sorted(k for k, v in unit.env.items() if is_secret_name(k) and v)
@@ -226,6 +220,9 @@ def _container(
             for i, p in enumerate(unit.ports)
         ],
         "volumeMounts": mounts,
+        # The log's last lines become the termination message: what a start script said
+        # before it exited reaches the pod's status (failures.py reads it).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if unit.entrypoint is not None:
         container["command"] = list(unit.entrypoint)
@@ -266,8 +263,8 @@ def pod_parts(
     config_maps: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     shm: dict[str, Any] = {"medium": "Memory"}
-    if unit.shm:
-        shm["sizeLimit"] = quantity(unit.shm)
+    if settings.pod.shm_size or unit.shm:
+        shm["sizeLimit"] = settings.pod.shm_size or quantity(unit.shm or "")
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
     if unit.hf_cache:
         mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
@@ -286,6 +283,8 @@ def pod_parts(
         "terminationGracePeriodSeconds": 30,
     }
     spec.update(placement(settings))
+    apply_to_pod(spec, settings.pod)
+    apply_to_container(spec["containers"][0], settings.pod)
     return PodParts(spec, all_labels, selector, config_maps)
 
 
@@ -335,13 +334,17 @@ def unit_objects(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(pod.labels)},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {**settings.pod.workload_labels(), **pod.labels},
+            },
             "spec": {
                 "replicas": 1,
                 "strategy": {"type": "Recreate"},
                 "selector": {"matchLabels": dict(pod.selector)},
                 "template": {
-                    "metadata": {"labels": {**pod.labels, **pod.selector}},
+                    "metadata": template_metadata({**pod.labels, **pod.selector}, settings.pod),
                     "spec": pod.spec,
                 },
             },

@@ -13,6 +13,10 @@ RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # The session's ConfigMap and the files a unit shares; apply falls back to patch;
     # the reaper lists the sessions' ConfigMaps (reap_after_s).
     ("", "configmaps", ("create", "patch", "delete", "list")),
+    # Every object is owned by the session's ConfigMap with blockOwnerDeletion: under the
+    # OwnerReferencesPermissionEnforcement admission plugin (OpenShift, hardened
+    # clusters) that takes update on the owner's finalizers, and delete on the object.
+    ("", "configmaps/finalizers", ("update",)),
     # A Service is read for the selector and port of a user's manifests' Service.
     ("", "services", ("create", "patch", "delete", "get")),
     # patch is also the scale of a running engine (spec.replicas).

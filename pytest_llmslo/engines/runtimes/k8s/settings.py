@@ -21,6 +21,7 @@ from typing import Any
 
 from ....errors import ConfigError
 from ...base import EngineConfig
+from .pod_settings import POD_KEYS, PodSettings, pod_settings
 
 #: The kinds the kubernetes runtime runs: an image unit as a Deployment and a Service (a
 #: LeaderWorkerSet across ``nodes``), Dynamo as a DynamoGraphDeployment, a user's own
@@ -64,6 +65,7 @@ KUBERNETES_KEYS: Mapping[str, str] = {
     "whose port the harness reaches the engine at",
     "reap_after_s": "seconds: before the first engine in a namespace, delete what sessions "
     "older than this left there (their ConfigMap, and all it owns); unset: never",
+    **POD_KEYS,
 }
 
 
@@ -88,6 +90,7 @@ class KubeSettings:
     manifests: str | None = None
     service: str | None = None
     ssh_secret: str | None = None
+    pod: PodSettings = field(default_factory=PodSettings)
 
     def access_path(self) -> str:
         """``access``, or by default ``service`` in a pod of a cluster and
@@ -205,6 +208,7 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
         access=access,
         service_account=_str(table, "service_account", where),
         reap_after_s=float(reap) if reap is not None else None,
+        pod=pod_settings(table, where, nodes),
     )
     if settings.cache_pvc and settings.cache_host_path:
         raise ConfigError(
