@@ -33,7 +33,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from time import perf_counter_ns
 from typing import IO, Any
@@ -440,7 +440,7 @@ class SimServer:
     # -- routing -------------------------------------------------------------------------
 
     async def handle(self, req: HttpRequest, conn: HttpConnection) -> None:
-        routes = {
+        routes: dict[str, tuple[str, Callable[[HttpRequest, HttpConnection], Awaitable[None]]]] = {
             "/v1/chat/completions": ("POST", self.completions),
             "/v1/completions": ("POST", self.completions),
             "/v1/models": ("GET", self.models),
