@@ -350,7 +350,7 @@ def judged_summary(
     )
 
 
-def primary(state: Session, ctx: TestContext) -> int | None:
+def primary(ctx: TestContext) -> int | None:
     """The point test ``ctx`` is judged and reported by: its capacity's, else its first."""
     if ctx.primary is not None:
         return ctx.primary
