@@ -150,7 +150,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         assert_startup,
         bind_run,
         current_run,
-        evaluate,
         parse_objectives,
     )
+    from pytest_llmslo.slo.evaluate import evaluate
     from pytest_llmslo.sweep import Knee, SweepPoint, find_knee, pareto_front

@@ -136,6 +136,14 @@ class MetricSpec:
     stat: float | str | None = None
     units: tuple[str, ...] = ()
 
+    @property
+    def quantile(self) -> float:
+        """The percentile a latency spec reads (``stat`` as a number, 99.0 for a P99);
+        ``ValueError`` for a mean or a spec without a statistic."""
+        if isinstance(self.stat, (int, float)):
+            return float(self.stat)
+        raise ValueError(f"comparison metric {self.name} reads no percentile ({self.stat!r})")
+
 
 _RATES = (
     ("goodput", "goodput_tok_s", "tok/s"),

@@ -403,8 +403,8 @@ def _add_render(sub: Any) -> None:
 def _render(args: argparse.Namespace, out: TextIO) -> int:
     """``llmslo render``: the manifests of one engine, as YAML."""
     from pytest_llmslo.engines import load_engine_configs, plan_engine, resolve_engine
-    from pytest_llmslo.engines.launch import remove_dirs
     from pytest_llmslo.engines.runtimes.k8s.render import render_manifests
+    from pytest_llmslo.engines.tempdirs import remove_dirs
     from pytest_llmslo.errors import EngineUnavailable
 
     source = args.engines_file or ("pyproject.toml" if Path("pyproject.toml").exists() else None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -365,6 +365,8 @@ def slo_engine(
     if failed is not None:  # an error of each test of this engine, without a traceback
         pytest.fail(failed, pytrace=False)
     try:
+        # misc: EngineRef forwards every attribute to the engine's current handle
+        # (__getattr__), which a Protocol check cannot see.
         yield EngineRef(slo_engine_factory, name)  # type: ignore[misc]
     finally:
         # pytest tears this down when the next test uses another engine: one engine runs
@@ -425,7 +427,7 @@ def slo_run(
 @pytest.fixture
 def slo_load(
     request: pytest.FixtureRequest, slo_engine: EngineHandle, slo_settings: S.TestSettings
-) -> Callable[..., Run]:
+) -> Iterator[Callable[..., Run]]:
     """Run any load against the current engine: ``slo_load(level, **settings)``.
 
     ``level`` is a ``LoadLevel`` or an int (concurrency); keyword arguments override the
@@ -439,14 +441,14 @@ def slo_load(
         slo.bind_run(run, on_verdict=state.on_verdict)
         return run
 
-    yield load  # type: ignore[misc]
+    yield load
     slo.unbind_run()
 
 
 @pytest.fixture
 def slo_capacity(
     request: pytest.FixtureRequest, slo_engine: EngineHandle, slo_settings: S.TestSettings
-) -> Callable[..., Any]:
+) -> Iterator[Callable[..., Any]]:
     """Search the highest load that meets the SLO (``capacity.CapacitySearch``: exponential
     probe, then bisection). ``slo_capacity(*objectives, mode="concurrency", start=1,
     max_value=None, max_probes=12)`` (the fields of ``capacity.CapacitySpec``) returns the
@@ -456,6 +458,8 @@ def slo_capacity(
 
     def search(*objectives: Any, mode: str = "concurrency", **kw: Any) -> Any:
         objs = tuple(objectives) or slo_settings.objectives
+        # arg-type: mode is a user's string; CapacitySpec checks it (a ValueError naming the
+        # modes), as it checks the other fields.
         spec = CapacitySpec(mode, **kw)  # type: ignore[arg-type]
         result, run = core.search_capacity(
             state, request.node.nodeid, slo_engine, slo_settings, objs, spec
@@ -464,7 +468,7 @@ def slo_capacity(
             slo.bind_run(run, on_verdict=state.on_verdict)
         return result
 
-    yield search  # type: ignore[misc]
+    yield search
     slo.unbind_run()
 
 
@@ -482,10 +486,14 @@ def _progress(config: pytest.Config, label: str, requests: int, warmup: int) -> 
     verbosity = config.get_verbosity()
 
     def write(text: str) -> None:
+        if tr is None:  # never: the progress is disabled without a terminal reporter
+            return
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             tr.write(text, flush=True)
 
     def begin() -> None:
+        if tr is None:
+            return
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             tr.ensure_newline()
 
@@ -518,7 +526,7 @@ def _warn(config: pytest.Config, node: str, msg: str) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     # The gates fail the test; their frames are the plugin's and the core's, not the user's.
     __tracebackhide__ = True
     state = item.config.stash.get(STATE_KEY, None)

@@ -312,13 +312,13 @@ class LoadLevel:
     def shaped(
         cls, profile: Profile, arrival: Arrival = "poisson", seed: int = 0, **kw: Any
     ) -> LoadLevel:
-        segs = tuple(tuple(float(x) for x in seg) for seg in profile)
+        segs = tuple((float(s), float(a), float(b)) for s, a, b in profile)
         if not segs:
             raise ValueError("a rate profile needs at least one segment")
         total = sum(s for s, _, _ in segs)
         arrivals = sum(s * (a + b) / 2 for s, a, b in segs)
         mean = arrivals / total if total > 0 else 0.0
-        return cls("rate", mean, arrival, seed, profile=segs, **kw)  # type: ignore[arg-type]
+        return cls("rate", mean, arrival, seed, profile=segs, **kw)
 
     @classmethod
     def trace(cls, speed: float = 1.0, *, max_concurrency: int | None = None) -> LoadLevel:
@@ -401,7 +401,7 @@ class LoadLevel:
             d.get("arrival", "closed"),
             int(d.get("seed", 0)),
             float(d.get("burstiness", 1.0)),
-            tuple(tuple(seg) for seg in d.get("profile", ())),  # type: ignore[misc]
+            tuple(tuple(seg) for seg in d.get("profile", ())),
             None if cap is None else int(cap),
             tuple((k, float(v)) for k, v in (d.get("arrival_params") or {}).items()),
         )

@@ -128,7 +128,8 @@ class _Segment:
             return self.fixed
         assert self.path is not None
         with np.load(self.path) as z:
-            return z["fixed"]
+            fixed: np.ndarray = z["fixed"]
+        return fixed
 
 
 _FINISHED: weakref.WeakSet[RecordStore] = weakref.WeakSet()
@@ -179,7 +180,7 @@ class RecordStore(Sequence[RequestRecord]):
         self._chunk_ns = array("q")
         self._chunk_tokens = array("I")
         self._dir: str | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[str, bool], RecordStore] | None = None
         self._cache: tuple[int, _Loaded] | None = None
         self.finished = False
         self.spilled_segments = 0
@@ -266,7 +267,8 @@ class RecordStore(Sequence[RequestRecord]):
             self._dir = tempfile.mkdtemp(prefix="llmslo-records-", dir=self.directory)
             self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
         path = os.path.join(self._dir, f"segment-{self.spilled_segments:06d}.npz")
-        np.savez(path, fixed=seg.fixed, chunk_ns=seg.chunk_ns, chunk_tokens=seg.chunk_tokens)
+        fixed, chunk_ns, chunk_tokens = seg.arrays()  # in memory: the segment has no file yet
+        np.savez(path, fixed=fixed, chunk_ns=chunk_ns, chunk_tokens=chunk_tokens)
         self.spilled_segments += 1
         seg.path, seg.fixed, seg.chunk_ns, seg.chunk_tokens = path, None, None, None
 
@@ -393,7 +395,7 @@ class RecordStore(Sequence[RequestRecord]):
     def _flat(self, which: int, count: str, dtype: type) -> np.ndarray:
         """One ragged column of every segment in one array, filled a segment at a time
         (a segment read from its file is the only other copy alive)."""
-        out = np.empty(int(self.column(count).sum(dtype=np.int64)), dtype=dtype)
+        out: np.ndarray = np.empty(int(self.column(count).sum(dtype=np.int64)), dtype=dtype)
         at = 0
         for arrays in self.segments():
             part = arrays[which]
@@ -540,6 +542,8 @@ class RecordStore(Sequence[RequestRecord]):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        # misc: calling __init__ on an instance is unsound in general; here it is the
+        # point (an unpickled store starts from the state a new one has).
         self.__init__(None)  # type: ignore[misc]
         self._texts = list(state["texts"])
         self._codes = {t: i for i, t in enumerate(self._texts)}
@@ -583,10 +587,12 @@ class RecordView(Sequence[RequestRecord]):
             yield self.store[r]
 
     def column(self, name: str) -> np.ndarray:
-        return self.store.column(name)[self.rows]
+        values: np.ndarray = self.store.column(name)[self.rows]
+        return values
 
     def ok(self) -> np.ndarray:
-        return self.store.ok()[self.rows]
+        ok: np.ndarray = self.store.ok()[self.rows]
+        return ok
 
     def chunk_ns(self) -> np.ndarray:
         """The chunk times of these records, flat in their order (``rows`` ascending)."""

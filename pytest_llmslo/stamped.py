@@ -25,7 +25,7 @@ import struct
 import sys
 from collections.abc import Callable
 from time import perf_counter_ns, time_ns
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 __all__ = ["AVAILABLE", "StampedProtocol", "StampedSocket", "open_stamped", "serve_stamped"]
 
@@ -48,6 +48,22 @@ class StampedProtocol(Protocol):
     def received(self, data: bytes, ts: int) -> None: ...
 
     def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+_Proto = TypeVar("_Proto", bound=StampedProtocol)
+
+
+class ConnectionTransport(Protocol):
+    """What a connection's protocol uses of its transport: an asyncio ``Transport`` and a
+    ``StampedSocket`` alike (the HTTP/1.1 client and the truth server run on either)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 def _prepare(sock: socket.socket) -> None:
@@ -170,9 +186,7 @@ def _literal(host: str, port: int) -> list[tuple[Any, ...]]:
     return []
 
 
-async def open_stamped(
-    host: str, port: int, factory: Callable[[], StampedProtocol]
-) -> StampedProtocol:
+async def open_stamped(host: str, port: int, factory: Callable[[], _Proto]) -> _Proto:
     """Connect to ``host:port`` (each address it resolves to, in turn) and return the
     protocol ``factory`` made, its transport a ``StampedSocket``. OSError when no address
     answers or the kernel refuses the socket option."""

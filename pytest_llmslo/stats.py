@@ -218,11 +218,14 @@ class BootstrapInterval:
 
 
 def _stat_rows(matrix: np.ndarray, stat: float | str) -> np.ndarray:
+    rows: np.ndarray
     if stat == "mean":
-        return matrix.mean(axis=1)
-    # The same "linear" percentile definition as metrics.percentile, so the interval is
-    # about the number the summary reports.
-    return np.percentile(matrix, float(stat), axis=1, method="linear")
+        rows = matrix.mean(axis=1)
+    else:
+        # The same "linear" percentile definition as metrics.percentile, so the interval is
+        # about the number the summary reports.
+        rows = np.percentile(matrix, float(stat), axis=1, method="linear")
+    return rows
 
 
 def _stat(values: np.ndarray, stat: float | str) -> float:

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 import pytest_llmslo
-from pytest_llmslo import catalog, metrics, slo
+from pytest_llmslo import catalog, metrics, session, slo
 
 METRIC_NAMES = ["ttft", "ttfot", "itl", "tpot", "e2e"]
 STATS = ["p50", "p90", "p95", "p99", "p999", "mean"]
@@ -71,6 +71,18 @@ CATALOG = [
     "valid_metric_names",
 ]  # fmt: skip
 
+#: What the plugin, ``llmslo run`` and the tests drive a session with; the rest of its
+#: modules' names are imported from the modules themselves.
+SESSION = [
+    "README_XDIST", "XDIST_REASON", "EngineFactory", "EngineRef", "NullProgress", "Progress",
+    "RunMeta", "Session", "SessionHooks", "TestContext", "Voice", "add_test", "bound",
+    "call_test", "check_inputs", "engine_factory", "engines_text", "finish", "json_path",
+    "junit_properties", "load_test", "measure_level", "other_load", "output_flags",
+    "plan_test", "prepare", "run_level", "run_test", "search_capacity", "suite_properties",
+    "summary_lines_of_test", "summary_report", "tests_overview", "write_json",
+    "write_reports",
+]  # fmt: skip
+
 
 def test_the_catalogue_names_the_built_in_metrics() -> None:
     assert list(catalog.METRICS) == METRIC_NAMES
@@ -89,8 +101,8 @@ def test_the_package_root_exports() -> None:
 
 @pytest.mark.parametrize(
     ("module", "expected"),
-    [(slo, SLO), (metrics, METRICS_ALL), (catalog, CATALOG)],
-    ids=["slo", "metrics", "catalog"],
+    [(slo, SLO), (metrics, METRICS_ALL), (catalog, CATALOG), (session, SESSION)],
+    ids=["slo", "metrics", "catalog", "session"],
 )
 def test_module_exports(module: object, expected: list[str]) -> None:
     assert sorted(module.__all__) == sorted(expected)  # type: ignore[attr-defined]

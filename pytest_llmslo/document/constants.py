@@ -110,7 +110,7 @@ def _leaf_equal(path: str, a: Any, b: Any) -> bool:
         return Path(a).name == Path(b).name
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
-    return a == b
+    return bool(a == b)
 
 
 _MISSING = object()
@@ -203,8 +203,8 @@ def _argv_option(metadata: Mapping[str, Any], flag: str) -> str | None:
     for unit in metadata.get("units") or ():
         if not isinstance(unit, Mapping):
             continue
-        argv = unit.get("argv") or unit.get("command") or ()
-        argv = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else []
+        given = unit.get("argv") or unit.get("command") or ()
+        argv = [str(a) for a in given] if isinstance(given, (list, tuple)) else []
         for i, arg in enumerate(argv[:-1]):
             if arg == flag:
                 return argv[i + 1]

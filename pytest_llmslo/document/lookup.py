@@ -112,7 +112,7 @@ def metric_value(point: SweepPoint, metric: str) -> float | None:
             return None
         if spec.stat == "mean":
             return finite_or_none(dist.mean)
-        return finite_or_none(dist.percentiles.get(float(spec.stat)))  # type: ignore[arg-type]
+        return finite_or_none(dist.percentiles.get(spec.quantile))
     if point.verdict is not None and spec.field in ("goodput_tok_s", "goodput_req_s", "attainment"):
         value = finite_or_none(getattr(point.verdict, spec.field))
         if value is not None:

@@ -115,8 +115,8 @@ def reset_cache(
             body = redact(resp.text.strip()[:200])
             why = f"{r.label}: HTTP {resp.status_code}" + (f" ({body})" if body else "")
             return {"reset": False, "how": r.label, "why": why}
-        why = r.failed(resp)
-        if why is not None:
-            return {"reset": False, "how": r.label, "why": redact(f"{r.label}: {why}")}
+        failure = r.failed(resp)
+        if failure is not None:
+            return {"reset": False, "how": r.label, "why": redact(f"{r.label}: {failure}")}
         return {"reset": True, "how": r.label}
     return {"reset": False, "why": "no cache-reset endpoint answered (" + "; ".join(seen) + ")"}

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..levelpoint import LevelPoint, parse_level_point
+from .runtimes.base import Scalable
 
 __all__ = ["ScaleUp", "add_capacity", "parse_scale_up"]
 
@@ -129,10 +130,9 @@ def add_capacity(handle: Any, spec: ScaleUp, timeout_s: float = 30.0) -> dict[st
     if config.kind == "dynamo" and config.runtime == "process":
         return _dynamo_worker(handle, spec)
     for target in (*getattr(handle, "units", ()), getattr(handle, "runtime", None)):
-        scale = getattr(target, "scale", None)
-        if callable(scale):
+        if isinstance(target, Scalable):
             replicas = spec.replicas or int(getattr(target, "replicas", 1) or 1) + 1
-            scale(replicas)
+            target.scale(replicas)
             return {"how": f"{config.runtime} scale", "replicas": replicas}
     raise ConfigError(
         f"engine {config.display_name!r} ({config.kind}, {config.runtime}) cannot add capacity "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_llmslo.engines.runtimes.base import UnitFaults
+from pytest_llmslo.engines.runtimes.base import PodFaults, UnitFaults
 from pytest_llmslo.errors import ConfigError
 
 from .proxy import FaultProxy
@@ -64,8 +64,10 @@ def inject(
     if fault.kind == "stall":
         assert fault.for_s is not None
         done = target.stall(unit, fault.for_s)
+    elif fault.kind == "kill":
+        done = target.kill(unit)
     else:
-        done = getattr(target, fault.kind)(unit)
+        done = target.restart(unit)
     return {"how": f"{config.runtime} {fault.kind}", "unit": index, **dict(done)}
 
 
@@ -91,7 +93,7 @@ def _kubernetes(config: Any, units: tuple[Any, ...], fault: Fault) -> dict[str, 
             f"engine {config.display_name!r} runs on Kubernetes: a pod cannot be stalled "
             "through the API (kill or restart it, or stall the sim's replica on any runtime)"
         )
-    unit = next((u for u in units if callable(getattr(u, fault.kind, None))), None)
+    unit = next((u for u in units if isinstance(u, PodFaults)), None)
     if unit is None:
         raise ConfigError(
             f"engine {config.display_name!r} (kubernetes) has no started unit to "
@@ -100,7 +102,7 @@ def _kubernetes(config: Any, units: tuple[Any, ...], fault: Fault) -> dict[str, 
     replica: int | str | None = fault.replica
     if isinstance(replica, str) and replica.isdigit():
         replica = int(replica)
-    done = getattr(unit, fault.kind)(replica)
+    done = unit.kill(replica) if fault.kind == "kill" else unit.restart(replica)
     return {"how": f"kubernetes {fault.kind}", **dict(done)}
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pytest_llmslo.levelpoint import LevelPoint, parse_level_point
 
@@ -168,7 +168,7 @@ def _one(items: Mapping[str, Any]) -> Fault:
         raise ValueError(f"{kind}: at= missing (a time '5s' or a share '40%' of the level)")
     replica = items.get("replica")
     return Fault(
-        kind=kind,  # type: ignore[arg-type]
+        kind=cast(FaultKind, kind),  # one of FAULT_KINDS, checked above
         at=parse_level_point(items["at"], f"{kind} at"),
         replica=None if replica in (None, "") else str(replica),
         for_s=None if items.get("for") in (None, "") else _seconds(items["for"], "for"),

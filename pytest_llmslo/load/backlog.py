@@ -282,7 +282,8 @@ class Backlog:
                 self._raw.popleft()
                 self.bytes -= batch.nbytes
         else:
-            job, scheduled, raw, size, worker = self._raw.popleft()
+            job, scheduled, raw, size, worker = head
+            self._raw.popleft()
             self.bytes -= size
         self._pending -= 1
         rec = build_record(

@@ -25,6 +25,7 @@ import os
 import re
 import ssl
 import zlib
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -387,8 +388,8 @@ def build_record(
         scheduled_ns=scheduled_ns,
         sent_ns=raw.sent_ns,
         end_ns=end_ns,
-        chunk_ns=stream.chunk_ns,
-        chunk_tokens=stream.chunk_tokens,
+        chunk_ns=array("q", stream.chunk_ns),
+        chunk_tokens=array("I", stream.chunk_tokens),
         tokens_exact=stream.tokens_exact,
         first_content_ns=stream.first_content_ns,
         prompt_tokens=stream.prompt_tokens,

@@ -160,16 +160,18 @@ async def _wait_tasks(
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             return
-        done, pending_now = await asyncio.wait(
+        done, _ = await asyncio.wait(
             [*pending, waiter], timeout=left, return_when=asyncio.FIRST_COMPLETED
         )
         if waiter in done:
             return
-        pending = {t for t in pending_now if t is not waiter}  # type: ignore[misc]
+        pending = {t for t in pending if not t.done()}  # what asyncio.wait left pending
         # A slot that raised (a bug, not a request failure) must not be swallowed.
         for t in done:
-            if t is not waiter and not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
+            if t is not waiter and not t.cancelled():
+                exc = t.exception()
+                if exc is not None:
+                    raise exc
 
 
 def _failed(raw: RawExchange) -> bool:
@@ -412,6 +414,7 @@ async def _schedule(sender: Sender, multi: bool, t0_ns: int, tasks: set[asyncio.
             if got is None:
                 return
             conv, warm, offset = got
+            job = None
         else:
             job = source.next()
             if job is None:
@@ -425,7 +428,8 @@ async def _schedule(sender: Sender, multi: bool, t0_ns: int, tasks: set[asyncio.
         await sleep_until(at)
         if stop.is_set() or bound.expired(at):
             return
-        if multi:
+        t: asyncio.Task[Any]
+        if job is None:
             t = asyncio.ensure_future(sender.converse(conv, warm, at, sender.gated))
         else:
             t = asyncio.ensure_future(sender.gated(job, at))

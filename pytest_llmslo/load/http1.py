@@ -33,7 +33,7 @@ import contextlib
 import ssl
 from collections.abc import Mapping
 from time import perf_counter_ns
-from typing import Literal
+from typing import Literal, cast
 from urllib.parse import urlsplit
 
 from .. import stamped
@@ -60,7 +60,7 @@ class _Conn(asyncio.Protocol):
     """One connection; parses one response at a time into ``self.ex``."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.transport: stamped.ConnectionTransport | None = None
         self.ex: RawExchange | None = None
         self.fut: asyncio.Future[None] | None = None
         self.state = _IDLE
@@ -81,8 +81,9 @@ class _Conn(asyncio.Protocol):
         self.drain: asyncio.TimerHandle | None = None  # set while waiting for the body's end
 
     # -- asyncio callbacks ------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: asyncio.BaseTransport | stamped.StampedSocket) -> None:
+        # A stream connection's transport: asyncio's (a Transport) or a StampedSocket.
+        self.transport = cast(stamped.ConnectionTransport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.received(data, perf_counter_ns())
@@ -423,7 +424,7 @@ class FastTransport:
 
     async def _connect(self) -> _Conn:
         if self.kernel_stamps:
-            conn: _Conn = await asyncio.wait_for(  # type: ignore[assignment]
+            conn = await asyncio.wait_for(
                 stamped.open_stamped(self._host, self._port, _Conn), self._connect_timeout
             )
         else:

@@ -182,9 +182,9 @@ class JobSource:
                 if got is not None:
                     self._convs.append(got)
             return
-        limit = self.spec.low_water * 4 if self.spec.stop is None else None
+        most = self.spec.low_water * 4 if self.spec.stop is None else None
         while not self.exhausted and self._buffered_bytes < max_bytes:
-            if limit is not None and len(self._buffer) >= limit:
+            if most is not None and len(self._buffer) >= most:
                 return
             job = self._make()
             if job is not None:

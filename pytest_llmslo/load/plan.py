@@ -204,9 +204,8 @@ def _worker_offsets(
     their shard), or every ``nproc``-th arrival."""
     if offsets is None:
         return None
-    if shards is not None:
-        return offsets[shards == w]
-    return offsets[w::nproc]
+    share: np.ndarray = offsets[shards == w] if shards is not None else offsets[w::nproc]
+    return share
 
 
 def plan_level(job: LoadJob, lm: LengthModel, workers: int | None = None) -> LevelPlan:

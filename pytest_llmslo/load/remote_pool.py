@@ -115,7 +115,7 @@ class _RemotePool(Pool):
         while True:
             msg = await asyncio.wait_for(self.inbox.get(), timeout)
             if not isinstance(msg, Gone):
-                return msg  # type: ignore[return-value]
+                return msg
             label = self.level.names.get(msg.worker, f"remote load worker {msg.worker}")
             if not self.running:
                 raise LoadError(f"{label} was lost before the level started: {msg.reason}")

@@ -393,9 +393,9 @@ def _run_on_new_loop(job: LoadJob) -> Run:
         err.signal = received[0] if received else None
         raise err from exc
     finally:
-        for sig, handler in old.items():
+        for number, handler in old.items():
             with contextlib.suppress(ValueError, OSError):
-                signal.signal(sig, handler)
+                signal.signal(number, handler)
         _close_loop(loop)
 
 

@@ -151,12 +151,13 @@ def _event_fields(event: bytes) -> tuple[bytes | None, bytes | None, bool]:
 
 def _excerpt(text: bytes | str, limit: int = _MAX_ERROR_CHARS) -> str:
     if isinstance(text, bytes):
+        raw = text
         try:
-            text = text.decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            if exc.start < len(text) - 3:  # not just a character cut at the end
-                return f"binary body ({len(text)} bytes)"
-            text = text.decode("utf-8", "replace")
+            if exc.start < len(raw) - 3:  # not just a character cut at the end
+                return f"binary body ({len(raw)} bytes)"
+            text = raw.decode("utf-8", "replace")
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + "..."
 

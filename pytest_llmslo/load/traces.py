@@ -330,8 +330,9 @@ def _read_csv(path: str, fmt: str) -> Iterator[_Row]:
                         f"{path}:{lineno}: a value is missing ({t_col}, {i_col}, {o_col} "
                         "are needed on every row)"
                     )
+                first = str(values[0])
                 try:
-                    t = _azure_time(str(values[0])) if fmt == "azure" else float(values[0]) * 1e3
+                    t = _azure_time(first) if fmt == "azure" else float(first) * 1e3
                 except ValueError:
                     raise WorkloadError(
                         f"{path}:{lineno}: {t_col} {values[0]!r} is not a time"

@@ -112,7 +112,7 @@ class Distribution:
             lo, hi, frac = _linear_positions(n, q)
             x_lo, x_hi = float(part[lo]), float(part[hi])
             pct[q] = x_lo + frac * (x_hi - x_lo)
-        ubs = {q: (None if ranks[q] is None else float(part[ranks[q] - 1])) for q in qs}
+        ubs = {q: (None if (r := ranks[q]) is None else float(part[r - 1])) for q in qs}
         return cls(
             name=name,
             unit=unit,

@@ -156,7 +156,7 @@ def _multi_chunk_counts(recs: Sequence[RequestRecord], n: int) -> tuple[np.ndarr
         count=n,
     )
     counted_flat = array("I")
-    for i in np.flatnonzero(multi):
+    for i in np.flatnonzero(multi).tolist():
         counted_flat.extend(recs[i].chunk_tokens)
     return multi, np.frombuffer(counted_flat, dtype=np.uint32)
 

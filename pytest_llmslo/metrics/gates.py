@@ -116,4 +116,5 @@ def meets_threshold(
         ok = ok | ~defined
     else:
         ok = ok & defined
-    return ok & arr.ok
+    good: np.ndarray = ok & arr.ok
+    return good

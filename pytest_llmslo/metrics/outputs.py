@@ -35,9 +35,9 @@ def usage_mismatches(run: Run) -> tuple[int, int, int]:
     bad = np.flatnonzero(arr.ok & arr.usage_mismatch)
     if not bad.size:
         return 0, 0, 0
-    recs = run.records
-    claimed = sum(recs[i].completion_tokens or 0 for i in bad)
-    streamed = sum(recs[i].streamed_tokens for i in bad)
+    recs, rows = run.records, bad.tolist()
+    claimed = sum(recs[i].completion_tokens or 0 for i in rows)
+    streamed = sum(recs[i].streamed_tokens for i in rows)
     return int(bad.size), int(claimed), int(streamed)
 
 

@@ -74,7 +74,12 @@ def request_times(run: Run) -> dict[str, np.ndarray]:
     }
 
 
-def _floats(samples: Mapping[str, Sequence[float | None]], key: str, n: int) -> np.ndarray:
+#: One level's per-request samples by name: a document's lists (None: no value) or a
+#: run's columns (NaN: no value).
+Samples = Mapping[str, Sequence[float | None] | np.ndarray]
+
+
+def _floats(samples: Samples, key: str, n: int) -> np.ndarray:
     values = samples.get(key)
     if values is None:
         return np.full(n, np.nan)
@@ -95,11 +100,13 @@ def _area(edges: np.ndarray, start: np.ndarray, end: np.ndarray, w: np.ndarray) 
         k = np.searchsorted(xs, edges, side="left")
         return edges * cw[k] - cwx[k]
 
-    return np.diff(g(start) - g(end))
+    area: np.ndarray = np.diff(g(start) - g(end))
+    return area
 
 
 def _bin_of(t: np.ndarray, n: int) -> np.ndarray:
-    return np.clip(np.floor(t), 0, n - 1).astype(np.int64)
+    bins: np.ndarray = np.clip(np.floor(t), 0, n - 1).astype(np.int64)
+    return bins
 
 
 def _pct_per_bin(
@@ -112,7 +119,7 @@ def _pct_per_bin(
     return tuple(out)
 
 
-def per_second(samples: Mapping[str, Sequence[float | None]] | None) -> SecondSeries | None:
+def per_second(samples: Samples | None) -> SecondSeries | None:
     """The per-second series of one level's ``samples``; None when they hold no times (a
     document written before the samples had them) or no request."""
     if not samples or samples.get("sent_s") is None or samples.get("end_s") is None:

@@ -55,7 +55,7 @@ def sent_rate(records: Sequence[RequestRecord]) -> float | None:
         sent = sorted(r.sent_ns for r in records if r.sent_ns)
     if len(sent) < 2 or sent[-1] <= sent[0]:
         return None
-    return (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9)
+    return float((len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9))
 
 
 def _turns(run: Run, first: bool = False) -> Sequence[RequestRecord]:

@@ -71,11 +71,14 @@ def request_values(run: Run, metric: str, stat: Stat | str) -> np.ndarray:
     m = entry(metric)
     stat = parse_stat(stat)
     v = columns(run).value(metric)
+    out: np.ndarray
     if m.per == "request":
-        return v.copy()
-    if stat == "mean":
-        return v.mean()
-    return v.percentile(float(stat))
+        out = v.copy()
+    elif stat == "mean":
+        out = v.mean()
+    else:
+        out = v.percentile(float(stat))
+    return out
 
 
 def aggregate_values(run: Run, metric: str, *, copy: bool = True) -> np.ndarray:
@@ -86,5 +89,6 @@ def aggregate_values(run: Run, metric: str, *, copy: bool = True) -> np.ndarray:
     m = entry(metric)
     v = columns(run).value(metric)
     if m.per == "token":
-        return v.values.copy() if copy else v.values
+        samples: np.ndarray = v.values.copy() if copy else v.values
+        return samples
     return _finite(v)

@@ -340,8 +340,7 @@ def compare_capacity(
             f"capacity search mode: {old_capacity.mode} ({labels[0]}) != "
             f"{new_capacity.mode} ({labels[1]})"
         )
-        level = new_capacity.capacity
-        return Comparison(engine, test, level, (), (problem,), labels, versions)
+        return Comparison(engine, test, new_capacity.capacity, (), (problem,), labels, versions)
     rows: list[ComparisonRow] = [_capacity_row(old_capacity, new_capacity, cap_tol)]
     notes: list[str] = []
     old_at = None if old_point is None else old_point.level

@@ -128,7 +128,7 @@ def judge_noise(
                 n_new=int(b.size),
                 note=note,
             )
-        shift = stats.quantile_shift(a, b, float(spec.stat), confidence)  # type: ignore[arg-type]
+        shift = stats.quantile_shift(a, b, spec.quantile, confidence)
         # The change lies in [new.low - old.high, new.high - old.low]; an unbounded side
         # (too few samples for that tail) leaves that end open.
         low = (
@@ -144,8 +144,8 @@ def judge_noise(
         if low is None or high is None:
             each = (1.0 + shift.old.confidence) / 2.0
             need = max(
-                samples_needed(float(spec.stat), each, "upper"),  # type: ignore[arg-type]
-                samples_needed(float(spec.stat), each, "lower"),  # type: ignore[arg-type]
+                samples_needed(spec.quantile, each, "upper"),
+                samples_needed(spec.quantile, each, "lower"),
             )
             bounded = f"bounding {spec.name.split('_')[1].upper()} takes {need} samples a side"
             note = f"{note}; {bounded}" if note else bounded

@@ -234,8 +234,8 @@ def _setup(meta: Mapping[str, Any], own: Mapping[str, Any]) -> tuple[str, str, s
     the setup it simulates, else what the engine reported (its GPUs, its machine)."""
     sim = meta.get("simulated")
     if isinstance(sim, Mapping):
-        hardware = f"{_text(sim.get('hardware'))} (simulated: {_text(sim.get('deployment'))})"
-        return _text(sim.get("model")), _text(sim.get("precision")), hardware
+        simulated = f"{_text(sim.get('hardware'))} (simulated: {_text(sim.get('deployment'))})"
+        return _text(sim.get("model")), _text(sim.get("precision")), simulated
     precision = own.get("precision") or meta.get("quantization") or meta.get("dtype")
     hardware = own.get("hardware") or meta.get("gpus") or meta.get("hardware")
     return _text(own.get("model") or meta.get("model")), _text(precision), _text(hardware)
@@ -250,7 +250,11 @@ def _engines_table(results: Results) -> str:
         meta = dict(entry.metadata) if entry else {}
         own = per_engine.get(name)
         model, precision, hardware = _setup(meta, own if isinstance(own, Mapping) else {})
-        cells = (name, _text(meta.get("kind")), _text(entry.version if entry else None))
+        cells: tuple[str, ...] = (
+            name,
+            _text(meta.get("kind")),
+            _text(entry.version if entry else None),
+        )
         cells += (model, precision, hardware)
         rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
     head = "".join(
@@ -381,7 +385,8 @@ def _series(
 ) -> list[Series]:
     out = []
     for s in sweeps:
-        marks, knee = [], None
+        marks: list[Mark] = []
+        knee = None
         for i, p in enumerate(s.points):
             xv, yv = x(p), y(p)
             if xv is None or yv is None:

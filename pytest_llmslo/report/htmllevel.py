@@ -183,7 +183,8 @@ def _time_charts(
 def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
     samples = p.samples or {}
     ts = per_second(samples)
-    charts, far = [], []
+    charts: list[str] = []
+    far: list[str] = []
     for metric, label in (("ttft", "TTFT"), ("itl", "ITL")):
         values = samples.get(f"{metric}_ms")
         if values is None:

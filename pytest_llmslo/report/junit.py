@@ -272,6 +272,7 @@ def _verdict(out: _Properties, summary: RunSummary, verdict: Verdict | None) -> 
 
 
 # Its name starts with "test": keep pytest from collecting it where a test module imports it.
+# attr-defined: a function declares no __test__; pytest reads it all the same.
 testcase_properties.__test__ = False  # type: ignore[attr-defined]
 
 

@@ -125,7 +125,8 @@ def _constants_items(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
             )
         return str(v)
 
-    keys = ("model", "precision", "hardware", "client", "workload", "isl", "osl", "slo")
+    keys: tuple[str, ...] = ("model", "precision", "hardware", "client", "workload", "isl", "osl")
+    keys += ("slo",)
     keys += ("warmup",)
     keys += ("requests", "endpoint", "engine_versions")
     return [(k, show(constants[k])) for k in keys if constants.get(k) not in (None, "", [], {})]
@@ -237,7 +238,8 @@ def _verdict(p: SweepPoint) -> str:
         return "-"
     if status == "pass":
         return "pass"
-    failed = [r.objective.label for r in p.verdict.results if not r.passed]  # type: ignore[union-attr]
+    results = p.verdict.results if p.verdict is not None else ()
+    failed = [r.objective.label for r in results if not r.passed]
     return "**FAIL** " + ", ".join(failed) if failed else "**FAIL**"
 
 

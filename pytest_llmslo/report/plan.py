@@ -85,7 +85,7 @@ def _rounds(level: Any, requests: float) -> float | None:
     """Request rounds of a closed loop (requests / concurrency); None for other loads."""
     if level.mode != "concurrency":
         return None
-    return requests / max(level.value, 1.0)
+    return requests / max(float(level.value), 1.0)
 
 
 def level_seconds(ctx: Any, round_s: float | None, first_s: float) -> float:

@@ -192,7 +192,7 @@ def _render_one(
     engine: str, test: str, sweep: Sequence[SweepPoint], knee: Knee, width: int, detail: bool
 ) -> list[str]:
     order = sorted(range(len(sweep)), key=lambda i: sweep[i].level.value)
-    mode = sweep[0].level.mode
+    mode: str = sweep[0].level.mode
     if all(p.level.arrival == "trace" for p in sweep):
         mode = "trace replay"
     n = len({p.level.label for p in sweep})

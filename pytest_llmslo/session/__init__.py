@@ -27,67 +27,21 @@ to a terminal itself.
 
 from __future__ import annotations
 
-from .baseline import compare_with_baseline, load_baseline
-from .constants import constants_of_test, objective_dict, workload_text
-from .engines import (
-    engine_config,
-    engine_factory,
-    engines_of_test,
-    engines_text,
-    record_engine,
-    resolve_engines,
-)
-from .factory import EngineFactory, EngineRef, NullProgress, Progress, exit_reason
-from .inputs import check_inputs, check_output_path, check_test_inputs, plan_test, prepare
-from .judge import (
-    after_test,
-    bound,
-    call_test,
-    configured_gate,
-    extend,
-    extend_safely,
-    gate_kwargs,
-    inconclusive_message,
-    load_test,
-    run_test,
-    run_test_load,
-    search_capacity,
-)
-from .level import (
-    LevelTask,
-    Measured,
-    RunMeta,
-    inconclusive,
-    measure_level,
-    other_load,
-    point_notes,
-    record,
-    run_level,
-    with_signals,
-)
+from .engines import engine_factory, engines_text
+from .factory import EngineFactory, EngineRef, NullProgress, Progress
+from .inputs import check_inputs, plan_test, prepare
+from .judge import bound, call_test, load_test, run_test, search_capacity
+from .level import RunMeta, measure_level, other_load, run_level
 from .outputs import (
     finish,
     json_path,
     junit_properties,
     output_flags,
-    output_path,
     suite_properties,
     write_json,
     write_reports,
 )
-from .state import (
-    README_XDIST,
-    XDIST_REASON,
-    Session,
-    SessionHooks,
-    TestContext,
-    Voice,
-    add_test,
-    baseline_root,
-    primary,
-    prompt_salt,
-    resolve_path,
-)
+from .state import README_XDIST, XDIST_REASON, Session, SessionHooks, TestContext, Voice, add_test
 from .summary import summary_lines_of_test, summary_report, tests_overview
 
 __all__ = [
@@ -95,8 +49,6 @@ __all__ = [
     "XDIST_REASON",
     "EngineFactory",
     "EngineRef",
-    "LevelTask",
-    "Measured",
     "NullProgress",
     "Progress",
     "RunMeta",
@@ -105,55 +57,27 @@ __all__ = [
     "TestContext",
     "Voice",
     "add_test",
-    "after_test",
-    "baseline_root",
     "bound",
     "call_test",
     "check_inputs",
-    "check_output_path",
-    "check_test_inputs",
-    "compare_with_baseline",
-    "configured_gate",
-    "constants_of_test",
-    "engine_config",
     "engine_factory",
-    "engines_of_test",
     "engines_text",
-    "exit_reason",
-    "extend",
-    "extend_safely",
     "finish",
-    "gate_kwargs",
-    "inconclusive",
-    "inconclusive_message",
     "json_path",
     "junit_properties",
-    "load_baseline",
     "load_test",
     "measure_level",
-    "objective_dict",
     "other_load",
     "output_flags",
-    "output_path",
     "plan_test",
-    "point_notes",
     "prepare",
-    "primary",
-    "prompt_salt",
-    "record",
-    "record_engine",
-    "resolve_engines",
-    "resolve_path",
     "run_level",
     "run_test",
-    "run_test_load",
     "search_capacity",
     "suite_properties",
     "summary_lines_of_test",
     "summary_report",
     "tests_overview",
-    "with_signals",
-    "workload_text",
     "write_json",
     "write_reports",
 ]

@@ -51,7 +51,7 @@ def compare_with_baseline(state: Session, ctx: TestContext) -> None:
     (``regression.compare_test``)."""
     if state.baseline is None:
         return
-    idx = primary(state, ctx)
+    idx = primary(ctx)
     if idx is None:
         return
     point = state.points[idx]

@@ -5,6 +5,7 @@ measures in a few words, and the factory that starts them (``engine_factory``)."
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 
 from pytest_llmslo import settings as S
@@ -44,10 +45,10 @@ def resolve_engines(state: Session) -> dict[str, EngineConfig]:
     else:
         pyproject = state.rootpath / "pyproject.toml"
         if pyproject.is_file():
-            try:
-                import tomllib  # type: ignore[import-not-found]
-            except ImportError:  # pragma: no cover - 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # pragma: no cover - exercised on 3.10 only
+                import tomli as tomllib
             try:
                 doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
             except (OSError, ValueError):

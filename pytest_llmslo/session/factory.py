@@ -17,6 +17,7 @@ from pytest_llmslo.errors import (
 )
 
 if TYPE_CHECKING:
+    from pytest_llmslo.engines.startup import StartupPhase
     from pytest_llmslo.load import Progress as LoadProgress
 
 __all__ = ["EngineFactory", "EngineRef", "NullProgress", "Progress", "exit_reason"]
@@ -24,16 +25,17 @@ __all__ = ["EngineFactory", "EngineRef", "NullProgress", "Progress", "exit_reaso
 
 class Progress(Protocol):
     """The live progress of one level: called with the load generator's progress
-    snapshots, closed with the level's final line."""
+    snapshots (and, while an engine starts, with its start's phases), closed with the
+    level's final line."""
 
-    def __call__(self, p: LoadProgress) -> None: ...
+    def __call__(self, p: LoadProgress | StartupPhase) -> None: ...
     def close(self, text: str) -> None: ...
 
 
 class NullProgress:
     """Progress that shows nothing."""
 
-    def __call__(self, p: LoadProgress) -> None:
+    def __call__(self, p: LoadProgress | StartupPhase) -> None:
         return None
 
     def close(self, text: str) -> None:

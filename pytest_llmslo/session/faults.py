@@ -67,7 +67,9 @@ def fault_triggers(
     return triggers, callback
 
 
-def _record(run: Run, fault: Fault, trigger: AtPoint, objectives: tuple[Any, ...]) -> dict:
+def _record(
+    run: Run, fault: Fault, trigger: AtPoint, objectives: tuple[Any, ...]
+) -> dict[str, Any]:
     record: dict[str, Any] = {"asked": fault.to_dict(), "label": fault.label}
     record.update(trigger.outcome(run.start_ns, FAULT_WAIT_S, "fault"))
     if "done" not in record:

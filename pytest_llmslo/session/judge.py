@@ -59,7 +59,7 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
 
     __tracebackhide__ = True
     ts = ctx.settings
-    idx = primary(state, ctx)
+    idx = primary(ctx)
     if idx is None:
         return
     run = state.point_runs[idx]

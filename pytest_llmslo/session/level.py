@@ -137,7 +137,8 @@ class LevelTask:
 class Measured(NamedTuple):
     """A measured level: the index of its point and its run."""
 
-    index: int
+    # assignment: the field shadows tuple.index (the method), which nothing here calls.
+    index: int  # type: ignore[assignment]
     run: Run
 
 

@@ -148,7 +148,7 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
     notes, and its comparison with the baseline (or why it was not compared)."""
     from pytest_llmslo.report import junit
 
-    idx = primary(state, ctx)
+    idx = primary(ctx)
     if idx is None:
         return []
     point = state.points[idx]

@@ -193,7 +193,7 @@ class Session:
             lambda _label, _requests, _warmup: NullProgress()
         )
         warn_to = voice.warn or (lambda _node, _msg: None)
-        self.warn = lambda node, msg: warn_to(node, redact(msg))
+        self.warn: Callable[[Any, str], None] = lambda node, msg: warn_to(node, redact(msg))
         self.defaults = S.resolve_test(self.sources, {}, "")
         self.engine_configs: dict[str, EngineConfig] = {}
         #: Every engine of the engine config file, by name (before the session's settings).
@@ -350,7 +350,7 @@ def judged_summary(
     )
 
 
-def primary(state: Session, ctx: TestContext) -> int | None:
+def primary(ctx: TestContext) -> int | None:
     """The point test ``ctx`` is judged and reported by: its capacity's, else its first."""
     if ctx.primary is not None:
         return ctx.primary
@@ -426,7 +426,8 @@ def _start_worker_job(state: Session, host: str, port: int) -> Any:
             host = socket.gethostbyname(socket.gethostname())
         address = f"{host}:{port}"
     key = os.environ.get("LLMSLO_WORKER_KEY_SECRET")  # "secret/key" of the shared key
-    secret = tuple(key.split("/", 1)) if key and "/" in key else None
+    secret_name, slash, secret_key = (key or "").partition("/")
+    secret = (secret_name, secret_key) if slash else None
     try:
         where = cluster(KubeSettings())
         spec = WorkerJobSpec(
@@ -434,7 +435,7 @@ def _start_worker_job(state: Session, host: str, port: int) -> Any:
             image=ss.worker_image or "",
             address=address,
             namespace=where.namespace,
-            key_secret=secret,  # type: ignore[arg-type]
+            key_secret=secret,
         )
         job = WorkerJob(where, spec)
         job.start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_llmslo.errors import ConfigError
 
@@ -424,11 +424,14 @@ def coerce_objectives(value: Any) -> tuple[Any, ...]:
     )
 
 
-def coerce_with(parser: Callable[[str], Any]) -> Callable[[Any], Any]:
+_T = TypeVar("_T")
+
+
+def coerce_with(parser: Callable[[str], _T]) -> Callable[[Any], _T]:
     """Marker values may be typed already; normalise through the text parser anyway so every
     source gets the same checks."""
 
-    def coerce(value: Any) -> Any:
+    def coerce(value: Any) -> _T:
         if isinstance(value, bool):
             return parser("true" if value else "false")
         if isinstance(value, (list, tuple)):

@@ -63,9 +63,12 @@ class NvmlSampler:
 
     def result(self) -> dict[str, Any]:
         ends = [self._energy(h) for h in self._handles]
-        energy = None
-        if all(a is not None for a in self._energy0) and all(b is not None for b in ends):
-            energy = sum(b - a for a, b in zip(self._energy0, ends, strict=True)) / 1e3  # type: ignore[operator]
+        deltas = [
+            b - a
+            for a, b in zip(self._energy0, ends, strict=True)
+            if a is not None and b is not None
+        ]
+        energy = sum(deltas) / 1e3 if len(deltas) == len(ends) else None
         out: dict[str, Any] = {"source": "nvml", "devices": len(self._handles)}
         out.update(_stats("util_pct", self._util))
         out.update(_stats("mem_used_mib", self._mem))

@@ -21,6 +21,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .cluster import LINKS, topology_from_mapping
 from .profiles import DEFAULT_PROFILE, GPUS, PROFILES, Profile, get_profile, profile_from_mapping
@@ -232,7 +233,8 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
         engine["step_overhead_s"] = args.step_overhead_ms / 1e3
     if args.per_seq_overhead_ms is not None:
         engine["per_seq_overhead_s"] = args.per_seq_overhead_ms / 1e3
-    changes: dict[str, object] = {}
+    # Any: the values are the fields' own types, each checked where it is built above.
+    changes: dict[str, Any] = {}
     if engine:
         changes["engine"] = dataclasses.replace(profile.engine, **engine)
     if args.gpu:

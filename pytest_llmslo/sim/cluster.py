@@ -229,10 +229,14 @@ class Cluster:
         self.instances: list[_Instance] = []
         if topology.disaggregated:
             assert topology.prefill is not None and topology.decode is not None
-            for role, pool in (("prefill", topology.prefill), ("decode", topology.decode)):
+            pools: tuple[tuple[Role, Pool], ...] = (
+                ("prefill", topology.prefill),
+                ("decode", topology.decode),
+            )
+            for role, pool in pools:
                 cfg, cost = configs[role]
                 for i in range(pool.instances):
-                    self.instances.append(_Instance(f"{role}{i}", role, Scheduler(cfg, cost)))  # type: ignore[arg-type]
+                    self.instances.append(_Instance(f"{role}{i}", role, Scheduler(cfg, cost)))
         else:
             cfg, cost = configs["aggregated"]
             for i in range(topology.replicas):
@@ -398,7 +402,8 @@ class Cluster:
         lost = [client for client, (at, _inner) in self._where.items() if at is inst]
         for client in lost:
             _at, inner = self._where.pop(client)
-            self._client.pop(inner, None)
+            if inner is not None:
+                self._client.pop(inner, None)
             client.status = "aborted"
         inst.step = None
         self.instances.remove(inst)
@@ -554,7 +559,8 @@ class Cluster:
         """The counters of every instance, summed."""
         total = SchedulerStats()
         for inst in (*self.instances, *self._dead):
-            for name in total.__slots__:  # type: ignore[attr-defined]
+            for f in fields(total):
+                name = f.name
                 setattr(total, name, getattr(total, name) + getattr(inst.scheduler.stats, name))
         return total
 

@@ -46,7 +46,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .cluster import Topology
+from .cluster import RouterPolicy, Topology
 from .offline import KneeSearch, LevelResult, Slo, Workload, closed_loop, find_knee
 from .profiles import PROFILES, Profile
 
@@ -283,10 +283,13 @@ def dynamo_gains(
     return out
 
 
-def replicas(profile: Profile, n: int, tp: int, router: str) -> Profile:
+_POLICIES: tuple[RouterPolicy, ...] = ("round_robin", "kv")
+
+
+def replicas(profile: Profile, n: int, tp: int, router: RouterPolicy) -> Profile:
     """``profile``'s engine as ``n`` data-parallel replicas of ``tp`` GPUs behind a
     ``router`` (``round_robin`` or ``kv``)."""
-    topo = Topology(mode="aggregated", replicas=n, router=router)  # type: ignore[arg-type]
+    topo = Topology(mode="aggregated", replicas=n, router=router)
     return dataclasses.replace(profile, name=f"{profile.name}-dp{n}-{router}", tp=tp, topology=topo)
 
 
@@ -316,7 +319,7 @@ def router_gain(
             policy,
             closed_loop(replicas(base, 2, 2, policy), concurrency, workload, measured=measured),
         )
-        for policy in ("round_robin", "kv")
+        for policy in _POLICIES
     ]
 
 

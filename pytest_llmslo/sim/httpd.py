@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 log = logging.getLogger("pytest_llmslo.sim")
 
@@ -84,7 +84,7 @@ class HttpConnection(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's transport
         self._connections.add(self)
 
     def data_received(self, data: bytes) -> None:

@@ -33,7 +33,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from time import perf_counter_ns
 from typing import IO, Any
@@ -315,7 +315,7 @@ class EngineLoop:
             self.sim_now = t
             if len(cluster.replicas_up) > self._up_logged:
                 self._up_logged = admin.log_replicas_up(self, self._up_logged)
-            self._emit(result, target_ns)
+            self._emit(result)
             behind = (perf_counter_ns() - target_ns) / 1e9
             self.lateness.behind = behind > self.lag_warn_s
             if behind > self.lag_warn_s:
@@ -344,7 +344,7 @@ class EngineLoop:
         if 0 < rest <= 2 * _FINE_SLEEP_S:
             time.sleep(rest)
 
-    def _emit(self, result: Advance, target_ns: int) -> None:
+    def _emit(self, result: Advance) -> None:
         for req, why in result.failed:
             self._failed(req, why)
         for req, why in result.lost:
@@ -440,7 +440,7 @@ class SimServer:
     # -- routing -------------------------------------------------------------------------
 
     async def handle(self, req: HttpRequest, conn: HttpConnection) -> None:
-        routes = {
+        routes: dict[str, tuple[str, Callable[[HttpRequest, HttpConnection], Awaitable[None]]]] = {
             "/v1/chat/completions": ("POST", self.completions),
             "/v1/completions": ("POST", self.completions),
             "/v1/models": ("GET", self.models),

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, cast
 
 from .. import stamped
 from .lateness import HIST_BIN_NS, HIST_BINS, LatenessHistogram, SharedStats
@@ -393,14 +393,15 @@ class _Conn(asyncio.Protocol):
 
     def __init__(self, server: TruthServer) -> None:
         self.server = server
-        self.transport: asyncio.Transport | None = None
+        self.transport: stamped.ConnectionTransport | None = None
         self.buf = b""
         self.stream: _Stream | None = None
         self.busy = False
         self.read_ns = 0
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: asyncio.BaseTransport | stamped.StampedSocket) -> None:
+        # A stream connection's transport: asyncio's (a Transport) or a StampedSocket.
+        self.transport = cast(stamped.ConnectionTransport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         s = self.stream

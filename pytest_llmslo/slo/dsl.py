@@ -16,7 +16,7 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pytest_llmslo.catalog import CATALOGUE, DSL_STATS, Stat, parse_stat, stat_name
 from pytest_llmslo.errors import ConfigError
@@ -281,7 +281,7 @@ def parse_objectives(text: str | Iterable[str], *, source: str = "") -> tuple[Ob
                     f"{where}; {_valid_names()}"
                 ) from None
             value = float(m["num"]) * _UNITS[(m["unit"] or "").lower()]
-            out.append(Objective(metric, stat, m["op"], value))  # type: ignore[arg-type]
+            out.append(Objective(metric, stat, cast(Op, m["op"]), value))  # the pattern's ops
     return tuple(out)
 
 

@@ -47,7 +47,7 @@ class _Handle:
         from pytest_llmslo.engines.runtimes import runtime_of
 
         self.config = config
-        self.units = ()
+        self.units: tuple[object, ...] = ()
         self.runtime = runtime_of(config)
         self.base_url = "http://127.0.0.1:9"
 
@@ -56,6 +56,23 @@ def test_an_engine_that_cannot_grow_says_which_can() -> None:
     handle = _Handle(EngineConfig(kind="vllm", name="v", model="m"))
     with pytest.raises(ConfigError, match="cannot be scaled to 2 replicas by its runtime"):
         add_capacity(handle, ScaleUp(LevelPoint(seconds=1.0)))
+
+
+def test_a_started_unit_that_scales_is_asked_before_the_runtime() -> None:
+    asked: list[int] = []
+
+    class Deployment:  # what KubeEngine offers: scale(replicas) and its replicas now
+        replicas = 2
+
+        def scale(self, replicas: int) -> dict[str, int]:
+            asked.append(replicas)
+            return {"replicas": replicas}
+
+    handle = _Handle(EngineConfig(kind="vllm", name="v", model="m"))
+    handle.units = (object(), Deployment())
+    done = add_capacity(handle, ScaleUp(LevelPoint(seconds=1.0)))
+    assert done == {"how": "process scale", "replicas": 3}
+    assert asked == [3]
 
 
 @pytest.mark.dynamo

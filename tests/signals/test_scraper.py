@@ -118,6 +118,19 @@ def test_nvml_present(monkeypatch: pytest.MonkeyPatch, growing: str) -> None:
     assert per_token(gpu, 200) == pytest.approx(0.5)
 
 
+def test_nvml_energy_is_left_out_when_a_device_has_no_counter() -> None:
+    nvml = _fake_nvml([0.0, 0.0])
+
+    def first_only(h: int) -> float:
+        if h == 1:  # a card before Volta: no energy counter
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return 1000.0
+
+    nvml.nvmlDeviceGetTotalEnergyConsumption = first_only  # type: ignore[attr-defined]
+    out = NvmlSampler(nvml, [0, 1]).result()
+    assert out["devices"] == 2 and "energy_j" not in out
+
+
 def test_nvml_absent_or_failing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     assert NvmlSampler.open() is None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ...errors import ConfigError
 from ..base import EngineConfig
@@ -33,6 +33,26 @@ class StartedUnit(Protocol):
     def log_tail(self, lines: int = 40) -> str: ...
     def stop(self) -> None: ...
     def describe(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class PodFaults(Protocol):
+    """A started unit that kills or restarts its engine's pods by replica (an index, a pod
+    name, None: the first): ``KubeEngine``. The fault injector finds it among a running
+    engine's units (``faults/injector.py``)."""
+
+    def kill(self, replica: int | str | None = None) -> dict[str, Any]: ...
+    def restart(self, replica: int | str | None = None) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Scalable(Protocol):
+    """A started unit or a runtime that runs its engine with ``replicas`` copies
+    (``KubeEngine``; a ``Runtime``, which raises ``ConfigError`` where it cannot). A
+    scale-up finds it among a running engine's units, then its runtime
+    (``engines/scaling.py``)."""
+
+    def scale(self, replicas: int) -> object: ...
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -243,7 +243,7 @@ class KubeEngine:
                     if self.settings.access_path() == "port-forward":
                         if name not in self._metric_forwarders:
                             self._metric_forwarders[name] = PortForwarder(
-                                self._open_forward, lambda n=name: n, m.port
+                                self._open_forward, _fixed_pod(name), m.port
                             )
                         urls.append(self._metric_forwarders[name].url + m.path)
                     elif ip := (pod.get("status") or {}).get("podIP"):
@@ -272,7 +272,7 @@ class KubeEngine:
         return self._record("scale", f"{obj['kind']} {obj['metadata']['name']}", replicas)
 
     def _pick(self, replica: int | str | None) -> str:
-        pods = sorted(p["metadata"]["name"] for p in self.api_pods() or self.pods())
+        pods: list[str] = sorted(p["metadata"]["name"] for p in self.api_pods() or self.pods())
         if isinstance(replica, str):
             if replica not in pods:
                 raise ConfigError(
@@ -523,11 +523,19 @@ class KubernetesRuntime:
     def scale(self, replicas: int) -> None:
         raise ConfigError(_BY_UNIT.format(what=f"scale to {replicas}"))
 
-    def kill(self, replica: int | str | None = None) -> None:
+    def kill(self, unit: StartedUnit) -> dict[str, Any]:
         raise ConfigError(_BY_UNIT.format(what="kill"))
 
-    def restart(self, replica: int | str | None = None) -> None:
+    def restart(self, unit: StartedUnit) -> dict[str, Any]:
         raise ConfigError(_BY_UNIT.format(what="restart"))
+
+    def stall(self, unit: StartedUnit, for_s: float) -> dict[str, Any]:
+        raise ConfigError(_BY_UNIT.format(what="stall"))
+
+
+def _fixed_pod(name: str) -> Callable[[], str | None]:
+    """A pod picker that always picks ``name`` (one metrics forwarder per pod)."""
+    return lambda: name
 
 
 _BY_UNIT = (

@@ -124,5 +124,5 @@ def delete(where: Cluster, obj: Mapping[str, Any]) -> None:
 def reason_of(exc: BaseException) -> str:
     body = getattr(exc, "body", None)
     with contextlib.suppress(Exception):
-        return str(json.loads(body)["message"])[:500]
+        return str(json.loads(body or "")["message"])[:500]
     return f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -105,7 +105,8 @@ def _worker_args(config: EngineConfig, worker: str, role: str) -> list[str]:
     dynamo = _dynamo()
     ports = iter(range(FIRST_WORKER_PORT, FIRST_WORKER_PORT + 100))
     defaults, _env = dynamo.worker_defaults(config, worker, role, lambda: next(ports), _no_files)
-    return dynamo.worker_argv(config, worker, role, defaults)
+    argv: list[str] = dynamo.worker_argv(config, worker, role, defaults)
+    return argv
 
 
 def _envs(config: EngineConfig, settings: KubeSettings) -> list[dict[str, Any]]:

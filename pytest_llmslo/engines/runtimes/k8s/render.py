@@ -35,4 +35,5 @@ def render_manifests(plan: LaunchPlan) -> str:
         f"# {plan.config.display_name}: the objects the kubernetes runtime applies. Each but the\n"
         "# first also gets an ownerReference to the first (its uid is the cluster's).\n"
     )
-    return head + yaml.safe_dump_all(manifests(plan), sort_keys=False, explicit_start=True)
+    body: str = yaml.safe_dump_all(manifests(plan), sort_keys=False, explicit_start=True)
+    return head + body

@@ -35,10 +35,10 @@ def reap_sessions(where: Cluster, older_than_s: float) -> list[str]:
         labels = meta.get("labels") or {}
         if labels.get(LABEL_SESSION) == SESSION_ID or cm.get("data", {}).get("session") is None:
             continue
-        created = meta.get("creationTimestamp")
+        created = str(meta.get("creationTimestamp") or "")
         try:
             age = (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
-        except (AttributeError, ValueError):
+        except ValueError:
             continue
         if age < older_than_s:
             continue
