@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sweep", "capacity", "settings"),
     ("document",),
     ("regression",),
+    ("history",),
     ("report",),
     # The session core, a package: its modules are in this layer (SESSION orders them).
     ("session",),

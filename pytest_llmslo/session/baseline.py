@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pytest_llmslo.document import Results
 from pytest_llmslo.errors import ConfigError, RegressionError
-from pytest_llmslo.regression import Judging, Pairing, baselines, compare_test, tolerances
+from pytest_llmslo.history import refs
+from pytest_llmslo.regression import Judging, Pairing, compare_test, tolerances
 
-from .state import Session, TestContext, baseline_root, primary
+from .state import Session, TestContext, baseline_root, history_root, primary
 
 __all__ = ["compare_with_baseline", "load_baseline"]
 
@@ -27,15 +28,21 @@ def load_baseline(state: Session) -> None:
         raise ConfigError(f"{label}: {exc}") from None
     if session.compare:
         label = session.sources.get("slo_compare", "--slo-compare")
+        runs = history_root(state) or state.rootpath / ".llmslo" / "runs"
         try:
-            doc = baselines.load_baseline(session.compare, root=baseline_root(state))
+            name, doc = refs.load_ref(
+                session.compare, runs_root=runs, baselines_root=baseline_root(state)
+            )
         except (ConfigError, OSError, ValueError) as exc:
             raise ConfigError(f"{label}: {exc}") from None
         try:
             state.baseline = Results.from_document(doc, source=session.compare)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{label}: a point cannot be read: {exc!r}") from None
-        state.baseline_source = session.compare
+        # A run of the history is named by its id: "latest" changes with every session.
+        state.baseline_source = (
+            session.compare if name == session.compare else (f"{session.compare} (run {name})")
+        )
         if not state.baseline.complete:
             state.notes.append(
                 f"warning: baseline {session.compare!r} is incomplete (its session was "

@@ -40,6 +40,7 @@ __all__ = [
     "add_test",
     "baseline_root",
     "commit_info",
+    "history_root",
     "machine_info",
     "primary",
     "prompt_salt",
@@ -368,6 +369,17 @@ def prompt_salt(state: Session, ts: S.TestSettings) -> str:
 def baseline_root(state: Session) -> str:
     """Where named baselines are saved: ``.llmslo/baselines`` under the root path."""
     return str(state.rootpath / ".llmslo" / "baselines")
+
+
+def history_root(state: Session) -> Path | None:
+    """Where the session keeps its run (``--slo-history``): ``.llmslo/runs`` under the
+    root path unless a directory is named; None when it is ``none`` (or ``off``)."""
+    text = state.session.history
+    if text is None:
+        return state.rootpath / ".llmslo" / "runs"
+    if text.strip().lower() in ("", "none", "off"):
+        return None
+    return resolve_path(state, text, "slo_history")
 
 
 def resolve_path(state: Session, text: str, name: str) -> Path:
