@@ -169,9 +169,7 @@ def remember_run(state: Session, *, interrupted: bool) -> None:
         )
         return
     try:
-        store.prune(
-            root, keep=session.history_keep, days=session.history_days, spare=path.stem
-        )
+        store.prune(root, keep=session.history_keep, days=session.history_days, spare=path.stem)
     except (OSError, ValueError) as exc:
         state.notes.append(f"warning: the run history {root} was not pruned: {exc}")
 

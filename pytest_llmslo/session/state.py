@@ -23,6 +23,7 @@ from .constants import constants_of_test, session_constants
 from .factory import EngineFactory, NullProgress, Progress
 
 if TYPE_CHECKING:
+    from pytest_llmslo.history.trend import HistoryRun
     from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.regression import Comparison
@@ -215,6 +216,8 @@ class Session:
         self.mismatches: list[str] = []
         self.baseline: Results | None = None
         self.baseline_source: str | None = None
+        #: ``--slo-compare=history``: the runs of the history each test is judged against.
+        self.history_runs: list[HistoryRun] | None = None
         self.tolerances: dict[str, Tolerance] | None = None
         self.suite_property: Callable[[str, object], None] | None = None
         self.disabled_reason: str | None = None

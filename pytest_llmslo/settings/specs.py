@@ -224,7 +224,9 @@ SPECS: tuple[Spec, ...] = (
          help="Save the session's results as the named baseline (under .llmslo/baselines)."),
     Spec("slo_compare", parse_optional_str, None, field="compare",
          cli="--slo-compare", topic="regression", metavar="NAME|PATH",
-         help="Compare each test against a saved baseline (a name or a JSON path)."),
+         help="Compare each test against a saved baseline (a name or a JSON path), a run of "
+              "the history (latest, latest~N, a run id), or 'history': the last stable "
+              "segment of the run history."),
     Spec("slo_compare_fail", parse_optional_str, None, field="compare_fail",
          cli="--slo-compare-fail", topic="regression", metavar="SPEC",
          shown_default="goodput:5%,throughput:5%,attainment:2pp, latencies 10%",
