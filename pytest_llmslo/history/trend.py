@@ -11,6 +11,7 @@ from typing import Any
 from pytest_llmslo.catalog import METRIC_SPECS
 from pytest_llmslo.document import Results
 from pytest_llmslo.document.lookup import metric_value
+from pytest_llmslo.regression.rows import fmt_value
 
 from .changepoint import DEFAULT_ALPHA, DEFAULT_MIN_CHANGE, ChangePoint, change_points
 from .store import RunEntry
@@ -123,10 +124,6 @@ def series_of(
     return out
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
-
-
 def format_trends(series: Sequence[TrendSeries]) -> list[str]:
     """The trend tables for a terminal: per series, one row per run with its value, the
     segment's mean, and a marker on the run where a change point starts a segment."""
@@ -145,7 +142,13 @@ def format_trends(series: Sequence[TrendSeries]) -> list[str]:
                 mark = f"<- change {cp.change:+.1%} (p={cp.p:.2g}): {why}"
             version = _engine_info(run, s.engine).get("version") or "?"
             rows.append(
-                [run.entry.id, (run.entry.commit or "?")[:10], str(version), _fmt(value), mark]
+                [
+                    run.entry.id,
+                    (run.entry.commit or "?")[:10],
+                    str(version),
+                    fmt_value(s.metric, value),
+                    mark,
+                ]
             )
         widths = [max(len(r[c]) for r in rows) for c in range(4)]
         for r in rows:
