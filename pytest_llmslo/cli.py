@@ -408,6 +408,17 @@ def _add_history(sub: Any) -> None:
     command.add_trend(sub)
 
 
+def _trend_charts(args: argparse.Namespace, series: Any) -> None:
+    from pytest_llmslo.report.trendchart import render_trend_html, render_trend_svg
+
+    if args.svg:
+        _write_text(args.svg, render_trend_svg(series), append=False)
+    if args.html:
+        _write_text(
+            args.html, render_trend_html(series, f"llmslo trend: {args.metric}"), append=False
+        )
+
+
 def _history(args: argparse.Namespace, out: TextIO) -> int:
     """``llmslo history``, ``history show RUN`` (printed as ``report`` prints) and
     ``llmslo trend``."""
@@ -415,7 +426,9 @@ def _history(args: argparse.Namespace, out: TextIO) -> int:
 
     try:
         if args.command == "trend":
-            lines = command.trend_lines(args)
+            found = command.trend_series(args)
+            lines = command.trend_lines(args, found)
+            _trend_charts(args, found[1])
         elif args.action == "show":
             args.run, args.others = str(command.show_path(args)), []
             return _report(args, out)

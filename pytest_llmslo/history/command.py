@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from pytest_llmslo.catalog import METRIC_SPECS
 from pytest_llmslo.document import DocumentError, Results
@@ -15,9 +15,9 @@ from pytest_llmslo.errors import ConfigError
 from .changepoint import DEFAULT_ALPHA, DEFAULT_MIN_CHANGE
 from .refs import resolve_run
 from .store import DEFAULT_HISTORY_ROOT, RunEntry, list_runs, read_run
-from .trend import HistoryRun, format_trends, series_of
+from .trend import HistoryRun, TrendSeries, format_trends, series_of
 
-__all__ = ["add_history", "add_trend", "history_lines", "show_path", "trend_lines"]
+__all__ = ["add_history", "add_trend", "history_lines", "show_path", "trend_lines", "trend_series"]
 
 
 def _add_root(p: argparse.ArgumentParser) -> None:
@@ -89,6 +89,8 @@ def add_trend(sub: Any) -> argparse.ArgumentParser:
         metavar="FRACTION",
         help=f"smallest relative change that is a change point (default {DEFAULT_MIN_CHANGE})",
     )
+    tr.add_argument("--svg", metavar="PATH", help="also write the charts as SVG to PATH")
+    tr.add_argument("--html", metavar="PATH", help="also write the charts and tables as HTML")
     return tr
 
 
@@ -141,8 +143,8 @@ def show_path(args: argparse.Namespace) -> Path:
     return resolve_run(args.ref, runs, str(args.history)).path
 
 
-def trend_lines(args: argparse.Namespace, out: TextIO | None = None) -> list[str]:
-    """The tables of ``llmslo trend``."""
+def trend_series(args: argparse.Namespace) -> tuple[list[str], list[TrendSeries]]:
+    """The series of ``llmslo trend`` and one line per run that was left out."""
     if args.metric not in METRIC_SPECS:
         raise ConfigError(
             f"unknown metric {args.metric!r}; valid: {', '.join(sorted(METRIC_SPECS))}"
@@ -165,7 +167,12 @@ def trend_lines(args: argparse.Namespace, out: TextIO | None = None) -> list[str
         alpha=args.alpha,
         min_change=args.min_change,
     )
-    lines = [*problems]
+    return problems, series
+
+
+def trend_lines(args: argparse.Namespace, found: tuple[list[str], list[TrendSeries]]) -> list[str]:
+    """The tables of ``llmslo trend`` (``found``: ``trend_series``)."""
+    problems, series = found
     if not series:
-        return [*lines, f"no run under {args.history} has {args.metric} for these filters"]
-    return [*lines, *format_trends(series)]
+        return [*problems, f"no run under {args.history} has {args.metric} for these filters"]
+    return [*problems, *format_trends(series)]

@@ -105,7 +105,8 @@ def save_run(
 
 def _entry(path: Path) -> RunEntry:
     doc = read_run(path)
-    record = doc.get("run") if isinstance(doc.get("run"), Mapping) else {}
+    found = doc.get("run")
+    record: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     when = run_time(path.stem)
     assert when is not None  # listed by name
     points = doc.get("points")

@@ -123,6 +123,9 @@ def compare_with_baseline(state: Session, ctx: TestContext) -> None:
     if state.history_runs is not None:
         _compare_with_history(state, ctx, idx)
         return
+    baseline = state.baseline
+    if baseline is None:
+        return
     point = state.points[idx]
     source = state.baseline_source
     capacity = ctx.capacity_result
@@ -134,7 +137,7 @@ def compare_with_baseline(state: Session, ctx: TestContext) -> None:
     # The level the test is judged by (a slo_load level may differ from its parameter).
     key = f"{ctx.engine} {ctx.test} {'capacity' if capacity is not None else point.level.label}"
     judging = Judging.of(state.tolerances or None, confidence=ctx.settings.confidence)
-    pairing = Pairing(state.baseline, state.results(), judging)
+    pairing = Pairing(baseline, state.results(), judging)
     if capacity is not None:
         tested = compare_test(
             pairing, ctx.engine, ctx.test, (), capacity=capacity, at_capacity=point
