@@ -13,7 +13,9 @@ segment.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ import numpy as np
 from pytest_llmslo.document.constants import constants_for_test, constants_mismatch
 from pytest_llmslo.document.lookup import metric_value
 from pytest_llmslo.regression import Comparison, ComparisonRow, Judging
+from pytest_llmslo.regression.detectable import POWER, z_of
 from pytest_llmslo.regression.rows import change
 from pytest_llmslo.sweep import SweepPoint
 
@@ -83,12 +86,17 @@ def judge_against_history(
         mean = float(segment.mean())
         delta, delta_pct, status = change(tol, mean, new)
         why = ""
+        mde = None
+        if len(segment) >= 2:
+            # A new run against the segment: its values' spread, for one more run.
+            spread = float(segment.std(ddof=1)) * math.sqrt(1.0 + 1.0 / len(segment))
+            mde = (z_of(1.0 - NOISE_ALPHA) + NormalDist().inv_cdf(POWER)) * spread
         if status != "within tolerance" and len(segment) >= 2:
             p = t_test(segment, np.asarray([new]))
             if p >= NOISE_ALPHA:
                 status = "noise"
             why = f", t-test p={p:.2g}"
-        rows.append(ComparisonRow(metric, mean, new, delta, delta_pct, status, tol))
+        rows.append(ComparisonRow(metric, mean, new, delta, delta_pct, status, tol, None, mde))
         notes.append(
             f"{metric}: segment of {len(segment)} run{'s' if len(segment) != 1 else ''} "
             f"started by run {series[start][0]}{why}"

@@ -47,6 +47,8 @@ def test_a_change_within_the_segments_spread_is_noise(history) -> None:
     assert comparison is not None and not comparison.regressed
     row = _row(comparison, "itl_p50")
     assert row.status == "noise"
+    # Noise: the change is smaller than what the segment's spread lets a run show.
+    assert row.mde is not None and row.delta is not None and row.mde > abs(row.delta)
 
 
 def test_runs_with_other_constants_are_left_out(history) -> None:
@@ -62,3 +64,11 @@ def test_a_point_no_run_measured_is_not_compared(history) -> None:
     root = history([10.0])
     point = make_point(8, ttft_ms=50.0, gap_ms=10.0)  # c8: never measured
     assert gate.judge_against_history(_runs(root), point, JUDGING) is None
+
+
+def test_the_segments_spread_bounds_what_it_can_detect(history) -> None:
+    steady = _runs(history([12.0, 12.0, 12.0]))
+    point = make_point(4, ttft_ms=50.0, gap_ms=12.0)
+    comparison = gate.judge_against_history(steady, point, JUDGING)
+    assert comparison is not None and _row(comparison, "itl_p50").mde == 0.0
+    assert "detectable" in comparison.format()
