@@ -14,8 +14,9 @@ Per metric, with z the two-sided normal quantile of the confidence and z_power t
   pooled proportion ``p``;
 - **throughput** (output tok/s) and **req/s**: ``(z + z_power) * sqrt(se_old^2 +
   se_new^2)``, each ``se`` the standard error of the run's rate from ``WINDOWS``
-  equal windows of its measured time (batch means: the tokens of the requests that ended
-  in each window). This is the run's own, within-run spread: a change of the engine
+  equal windows of its measured time (batch means: the tokens each window produced, a
+  request's spread evenly from its first token to its end; the requests that ended in
+  it). This is the run's own, within-run spread: a change of the engine
   between runs (another node, a warmer cache) is not in it; the run history's spread
   (``--slo-compare=history``) is;
 - anything else (goodput, whose per-request good flags are not stored): None.
@@ -36,7 +37,8 @@ __all__ = ["POWER", "WINDOWS", "min_detectable", "window_rates", "window_se", "z
 
 #: The power at which a change counts as detectable.
 POWER = 0.8
-#: The windows a run's measured time is cut into for its per-window rates.
+#: The windows a run's measured time is cut into for its per-window rates, besides the
+#: first and the last (left out: the ramp and the drain).
 WINDOWS = 10
 #: Fewer windows than this (a run of few requests) give no rate bound.
 MIN_WINDOWS = 4
@@ -57,30 +59,55 @@ def _column(point: SweepPoint, name: str) -> list[object] | None:
     return list(values) if isinstance(values, list | tuple) else None
 
 
+def _finite(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
 def window_rates(point: SweepPoint, field: str) -> np.ndarray | None:
     """The rate of ``field`` (``output_tok_s`` or ``req_s``) in each of up to ``WINDOWS``
-    equal windows of the point's measured time, from its stored per-request samples (end
-    time, ok, output tokens); None without them or with too few requests."""
+    equal windows of the point's measured time, from its stored per-request samples; None
+    without them or with too few requests. A request's output tokens are spread evenly
+    from its first token to its end (a closed loop's requests end together, so counting
+    tokens where they end would make the windows lurch); a completed request counts in the
+    window it ended in."""
     ends, oks = _column(point, "end_s"), _column(point, "ok")
-    tokens = _column(point, "output_tokens")
+    tokens, firsts = _column(point, "output_tokens"), _column(point, "first_token_s")
     if ends is None or oks is None or tokens is None or field not in WINDOW_FIELDS:
         return None
+    firsts = firsts if firsts is not None and len(firsts) == len(ends) else list(ends)
     if not len(ends) == len(oks) == len(tokens):
         return None
-    t: list[float] = []
-    w: list[float] = []
-    for end, ok, tok in zip(ends, oks, tokens, strict=True):
-        if not isinstance(end, int | float) or not math.isfinite(end) or ok != 1:
+    rows = []
+    for end, ok, tok, first in zip(ends, oks, tokens, firsts, strict=True):
+        e = _finite(end)
+        if e is None or ok != 1:
             continue
-        weight = 1.0 if field == "req_s" else float(tok) if isinstance(tok, int | float) else 0.0
-        t.append(float(end))
-        w.append(weight)
-    k = min(WINDOWS, len(t) // _PER_WINDOW)
-    span = max(t, default=0.0)
-    if k < MIN_WINDOWS or span <= 0:
+        f = _finite(first)
+        f = e if f is None or f > e else f
+        rows.append((f, e, 1.0 if field == "req_s" else _finite(tok) or 0.0))
+    # Two more windows than are used: the first (the load ramping up) and the last (the
+    # requests in flight draining) are left out.
+    k = min(WINDOWS, len(rows) // _PER_WINDOW) + 2
+    span = max((e for _, e, _ in rows), default=0.0)
+    if k - 2 < MIN_WINDOWS or span <= 0:
         return None
-    idx = np.minimum((np.asarray(t) / span * k).astype(int), k - 1)
-    return np.bincount(idx, weights=np.asarray(w), minlength=k) / (span / k)
+    a = np.asarray(rows, dtype=float)
+    width = span / k
+    if field == "req_s":
+        idx = np.minimum((a[:, 1] / width).astype(int), k - 1)
+        return np.bincount(idx, weights=a[:, 2], minlength=k)[1:-1] / width
+    lo, hi = np.arange(k) * width, np.arange(1, k + 1) * width
+    length = a[:, 1] - a[:, 0]
+    overlap = np.clip(
+        np.minimum(a[:, 1:2], hi[None, :]) - np.maximum(a[:, 0:1], lo[None, :]), 0.0, None
+    )
+    share = np.where(
+        length[:, None] > 0,
+        overlap / np.where(length > 0, length, 1.0)[:, None],
+        # No time between the first token and the end: all of it in the end's window.
+        (np.minimum((a[:, 1] / width).astype(int), k - 1)[:, None] == np.arange(k)[None, :]),
+    )
+    return (share * a[:, 2:3]).sum(axis=0)[1:-1] / width
 
 
 def window_se(rates: np.ndarray) -> float:
