@@ -7,6 +7,7 @@
     llmslo compare A B [--fail goodput:5%,ttft_p99:10%] [--engine OLD=NEW]
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
     llmslo history [--last N] | history show RUN      llmslo trend [METRIC] [--test T]
+    llmslo export RUN [--github-smaller F] [--bencher F] [--requests-parquet F] [--otlp URL]
     llmslo render --engine NAME [--engines-file F]
     llmslo worker --connect HOST:PORT [--name NAME] [--connect-timeout S]
 
@@ -201,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run(sub)
     _add_history(sub)
+    _add_export(sub)
     _add_render(sub)
     _add_worker(sub)
 
@@ -439,6 +441,28 @@ def _history(args: argparse.Namespace, out: TextIO) -> int:
     except ConfigError as exc:
         raise _UsageError(str(exc)) from None
     out.write("\n".join(lines).rstrip("\n") + "\n")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _add_export(sub: Any) -> None:
+    from pytest_llmslo.exports.command import add_export
+
+    add_export(sub)
+
+
+def _export(args: argparse.Namespace, out: TextIO) -> int:
+    """``llmslo export RUN``: the exports asked for (``exports/``)."""
+    from pytest_llmslo.exports.command import export
+
+    results = _results(_read(args.run, args.root, args.history), args.run)
+    try:
+        lines = export(args, results)
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    out.write("\n".join(lines) + "\n")
     return EXIT_OK
 
 
@@ -715,6 +739,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _render(args, out)
         if args.command in ("history", "trend"):
             return _history(args, out)
+        if args.command == "export":
+            return _export(args, out)
         if args.command == "worker":
             from pytest_llmslo.load.remote_worker import command
 

@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("document",),
     ("regression",),
     ("history",),
-    ("report",),
+    ("report", "exports"),
     # The session core, a package: its modules are in this layer (SESSION orders them).
     ("session",),
     ("plugin", "cli", "hookspecs"),

@@ -107,7 +107,8 @@ def window_rates(point: SweepPoint, field: str) -> np.ndarray | None:
         # No time between the first token and the end: all of it in the end's window.
         (np.minimum((a[:, 1] / width).astype(int), k - 1)[:, None] == np.arange(k)[None, :]),
     )
-    return (share * a[:, 2:3]).sum(axis=0)[1:-1] / width
+    rates: np.ndarray = (share * a[:, 2:3]).sum(axis=0)[1:-1] / width
+    return rates
 
 
 def window_se(rates: np.ndarray) -> float:
