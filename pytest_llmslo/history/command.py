@@ -14,7 +14,7 @@ from pytest_llmslo.errors import ConfigError
 
 from .changepoint import DEFAULT_ALPHA, DEFAULT_MIN_CHANGE
 from .refs import resolve_run
-from .store import DEFAULT_HISTORY_ROOT, RunEntry, list_runs, read_run
+from .store import DEFAULT_HISTORY_ROOT, RunEntry, list_runs, printable, read_run
 from .trend import HistoryRun, TrendSeries, format_trends, series_of
 
 __all__ = ["add_history", "add_trend", "history_lines", "show_path", "trend_lines", "trend_series"]
@@ -99,9 +99,10 @@ def _engines_text(record: Mapping[str, Any]) -> str:
     if not isinstance(engines, Mapping):
         return "?"
     parts = []
-    for name, info in engines.items():
-        version = info.get("version") if isinstance(info, Mapping) else None
-        parts.append(f"{name} {version}" if version else str(name))
+    for name, info in list(engines.items())[:8]:
+        version = printable(info.get("version"), 30) if isinstance(info, Mapping) else None
+        label = printable(name, 30) or "?"
+        parts.append(f"{label} {version}" if version else label)
     return ", ".join(parts) or "-"
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "RunEntry",
     "list_runs",
     "new_run_id",
+    "printable",
     "prune",
     "read_run",
     "run_time",
@@ -42,6 +43,7 @@ DEFAULT_KEEP = 100
 #: per-request samples is a few MB).
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 
+_COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 _ID_RE = re.compile(r"^(\d{8}T\d{6}\.\d{6}Z)(?:-(\d{1,3}))?$")
 _TIME_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 
@@ -60,9 +62,20 @@ class RunEntry:
 
     @property
     def commit(self) -> str | None:
+        """The commit id, when the record holds one that looks like one."""
         commit = self.record.get("commit")
         value = commit.get("id") if isinstance(commit, Mapping) else None
-        return value if isinstance(value, str) else None
+        return value if isinstance(value, str) and _COMMIT_RE.match(value) else None
+
+
+def printable(value: object, limit: int = 80) -> str | None:
+    """A recorded text as it may be shown on a terminal: control characters (an escape
+    sequence in a file we did not write) replaced, at most ``limit`` characters; None for
+    anything but a string."""
+    if not isinstance(value, str):
+        return None
+    text = "".join(c if c.isprintable() else "?" for c in value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def new_run_id(now: datetime | None = None) -> str:

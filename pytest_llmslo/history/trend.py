@@ -14,7 +14,7 @@ from pytest_llmslo.document.lookup import metric_value
 from pytest_llmslo.regression.rows import fmt_value
 
 from .changepoint import DEFAULT_ALPHA, DEFAULT_MIN_CHANGE, ChangePoint, change_points
-from .store import RunEntry
+from .store import RunEntry, printable
 
 __all__ = ["HistoryRun", "TrendSeries", "format_trends", "series_of", "what_changed"]
 
@@ -48,12 +48,13 @@ class TrendSeries:
 
 
 def _engine_info(run: HistoryRun, engine: str) -> Mapping[str, Any]:
+    """The engine's version and image as recorded, each made safe to print."""
     engines = run.entry.record.get("engines")
     info = engines.get(engine) if isinstance(engines, Mapping) else None
-    if isinstance(info, Mapping):
-        return info
-    entry = run.results.engines.get(engine)
-    return {"version": entry.version if entry is not None else None}
+    if not isinstance(info, Mapping):
+        entry = run.results.engines.get(engine)
+        info = {"version": entry.version if entry is not None else None}
+    return {"version": printable(info.get("version")), "image": printable(info.get("image"))}
 
 
 def _constants(run: HistoryRun, engine: str) -> dict[str, Any]:

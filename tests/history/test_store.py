@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from history_helpers import T0, run_document, save
 
+from pytest_llmslo import cli
 from pytest_llmslo.document import DocumentError
 from pytest_llmslo.history import provenance, refs, store
 
@@ -121,3 +122,19 @@ def test_provenance_records_the_commit_engines_and_machine(tmp_path: Path) -> No
     assert record["commit"] == {"id": head, "branch": "main", "dirty": True}
     assert record["engines"] == {"sim": {"version": "0.9.2", "image": "llmslo/sim:1"}}
     assert record["machine"] == {"node": "ci-1", "cpus": 2, "cpu": "EPYC"}
+
+
+def test_recorded_texts_are_made_safe_to_print(tmp_path: Path, capsys) -> None:
+    assert store.printable("0.9.2\x1b[2J") == "0.9.2?[2J"
+    assert store.printable("x" * 100, 10) == "xxxxxxx..."
+    assert store.printable(3) is None
+    path = save(tmp_path, 0, 10.0)
+    doc = json.loads(path.read_text())
+    doc["run"]["commit"]["id"] = "\x1b]0;pwned\x07"
+    doc["run"]["engines"]["sim"]["version"] = "1.0\x1b[31m"
+    path.write_text(json.dumps(doc))
+    (run,) = store.list_runs(tmp_path)[0]
+    assert run.commit is None
+    assert cli.main(["history", "--history", str(tmp_path)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "sim 1.0?[31m" in out
