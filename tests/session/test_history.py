@@ -77,7 +77,7 @@ def test_history_none_keeps_nothing(harness: Any, tmp_path: Path) -> None:
 
 
 def test_latest_without_a_history_is_a_config_error(harness: Any) -> None:
-    with pytest.raises(ConfigError, match="LLMSLO_SLO_COMPARE.*has no run 0 before the latest"):
+    with pytest.raises(ConfigError, match=r"LLMSLO_SLO_COMPARE.*has no run 0 before the latest"):
         harness(**SLO, LLMSLO_SLO_COMPARE="latest")
 
 
