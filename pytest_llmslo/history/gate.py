@@ -28,7 +28,7 @@ from pytest_llmslo.regression.rows import change
 from pytest_llmslo.sweep import SweepPoint
 
 from .changepoint import change_points, t_test
-from .trend import HistoryRun
+from .trend import HistoryRun, measured_validly
 
 __all__ = ["HISTORY", "NOISE_ALPHA", "comparable_runs", "judge_against_history"]
 
@@ -55,7 +55,12 @@ def _series(runs: Sequence[HistoryRun], point: SweepPoint, metric: str) -> list[
     for run in runs:
         value = None
         for p in run.results.points:
-            if (p.test, p.engine, p.level.label) == (point.test, point.engine, point.level.label):
+            same = (p.test, p.engine, p.level.label) == (
+                point.test,
+                point.engine,
+                point.level.label,
+            )
+            if same and measured_validly(p):
                 value = metric_value(p, metric)
         if value is not None:
             out.append((run.entry.id, value))

@@ -12,11 +12,26 @@ from pytest_llmslo.catalog import METRIC_SPECS
 from pytest_llmslo.document import Results
 from pytest_llmslo.document.lookup import metric_value
 from pytest_llmslo.regression.rows import fmt_value
+from pytest_llmslo.sweep import SweepPoint
 
 from .changepoint import DEFAULT_ALPHA, DEFAULT_MIN_CHANGE, ChangePoint, change_points
 from .store import RunEntry, printable
 
-__all__ = ["HistoryRun", "TrendSeries", "format_trends", "series_of", "what_changed"]
+__all__ = [
+    "HistoryRun",
+    "TrendSeries",
+    "format_trends",
+    "measured_validly",
+    "series_of",
+    "what_changed",
+]
+
+
+def measured_validly(point: SweepPoint) -> bool:
+    """Whether a point's numbers are the engine's: its client was not the bottleneck and
+    its load ran to the end (a trend or a segment leaves the others out)."""
+    run_valid = point.verdict.run_valid if point.verdict is not None else True
+    return bool(point.summary.valid and run_valid and not point.interrupted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +111,7 @@ def series_of(
 ) -> list[TrendSeries]:
     """Every series of ``metric`` in ``runs`` (oldest first), one per test, engine and
     level (those given filter), with their change points; a run without the point or
-    the value is left out of that series."""
+    the value, or whose point was not measured validly, is left out of that series."""
     if metric not in METRIC_SPECS:
         raise ValueError(f"unknown metric {metric!r}; valid: {', '.join(sorted(METRIC_SPECS))}")
     found: dict[tuple[str, str, str], list[tuple[HistoryRun, float]]] = {}
@@ -106,7 +121,7 @@ def series_of(
             key = (point.test, point.engine, point.level.label)
             if (test and key[0] != test) or (engine and key[1] != engine):
                 continue
-            if level and key[2] != level:
+            if (level and key[2] != level) or not measured_validly(point):
                 continue
             value = metric_value(point, metric)
             if value is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from history_helpers import save
+
 from pytest_llmslo import cli
 from pytest_llmslo.document import Results
 from pytest_llmslo.history import store
@@ -70,3 +72,10 @@ def test_bad_references_and_metrics_are_usage_errors(history, capsys) -> None:
     assert cli.main(["trend", "itl_p42", "--history", str(root)]) == cli.EXIT_USAGE
     assert "unknown metric 'itl_p42'" in capsys.readouterr().err
     assert cli.main(["history", "show", "--history", str(root)]) == cli.EXIT_USAGE
+
+
+def test_a_run_whose_client_was_the_bottleneck_is_left_out(history, tmp_path: Path) -> None:
+    root = history([10.0, 10.1, 9.9, 10.0])
+    save(root, 9, 30.0, valid=False)  # a client-starved run: its numbers are not the engine's
+    (series,) = series_of(_runs(root), "itl_p50")
+    assert len(series.values) == 4 and series.changes == ()
