@@ -6,6 +6,8 @@
                   [--csv OUT.csv] [--html OUT.html] [--width N]
     llmslo compare A B [--fail goodput:5%,ttft_p99:10%] [--engine OLD=NEW]
                        [--markdown OUT.md] [--svg OUT.svg] [--root DIR]
+    llmslo history [--last N] | history show RUN      llmslo trend [METRIC] [--test T]
+    llmslo export RUN [--github-smaller F] [--bencher F] [--requests-parquet F] [--otlp URL]
     llmslo render --engine NAME [--engines-file F]
     llmslo check --engine NAME [--engines-file F]
     llmslo worker --connect HOST:PORT [--name NAME] [--connect-timeout S]
@@ -29,8 +31,9 @@ run documents after the first (a baseline, the runs of other days), the formats 
 show several runs (``--html``) show them beside it, each level compared with theirs; the
 others are a usage error with several documents.
 ``compare`` compares every point of ``B`` with the same test, engine and load level in
-``A`` (paths of run documents, or names of baselines saved with ``--slo-save`` under
-``--root``, default ``.llmslo/baselines``) and prints the per-point comparison
+``A`` (paths of run documents, names of baselines saved with ``--slo-save`` under
+``--root``, default ``.llmslo/baselines``, or runs of the history: ``latest``,
+``latest~N``, a run id) and prints the per-point comparison
 (``regression`` has the rule), and the capacity of each test that searched it on both
 sides.
 
@@ -38,6 +41,10 @@ sides.
 place of the text; it is appended, not replaced, with ``--append`` or when PATH is
 ``$GITHUB_STEP_SUMMARY`` (that file collects every step's summary). ``--svg PATH``
 writes the chart (``report/svg.py``).
+
+``history`` lists the runs every session kept under ``.llmslo/runs`` (``--history DIR``);
+``history show RUN`` prints one as ``report`` does. ``trend`` prints a metric across the
+runs, per test, engine and level, with its change points (``history/``).
 
 ``render`` prints the objects the kubernetes runtime would apply for an engine with
 ``runtime = "kubernetes"`` (YAML, one document each, secrets as references), for review
@@ -195,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_run(sub)
+    _add_history(sub)
+    _add_export(sub)
     _add_render(sub)
     _add_check(sub)
     _add_worker(sub)
@@ -230,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where named baselines are saved (default: .llmslo/baselines)",
     )
+    cmp_.add_argument(
+        "--history",
+        default=None,
+        metavar="DIR",
+        help="the run history that latest, latest~N and run ids name (default: .llmslo/runs)",
+    )
     _add_outputs(cmp_)
     return parser
 
@@ -237,10 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------- helpers
 
 
-def _read(source: str, root: str | None = None) -> dict[str, Any]:
+def _read(source: str, root: str | None = None, history: str | None = None) -> dict[str, Any]:
+    from pytest_llmslo.history import refs, store
 
     try:
-        return baselines.load_baseline(source, root=root or baselines.DEFAULT_BASELINE_ROOT)
+        return refs.load_ref(
+            source,
+            runs_root=history or store.DEFAULT_HISTORY_ROOT,
+            baselines_root=root or baselines.DEFAULT_BASELINE_ROOT,
+        )[1]
     except ConfigError as exc:
         raise _UsageError(str(exc)) from None
 
@@ -349,8 +369,8 @@ def _label(source: str) -> str:
 def _compare(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_llmslo.regression import compare_documents
 
-    old = _results(_read(args.old, args.root), args.old)
-    new = _results(_read(args.new, args.root), args.new)
+    old = _results(_read(args.old, args.root, args.history), args.old)
+    new = _results(_read(args.new, args.root, args.history), args.new)
     labels = (_label(args.old), _label(args.new))
     if labels[0] == labels[1]:
         labels = (f"{labels[0]} (baseline)", f"{labels[1]} (new)")
@@ -377,6 +397,74 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_REGRESSED
     if result.constants_differ:
         return EXIT_USAGE
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- history
+
+
+def _add_history(sub: Any) -> None:
+    from pytest_llmslo.history import command
+
+    hist = command.add_history(sub)
+    _add_formats(hist)
+    hist.add_argument("--width", type=_width, default=None, help="table width")
+    command.add_trend(sub)
+
+
+def _trend_charts(args: argparse.Namespace, series: Any) -> None:
+    from pytest_llmslo.report.trendchart import render_trend_html, render_trend_svg
+
+    if args.svg:
+        _write_text(args.svg, render_trend_svg(series), append=False)
+    if args.html:
+        _write_text(
+            args.html, render_trend_html(series, f"llmslo trend: {args.metric}"), append=False
+        )
+
+
+def _history(args: argparse.Namespace, out: TextIO) -> int:
+    """``llmslo history``, ``history show RUN`` (printed as ``report`` prints) and
+    ``llmslo trend``."""
+    from pytest_llmslo.history import command
+
+    try:
+        if args.command == "trend":
+            found = command.trend_series(args)
+            lines = command.trend_lines(args, found)
+            _trend_charts(args, found[1])
+        elif args.action == "show":
+            args.run, args.others = str(command.show_path(args)), []
+            return _report(args, out)
+        else:
+            if args.ref:
+                raise _UsageError(f"unexpected argument {args.ref!r} (history show RUN?)")
+            lines = command.history_lines(args)
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    out.write("\n".join(lines).rstrip("\n") + "\n")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _add_export(sub: Any) -> None:
+    from pytest_llmslo.exports.command import add_export
+
+    add_export(sub)
+
+
+def _export(args: argparse.Namespace, out: TextIO) -> int:
+    """``llmslo export RUN``: the exports asked for (``exports/``)."""
+    from pytest_llmslo.exports.command import export
+
+    results = _results(_read(args.run, args.root, args.history), args.run)
+    try:
+        lines = export(args, results)
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    out.write("\n".join(lines) + "\n")
     return EXIT_OK
 
 
@@ -687,6 +775,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _render(args, out)
         if args.command == "check":
             return _check(args, out)
+        if args.command in ("history", "trend"):
+            return _history(args, out)
+        if args.command == "export":
+            return _export(args, out)
         if args.command == "worker":
             from pytest_llmslo.load.remote_worker import command
 

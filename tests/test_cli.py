@@ -198,7 +198,7 @@ def test_compare_regression_is_reported_in_markdown_and_svg(docs, tmp_path, caps
     assert code == 1
     text = md.read_text()
     assert "❌ **regressed**" in text
-    assert "| metric | base | slow | delta | delta % | tolerance | status |" in text
+    assert "| metric | base | slow | delta | delta % | tolerance | detectable | status |" in text
     assert "**REGRESSED**" in text
     root = ET.fromstring(svg.read_bytes())
     classes = [g.get("class") for g in root.iter("{http://www.w3.org/2000/svg}g")]

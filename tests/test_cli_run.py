@@ -232,3 +232,19 @@ def test_run_refuses_a_baseline_that_cannot_be_saved(in_tmp, capsys) -> None:
     assert cli.main(["run", "--slo-save", "nightly"]) == cli.EXIT_USAGE
     _out, err = capsys.readouterr()
     assert "--slo-save: " in err and "nightly.json cannot be created" in err
+
+
+def test_two_runs_leave_two_entries_in_the_history(fixed_server, in_tmp, capsys) -> None:
+    for _ in range(2):
+        assert cli.main(_run(fixed_server, "--concurrency", "1")) == cli.EXIT_OK
+    out, _err = capsys.readouterr()
+    assert out.count("kept in the run history (") == 2
+    assert cli.main(["history"]) == cli.EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["run", "time"]
+    assert len(lines) == 3 and all("external" in line for line in lines[1:])
+    assert cli.main(["compare", "latest~1", "latest"]) in (cli.EXIT_OK, cli.EXIT_REGRESSED)
+    out = capsys.readouterr().out
+    assert "llmslo compare: latest~1 -> latest" in out
+    assert "external | llmslo-run | c1" in out
+    assert len(list((in_tmp / ".llmslo" / "runs").glob("*.json"))) == 2

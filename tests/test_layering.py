@@ -35,7 +35,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sweep", "capacity", "settings"),
     ("document",),
     ("regression",),
-    ("report",),
+    ("history",),
+    ("report", "exports"),
     # The session core, a package: its modules are in this layer (SESSION orders them).
     ("session",),
     ("plugin", "cli", "hookspecs"),

@@ -9,9 +9,11 @@ rise is always noise: a P99 of 200 requests cannot show one. For a mean, a seede
 bootstrap interval (95 %) of the change, noise when it contains 0; with fewer than
 ``MIN_NOISE_SAMPLES`` a side, the Mann-Whitney rank test instead (p >= 0.05 -> noise). The
 rank test's p-value is reported with every latency judgement. For attainment a
-two-proportion test (p >= 0.05 -> noise). Throughput and goodput are one number per run,
-with no per-request noise test: the tolerance alone decides; so does it for a document
-without per-request samples.
+two-proportion test (p >= 0.05 -> noise). Throughput (output tok/s) and req/s: a z-test of
+the change against the standard errors of both runs' per-window rates
+(``detectable.window_rates``: the within-run spread; p >= 0.05 -> noise). Goodput, whose
+per-request good flags are not stored, is judged by the tolerance alone; so is everything
+in a document without per-request samples.
 """
 
 from __future__ import annotations
@@ -19,11 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pytest_llmslo import stats
 from pytest_llmslo.catalog import MetricSpec
+from pytest_llmslo.document.lookup import metric_value
 from pytest_llmslo.metrics import samples_needed
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 from pytest_llmslo.sweep import SweepPoint
+
+from .detectable import WINDOW_FIELDS, window_rates, window_se, z_of
 
 __all__ = ["MIN_NOISE_SAMPLES", "NoiseJudgement", "judge_noise"]
 
@@ -173,4 +180,36 @@ def judge_noise(
             n_old=ca[1],
             n_new=cb[1],
         )
+    if spec.field in WINDOW_FIELDS:
+        judged = _windows(spec, old_point, new_point, confidence)
+        if judged is not None:
+            return judged
     return NoiseJudgement("none", None, note="one number per run: judged by the tolerance alone")
+
+
+def _windows(
+    spec: MetricSpec, old_point: SweepPoint, new_point: SweepPoint, confidence: float
+) -> NoiseJudgement | None:
+    """A rate's change against both runs' per-window standard errors (a z-test)."""
+    ra, rb = window_rates(old_point, spec.field), window_rates(new_point, spec.field)
+    old, new = metric_value(old_point, spec.name), metric_value(new_point, spec.name)
+    if ra is None or rb is None or old is None or new is None:
+        return None
+    se = float(np.hypot(window_se(ra), window_se(rb)))
+    diff = new - old
+    if se == 0.0:
+        p = 0.0 if diff else 1.0
+    else:
+        p = 2.0 * stats.normal_sf(abs(diff) / se)
+    z = z_of(confidence)
+    return NoiseJudgement(
+        "windows",
+        p >= 1.0 - confidence,
+        p_value=p,
+        low=diff - z * se,
+        high=diff + z * se,
+        confidence=confidence,
+        n_old=len(ra),
+        n_new=len(rb),
+        note="per-window rates: the runs' within-run spread",
+    )

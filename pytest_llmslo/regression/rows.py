@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pytest_llmslo.catalog import METRIC_SPECS
 from pytest_llmslo.document.lookup import metric_value
+from pytest_llmslo.regression.detectable import min_detectable
 from pytest_llmslo.regression.noise import NoiseJudgement, judge_noise
 from pytest_llmslo.regression.tolerances import Tolerance
 from pytest_llmslo.sweep import SweepPoint
@@ -46,8 +47,9 @@ RULE = (
     "rule: worse than the baseline by more than the tolerance is a regression, unless the "
     "per-request samples cannot tell the change from run-to-run noise (percentiles: their 95 % "
     "distribution-free intervals overlap; means: bootstrap or rank test; attainment: "
-    "proportion test), which is shown as noise and does not fail; throughput and goodput: "
-    "the tolerance alone"
+    "proportion test; throughput and req/s: z-test of their per-window rates), which is shown "
+    "as noise and does not fail; goodput: the tolerance alone. 'detectable' is the smallest "
+    "change these samples could show (95 %, power 80 %)"
 )
 
 RowStatus = Literal["regressed", "improved", "within tolerance", "noise", "n/a"]
@@ -67,6 +69,9 @@ class ComparisonRow:
     status: RowStatus
     tolerance: Tolerance
     noise: NoiseJudgement | None = None
+    #: The smallest change these samples could have shown (``detectable``), in the
+    #: metric's unit; None where it cannot be told.
+    mde: float | None = None
 
     @property
     def higher_is_better(self) -> bool:
@@ -88,6 +93,7 @@ class ComparisonRow:
             "tolerance_label": self.tolerance.label,
             "higher_is_better": self.higher_is_better,
             "noise": None if self.noise is None else self.noise.to_dict(),
+            "mde": self.mde,
         }
 
 
@@ -123,6 +129,7 @@ def judge_row(
     if old is None or new is None:
         return ComparisonRow(tol.metric, old, new, None, None, "n/a", tol)
     delta, delta_pct, status = change(tol, old, new)
+    mde = min_detectable(spec, old_point, new_point, confidence)
     noise = None
     if status != "within tolerance":
         noise = judge_noise(
@@ -130,7 +137,7 @@ def judge_row(
         )
         if noise.noise:
             status = "noise"
-    return ComparisonRow(tol.metric, old, new, delta, delta_pct, status, tol, noise)
+    return ComparisonRow(tol.metric, old, new, delta, delta_pct, status, tol, noise, mde)
 
 
 def fmt_value(metric: str, value: float | None) -> str:
@@ -184,6 +191,13 @@ def noise_text(row: ComparisonRow) -> str:
             f"n={n.n_old}/{n.n_new}"
         )
         return text + (f" ({n.note})" if n.note else "")
+    if n.method == "windows":
+        low, high = fmt_delta(row.metric, n.low), fmt_delta(row.metric, n.high)
+        return (
+            f"{conf} interval of the change [{low}, {high}] from {n.n_old}/{n.n_new} "
+            f"per-window rates {'contains' if n.noise else 'excludes'} 0 (p={n.p_value:.3g}; "
+            "within-run spread, --slo-compare=history adds the run-to-run spread)"
+        )
     if n.method == "two-proportion":
         return f"two-proportion test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
     return n.note
@@ -194,7 +208,9 @@ def status_text(row: ComparisonRow) -> str:
     return "REGRESSED" if row.status == "regressed" else row.status
 
 
-ROW_HEADERS = ("metric", "baseline", "new", "delta", "delta %", "tolerance", "status")
+ROW_HEADERS = (
+    "metric", "baseline", "new", "delta", "delta %", "tolerance", "detectable", "status",
+)  # fmt: skip
 
 
 def row_cells(row: ComparisonRow) -> list[str]:
@@ -206,8 +222,15 @@ def row_cells(row: ComparisonRow) -> list[str]:
         fmt_delta(row.metric, row.delta),
         fmt_pct(row.delta_pct),
         row.tolerance.label,
+        _fmt_mde(row),
         status_text(row),
     ]
+
+
+def _fmt_mde(row: ComparisonRow) -> str:
+    if row.mde is None:
+        return "-"
+    return fmt_delta(row.metric, row.mde).lstrip("+")
 
 
 def wrap_rule(indent: str) -> list[str]:

@@ -7,10 +7,19 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_llmslo.document import write_atomic, write_atomic_bytes, write_atomic_text
+from pytest_llmslo.history import provenance, store
 from pytest_llmslo.redact import redact
 from pytest_llmslo.regression import baselines
 
-from .state import Session, TestContext, baseline_root, close_workers, primary, resolve_path
+from .state import (
+    Session,
+    TestContext,
+    baseline_root,
+    close_workers,
+    history_root,
+    primary,
+    resolve_path,
+)
 
 __all__ = [
     "finish",
@@ -18,6 +27,7 @@ __all__ = [
     "junit_properties",
     "output_flags",
     "output_path",
+    "remember_run",
     "save_session_baseline",
     "suite_properties",
     "write_json",
@@ -134,7 +144,34 @@ def finish(state: Session, *, interrupted: bool = False) -> bool:
             interrupted = True  # a signal while they were written: they are partial now
             _write_outputs(state, interrupted=True)
         save_session_baseline(state, interrupted=interrupted)
+        remember_run(state, interrupted=interrupted)
     return interrupted
+
+
+def remember_run(state: Session, *, interrupted: bool) -> None:
+    """Keep the session's document in the run history (``--slo-history``, on by default)
+    with its provenance, and prune the history (``--slo-history-keep``/``-days``). A
+    history that cannot be written is a warning, never a failure of the session."""
+    root = history_root(state)
+    if root is None or not state.points:
+        return
+    session = state.session
+    try:
+        doc = state.document(complete=not interrupted)
+        record = provenance.run_record(doc, state.rootpath)
+        path = store.save_run(doc, record, root)
+        state.notes.append(f"run {path.stem} kept in the run history ({root})")
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        state.notes.append(
+            f"warning: the run was not kept in the run history {root}: {why} "
+            "(--slo-history=DIR names another directory, --slo-history=none keeps none)"
+        )
+        return
+    try:
+        store.prune(root, keep=session.history_keep, days=session.history_days, spare=path.stem)
+    except (OSError, ValueError) as exc:
+        state.notes.append(f"warning: the run history {root} was not pruned: {exc}")
 
 
 def _write_outputs(state: Session, *, interrupted: bool) -> None:

@@ -23,6 +23,7 @@ from .constants import constants_of_test, session_constants
 from .factory import EngineFactory, NullProgress, Progress
 
 if TYPE_CHECKING:
+    from pytest_llmslo.history.trend import HistoryRun
     from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.regression import Comparison
@@ -40,6 +41,7 @@ __all__ = [
     "add_test",
     "baseline_root",
     "commit_info",
+    "history_root",
     "machine_info",
     "primary",
     "prompt_salt",
@@ -214,6 +216,8 @@ class Session:
         self.mismatches: list[str] = []
         self.baseline: Results | None = None
         self.baseline_source: str | None = None
+        #: ``--slo-compare=history``: the runs of the history each test is judged against.
+        self.history_runs: list[HistoryRun] | None = None
         self.tolerances: dict[str, Tolerance] | None = None
         self.suite_property: Callable[[str, object], None] | None = None
         self.disabled_reason: str | None = None
@@ -368,6 +372,17 @@ def prompt_salt(state: Session, ts: S.TestSettings) -> str:
 def baseline_root(state: Session) -> str:
     """Where named baselines are saved: ``.llmslo/baselines`` under the root path."""
     return str(state.rootpath / ".llmslo" / "baselines")
+
+
+def history_root(state: Session) -> Path | None:
+    """Where the session keeps its run (``--slo-history``): ``.llmslo/runs`` under the
+    root path unless a directory is named; None when it is ``none`` (or ``off``)."""
+    text = state.session.history
+    if text is None:
+        return state.rootpath / ".llmslo" / "runs"
+    if text.strip().lower() in ("", "none", "off"):
+        return None
+    return resolve_path(state, text, "slo_history")
 
 
 def resolve_path(state: Session, text: str, name: str) -> Path:

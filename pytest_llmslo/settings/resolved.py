@@ -39,6 +39,11 @@ class SessionSettings:
     save: str | None = None
     compare: str | None = None
     compare_fail: str | None = None
+    #: The run history's directory (None: ``.llmslo/runs``; ``none``: off), newest runs
+    #: kept and the age limit in days (0: none).
+    history: str | None = None
+    history_keep: int = 100
+    history_days: float = 0.0
     external_ready_timeout_s: float = 60.0
     #: Remote load workers: where the session listens (None: local worker processes), how
     #: many it waits for, and how long.

@@ -224,11 +224,25 @@ SPECS: tuple[Spec, ...] = (
          help="Save the session's results as the named baseline (under .llmslo/baselines)."),
     Spec("slo_compare", parse_optional_str, None, field="compare",
          cli="--slo-compare", topic="regression", metavar="NAME|PATH",
-         help="Compare each test against a saved baseline (a name or a JSON path)."),
+         help="Compare each test against a saved baseline (a name or a JSON path), a run of "
+              "the history (latest, latest~N, a run id), or 'history': the last stable "
+              "segment of the run history."),
     Spec("slo_compare_fail", parse_optional_str, None, field="compare_fail",
          cli="--slo-compare-fail", topic="regression", metavar="SPEC",
          shown_default="goodput:5%,throughput:5%,attainment:2pp, latencies 10%",
          help="Regression tolerances per metric, e.g. goodput:5%,ttft_p99:10%."),
+    # Run history: every session's document kept under .llmslo/runs (history/)
+    Spec("slo_history", parse_optional_str, None, field="history",
+         cli="--slo-history", topic="regression", metavar="DIR|none",
+         shown_default=".llmslo/runs",
+         help="Keep every session's results document in DIR (llmslo history lists them; "
+              "--slo-compare=latest compares with the last); 'none': keep nothing."),
+    Spec("slo_history_keep", parse_int, 100, field="history_keep",
+         cli="--slo-history-keep", topic="regression", metavar="N",
+         help="Keep the newest N runs in the history (0: no limit)."),
+    Spec("slo_history_days", parse_float, 0.0, field="history_days",
+         cli="--slo-history-days", topic="regression", metavar="DAYS",
+         help="Remove runs older than DAYS from the history (0: no limit)."),
     # per test (marker keywords too)
     Spec("concurrency", parse_int_list, None, cli="--concurrency",
          marker="concurrency", topic="load", metavar="N[,N]",

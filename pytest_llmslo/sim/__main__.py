@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .cluster import LINKS, topology_from_mapping
+from .noise import SimNoise
 from .profiles import DEFAULT_PROFILE, GPUS, PROFILES, Profile, get_profile, profile_from_mapping
 from .server import SimServer
 
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serving(p)
     _add_hardware(p)
     _add_deployment(p)
+    _add_noise(p)
     _add_logging(p)
     return p
 
@@ -195,6 +197,34 @@ def _add_deployment(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_noise(p: argparse.ArgumentParser) -> None:
+    """Run-to-run noise (``noise.py``): off unless asked for."""
+    n = p.add_argument_group("run-to-run noise (off by default; see pytest_llmslo/sim/noise.py)")
+    n.add_argument(
+        "--speed-factor",
+        type=float,
+        default=1.0,
+        help="Multiply every step's time (1.1: an engine 10%% slower). Default: 1",
+    )
+    n.add_argument(
+        "--run-noise",
+        type=_nonneg_float,
+        default=0.0,
+        metavar="SIGMA",
+        help="Spread of a per-run speed factor drawn at start, exp(N(0, SIGMA)) (0.015: 1.5%%).",
+    )
+    n.add_argument(
+        "--step-jitter",
+        type=_nonneg_float,
+        default=0.0,
+        metavar="SIGMA",
+        help="Spread of each step's time, N(1, SIGMA) (0.03: 3%%).",
+    )
+    n.add_argument(
+        "--noise-seed", type=int, default=None, help="Seed of the noise. Default: a fresh one"
+    )
+
+
 def _add_logging(p: argparse.ArgumentParser) -> None:
     """What the server logs: late token writes, and at which level."""
     p.add_argument(
@@ -248,6 +278,14 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
     topology = _topology_changes(args, profile)
     if topology:
         changes["topology"] = topology_from_mapping(topology, profile.topology)
+    noise = SimNoise.draw(
+        speed=args.speed_factor,
+        run_sigma=args.run_noise,
+        step_sigma=args.step_jitter,
+        seed=args.noise_seed,
+    )
+    if noise.active:
+        changes["noise"] = noise
     if changes:
         profile = dataclasses.replace(profile, **changes)
     return profile
@@ -312,6 +350,9 @@ async def serve(
         profile.engine.max_num_batched_tokens,
         profile.engine.max_num_seqs,
     )
+    if profile.noise.active:
+        n = profile.noise
+        log.info("noise: speed factor %.4f, step jitter %g, seed %d", n.speed, n.step_sigma, n.seed)
     try:
         await stop.wait()
     finally:

@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 
 from .cluster import Cluster, Pool, Topology, topology_from_mapping
 from .costmodel import CostModel, Gpu, ModelSpec
+from .noise import NoisyCostModel, SimNoise
 from .scheduler import SchedulerConfig
 
 _T = TypeVar("_T")
@@ -233,6 +234,8 @@ class Profile:
     max_model_len: int = 8192
     num_blocks: int | None = None
     topology: Topology = field(default_factory=Topology)
+    #: Run-to-run noise (``noise.py``): none unless asked for.
+    noise: SimNoise = field(default_factory=SimNoise)
 
     def __post_init__(self) -> None:
         e = self.engine
@@ -250,18 +253,21 @@ class Profile:
     def cost_model(self, tp: int | None = None) -> CostModel:
         """The step costs of one instance of ``tp`` GPUs (default: the profile's)."""
         e = self.engine
-        return CostModel(
-            gpu=self.gpu,
-            model=self.model,
-            tp=self.tp if tp is None else tp,
-            mem_efficiency=e.mem_efficiency,
-            attn_mem_efficiency=e.attn_mem_efficiency,
-            compute_efficiency=e.compute_efficiency,
-            step_overhead_s=e.step_overhead_s,
-            per_seq_overhead_s=e.per_seq_overhead_s,
-            per_seq_layer_s=e.per_seq_layer_s,
-            prefill_interference=e.prefill_interference,
-        )
+        kw: dict[str, Any] = {
+            "gpu": self.gpu,
+            "model": self.model,
+            "tp": self.tp if tp is None else tp,
+            "mem_efficiency": e.mem_efficiency,
+            "attn_mem_efficiency": e.attn_mem_efficiency,
+            "compute_efficiency": e.compute_efficiency,
+            "step_overhead_s": e.step_overhead_s,
+            "per_seq_overhead_s": e.per_seq_overhead_s,
+            "per_seq_layer_s": e.per_seq_layer_s,
+            "prefill_interference": e.prefill_interference,
+        }
+        if self.noise.active:
+            return NoisyCostModel(**kw, noise=self.noise)
+        return CostModel(**kw)
 
     def kv_blocks(self, tp: int | None = None) -> int:
         """KV-cache blocks of one instance of ``tp`` GPUs (``num_blocks`` when set)."""
@@ -312,6 +318,7 @@ class Profile:
             "num_blocks": self.kv_blocks(),
             "topology": self.topology.to_dict(),
             "gpus": self.gpus,
+            **({"noise": self.noise.to_dict()} if self.noise.active else {}),
         }
 
 

@@ -300,3 +300,28 @@ def test_ctrl_c_during_a_load_keeps_the_partial_point_and_stops_the_engine(
     with socket.socket() as s:
         s.settimeout(2.0)
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.slow  # three pytest sessions in subprocesses (about a minute)
+def test_every_session_is_kept_and_compare_latest_gates_the_next(
+    slo_pytester: pytest.Pytester, tiny_args, slow_fixed_server: str
+) -> None:
+    slo_pytester.makepyfile(test_chat=CHAT)
+    first = slo_pytester.runpytest_subprocess(*tiny_args())
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*kept in the run history*"])
+    runs = sorted((slo_pytester.path / ".llmslo" / "runs").glob("*.json"))
+    assert len(runs) == 1
+    record = json.loads(runs[0].read_text())["run"]
+    assert record["id"] == runs[0].stem and "external" in record["engines"]
+
+    slow = slo_pytester.runpytest_subprocess(
+        *tiny_args("--slo-compare=latest", "--slo-compare-fail=ttft_p50:20%", url=slow_fixed_server)
+    )
+    slow.assert_outcomes(failed=1)
+    slow.stdout.fnmatch_lines([f"*regression against baseline latest (run {runs[0].stem})*"])
+    assert len(list((slo_pytester.path / ".llmslo" / "runs").glob("*.json"))) == 2
+
+    off = slo_pytester.runpytest_subprocess(*tiny_args("--slo-history=none"))
+    off.assert_outcomes(passed=1)
+    assert len(list((slo_pytester.path / ".llmslo" / "runs").glob("*.json"))) == 2

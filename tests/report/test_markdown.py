@@ -129,7 +129,7 @@ def test_comparison_tables_regressions_first(sweep_factory):
     assert text.startswith("## pytest-llmslo comparison: baseline → new\n")
     assert "❌ **regressed**" in text
     assert "Tolerances: `ttft_p50` 10%, `ttft_p99` 10%, `itl_p50` 2 ms" in text
-    assert "| metric | baseline | new | delta | delta % | tolerance | status |" in text
+    assert "| metric | baseline | new | delta | delta % | tolerance | detectable | status |" in text
     assert "| **ttft_p50** |" in text and "**REGRESSED**" in text
     assert "engine 0.9 → 0.10" in text
     # 60 requests cannot show a P99 rise: a noise line explains why.
