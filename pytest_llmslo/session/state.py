@@ -386,19 +386,21 @@ def open_workers(state: Session) -> None:
     can join while the engines start; the first level waits for them."""
     from pytest_llmslo.errors import ConfigError, LoadError
     from pytest_llmslo.load.remote import WorkerHub
+    from pytest_llmslo.load.workerkey import session_key
 
     ss = state.session
     if ss.worker_listen is None or state.workers is not None:
         return
-    hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s)
     try:
+        key = session_key(ss.worker_key_file)
+        hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s, key)
         hub.open()
     except LoadError as exc:
         raise ConfigError(str(exc)) from None
     state.workers = hub
     state.say(
-        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}: start "
-        f"each with `llmslo worker --connect {hub.address}`"
+        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}, each "
+        f"proving it holds the key in {key.where}: start each with `{hub.worker_command}`"
     )
     if ss.worker_image:
         try:

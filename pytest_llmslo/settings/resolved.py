@@ -49,6 +49,7 @@ class SessionSettings:
     #: they connect to.
     worker_image: str | None = None
     worker_advertise: str | None = None
+    worker_key_file: str | None = None
     #: The path of every output setting (topic ``outputs``: ``slo_json`` and each report
     #: format's ``slo_<name>``) by setting name; None where none was asked for.
     outputs: Mapping[str, str | None] = field(default_factory=dict)
