@@ -429,6 +429,7 @@ def _start_worker_job(state: Session, host: str, port: int) -> Any:
         address = f"{host}:{port}"
     key = os.environ.get("LLMSLO_WORKER_KEY_SECRET")  # "secret/key" of the shared key
     secret = tuple(key.split("/", 1)) if key and "/" in key else None
+    hub_key = state.workers.key if state.workers is not None else None
     try:
         where = cluster(KubeSettings())
         spec = WorkerJobSpec(
@@ -437,6 +438,8 @@ def _start_worker_job(state: Session, host: str, port: int) -> Any:
             address=address,
             namespace=where.namespace,
             key_secret=secret,  # type: ignore[arg-type]
+            # No Secret named: the launcher makes one of the session's key.
+            key=hub_key.secret if secret is None and hub_key is not None else None,
         )
         job = WorkerJob(where, spec)
         job.start()
