@@ -106,6 +106,8 @@ OTHER_ENV: frozenset[str] = frozenset(
         "LLMSLO_WORKER_KEY",
         "LLMSLO_WORKER_KEY_FILE",
         "LLMSLO_WORKER_KEY_SECRET",
+        # The token of the sim's admin endpoints beyond loopback (sim/admintoken.py).
+        "LLMSLO_SIM_ADMIN_TOKEN",
     }
 )
 
