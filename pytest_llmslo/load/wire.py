@@ -56,6 +56,7 @@ __all__ = ["MAX_FRAME", "Link", "WireError", "decode", "encode"]
 #: The largest frame read (a plan with a long trace's schedule fits many times over).
 MAX_FRAME = 256 * 1024 * 1024
 _HEADER = struct.Struct("!I")
+_JOIN_BELOW = 64 * 1024  # a frame smaller than this is sent with its header in one write
 
 
 class WireError(DataError):
@@ -166,8 +167,13 @@ class Link:
     def send_bytes(self, payload: bytes) -> None:
         if len(payload) > self.max_frame:
             raise WireError(f"a frame of {len(payload)} bytes, over the {self.max_frame} allowed")
+        header = _HEADER.pack(len(payload))
         with self._send_lock:
-            self.sock.sendall(_HEADER.pack(len(payload)) + payload)
+            if len(payload) < _JOIN_BELOW:
+                self.sock.sendall(header + payload)  # one write for a small frame
+            else:
+                self.sock.sendall(header)  # no copy of a large one
+                self.sock.sendall(payload)
 
     def send(self, msg: Message) -> None:
         self.send_bytes(encode(msg))
