@@ -35,6 +35,7 @@ import secrets
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 from ..errors import LoadError
 from .protocol import PROTOCOL_VERSION, ProtocolError
@@ -106,9 +107,16 @@ def _refuse_old(sock: socket.socket) -> str:
     return "a worker of an older protocol version (told to upgrade)"
 
 
-def accept_worker(sock: socket.socket, key: bytes, timeout_s: float = HANDSHAKE_S) -> str:
+def accept_worker(
+    sock: socket.socket,
+    key: bytes,
+    timeout_s: float = HANDSHAKE_S,
+    full: Callable[[], str | None] | None = None,
+) -> str:
     """The session's side on a new connection: the worker's name once it proved the key;
-    ``Refused`` (or ``OSError``/``EOFError``) otherwise."""
+    ``Refused`` (or ``OSError``/``EOFError``) otherwise. ``full`` says why the session
+    takes no more workers (None: it does), asked once the key is proved: the worker is
+    then told so."""
     deadline = time.monotonic() + timeout_s
     head = _read(sock, _HELLO.size, deadline, "greeting")
     if head[4 : 4 + len(_OLD_JOIN)] == _OLD_JOIN:
@@ -130,6 +138,10 @@ def accept_worker(sock: socket.socket, key: bytes, timeout_s: float = HANDSHAKE_
         _refuse(sock, "the worker's key is not the session's")
         raise Refused("a wrong key")
     name = "".join(c if c.isprintable() else "?" for c in name_bytes.decode("utf-8", "replace"))
+    why = full() if full is not None else None
+    if why is not None:
+        _refuse(sock, why)
+        raise Refused(why)
     sock.sendall(bytes([_OK]) + _proof(key, b"session", nonce_s, nonce_w))
     sock.settimeout(None)
     return name

@@ -288,11 +288,17 @@ class WorkerHub:
         with contextlib.suppress(OSError):
             client.close()
 
+    def _full(self) -> str | None:
+        with self._joined:
+            if len(self.links) >= self.expected:
+                return f"the session has all its {self.expected} workers"
+        return None
+
     def _handshake(self, client: socket.socket, peer: str, key: bytes) -> None:
         try:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
-                name = accept_worker(client, key, self.handshake_s) or peer
+                name = accept_worker(client, key, self.handshake_s, self._full) or peer
             except (LoadError, OSError, EOFError) as exc:
                 # A port scan, a health check, a wrong key, an old version, a slow peer.
                 self._turn_away(client, peer, str(exc) or type(exc).__name__)

@@ -249,3 +249,19 @@ def test_a_malformed_frame_mid_level_loses_that_worker_alone(
         finally:
             hub.close()
             fake.sock.close()
+
+
+def test_a_worker_past_the_number_asked_for_is_told_so() -> None:
+    hub = WorkerHub("127.0.0.1:0", 1, wait_s=20, key=KEY)
+    hub.open()
+    try:
+        first, _ = _keyed(hub, "first")
+        hub.ensure()
+        extra = _connect(hub)
+        with pytest.raises(Exception, match="the session has all its 1 workers"):
+            join_session(extra, KEY.secret, "extra")
+        assert [link.name for link in hub.links] == ["first"]
+        first.close()
+        extra.close()
+    finally:
+        hub.close()
