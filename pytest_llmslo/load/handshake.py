@@ -154,9 +154,9 @@ def join_session(
     naming what went wrong. ``first_answer_s`` bounds the wait for the session's greeting
     (it answers when it accepts, which may be after its engines started)."""
     nonce_w = secrets.token_bytes(32)
-    sock.sendall(_HELLO.pack(MAGIC_WORKER, PROTOCOL_VERSION, nonce_w))
     first = None if first_answer_s is None else time.monotonic() + first_answer_s
     try:
+        sock.sendall(_HELLO.pack(MAGIC_WORKER, PROTOCOL_VERSION, nonce_w))
         head = _read(sock, _HELLO.size, first, "greeting")
         magic, version, nonce_s = _HELLO.unpack(head)
         if magic != MAGIC_SESSION:

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import queue
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from time import perf_counter_ns
 from ..errors import LoadError
 from .clock import PROBES, ClockOffset, ClockSample, best_offset
 from .handshake import HANDSHAKE_S, accept_worker
+from .linktls import TlsLink
 from .protocol import Message, Ping, Pong
 from .wire import Link, WireError
 from .workerkey import WorkerKey, session_key
@@ -173,7 +175,12 @@ class WorkerHub:
     when None: from the environment, or the default file, made if need be)."""
 
     def __init__(
-        self, listen: str, expected: int, wait_s: float = 120.0, key: WorkerKey | None = None
+        self,
+        listen: str,
+        expected: int,
+        wait_s: float = 120.0,
+        key: WorkerKey | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if expected < 1:
             raise LoadError(f"--remote-workers must be >= 1 with --worker-listen, got {expected}")
@@ -181,6 +188,7 @@ class WorkerHub:
         self.expected = expected
         self.wait_s = wait_s
         self.key = key
+        self.tls = tls  # TLS on the link (``linktls.server_context``), None: plain TCP
         self.links: list[RemoteLink] = []
         self.failed: str | None = None  # why the wait for the workers ended short
         self.turned_away = 0  # peers that failed the handshake
@@ -199,7 +207,12 @@ class WorkerHub:
     def worker_command(self) -> str:
         """The command that starts a worker, naming where its key is, never the key."""
         key = self.key.worker_option if self.key is not None else ""
-        return f"llmslo worker --connect {self.address} {key}".strip()
+        tls = ""
+        if self.tls is not None:
+            tls = " --tls-ca CA.pem"  # the CA of the session's certificate
+            if self.tls.verify_mode == ssl.CERT_REQUIRED:
+                tls += " --tls-cert WORKER.pem --tls-key WORKER.key"
+        return f"llmslo worker --connect {self.address} {key}{tls}".strip()
 
     def open(self) -> None:
         """Start listening (workers may connect and join from now on)."""
@@ -298,6 +311,9 @@ class WorkerHub:
         try:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
+                if self.tls is not None:
+                    client.settimeout(self.handshake_s)
+                    client = self.tls.wrap_socket(client, server_side=True)
                 name = accept_worker(client, key, self.handshake_s, self._full) or peer
             except (LoadError, OSError, EOFError) as exc:
                 # A port scan, a health check, a wrong key, an old version, a slow peer.
@@ -308,7 +324,8 @@ class WorkerHub:
                     full = True
                 else:
                     full = False
-                    self.links.append(RemoteLink(Link(client), name, peer))
+                    link = TlsLink(client) if isinstance(client, ssl.SSLSocket) else Link(client)
+                    self.links.append(RemoteLink(link, name, peer))
                     self._joined.notify_all()
             if full:
                 self._turn_away(client, peer, "the session has all its workers")

@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from time import perf_counter_ns
@@ -23,7 +24,8 @@ from typing import TextIO
 
 from ..errors import LoadError
 from .handshake import join_session
-from .protocol import PROTOCOL_VERSION, Hello, Ping
+from .linktls import TlsLink, client_context
+from .protocol import PROTOCOL_VERSION, Hello, Ping, ProtocolError
 from .remote import parse_address
 from .wire import Link, WireError
 from .worker import pong, serve_level
@@ -66,17 +68,21 @@ def serve(
     name: str | None = None,
     connect_timeout_s: float = 300.0,
     key_file: str | None = None,
+    tls: ssl.SSLContext | None = None,
     say: Callable[[str], None] | None = None,
 ) -> int:
     """Connect to the session at ``address`` and serve its levels until it closes the
-    connection; the number of levels served."""
+    connection; the number of levels served. ``tls``: the link in TLS
+    (``linktls.client_context``), the session's name checked against its host."""
     name = name or default_name()
     key = worker_key(key_file)
     sock = connect(address, connect_timeout_s)
-    conn = Link(sock)
+    if tls is not None:
+        sock = _wrap(sock, tls, parse_address(address, "--connect")[0], connect_timeout_s)
     levels = 0
     try:
         join_session(sock, key.secret, name, first_answer_s=connect_timeout_s)
+        conn = TlsLink(sock) if isinstance(sock, ssl.SSLSocket) else Link(sock)
         if say is not None:
             say(f"worker {name} joined the session at {address} (protocol {PROTOCOL_VERSION})")
         while True:
@@ -97,7 +103,22 @@ def serve(
             # A late Stop or Drain of a level that is over needs no answer.
     finally:
         with contextlib.suppress(OSError):
-            conn.close()
+            sock.close()
+
+
+def _wrap(sock: socket.socket, tls: ssl.SSLContext, host: str, timeout_s: float) -> ssl.SSLSocket:
+    """``sock`` in TLS, the session's certificate checked (``ProtocolError`` if not)."""
+    sock.settimeout(timeout_s)
+    try:
+        wrapped = tls.wrap_socket(sock, server_hostname=host)
+    except (ssl.SSLError, OSError) as exc:
+        sock.close()
+        raise ProtocolError(
+            f"TLS with the session at {host} failed ({exc}): is it listening with "
+            "--slo-worker-tls-cert, signed by the --tls-ca given here, for this name?"
+        ) from None
+    wrapped.settimeout(None)
+    return wrapped
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -122,6 +143,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "LLMSLO_WORKER_KEY_FILE, then ~/.config/llmslo/worker.key)",
     )
     p.add_argument(
+        "--tls-ca",
+        default=None,
+        metavar="PATH",
+        help="TLS on the link: the CA (PEM) that signed the session's certificate "
+        "(its --slo-worker-tls-cert); the session's name is checked too",
+    )
+    p.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="PATH",
+        help="this worker's certificate "
+        "(PEM), for a session that asks for one (--slo-worker-tls-ca)",
+    )
+    p.add_argument("--tls-key", default=None, metavar="PATH", help="the key of --tls-cert")
+    p.add_argument(
         "--connect-timeout",
         type=float,
         default=300.0,
@@ -137,11 +173,17 @@ def command(args: argparse.Namespace, err: TextIO) -> int:
         print(f"llmslo worker: {text}", file=err, flush=True)
 
     try:
+        tls = None
+        if args.tls_ca is not None:
+            tls = client_context(args.tls_ca, args.tls_cert, args.tls_key)
+        elif args.tls_cert is not None or args.tls_key is not None:
+            raise LoadError("--tls-cert/--tls-key need --tls-ca (the CA of the session's)")
         n = serve(
             args.connect,
             name=args.name,
             connect_timeout_s=args.connect_timeout,
             key_file=args.key_file,
+            tls=tls,
             say=say,
         )
     except LoadError as exc:

@@ -170,10 +170,16 @@ class Link:
         header = _HEADER.pack(len(payload))
         with self._send_lock:
             if len(payload) < _JOIN_BELOW:
-                self.sock.sendall(header + payload)  # one write for a small frame
+                self._sendall(header + payload)  # one write for a small frame
             else:
-                self.sock.sendall(header)  # no copy of a large one
-                self.sock.sendall(payload)
+                self._sendall(header)  # no copy of a large one
+                self._sendall(payload)
+
+    def _sendall(self, data: bytes | memoryview) -> None:
+        self.sock.sendall(data)
+
+    def _recv_into(self, view: memoryview) -> int:
+        return self.sock.recv_into(view)
 
     def send(self, msg: Message) -> None:
         self.send_bytes(encode(msg))
@@ -197,7 +203,7 @@ class Link:
         view = memoryview(buf)
         got = 0
         while got < n:
-            k = self.sock.recv_into(view[got:])
+            k = self._recv_into(view[got:])
             if k == 0:
                 if at_start and got == 0:
                     raise EOFError("the connection ended")

@@ -393,14 +393,16 @@ def open_workers(state: Session) -> None:
         return
     try:
         key = session_key(ss.worker_key_file)
-        hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s, key)
+        hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s, key, _worker_tls(ss))
         hub.open()
     except LoadError as exc:
         raise ConfigError(str(exc)) from None
     state.workers = hub
     state.say(
-        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}, each "
-        f"proving it holds the key in {key.where}: start each with `{hub.worker_command}`"
+        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}"
+        + (" (TLS)" if hub.tls is not None else "")
+        + f", each proving it holds the key in {key.where}: start each with "
+        f"`{hub.worker_command}`"
     )
     if ss.worker_image:
         try:
@@ -408,6 +410,24 @@ def open_workers(state: Session) -> None:
         except Exception:
             close_workers(state)
             raise
+
+
+def _worker_tls(ss: Any) -> Any:
+    """The TLS context of the workers' link (``load.linktls``), None without a
+    certificate; ``LoadError`` when the options do not go together."""
+    from pytest_llmslo.errors import LoadError
+    from pytest_llmslo.load.linktls import server_context
+
+    if ss.worker_tls_cert is None:
+        if ss.worker_tls_key is not None or ss.worker_tls_ca is not None:
+            raise LoadError(
+                "--slo-worker-tls-key/--slo-worker-tls-ca need --slo-worker-tls-cert (the "
+                "session's certificate)"
+            )
+        return None
+    if ss.worker_tls_key is None:
+        raise LoadError("--slo-worker-tls-cert needs --slo-worker-tls-key (its key)")
+    return server_context(ss.worker_tls_cert, ss.worker_tls_key, ss.worker_tls_ca)
 
 
 def _start_worker_job(state: Session, host: str, port: int) -> Any:
