@@ -65,6 +65,12 @@ def parse_address(text: str, what: str = "--worker-listen") -> tuple[str, int]:
     return host, int(port)
 
 
+def _shut(sock: socket.socket) -> None:
+    """End a handshake that ran past its time (``socket.shutdown``, not TLS's)."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
 class RemoteLink:
     """One remote worker's connection: a reader thread takes its messages as they come
     (stamping clock answers on arrival) and hands them to the level that runs (``attach``);
@@ -308,6 +314,10 @@ class WorkerHub:
         return None
 
     def _handshake(self, client: socket.socket, peer: str, key: bytes) -> None:
+        # The whole handshake, TLS included, in ``handshake_s`` at most: past it the
+        # socket is shut, which ends whatever read waits (a peer trickling bytes).
+        watchdog = threading.Timer(self.handshake_s, _shut, args=(client,))
+        watchdog.start()
         try:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
@@ -315,6 +325,7 @@ class WorkerHub:
                     client.settimeout(self.handshake_s)
                     client = self.tls.wrap_socket(client, server_side=True)
                 name = accept_worker(client, key, self.handshake_s, self._full) or peer
+                watchdog.cancel()
             except (LoadError, OSError, EOFError) as exc:
                 # A port scan, a health check, a wrong key, an old version, a slow peer.
                 self._turn_away(client, peer, str(exc) or type(exc).__name__)
@@ -330,6 +341,7 @@ class WorkerHub:
             if full:
                 self._turn_away(client, peer, "the session has all its workers")
         finally:
+            watchdog.cancel()
             self._pending.release()
 
     def close(self) -> None:

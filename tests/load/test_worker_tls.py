@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,25 @@ def test_the_session_options_turn_tls_on_and_must_go_together(certs: Path) -> No
         open_workers(state(worker_tls_cert=str(certs / "session.pem")))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="need --slo-worker-tls-cert"):
         open_workers(state(worker_tls_ca=str(certs / "ca.pem")))  # type: ignore[arg-type]
+
+
+def test_a_peer_trickling_a_tls_hello_is_cut_at_the_handshakes_time(certs: Path) -> None:
+    hub = _hub(certs)  # handshake_s = 2.0
+    try:
+        peer = socket.create_connection(parse_address(hub.address), timeout=10)
+        with peer:
+            peer.sendall(b"\x16\x03\x01\x02\x00")  # a TLS record of 512 bytes, announced
+            start = time.monotonic()
+            cut = False
+            while time.monotonic() - start < 8:
+                try:
+                    peer.sendall(b"\x01")  # a byte every 0.3 s: no read ever times out
+                except OSError:
+                    cut = True
+                    break
+                time.sleep(0.3)
+            assert cut, "the trickling peer was never cut"
+            assert time.monotonic() - start < 5
+        assert not hub.links
+    finally:
+        hub.close()
