@@ -2,6 +2,13 @@
 workers, side by side.
 
     .venv/bin/python benchmarks/bench_remote.py [--concurrency 96] [--seconds 8] [--workers 1,2,3]
+    .venv/bin/python benchmarks/bench_remote.py --concurrency 512 --workers 1 --local
+
+``--local`` runs each count a second time as local worker processes (``processes=n``;
+one is the session's own process), the row marked ``L``, side by side with the remote
+level: the cost of the key handshake and of the data-only frames (``load/wire.py``) on
+rate and client CPU per token. Run it a few times, alternating: on a shared machine the
+spread between runs is larger than the difference.
 
 Starts ``python -m pytest_llmslo.sim.truth_server`` (TTFT 50 ms, a token every 10 ms, 100
 tokens), a session that listens on loopback (``load.remote.WorkerHub``) and, for each count,
@@ -86,19 +93,21 @@ def start_workers(address: str, n: int, timens: bool) -> list[subprocess.Popen[b
     return procs
 
 
-def one_level(args: argparse.Namespace, url: str, n: int, timens: bool) -> dict:
+def one_level(args: argparse.Namespace, url: str, n: int, timens: bool, local: bool) -> dict:
     c, tokens = args.concurrency, args.tokens
     e2e_s = (args.ttft_ms + (tokens - 1) * args.itl_ms) / 1e3
     ideal = c / e2e_s
     waves = max(1, math.ceil(ideal * args.seconds / c))
-    hub = WorkerHub("127.0.0.1:0", n, wait_s=60)
-    hub.open()
-    procs = start_workers(hub.address, n, timens)
+    hub = None if local else WorkerHub("127.0.0.1:0", n, wait_s=60)
+    procs = []
+    if hub is not None:
+        hub.open()
+        procs = start_workers(hub.address, n, timens)
     try:
         stats(url, reset=True)
         run = run_load_sync(
             LoadJob(
-                ClientSettings(url, "fixed"),
+                ClientSettings(url, "fixed", processes=n if local else None),
                 WorkloadSpec(isl=64, osl=tokens, calibrate=False),
                 LoadLevel.concurrency(c),
                 requests=waves * c,
@@ -109,7 +118,8 @@ def one_level(args: argparse.Namespace, url: str, n: int, timens: bool) -> dict:
         )
         st = stats(url)
     finally:
-        hub.close()
+        if hub is not None:
+            hub.close()
         for p in procs:
             try:
                 p.wait(timeout=20)
@@ -121,9 +131,9 @@ def one_level(args: argparse.Namespace, url: str, n: int, timens: bool) -> dict:
     streamed = sum(len(r.chunk_ns) for r in run.records)
     all_tokens = streamed + run.meta["warmup_completed"] * tokens
     truth_ttft = args.ttft_ms + st["first_token_lateness"]["p50_ms"]
-    remote = run.meta["remote"]
+    remote = run.meta.get("remote") or {"clock_uncertainty_ms": 0.0}
     return {
-        "workers": n,
+        "workers": f"L{n}" if local else str(n),
         "requests": len(run.records),
         "unique": len({r.index for r in run.records}),
         "ratio": (len(ok) / run.duration_s) / ideal if run.duration_s else 0.0,
@@ -146,6 +156,9 @@ def main() -> int:
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--tokens", type=int, default=100)
     ap.add_argument("--server-workers", type=int, default=2)
+    ap.add_argument(
+        "--local", action="store_true", help="also run each count as local processes (L rows)"
+    )
     args = ap.parse_args()
     timens = namespaces_allowed()
     print(
@@ -158,8 +171,11 @@ def main() -> int:
     )
     proc, url = start_server(args)
     try:
-        for n in (int(x) for x in args.workers.split(",") if x):
-            r = one_level(args, url, n, timens)
+        counts = [int(x) for x in args.workers.split(",") if x]
+        for n, local in [
+            (n, loc) for n in counts for loc in ((False, True) if args.local else (False,))
+        ]:
+            r = one_level(args, url, n, timens, local)
             print(
                 f"{r['workers']:>7} {r['requests']:>8} "
                 f"{'yes' if r['unique'] == r['requests'] else 'NO':>5} {r['ratio']:>6.1%} "

@@ -503,7 +503,8 @@ class RecordStore(Sequence[RequestRecord]):
             fixed=self.column_all(),
             chunk_ns=self.chunk_ns(),
             chunk_tokens=self.chunk_tokens(),
-            texts=np.array(self._texts, dtype=object),
+            # Text as a unicode column, not objects: read back without pickle.
+            texts=np.array(self._texts, dtype=np.str_),
         )
 
     def column_all(self) -> np.ndarray:
@@ -514,12 +515,15 @@ class RecordStore(Sequence[RequestRecord]):
 
     @classmethod
     def load(cls, path: str, limit: int | None = DEFAULT_LIMIT) -> RecordStore:
-        """The records ``save`` wrote, as a finished store."""
-        with np.load(path, allow_pickle=True) as z:
+        """The records ``save`` wrote, as a finished store. The file is data alone (no
+        pickle is read: an object array in it is refused), and its columns must agree
+        with each other (``ValueError`` naming what does not)."""
+        with np.load(path, allow_pickle=False) as z:
             store = cls(limit)
             store._texts = [str(t) for t in z["texts"]]
             store._codes = {t: i for i, t in enumerate(store._texts)}
             fixed, ns, toks = z["fixed"], z["chunk_ns"], z["chunk_tokens"]
+        _check_loaded(path, fixed, ns, toks, len(store._texts))
         ns_off, tok_off = _offsets(fixed["n_chunks"]), _offsets(fixed["n_counts"])
         for a in range(0, len(fixed), SEGMENT_ROWS):
             b = min(a + SEGMENT_ROWS, len(fixed))
@@ -551,6 +555,27 @@ class RecordStore(Sequence[RequestRecord]):
             self._add_segment(state["fixed"], state["chunk_ns"], state["chunk_tokens"])
         self.limit = state["limit"]
         self.finished = True
+
+
+def _check_loaded(
+    path: str, fixed: np.ndarray, ns: np.ndarray, toks: np.ndarray, texts: int
+) -> None:
+    """``ValueError`` unless a saved store's columns are what ``save`` writes."""
+    if fixed.dtype != FIXED or fixed.ndim != 1:
+        raise ValueError(f"{path}: its records are not the fixed fields this version saves")
+    if ns.dtype != np.int64 or ns.ndim != 1 or toks.dtype != np.uint32 or toks.ndim != 1:
+        raise ValueError(f"{path}: its chunk columns are not flat integer columns")
+    n_chunks, n_counts = fixed["n_chunks"], fixed["n_counts"]
+    if len(fixed) and (int(n_chunks.min()) < 0 or int(n_counts.min()) < 0):
+        raise ValueError(f"{path}: a record counts fewer than no chunks")
+    if int(n_chunks.sum(dtype=np.int64)) != len(ns) or int(n_counts.sum(dtype=np.int64)) != len(
+        toks
+    ):
+        raise ValueError(f"{path}: its records' chunk counts do not match its chunk columns")
+    for name in _TEXTS:
+        codes = fixed[name]
+        if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= texts):
+            raise ValueError(f"{path}: a record's {name} names no text it holds")
 
 
 def _ranges(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -167,3 +167,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             "set the engines up with: bash .ci/engines.sh"
         )
     return report
+
+
+@pytest.fixture(autouse=True)
+def _worker_key_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default worker key file (``load/workerkey.py``) in a directory of the test
+    run's own, never the user's: a session makes it, its workers (subprocesses that
+    inherit the environment) read it."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "config"))
+    for name in ("LLMSLO_WORKER_KEY", "LLMSLO_WORKER_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)

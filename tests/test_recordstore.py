@@ -279,3 +279,22 @@ def test_batches_past_the_budget_and_its_margin_wait_in_a_file() -> None:
     backlog.decode_slice()  # decodes on while batches wait in the file
     assert backlog.in_file < 30
     assert list(backlog.drain()) == want and backlog.in_file == 0
+
+
+def test_a_records_file_is_read_as_data_alone(tmp_path: Path) -> None:
+    """``RecordStore.load`` reads no pickle (an object array in the file is refused) and
+    refuses columns that do not agree with each other (docs/security.md)."""
+    records = _records(20)
+    path = str(tmp_path / "records.npz")
+    _store(records, limit=None).save(path)
+    with np.load(path) as z:
+        cols = {k: z[k] for k in z.files}
+    assert cols["texts"].dtype.kind == "U"  # text as a unicode column, not objects
+    bad = str(tmp_path / "objects.npz")
+    np.savez(bad, **{**cols, "texts": np.array(["x", None], dtype=object)})
+    with pytest.raises(ValueError, match="pickle"):
+        RecordStore.load(bad)
+    short = str(tmp_path / "short.npz")
+    np.savez(short, **{**cols, "chunk_ns": cols["chunk_ns"][:-1]})
+    with pytest.raises(ValueError, match="chunk counts do not match"):
+        RecordStore.load(short)

@@ -149,9 +149,11 @@ def _sim(handle: Any, spec: ScaleUp, timeout_s: float) -> dict[str, Any]:
         body["add"] = 1
     import httpx
 
+    from ..sim.admintoken import admin_headers
+
     url = handle.base_url + "/admin/replicas"
     with httpx.Client(timeout=timeout_s, trust_env=False) as client:
-        resp = client.post(url, json=body)
+        resp = client.post(url, json=body, headers=admin_headers())
     if not resp.is_success:
         raise ConfigError(
             f"POST /admin/replicas answered HTTP {resp.status_code}: {resp.text[:300]}"

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._version import __version__
+from ..sim.admintoken import TOKEN_ENV, is_loopback, session_token
 from ._common import image_unit
 from .base import EngineConfig
 from .cache_reset import VLLM
@@ -72,9 +73,12 @@ def plan(config: EngineConfig) -> LaunchPlan:
     port = config.port or pick_free_port(probe_host(host))
     args = sim_args(config, host, port)
     python = config.python or sys.executable
+    # Beyond loopback (and always in a container, which binds its own interfaces) the
+    # sim's admin endpoints need the session's token (``sim/admintoken.py``).
+    token = {TOKEN_ENV: session_token()}
     proc = ProcessUnit(
         argv=(python, "-m", "pytest_llmslo.sim", *args),
-        env=dict(config.env),
+        env={**({} if is_loopback(host) else token), **config.env},
         role="sim",
         ports=(port,),
     )
@@ -83,6 +87,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         config.image or DEFAULT_IMAGE,
         ("python3", "-m", "pytest_llmslo.sim", *args),
         ports=(port,),
+        env=token,
         pull=False,
         hint="build it with: bash docker/build-sim-image.sh",
     )

@@ -27,6 +27,7 @@ from typing import Any
 from pytest_llmslo.engines.runtimes.base import PodFaults, UnitFaults
 from pytest_llmslo.errors import ConfigError
 
+from ..sim.admintoken import admin_headers
 from .proxy import FaultProxy
 from .spec import Fault
 
@@ -117,7 +118,7 @@ def _sim(handle: Any, fault: Fault, timeout_s: float) -> dict[str, Any]:
     if fault.kind == "stall":
         body["for_s"] = fault.for_s
     with httpx.Client(timeout=timeout_s, trust_env=False) as client:
-        resp = client.post(handle.base_url + "/admin/fault", json=body)
+        resp = client.post(handle.base_url + "/admin/fault", json=body, headers=admin_headers())
     if not resp.is_success:
         raise ConfigError(f"POST /admin/fault answered HTTP {resp.status_code}: {resp.text[:300]}")
     return {"how": "POST /admin/fault", "asked": body, "answer": resp.json()}

@@ -4,8 +4,8 @@ Decoding a response (SSE split, JSON) costs about 4 µs per streamed token, as m
 third of reading it; doing it while streams are read would delay their timestamps. So the
 raw bytes of each finished request wait in a backlog. With several load processes the
 workers do not decode at all: they ship their finished requests' bytes to the parent process
-in columnar batches (``BatchBuilder``, ``RawBatch``: a pickle of a few buffers and a write,
-about 0.2 µs per token), whose backlog keeps them packed until it decodes them into its
+in columnar batches (``BatchBuilder``, ``RawBatch``: a few buffers framed as data, and a
+write, about 0.2 µs per token), whose backlog keeps them packed until it decodes them into its
 ``RecordStore``. A lone in-process worker keeps its own. Either way:
 
 - while the raw bytes held stay under ``budget`` (256 MiB by default: a minute at c=512
@@ -26,20 +26,16 @@ from __future__ import annotations
 
 import ctypes
 import os
-import pickle
 import tempfile
-from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from time import perf_counter_ns, thread_time_ns
 from typing import IO, Any
-
-import numpy as np
 
 from ..records import RequestRecord
 from ..recordstore import RecordStore
 from .client import RawExchange, build_record
+from .rawbatch import RAW_FIXED, BatchBuilder, Finished, RawBatch, decode_batch, encode_batch
 
 __all__ = ["RAW_FIXED", "Backlog", "BatchBuilder", "Finished", "RawBatch"]
 
@@ -47,126 +43,6 @@ DEFAULT_BUDGET = 256 * 1024 * 1024
 SLICE_NS = 1_000_000
 #: Past the budget by this much, a worker's batch waits in a file (``Backlog``).
 SPILL_MARGIN = 32 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """What a record needs of its job besides the exchange."""
-
-    index: int
-    isl: int
-    osl: int
-    session: int = -1
-    turn: int = 0
-
-
-#: The fixed fields of one finished exchange in a ``RawBatch``.
-RAW_FIXED = np.dtype(
-    [
-        ("index", np.int64),
-        ("isl", np.int64),
-        ("osl", np.int64),
-        ("scheduled_ns", np.int64),
-        ("sent_ns", np.int64),
-        ("end_ns", np.int64),
-        ("session", np.int64),
-        ("status", np.int32),
-        ("turn", np.int32),
-        ("pieces", np.int32),
-    ]
-)
-
-
-@dataclass(frozen=True, slots=True)
-class RawBatch:
-    """Finished exchanges of one worker as columns, not decoded: ``fixed`` (``RAW_FIXED``,
-    one row each), the failure ``kinds`` and ``errors`` the transport saw (None for
-    most), and every read of every exchange flat: its arrival time (``times``, int64 ns),
-    its length (``lengths``, uint32) and its bytes, joined (``body``). Pickling it copies
-    a few buffers whatever the number of reads."""
-
-    fixed: np.ndarray
-    kinds: list[Any]
-    errors: list[Any]
-    times: np.ndarray
-    lengths: np.ndarray
-    body: bytes
-
-    def __len__(self) -> int:
-        return len(self.fixed)
-
-    @property
-    def nbytes(self) -> int:
-        return self.fixed.nbytes + self.times.nbytes + self.lengths.nbytes + len(self.body)
-
-    def exchange(self, i: int, reads: int, at: int) -> tuple[Finished, int, RawExchange]:
-        """Exchange ``i``, whose reads start at read ``reads`` and byte ``at``."""
-        index, isl, osl, scheduled, sent, end, ses, status, turn, n = self.fixed[i].tolist()
-        raw = RawExchange()
-        raw.sent_ns, raw.end_ns, raw.status = sent, end, status
-        raw.kind, raw.error = self.kinds[i], self.errors[i]
-        raw.times = self.times[reads : reads + n].tolist()
-        pieces = []
-        body = self.body
-        for size in self.lengths[reads : reads + n].tolist():
-            pieces.append(body[at : at + size])
-            at += size
-        raw.pieces = pieces
-        return Finished(index, isl, osl, ses, turn), scheduled, raw
-
-
-class BatchBuilder:
-    """A worker's finished exchanges gathered into a ``RawBatch`` (``take``): per
-    exchange a row, its reads' times and lengths appended to packed arrays and its
-    bytes joined once, about what pickling it costs."""
-
-    def __init__(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:
-        self.rows: list[tuple[int, ...]] = []
-        self.kinds: list[Any] = []
-        self.errors: list[Any] = []
-        self.times = array("q")
-        self.lengths = array("I")
-        self.bodies: list[bytes] = []
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def add(
-        self,
-        index: int,
-        isl: int,
-        osl: int,
-        scheduled_ns: int,
-        raw: RawExchange,
-        session: int = -1,
-        turn: int = 0,
-    ) -> None:
-        pieces = raw.pieces
-        self.rows.append(
-            (index, isl, osl, scheduled_ns, raw.sent_ns, raw.end_ns, session, raw.status, turn,
-             len(pieces))
-        )  # fmt: skip
-        self.kinds.append(raw.kind)
-        self.errors.append(raw.error)
-        self.times.extend(raw.times)
-        self.lengths.extend(map(len, pieces))
-        self.bodies.append(b"".join(pieces))
-
-    def take(self) -> RawBatch:
-        """What was added, as one batch; the builder starts again empty."""
-        batch = RawBatch(
-            np.array(self.rows, dtype=RAW_FIXED),
-            self.kinds,
-            self.errors,
-            np.frombuffer(self.times, dtype=np.int64),
-            np.frombuffer(self.lengths, dtype=np.uint32),
-            b"".join(self.bodies),
-        )
-        self._reset()
-        return batch
 
 
 class _Cursor:
@@ -193,7 +69,8 @@ class Backlog:
     docstring), a ``RecordStore`` (a new one unless ``store`` is given). ``on_record``
     is told each new record (early stop watches them). Batches that come while more than
     ``spill_margin`` bytes past the budget are held (the decoding does not keep up: a
-    busy machine) wait in a temporary file, pickled as they came, until their turn."""
+    busy machine) wait in a temporary file, encoded as data (``wire.encode_batch``, never a
+    pickle) as they came, until their turn."""
 
     def __init__(
         self,
@@ -245,7 +122,7 @@ class Backlog:
             self._file = tempfile.TemporaryFile(prefix="llmslo-raw-")
         f = self._file
         f.seek(0, os.SEEK_END)
-        data = pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)
+        data = encode_batch(batch)
         at = f.tell()
         f.write(data)
         self.in_file += 1
@@ -255,7 +132,7 @@ class Backlog:
     def _from_file(self, entry: _InFile) -> _Cursor:
         assert self._file is not None
         self._file.seek(entry.offset)
-        batch: RawBatch = pickle.loads(self._file.read(entry.length))
+        batch = decode_batch(self._file.read(entry.length))
         self.in_file -= 1
         self.bytes += batch.nbytes
         return _Cursor(batch, entry.worker)

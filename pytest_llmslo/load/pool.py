@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from time import perf_counter_ns
 
 from ..errors import LoadError
@@ -48,6 +47,7 @@ from .protocol import (
     check_version,
 )
 from .transports import make_transport
+from .wire import Link, WireError
 
 __all__ = [
     "Gone",
@@ -138,7 +138,7 @@ def _ok_count(records: Sequence[RequestRecord]) -> int:
     return sum(r.ok for r in records)
 
 
-def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Connection]:
+def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Link]:
     """Start one worker as ``python -m pytest_llmslo.load.worker`` on a socketpair.
 
     A plain subprocess rather than ``multiprocessing``: spawn would re-import the caller's
@@ -161,7 +161,7 @@ def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Connection
         )
     finally:
         child_sock.close()
-    conn = Connection(parent_sock.detach())
+    conn = Link(parent_sock)
     conn.send(Hello(PROTOCOL_VERSION, plan))
     return proc, conn
 
@@ -175,7 +175,7 @@ class Pool:
         self.watch = watch
         self.loop = asyncio.get_running_loop()
         self.inbox: asyncio.Queue[Message | Gone] = asyncio.Queue()
-        self.conns: list[Connection] = []
+        self.conns: list[Link] = []
         self.procs: list[subprocess.Popen[bytes]] = []
         self.results: dict[int, WorkerResult] = {}
         self.tallies = {p.worker: (0, 0, 0) for p in plans}
@@ -187,12 +187,12 @@ class Pool:
         self.store = RecordStore(None if None in limits else max(x or 0 for x in limits))
         self.backlog = Backlog(budget=max(p.defer_bytes for p in plans), store=self.store)
 
-    def _read(self, conn: Connection, worker: int) -> None:
+    def _read(self, conn: Link, worker: int) -> None:
         """A worker's messages into the inbox, read by a thread of its own."""
         while True:
             try:
                 msg = conn.recv()
-            except (EOFError, OSError) as exc:
+            except (EOFError, OSError, WireError) as exc:
                 self.loop.call_soon_threadsafe(self.inbox.put_nowait, Gone(worker, repr(exc)))
                 return
             self.loop.call_soon_threadsafe(self.inbox.put_nowait, msg)

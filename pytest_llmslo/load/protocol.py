@@ -18,24 +18,23 @@ serves level after level on its connection:
     Ping(seq)  (remote, again)    ──────▶   the clock after the level
                                   ◀──────   Pong(seq, received_ns, sent_ns)
 
-A remote worker first introduces itself with a plain dictionary (``join_message``, sent
-as JSON), answered by another (``welcome_message``): JSON reads the same in any version,
-so a worker of another version is told so by name instead of failing to unpickle a
-message class it does not know, and nothing is unpickled from a peer before it joined.
-Its timestamps are on its own monotonic clock; ``Ping``/``Pong`` measure the offset
-(``clock.py``), ``Go``'s times are sent translated to the worker's clock and its records
-are put back on the parent's.
+A remote worker first proves it holds the session's key, and the session that it holds
+it, in a handshake of fixed-size binary fields (``handshake.py``) that also compares
+their versions: nothing of a peer is decoded before that. Its timestamps are on its own
+monotonic clock; ``Ping``/``Pong`` measure the offset (``clock.py``), ``Go``'s times are
+sent translated to the worker's clock and its records are put back on the parent's.
 
 Each side checks the other's ``version`` against ``PROTOCOL_VERSION`` at the handshake
 (``check_version``): a worker of another version of the package fails at once, with both
 versions named, rather than misreading a message later. Messages are small frozen records
-with a ``kind``, pickled as they are; a ``Raw`` message carries the finished exchanges of
+with a ``kind``, sent as typed data (``wire.py``: MessagePack, numpy columns as declared
+raw buffers; nothing that can name code to run); a ``Raw`` message carries the finished exchanges of
 the last ~50 ms as columns (``backlog.RawBatch``: a row of fixed fields each, and every
 read's time, length and bytes in three flat buffers), so a message costs a few buffer
 copies however many requests and chunks it holds, and the parent keeps it packed until it
 decodes it. Change ``PROTOCOL_VERSION`` whenever a message, a ``WorkerPlan`` or a
-``WorkerResult`` changes shape (version 2: ``Raw`` carries a ``RawBatch``, version 1 a
-list of tuples).
+``WorkerResult`` changes shape (version 4: the key handshake and data-only frames, where
+3 pickled; version 2: ``Raw`` carries a ``RawBatch``, version 1 a list of tuples).
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ from .drive import WorkerResult
 from .plan import Limits, WorkerPlan
 
 __all__ = [
-    "JOIN_TAG",
     "PROTOCOL_VERSION",
     "Drain",
     "Failure",
@@ -65,15 +63,10 @@ __all__ = [
     "Stop",
     "Tally",
     "check_version",
-    "join_message",
-    "welcome_message",
 ]
 
 #: The version of the messages below; both sides must speak the same one.
-PROTOCOL_VERSION = 3
-
-#: The tag of a remote worker's first message (a plain dictionary, ``join_message``).
-JOIN_TAG = "llmslo-load-worker"
+PROTOCOL_VERSION = 4
 
 
 class ProtocolError(LoadError):
@@ -88,17 +81,6 @@ def check_version(theirs: object, *, ours_side: str, their_side: str) -> None:
             f"the {ours_side} version {PROTOCOL_VERSION} (the same version of pytest-llmslo "
             "must run on both sides)"
         )
-
-
-def join_message(name: str) -> dict[str, object]:
-    """A remote worker's first message: who it is and which version it speaks."""
-    return {"tag": JOIN_TAG, "version": PROTOCOL_VERSION, "name": name}
-
-
-def welcome_message(refusal: str | None = None) -> dict[str, object]:
-    """The parent's answer to ``join_message``: its version, and why it refuses, if it
-    does (the worker then says so and exits)."""
-    return {"tag": JOIN_TAG, "version": PROTOCOL_VERSION, "refused": refusal}
 
 
 # -- parent to worker ------------------------------------------------------------------

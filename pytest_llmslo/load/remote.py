@@ -1,66 +1,48 @@
 """Remote load workers: the session listens on TCP and workers started anywhere with
 ``llmslo worker --connect HOST:PORT`` join it; each serves level after level on its
-connection, speaking the worker protocol (``protocol.py``).
+connection, speaking the worker protocol (``protocol.py``) in data-only frames
+(``wire.py``).
 
-``WorkerHub`` is the session's side: it listens (``--worker-listen``), waits a bounded time
-for the ``--remote-workers`` it was asked for (``ensure``; a clear message names how many
-came), checks each one's protocol version, and holds the connections (``RemoteLink``) until
-the session ends, when closing them tells the workers to exit. ``remote_pool.py`` runs a
-level on them.
-
-The messages are pickled, so a worker and its session must trust each other: listen on a
-private network, or set the same ``LLMSLO_WORKER_KEY`` on both sides, which makes each side
-prove it knows the key before anything is unpickled (``multiprocessing.connection``'s HMAC
-challenge).
+``WorkerHub`` is the session's side: it listens (``--worker-listen``), accepts on a thread
+of its own from then on, and lets a peer in only once it proved it holds the session's key
+(``handshake.py``, ``workerkey.py``: the session always has one). Each handshake runs on
+a thread of its own, bounded in time and bytes, at most ``MAX_PENDING`` at once, so a
+slow or hostile peer neither holds up a real worker nor costs more than a thread and a
+few hundred bytes; whatever fails the handshake is turned away with a log line and the
+wait goes on. ``ensure`` waits a bounded time for the ``--remote-workers`` it was asked
+for (a clear message names how many came), and the connections (``RemoteLink``) are held
+until the session ends, when closing them tells the workers to exit. A frame a joined
+worker sends that is not a message of the protocol ends its connection with the reason
+(the worker is lost; the level says so). ``remote_pool.py`` runs a level on them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import queue
 import socket
-import struct
+import ssl
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from time import perf_counter_ns
-from typing import Any
 
 from ..errors import LoadError
 from .clock import PROBES, ClockOffset, ClockSample, best_offset
-from .protocol import (
-    JOIN_TAG,
-    PROTOCOL_VERSION,
-    Message,
-    Ping,
-    Pong,
-    ProtocolError,
-    welcome_message,
-)
+from .handshake import HANDSHAKE_S, accept_worker
+from .linktls import TlsLink
+from .protocol import Message, Ping, Pong
+from .wire import Link, WireError
+from .workerkey import WorkerKey, session_key
 
-__all__ = [
-    "KEY_ENV",
-    "Lost",
-    "RemoteLink",
-    "WorkerHub",
-    "parse_address",
-    "read_plain",
-    "send_plain",
-    "worker_key",
-]
+__all__ = ["MAX_PENDING", "Lost", "RemoteLink", "WorkerHub", "parse_address"]
 
 log = logging.getLogger(__name__)
 
-#: The environment variable of the shared key (optional; the same on both sides).
-KEY_ENV = "LLMSLO_WORKER_KEY"
-_JOIN_TIMEOUT_S = 5.0  # a connection that says nothing this long is not a load worker
 _PONG_TIMEOUT_S = 10.0
-_PLAIN_MAX = 64 * 1024  # the longest handshake message read
+#: Handshakes under way at once; a peer past them is turned away at once.
+MAX_PENDING = 32
 
 
 class Lost:
@@ -70,25 +52,6 @@ class Lost:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-
-
-def _timeval(seconds: float) -> bytes:
-    return struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
-
-
-def send_plain(conn: Connection, obj: dict[str, object]) -> None:
-    """A handshake message: JSON, which any version reads (and nothing is unpickled
-    before a peer has joined)."""
-    conn.send_bytes(json.dumps(obj).encode())
-
-
-def read_plain(conn: Connection) -> dict[str, Any]:
-    """A handshake message (``send_plain``); ``ValueError`` when it is not one."""
-    data = conn.recv_bytes(_PLAIN_MAX)
-    obj = json.loads(data)
-    if not isinstance(obj, dict):
-        raise ValueError(f"not a handshake message: {data[:80]!r}")
-    return obj
 
 
 def parse_address(text: str, what: str = "--worker-listen") -> tuple[str, int]:
@@ -102,10 +65,10 @@ def parse_address(text: str, what: str = "--worker-listen") -> tuple[str, int]:
     return host, int(port)
 
 
-def worker_key() -> bytes | None:
-    """The shared key from ``LLMSLO_WORKER_KEY``, if set."""
-    key = os.environ.get(KEY_ENV)
-    return key.encode() if key else None
+def _shut(sock: socket.socket) -> None:
+    """End a handshake that ran past its time (``socket.shutdown``, not TLS's)."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class RemoteLink:
@@ -113,7 +76,7 @@ class RemoteLink:
     (stamping clock answers on arrival) and hands them to the level that runs (``attach``);
     between levels they are dropped, and a lost connection is remembered."""
 
-    def __init__(self, conn: Connection, name: str, peer: str) -> None:
+    def __init__(self, conn: Link, name: str, peer: str) -> None:
         self.conn = conn
         self.name = name
         self.peer = peer
@@ -132,10 +95,18 @@ class RemoteLink:
         while True:
             try:
                 msg = self.conn.recv()
-            except (EOFError, OSError) as exc:
+            except (EOFError, OSError, WireError) as exc:
                 with self._lock:
-                    self.lost = f"its connection ended ({exc!r})"
+                    self.lost = (
+                        f"it sent what is not a message of the protocol, and its connection "
+                        f"was closed ({exc})"
+                        if isinstance(exc, WireError)
+                        else f"its connection ended ({exc!r})"
+                    )
                     sink = self._sink
+                if isinstance(exc, WireError):
+                    log.warning("%s: %s", self.label, self.lost)
+                    self.conn.shutdown()
                 if sink is not None:
                     sink(Lost(self.lost))
                 return
@@ -197,12 +168,7 @@ class RemoteLink:
         the reader thread still holds the socket in ``recv``, which a bare close neither
         wakes nor lets send its FIN."""
         self.detach()
-        with contextlib.suppress(OSError):
-            sock = socket.socket(fileno=self.conn.fileno())
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            finally:
-                sock.detach()
+        self.conn.shutdown()
         with contextlib.suppress(OSError):
             self.conn.close()
         self._reader.join(timeout=5)
@@ -211,28 +177,55 @@ class RemoteLink:
 class WorkerHub:
     """The session's listening socket and the remote workers that joined it (see the
     module docstring). ``listen`` is ``HOST:PORT``; ``expected`` workers are waited for
-    at most ``wait_s`` seconds."""
+    at most ``wait_s`` seconds; ``key`` is the shared key (``workerkey.session_key``
+    when None: from the environment, or the default file, made if need be)."""
 
-    def __init__(self, listen: str, expected: int, wait_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        listen: str,
+        expected: int,
+        wait_s: float = 120.0,
+        key: WorkerKey | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         if expected < 1:
             raise LoadError(f"--remote-workers must be >= 1 with --worker-listen, got {expected}")
         self.host, self.port = parse_address(listen)
         self.expected = expected
         self.wait_s = wait_s
-        self.key = worker_key()
+        self.key = key
+        self.tls = tls  # TLS on the link (``linktls.server_context``), None: plain TCP
         self.links: list[RemoteLink] = []
         self.failed: str | None = None  # why the wait for the workers ended short
+        self.turned_away = 0  # peers that failed the handshake
+        self.handshake_s = HANDSHAKE_S  # the time a peer has to prove the key, in all
         self._sock: socket.socket | None = None
+        self._joined = threading.Condition()
+        self._pending = threading.BoundedSemaphore(MAX_PENDING)
+        self._acceptor: threading.Thread | None = None
 
     @property
     def address(self) -> str:
         """Where the workers connect (the port the system chose, for port 0)."""
         return f"{self.host}:{self.port}"
 
+    @property
+    def worker_command(self) -> str:
+        """The command that starts a worker, naming where its key is, never the key."""
+        key = self.key.worker_option if self.key is not None else ""
+        tls = ""
+        if self.tls is not None:
+            tls = " --tls-ca CA.pem"  # the CA of the session's certificate
+            if self.tls.verify_mode == ssl.CERT_REQUIRED:
+                tls += " --tls-cert WORKER.pem --tls-key WORKER.key"
+        return f"llmslo worker --connect {self.address} {key}{tls}".strip()
+
     def open(self) -> None:
-        """Start listening (workers may connect from now on)."""
+        """Start listening (workers may connect and join from now on)."""
         if self._sock is not None:
             return
+        if self.key is None:
+            self.key = session_key()
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -244,8 +237,13 @@ class WorkerHub:
                 f"--worker-listen {self.host}:{self.port}: cannot listen there ({exc})"
             ) from None
         sock.listen(max(self.expected, 16))
+        sock.settimeout(0.5)
         self.port = sock.getsockname()[1]
         self._sock = sock
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, args=(sock, self.key.secret), name="llmslo-hub", daemon=True
+        )
+        self._acceptor.start()
 
     def ensure(self, say: Callable[[str], None] | None = None) -> list[RemoteLink]:
         """Every expected worker, connected: wait for those still missing (bounded)."""
@@ -260,91 +258,103 @@ class WorkerHub:
         if len(self.links) < self.expected and say is not None:
             say(
                 f"waiting up to {self.wait_s:g} s for {self.expected - len(self.links)} remote "
-                f"load worker(s): `llmslo worker --connect {self.address}`"
+                f"load worker(s): `{self.worker_command}`"
             )
         if self.failed is not None:
             raise LoadError(self.failed)  # waited once already: the next level waits no more
         deadline = time.monotonic() + self.wait_s
-        while len(self.links) < self.expected:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.failed = self._timeout_message()
-                raise LoadError(self.failed)
-            self._accept(left)
-        return list(self.links)
+        with self._joined:
+            while len(self.links) < self.expected:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.failed = self._timeout_message()
+                    raise LoadError(self.failed)
+                if self._sock is None:
+                    raise LoadError("the session stopped listening for its remote load workers")
+                self._joined.wait(min(left, 0.5))
+            return list(self.links)
 
     def _timeout_message(self) -> str:
         names = ", ".join(link.label for link in self.links) or "none"
+        away = f"; {self.turned_away} peer(s) turned away (see the log)" if self.turned_away else ""
         return (
             f"only {len(self.links)} of {self.expected} remote load workers connected to "
-            f"{self.address} within {self.wait_s:g} s (connected: {names}); start each with "
-            f"`llmslo worker --connect {self.address}`, reachable from where it runs"
+            f"{self.address} within {self.wait_s:g} s (connected: {names}{away}); start each "
+            f"with `{self.worker_command}`, reachable from where it runs, with the "
+            "session's key"
         )
 
-    def _accept(self, timeout: float) -> None:
-        sock = self._sock
-        if sock is None:
-            raise LoadError("the session stopped listening for its remote load workers")
-        try:
-            sock.settimeout(min(timeout, 1.0))
-            client, addr = sock.accept()
-        except TimeoutError:
-            return
-        except OSError:
-            if self._sock is None:  # closed while waiting (the session is stopping)
-                raise LoadError(
-                    "the session stopped listening for its remote load workers"
-                ) from None
-            raise
-        client.settimeout(None)
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Until it has joined, a peer gets a bounded time for each read.
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(_JOIN_TIMEOUT_S))
-        peer = f"{addr[0]}:{addr[1]}"
-        conn = Connection(client.detach())
-        try:
-            name = self._join(conn, peer)
-        except ProtocolError:
-            conn.close()
-            raise
-        except (OSError, EOFError, LoadError, ValueError, AuthenticationError):
-            # Not a load worker (a port scan, a health check), or one without the key:
-            # it is turned away and the wait goes on.
-            conn.close()
-            return
-        sock = socket.socket(fileno=conn.fileno())
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(0))
-        sock.detach()
-        self.links.append(RemoteLink(conn, name, peer))
+    def _accept_loop(self, sock: socket.socket, key: bytes) -> None:
+        while self._sock is sock:
+            try:
+                client, addr = sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed: the session is stopping
+            peer = f"{addr[0]}:{addr[1]}"
+            if not self._pending.acquire(blocking=False):
+                self._turn_away(client, peer, f"more than {MAX_PENDING} handshakes at once")
+                continue
+            threading.Thread(
+                target=self._handshake, args=(client, peer, key), name="llmslo-join", daemon=True
+            ).start()
 
-    def _join(self, conn: Connection, peer: str) -> str:
-        """Check a new connection's key and version; its worker's name."""
-        if self.key is not None:
-            deliver_challenge(conn, self.key)
-            answer_challenge(conn, self.key)
-        join = read_plain(conn)
-        if join.get("tag") != JOIN_TAG:
-            raise LoadError(f"the connection from {peer} is not a load worker")
-        name = str(join.get("name") or peer)
-        theirs = join.get("version")
-        if theirs != PROTOCOL_VERSION:
-            refusal = (
-                f"remote load worker {name} ({peer}) speaks worker protocol version "
-                f"{theirs!r}, this session version {PROTOCOL_VERSION}: run the same version "
-                "of pytest-llmslo on both sides"
-            )
-            with contextlib.suppress(OSError):
-                send_plain(conn, welcome_message(refusal))
-            raise ProtocolError(refusal)
-        send_plain(conn, welcome_message())
-        return name
+    def _turn_away(self, client: socket.socket, peer: str, why: str) -> None:
+        with self._joined:
+            self.turned_away += 1
+        log.warning("turned away %s from the load workers' port %s: %s", peer, self.port, why)
+        with contextlib.suppress(OSError):
+            client.close()
+
+    def _full(self) -> str | None:
+        with self._joined:
+            if len(self.links) >= self.expected:
+                return f"the session has all its {self.expected} workers"
+        return None
+
+    def _handshake(self, client: socket.socket, peer: str, key: bytes) -> None:
+        # The whole handshake, TLS included, in ``handshake_s`` at most: past it the
+        # socket is shut, which ends whatever read waits (a peer trickling bytes).
+        watchdog = threading.Timer(self.handshake_s, _shut, args=(client,))
+        watchdog.start()
+        try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                if self.tls is not None:
+                    client.settimeout(self.handshake_s)
+                    client = self.tls.wrap_socket(client, server_side=True)
+                name = accept_worker(client, key, self.handshake_s, self._full) or peer
+                watchdog.cancel()
+            except (LoadError, OSError, EOFError) as exc:
+                # A port scan, a health check, a wrong key, an old version, a slow peer.
+                self._turn_away(client, peer, str(exc) or type(exc).__name__)
+                return
+            with self._joined:
+                if self._sock is None or len(self.links) >= self.expected:
+                    full = True
+                else:
+                    full = False
+                    link = TlsLink(client) if isinstance(client, ssl.SSLSocket) else Link(client)
+                    self.links.append(RemoteLink(link, name, peer))
+                    self._joined.notify_all()
+            if full:
+                self._turn_away(client, peer, "the session has all its workers")
+        finally:
+            watchdog.cancel()
+            self._pending.release()
 
     def close(self) -> None:
         """Close every connection (the workers exit) and stop listening."""
-        for link in self.links:
-            link.close()
-        self.links = []
-        if self._sock is not None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
             with contextlib.suppress(OSError):
-                self._sock.close()
-            self._sock = None
+                sock.close()
+        if self._acceptor is not None:
+            self._acceptor.join(timeout=2)
+            self._acceptor = None
+        with self._joined:
+            links, self.links = self.links, []
+            self._joined.notify_all()
+        for link in links:
+            link.close()

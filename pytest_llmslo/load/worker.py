@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 import queue
 import signal
+import socket
 import sys
 import threading
-from multiprocessing.connection import Connection
 from time import perf_counter_ns
 
 from .backlog import BatchBuilder
@@ -42,6 +42,7 @@ from .protocol import (
     check_version,
 )
 from .transports import make_transport
+from .wire import Link, WireError
 
 __all__ = ["pong", "serve_level", "worker_main"]
 
@@ -53,7 +54,7 @@ class _Outbox:
     """A worker's messages to the parent, written by a thread of their own: a full socket
     (the parent busy) blocks that thread, never the event loop that takes timestamps."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Link) -> None:
         self._conn = conn
         self._queue: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="llmslo-outbox", daemon=True)
@@ -66,7 +67,7 @@ class _Outbox:
         while (msg := self._queue.get()) is not None:
             try:
                 self._conn.send(msg)
-            except (OSError, ValueError):
+            except (OSError, ValueError, WireError):
                 return  # the parent went away
 
     def close(self, timeout: float = 60.0) -> None:
@@ -75,7 +76,7 @@ class _Outbox:
         self._thread.join(timeout)
 
 
-def _handshake(conn: Connection, hello: object) -> tuple[WorkerPlan, JobSource, Transport]:
+def _handshake(conn: Link, hello: object) -> tuple[WorkerPlan, JobSource, Transport]:
     """Take the plan, build the requests and the transport, say ready."""
     check_version(getattr(hello, "version", None), ours_side="worker", their_side="parent")
     if not isinstance(hello, Hello):
@@ -88,12 +89,12 @@ def _handshake(conn: Connection, hello: object) -> tuple[WorkerPlan, JobSource, 
     return plan, source, transport
 
 
-def pong(conn: Connection, ping: Ping, received_ns: int) -> None:
+def pong(conn: Link, ping: Ping, received_ns: int) -> None:
     """Answer a clock probe: when it came and when the answer leaves (``clock.py``)."""
     conn.send(Pong(ping.seq, received_ns, perf_counter_ns()))
 
 
-def _wait_go(conn: Connection) -> Go | None:
+def _wait_go(conn: Link) -> Go | None:
     """Answer clock probes until ``Go``; None when the parent sent anything else."""
     while True:
         msg = conn.recv()
@@ -104,7 +105,7 @@ def _wait_go(conn: Connection) -> Go | None:
         return msg if isinstance(msg, Go) else None
 
 
-def serve_level(conn: Connection, hello: object) -> None:
+def serve_level(conn: Link, hello: object) -> None:
     """One level on ``conn``, from its ``Hello`` to its ``Result`` (or ``Failure``); the
     control thread that reads ``Drain``/``Stop`` during the run is gone when it returns."""
     outbox: _Outbox | None = None
@@ -148,11 +149,11 @@ def worker_main(fd: int) -> None:
     # requests before the parent could collect them (a CI runner signals the whole group).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn = Connection(fd)
+    conn = Link(socket.socket(fileno=fd))
     try:
         try:
             hello = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError, WireError):
             return
         serve_level(conn, hello)
     finally:
@@ -160,15 +161,15 @@ def worker_main(fd: int) -> None:
             conn.close()
 
 
-def _listen(conn: Connection, driver: Driver, loop: asyncio.AbstractEventLoop) -> None:
+def _listen(conn: Link, driver: Driver, loop: asyncio.AbstractEventLoop) -> None:
     """The parent's ``Drain`` and ``Stop``, read by a blocking thread rather than
     ``loop.add_reader``: uvloop makes a watched fd non-blocking, and a large blocking
     ``send()`` on it (the results) would then break."""
     while True:
         try:
             msg = conn.recv()
-        except (EOFError, OSError):
-            msg = Stop()  # the parent went away
+        except (EOFError, OSError, WireError):
+            msg = Stop()  # the parent went away, or sent what is not a message
         with contextlib.suppress(RuntimeError):
             if msg.kind == "drain":
                 loop.call_soon_threadsafe(driver.bound.drain_now)

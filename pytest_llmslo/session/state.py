@@ -401,19 +401,23 @@ def open_workers(state: Session) -> None:
     can join while the engines start; the first level waits for them."""
     from pytest_llmslo.errors import ConfigError, LoadError
     from pytest_llmslo.load.remote import WorkerHub
+    from pytest_llmslo.load.workerkey import session_key
 
     ss = state.session
     if ss.worker_listen is None or state.workers is not None:
         return
-    hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s)
     try:
+        key = session_key(ss.worker_key_file)
+        hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s, key, _worker_tls(ss))
         hub.open()
     except LoadError as exc:
         raise ConfigError(str(exc)) from None
     state.workers = hub
     state.say(
-        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}: start "
-        f"each with `llmslo worker --connect {hub.address}`"
+        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}"
+        + (" (TLS)" if hub.tls is not None else "")
+        + f", each proving it holds the key in {key.where}: start each with "
+        f"`{hub.worker_command}`"
     )
     if ss.worker_image:
         try:
@@ -421,6 +425,24 @@ def open_workers(state: Session) -> None:
         except Exception:
             close_workers(state)
             raise
+
+
+def _worker_tls(ss: Any) -> Any:
+    """The TLS context of the workers' link (``load.linktls``), None without a
+    certificate; ``LoadError`` when the options do not go together."""
+    from pytest_llmslo.errors import LoadError
+    from pytest_llmslo.load.linktls import server_context
+
+    if ss.worker_tls_cert is None:
+        if ss.worker_tls_key is not None or ss.worker_tls_ca is not None:
+            raise LoadError(
+                "--slo-worker-tls-key/--slo-worker-tls-ca need --slo-worker-tls-cert (the "
+                "session's certificate)"
+            )
+        return None
+    if ss.worker_tls_key is None:
+        raise LoadError("--slo-worker-tls-cert needs --slo-worker-tls-key (its key)")
+    return server_context(ss.worker_tls_cert, ss.worker_tls_key, ss.worker_tls_ca)
 
 
 def _start_worker_job(state: Session, host: str, port: int) -> Any:
@@ -443,6 +465,7 @@ def _start_worker_job(state: Session, host: str, port: int) -> Any:
     key = os.environ.get("LLMSLO_WORKER_KEY_SECRET")  # "secret/key" of the shared key
     secret_name, slash, secret_key = (key or "").partition("/")
     secret = (secret_name, secret_key) if slash else None
+    hub_key = state.workers.key if state.workers is not None else None
     try:
         where = cluster(KubeSettings())
         spec = WorkerJobSpec(
@@ -451,6 +474,8 @@ def _start_worker_job(state: Session, host: str, port: int) -> Any:
             address=address,
             namespace=where.namespace,
             key_secret=secret,
+            # No Secret named: the launcher makes one of the session's key.
+            key=hub_key.secret if secret is None and hub_key is not None else None,
         )
         job = WorkerJob(where, spec)
         job.start()

@@ -54,6 +54,12 @@ class SessionSettings:
     #: they connect to.
     worker_image: str | None = None
     worker_advertise: str | None = None
+    #: Where the workers' key is, and TLS on their link (certificate, key, the CA of the
+    #: workers' certificates for mutual TLS).
+    worker_key_file: str | None = None
+    worker_tls_cert: str | None = None
+    worker_tls_key: str | None = None
+    worker_tls_ca: str | None = None
     #: The path of every output setting (topic ``outputs``: ``slo_json`` and each report
     #: format's ``slo_<name>``) by setting name; None where none was asked for.
     outputs: Mapping[str, str | None] = field(default_factory=dict)

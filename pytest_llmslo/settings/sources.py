@@ -100,10 +100,14 @@ OTHER_ENV: frozenset[str] = frozenset(
         "LLMSLO_SIM_IMAGE",
         "LLMSLO_IMAGE_PYTHON",
         "LLMSLO_CI_VENV",
-        # Remote load workers: the shared key, and the Secret ("name/key") that holds it
-        # for worker pods (load/remote.py, engines/runtimes/k8s/workerjob.py).
+        # Remote load workers: the shared key, the file that holds it, and the Secret
+        # ("name/key") that holds it for worker pods (load/workerkey.py,
+        # engines/runtimes/k8s/workerjob.py).
         "LLMSLO_WORKER_KEY",
+        "LLMSLO_WORKER_KEY_FILE",
         "LLMSLO_WORKER_KEY_SECRET",
+        # The token of the sim's admin endpoints beyond loopback (sim/admintoken.py).
+        "LLMSLO_SIM_ADMIN_TOKEN",
     }
 )
 

@@ -572,6 +572,26 @@ SPECS: tuple[Spec, ...] = (
          shown_default="the --worker-listen address (this host's address for 0.0.0.0)",
          help="The address the worker pods of --worker-image connect to (a Service's, or "
               "this pod's)."),
+    # Remote workers on a shared network: the key every worker must prove it holds.
+    Spec("worker_key_file", parse_optional_str, None, field="worker_key_file",
+         cli="--slo-worker-key-file", marker=None, topic="client", metavar="PATH",
+         shown_default="LLMSLO_WORKER_KEY, else LLMSLO_WORKER_KEY_FILE, else "
+                       "~/.config/llmslo/worker.key (made, 0600, when missing)",
+         help="The file of the key remote load workers must prove they hold before the "
+              "session reads a message of theirs (with --worker-listen; readable by its "
+              "owner alone). Hand the same file to each worker (`llmslo worker --key-file`)."),
+    Spec("worker_tls_cert", parse_optional_str, None, field="worker_tls_cert",
+         cli="--slo-worker-tls-cert", marker=None, topic="client", metavar="PATH",
+         help="TLS on the remote workers' link (with --worker-listen): the session's "
+              "certificate (PEM); workers check it with `llmslo worker --tls-ca`."),
+    Spec("worker_tls_key", parse_optional_str, None, field="worker_tls_key",
+         cli="--slo-worker-tls-key", marker=None, topic="client", metavar="PATH",
+         help="The key of --slo-worker-tls-cert (PEM)."),
+    Spec("worker_tls_ca", parse_optional_str, None, field="worker_tls_ca",
+         cli="--slo-worker-tls-ca", marker=None, topic="client", metavar="PATH",
+         help="Mutual TLS: the CA (PEM) the workers' certificates must be signed by "
+              "(`llmslo worker --tls-cert/--tls-key`); without it any worker may connect "
+              "and must still prove the key."),
     Spec("external_ready_timeout", parse_positive_float, 60.0, field="external_ready_timeout_s",
          cli="--external-ready-timeout", topic="engines", metavar="SECONDS",
          help="How long an external engine (already running) may take to answer ready "

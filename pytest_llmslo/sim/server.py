@@ -31,6 +31,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,7 +39,7 @@ from http import HTTPStatus
 from time import perf_counter_ns
 from typing import IO, Any
 
-from . import admin, faults
+from . import admin, admintoken, faults
 from .cluster import Advance
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .latencies import RequestLatencies
@@ -418,11 +419,13 @@ class SimServer:
         self.http = HttpServer(self.handle)
         self._engine_task: asyncio.Task[None] | None = None
         self.created = int(time.time())
+        self.host = "127.0.0.1"
         self.port = 0
         self.requests_total = 0
 
     async def start(self, host: str, port: int) -> int:
         self._engine_task = asyncio.get_running_loop().create_task(self.engine.run())
+        self.host = host
         self.port = await self.http.start(host, port)
         return self.port
 
@@ -458,6 +461,11 @@ class SimServer:
             conn.send_json(404, {"detail": "Not Found"})
             return
         method, fn = route
+        if req.path.startswith("/admin/"):
+            why = admintoken.refusal(self.host, os.environ.get(admintoken.TOKEN_ENV), req.headers)
+            if why is not None:
+                conn.send_json(401, {"error": {"message": why, "type": "AuthenticationError"}})
+                return
         if req.method != method and not (req.method == "HEAD" and method == "GET"):
             conn.send_json(405, {"detail": "Method Not Allowed"}, headers=[("Allow", method)])
             return

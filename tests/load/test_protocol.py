@@ -1,21 +1,19 @@
-"""The worker protocol: named messages that survive a pickle, and a version checked at the
-handshake on both sides, with both versions named when they differ."""
+"""The worker protocol: named messages that survive the wire (data-only frames), and a
+version checked at the handshake on both sides, with both versions named when they differ."""
 
 from __future__ import annotations
 
-import pickle
 import socket
 import subprocess
 import sys
-from multiprocessing.connection import Connection
 
 import pytest
 
-from pytest_llmslo.load import protocol
+from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, protocol
 from pytest_llmslo.load.backlog import BatchBuilder
 from pytest_llmslo.load.client import RawExchange
 from pytest_llmslo.load.drive import WorkerResult
-from pytest_llmslo.load.plan import Limits
+from pytest_llmslo.load.plan import Limits, plan_level
 from pytest_llmslo.load.protocol import (
     PROTOCOL_VERSION,
     Drain,
@@ -29,9 +27,12 @@ from pytest_llmslo.load.protocol import (
     Tally,
     check_version,
 )
+from pytest_llmslo.load.wire import Link, decode, encode
+from pytest_llmslo.load.workload import LengthModel
+from pytest_llmslo.records import LoadLevel
 
 
-def test_messages_are_named_and_survive_a_pickle() -> None:
+def test_messages_are_named_and_survive_the_wire() -> None:
     raw = RawExchange()
     raw.sent_ns, raw.end_ns, raw.status = 1, 2, 200
     raw.times, raw.pieces = [5, 6], [b"data: x\n\n", b"data: [DONE]\n\n"]
@@ -50,11 +51,13 @@ def test_messages_are_named_and_survive_a_pickle() -> None:
     kinds = [m.kind for m in msgs]
     assert kinds == ["go", "drain", "stop", "ready", "raw", "tally", "result", "failure"]
     for m in msgs:
-        back = pickle.loads(pickle.dumps(m, pickle.HIGHEST_PROTOCOL))
+        back = decode(encode(m))
         assert type(back) is type(m) and back.kind == m.kind
-    assert pickle.loads(pickle.dumps(msgs[6])).result.warmup_done == 4
+        if not isinstance(m, Raw):
+            assert back == m
+    assert decode(encode(msgs[6])).result.warmup_done == 4  # type: ignore[union-attr]
     # A Raw message's columns come back as they went: each exchange's reads and bytes.
-    back = pickle.loads(pickle.dumps(msgs[4], pickle.HIGHEST_PROTOCOL)).batch
+    back = decode(encode(msgs[4])).batch  # type: ignore[union-attr]
     job, scheduled, again = back.exchange(0, 0, 0)
     assert (job.index, job.isl, job.osl, scheduled) == (7, 8, 9, 0)
     assert again.times == raw.times and again.pieces == raw.pieces
@@ -77,10 +80,17 @@ def test_a_worker_refuses_a_parent_of_another_version() -> None:
         [sys.executable, "-m", "pytest_llmslo.load.worker", str(fd)], pass_fds=(fd,)
     )
     child.close()
-    conn = Connection(parent.detach())
+    conn = Link(parent)
+    job = LoadJob(
+        ClientSettings("http://127.0.0.1:9", "m"),
+        WorkloadSpec(isl=8, osl=4, calibrate=False),
+        LoadLevel.concurrency(1),
+        requests=2,
+    )
+    plan = plan_level(job, LengthModel()).plans[0]
     try:
-        conn.send(protocol.Hello(PROTOCOL_VERSION + 1, None))  # type: ignore[arg-type]
-        assert conn.poll(60)
+        conn.send(protocol.Hello(PROTOCOL_VERSION + 1, plan))
+        parent.settimeout(60)
         msg = conn.recv()
     finally:
         conn.close()

@@ -3,12 +3,13 @@ session's listener refusing what is not a worker of its version (by name)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import struct
 import subprocess
 import threading
 from array import array
-from multiprocessing.connection import Connection
 
 import numpy as np
 import pytest
@@ -18,18 +19,15 @@ from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec
 from pytest_llmslo.load.clock import ClockLink, ClockSample, best_offset, shift_record
 from pytest_llmslo.load.drive import WorkerResult
 from pytest_llmslo.load.fleet import with_workers
+from pytest_llmslo.load.handshake import MAGIC_SESSION, MAGIC_WORKER, join_session
 from pytest_llmslo.load.health import HealthThresholds
 from pytest_llmslo.load.jobs import JobSource
 from pytest_llmslo.load.plan import plan_level
-from pytest_llmslo.load.protocol import (
-    JOIN_TAG,
-    PROTOCOL_VERSION,
-    ProtocolError,
-    welcome_message,
-)
-from pytest_llmslo.load.remote import KEY_ENV, WorkerHub, parse_address, read_plain, send_plain
+from pytest_llmslo.load.protocol import PROTOCOL_VERSION
+from pytest_llmslo.load.remote import WorkerHub, parse_address
 from pytest_llmslo.load.remote_pool import RemoteLevel
 from pytest_llmslo.load.schedule import arrival_offsets_ns
+from pytest_llmslo.load.workerkey import KEY_ENV
 from pytest_llmslo.load.workload import LengthModel
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
 
@@ -152,47 +150,75 @@ def test_the_wait_for_workers_is_bounded_and_says_how_many_came() -> None:
         hub.close()
 
 
-def _fake_worker(address: str, version: int, name: str) -> dict:
-    host, port = parse_address(address)
-    conn = Connection(socket.create_connection((host, port)).detach())
-    send_plain(conn, {"tag": JOIN_TAG, "version": version, "name": name})
-    try:
-        return read_plain(conn)
-    finally:
-        conn.close()
+def _hello(version: int) -> bytes:
+    return MAGIC_WORKER + struct.pack("!I", version) + bytes(32)
 
 
-def test_a_worker_of_another_version_is_refused_by_name() -> None:
+def test_a_worker_of_another_version_is_told_so_and_the_wait_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     hub = WorkerHub("127.0.0.1:0", 1, wait_s=20)
     hub.open()
-    answers: list[dict] = []
-    t = threading.Thread(target=lambda: answers.append(_fake_worker(hub.address, 99, "old-1")))
+    with socket.create_connection(parse_address(hub.address), timeout=10) as peer:
+        peer.sendall(_hello(99))
+        answer = peer.recv(44)
+        assert answer[:8] == MAGIC_SESSION  # the session's version, where any version reads it
+        assert struct.unpack("!I", answer[8:12])[0] == PROTOCOL_VERSION
+        assert peer.recv(1) == b""  # and then it closed
+    links = _join_in_thread(hub, "real")
+    try:
+        assert [link.name for link in links] == ["real"]
+    finally:
+        hub.close()
+    assert "protocol version 99" in caplog.text and "turned away" in caplog.text
+
+
+def test_a_worker_of_version_3_is_told_to_upgrade_in_its_own_terms() -> None:
+    hub = WorkerHub("127.0.0.1:0", 1, wait_s=20)
+    hub.open()
+    try:
+        with socket.create_connection(parse_address(hub.address), timeout=10) as peer:
+            join = json.dumps({"tag": "llmslo-load-worker", "version": 3, "name": "old"}).encode()
+            peer.sendall(struct.pack("!i", len(join)) + join)  # what version 3 sent first
+            size = struct.unpack("!i", peer.recv(4))[0]
+            answer = json.loads(peer.recv(size))
+        assert answer["version"] == PROTOCOL_VERSION
+        assert "run the same version of pytest-llmslo on both sides" in answer["refused"]
+    finally:
+        hub.close()
+
+
+def _join_in_thread(hub: WorkerHub, name: str) -> list:
+    """A worker that joins ``hub`` with its key (in a thread); the hub's links."""
+    assert hub.key is not None
+    socks: list[socket.socket] = []
+
+    def worker() -> None:
+        sock = socket.create_connection(parse_address(hub.address), timeout=10)
+        socks.append(sock)
+        join_session(sock, hub.key.secret, name)  # type: ignore[union-attr]
+
+    t = threading.Thread(target=worker)
     t.start()
     try:
-        with pytest.raises(ProtocolError) as err:
-            hub.ensure()
+        return hub.ensure()
     finally:
         t.join(10)
-        hub.close()
-    text = str(err.value)
-    assert "old-1" in text and "version 99" in text and f"version {PROTOCOL_VERSION}" in text
-    assert answers and answers[0]["refused"] == text
+        for sock in socks:
+            sock.close()
 
 
 def test_what_is_not_a_worker_is_turned_away_and_the_wait_goes_on() -> None:
     hub = WorkerHub("127.0.0.1:0", 1, wait_s=20)
     hub.open()
-    host, port = parse_address(hub.address)
-    stray = socket.create_connection((host, port))
-    stray.sendall(b"GET / HTTP/1.1\r\n\r\n")  # a length of 1.2 GB to Connection
-    mute = socket.create_connection((host, port))  # says nothing at all
-    t = threading.Thread(target=_fake_worker, args=(hub.address, PROTOCOL_VERSION, "real"))
-    t.start()
+    address = parse_address(hub.address)
+    stray = socket.create_connection(address)
+    stray.sendall(b"GET / HTTP/1.1\r\n\r\n")  # a health check
+    mute = socket.create_connection(address)  # says nothing at all
     try:
-        (link,) = hub.ensure()
+        (link,) = _join_in_thread(hub, "real")
         assert link.name == "real"
     finally:
-        t.join(10)
         stray.close()
         mute.close()
         hub.close()
@@ -211,34 +237,33 @@ def test_a_worker_told_another_version_by_its_session_says_so() -> None:
 
     def session() -> None:
         sock, _ = srv.accept()
-        conn = Connection(sock.detach())
-        read_plain(conn)
-        send_plain(conn, {**welcome_message(), "version": PROTOCOL_VERSION + 5})
-        conn.close()
+        with sock:
+            sock.recv(44)
+            sock.sendall(MAGIC_SESSION + struct.pack("!I", PROTOCOL_VERSION + 5) + bytes(32))
 
     t = threading.Thread(target=session)
     t.start()
     try:
-        out = _run_worker(address)
+        out = _run_worker(address, {KEY_ENV: "k" * 32})
     finally:
         t.join(10)
         srv.close()
     assert out.returncode == 1
-    assert f"session speaks version {PROTOCOL_VERSION + 5}" in out.stderr
-    assert f"the worker version {PROTOCOL_VERSION}" in out.stderr
+    assert f"the session speaks worker protocol version {PROTOCOL_VERSION + 5}" in out.stderr
+    assert f"this worker version {PROTOCOL_VERSION}" in out.stderr
 
 
 def test_a_worker_that_cannot_connect_names_the_address() -> None:
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
     srv.close()  # nothing listens there now
-    out = _run_worker(f"127.0.0.1:{port}")
+    out = _run_worker(f"127.0.0.1:{port}", {KEY_ENV: "k" * 32})
     assert out.returncode == 1
     assert f"cannot connect to the session at 127.0.0.1:{port} within 3 s" in out.stderr
 
 
-def test_with_a_key_only_a_worker_that_knows_it_joins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, "s3cret")
+def test_only_a_worker_that_knows_the_key_joins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, "s3cret-s3cret-s3cret")
     hub = WorkerHub("127.0.0.1:0", 1, wait_s=60)
     hub.open()
     links: list = []
@@ -246,9 +271,11 @@ def test_with_a_key_only_a_worker_that_knows_it_joins(monkeypatch: pytest.Monkey
     waiting.start()
     try:
         # The wrong key is turned away, and the session goes on waiting.
-        wrong = _run_worker(hub.address, {KEY_ENV: "other"})
+        wrong = _run_worker(hub.address, {KEY_ENV: "another-key-of-its-own"})
         assert wrong.returncode == 1
-        assert "did not accept this worker's key" in wrong.stderr
+        assert "the session refused this worker: the worker's key is not the session's" in (
+            wrong.stderr
+        )
         with subprocess.Popen(
             worker_cmd(hub.address, "keyed"),
             env={**os.environ, "PYTHONPATH": str(ROOT)},

@@ -192,7 +192,7 @@ def _address_from(proc: subprocess.Popen[str], head: list[str]) -> str:
         if not line:
             break
         if "remote load worker(s) on " in line:
-            return line.split("--connect ", 1)[1].split("`", 1)[0]
+            return line.split("--connect ", 1)[1].split("`", 1)[0].split()[0]
     raise AssertionError("".join(head))
 
 

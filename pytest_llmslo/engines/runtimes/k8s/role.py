@@ -26,6 +26,8 @@ RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("nvidia.com", "dynamographdeployments", ("create", "patch", "delete", "get")),
     # The remote load workers' Indexed Job (workerjob.py, --worker-image).
     ("batch", "jobs", ("create", "patch", "delete")),
+    # Their key's Secret, made for the Job and deleted with it (workerjob.py).
+    ("", "secrets", ("create", "patch", "delete")),
     # Readiness and failures: the engine's pods, their logs, the namespace's events;
     # delete: kill and restart one pod of a running engine.
     ("", "pods", ("list", "delete")),

@@ -13,7 +13,10 @@ leaves nothing the reaper does not remove. Its pods:
   join a level that runs;
 - get no API token (``automountServiceAccountToken: false``): a worker talks to the
   session and the engine only;
-- read the shared key (``LLMSLO_WORKER_KEY``) from a Secret when one is named.
+- read the shared key (``LLMSLO_WORKER_KEY``) from a Secret: the one named
+  (``key_secret``), or one the launcher creates from the session's key (``key``) before
+  the Job, owned by the same ConfigMap and deleted with the Job, so nobody has to make
+  one. The key is in the Secret alone, never in the Job's manifest or a log.
 
 The image must hold the same version of pytest-llmslo as the session (``llmslo`` on its
 ``PATH``): the protocol versions are checked at the handshake.
@@ -21,6 +24,7 @@ The image must hold the same version of pytest-llmslo as the session (``llmslo``
 
 from __future__ import annotations
 
+import base64
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +35,7 @@ from .client import Cluster
 from .manifests import LABEL_ROLE, SESSION_ID, dns_label, labels, owner_reference
 from .session import SESSIONS
 
-__all__ = ["WORKER_ROLE", "WorkerJob", "WorkerJobSpec", "worker_job"]
+__all__ = ["WORKER_ROLE", "WorkerJob", "WorkerJobSpec", "key_secret", "worker_job"]
 
 WORKER_ROLE = "load-worker"
 #: How long a worker keeps trying to reach the session: pods may start before it listens.
@@ -42,8 +46,9 @@ KEY_ENV = "LLMSLO_WORKER_KEY"
 @dataclass(frozen=True, slots=True)
 class WorkerJobSpec:
     """What the workers' Job is made of: how many, the image, where they connect, their
-    resources and nodes, the Secret (``name``, ``key``) of the shared key, and the Job's
-    bounds (``deadline_s`` over its whole life, ``ttl_s`` kept after it ends)."""
+    resources and nodes, the Secret (``name``, ``key``) of the shared key or the key
+    itself (``key``: a Secret of it is made), and the Job's bounds (``deadline_s`` over
+    its whole life, ``ttl_s`` kept after it ends)."""
 
     workers: int
     image: str
@@ -54,6 +59,7 @@ class WorkerJobSpec:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Mapping[str, Any]] = ()
     key_secret: tuple[str, str] | None = None
+    key: bytes | None = field(default=None, repr=False)
     deadline_s: int = 86_400
     ttl_s: int = 300
     session: str = SESSION_ID
@@ -61,6 +67,34 @@ class WorkerJobSpec:
     @property
     def name(self) -> str:
         return dns_label(f"llmslo-workers-{self.session}")
+
+    @property
+    def secret_ref(self) -> tuple[str, str] | None:
+        """The Secret and the entry the pods read the key from (None: no key)."""
+        if self.key_secret is not None:
+            return self.key_secret
+        if self.key is not None:
+            return dns_label(f"llmslo-worker-key-{self.session}"), "key"
+        return None
+
+
+def key_secret(spec: WorkerJobSpec) -> dict[str, Any] | None:
+    """The Secret of the session's key the launcher makes (None when one is named, or
+    there is no key)."""
+    ref = spec.secret_ref
+    if spec.key_secret is not None or spec.key is None or ref is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": ref[0],
+            "namespace": spec.namespace,
+            "labels": {**labels(session=spec.session), LABEL_ROLE: WORKER_ROLE},
+        },
+        "data": {ref[1]: base64.b64encode(spec.key).decode()},
+    }
 
 
 def _args(spec: WorkerJobSpec) -> list[str]:
@@ -75,8 +109,8 @@ def _container(spec: WorkerJobSpec) -> dict[str, Any]:
         # The pod's name names the worker in the session's reports.
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
-    if spec.key_secret is not None:
-        name, key = spec.key_secret
+    if spec.secret_ref is not None:
+        name, key = spec.secret_ref
         env.append({"name": KEY_ENV, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
     return {
         "name": "worker",
@@ -132,24 +166,38 @@ def worker_job(spec: WorkerJobSpec) -> dict[str, Any]:
 
 class WorkerJob:
     """The workers' Job of one session in ``where``: ``start`` creates it (owned by the
-    session's ConfigMap), ``stop`` deletes it and its pods."""
+    session's ConfigMap), after the Secret of its key when it makes one; ``stop``
+    deletes it, its pods and that Secret."""
 
     def __init__(self, where: Cluster, spec: WorkerJobSpec) -> None:
         self.where = where
         self.spec = spec
         self.obj: dict[str, Any] | None = None
+        self.secret: dict[str, Any] | None = None
 
     def start(self) -> dict[str, Any]:
         owner = SESSIONS.acquire(self.where)
+        secret = key_secret(self.spec)
         obj = worker_job(self.spec)
-        obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
         try:
+            if secret is not None:
+                secret["metadata"]["ownerReferences"] = [owner_reference(owner)]
+                apply(self.where, secret)
+                self.secret = secret
+            obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
             apply(self.where, obj)
         except Exception:
+            self._delete_secret()
             SESSIONS.release(self.where)
             raise
         self.obj = obj
         return obj
+
+    def _delete_secret(self) -> None:
+        secret, self.secret = self.secret, None
+        if secret is not None:
+            with contextlib.suppress(Exception):
+                delete(self.where, secret)
 
     def stop(self) -> None:
         obj, self.obj = self.obj, None
@@ -158,5 +206,6 @@ class WorkerJob:
         try:
             with contextlib.suppress(Exception):
                 delete(self.where, obj)
+            self._delete_secret()
         finally:
             SESSIONS.release(self.where)
