@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmslo.document.results import Results, Sweep
+from pytest_llmslo.judged import fmt_judged, judged_stat, plotted_stat
 from pytest_llmslo.report import htmlruns
 from pytest_llmslo.report.htmlcells import (
     OUTCOME,
@@ -61,7 +62,6 @@ from pytest_llmslo.sweep import (
     pareto_front,
     point_attainment,
     point_goodput,
-    summary_stat,
 )
 
 __all__ = ["render_html", "render_runs"]
@@ -90,12 +90,12 @@ def _load_axis(p: SweepPoint) -> str:
 
 def _tip(p: SweepPoint) -> str:
     thr = finite_or_none(p.summary.output_tok_s)
-    ttft = summary_stat(p.summary, "ttft", 99)
+    ttft = judged_stat(p, "ttft", 99)
     bits = [f"{p.engine} {p.level.label}: {OUTCOME[p.status]}"]
     if thr is not None:
         bits.append(f"{thr:.1f} tok/s")
     if ttft is not None:
-        bits.append(f"TTFT P99 {ttft:.1f} ms")
+        bits.append(f"TTFT P99 {fmt_judged(ttft)} ms")
     return ", ".join(bits)
 
 
@@ -404,7 +404,7 @@ def _frontier(sweeps: Sequence[Sweep]) -> list[tuple[float, float]]:
     on = pareto_front(good)
     out = []
     for p, front in zip(good, on, strict=True):
-        thr, lat = finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
+        thr, lat = finite_or_none(p.summary.output_tok_s), plotted_stat(p, "ttft", 99)
         if front and thr is not None and lat is not None:
             out.append((thr, lat))
     return out
@@ -429,7 +429,7 @@ def _charts(
         return finite_or_none(p.summary.output_tok_s)
 
     def ttft99(p: SweepPoint) -> float | None:
-        return summary_stat(p.summary, "ttft", 99)
+        return plotted_stat(p, "ttft", 99)
 
     def att(p: SweepPoint) -> float | None:
         a = point_attainment(p)
@@ -444,10 +444,10 @@ def _charts(
             if p.verdict is not None and p.verdict.min_attainment is not None
         }
     ]
-    itl = both(lambda p: summary_stat(p.summary, "itl", 50))
+    itl = both(lambda p: plotted_stat(p, "itl", 50))
     tpot = [
         Series(f"{s.label} TPOT", s.colour, s.marks, s.knee, True)
-        for s in both(lambda p: summary_stat(p.summary, "tpot", 50))
+        for s in both(lambda p: plotted_stat(p, "tpot", 50))
     ]
     charts = [
         xy_chart(
@@ -529,7 +529,7 @@ def _pareto_table(points: Sequence[SweepPoint]) -> str:
     rows = "".join(
         f"<tr><td>{escape(p.engine)}</td><td>{escape(p.level.label)}</td>"
         f"{cell(finite_or_none(p.summary.output_tok_s), 1)}"
-        f"{cell(summary_stat(p.summary, 'ttft', 99), 1)}</tr>"
+        f"{cell(judged_stat(p, 'ttft', 99), 1)}</tr>"
         for p in front
     )
     return (

@@ -5,18 +5,19 @@ Every text is escaped here."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from pytest_llmslo.judged import fmt_judged, judged_stat
 from pytest_llmslo.report.htmlcharts import Threshold
 from pytest_llmslo.sweep import (
     SweepPoint,
     finite_or_none,
     point_attainment,
     point_goodput,
-    summary_stat,
 )
 
 __all__ = ["OUTCOME", "badge", "bounds", "cell", "kv_table", "lines", "point_value", "slug"]
@@ -41,7 +42,7 @@ def point_value(p: SweepPoint, key: str) -> float | None:
         return None if a is None else 100.0 * a
     if ":" in key:
         metric, stat = key.split(":")
-        return summary_stat(p.summary, metric, float(stat))
+        return judged_stat(p, metric, float(stat))
     return finite_or_none(getattr(p.summary, key, None))
 
 
@@ -49,6 +50,9 @@ def cell(value: float | None, digits: int) -> str:
     """A number's table cell: the value shown rounded, the exact one in ``data-v``."""
     if value is None:
         return '<td class="n na">–</td>'
+    if math.isinf(value):
+        # Failed requests decide the figure (``judged.judged_stat``).
+        return f'<td class="n" data-v="{value!r}">{fmt_judged(value)}</td>'
     return f'<td class="n" data-v="{value!r}">{value:,.{digits}f}</td>'
 
 

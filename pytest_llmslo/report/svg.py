@@ -40,11 +40,12 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from pytest_llmslo.document.results import Results
+from pytest_llmslo.judged import fmt_judged, judged_stat, plotted_stat
 from pytest_llmslo.report import chartkit as kit
 from pytest_llmslo.report.chartkit import nice_ticks, text_box, text_width
 from pytest_llmslo.report.paths import relative_paths
 from pytest_llmslo.report.signaltext import signal_bits
-from pytest_llmslo.report.terminal import fmt_ms, fmt_tok
+from pytest_llmslo.report.terminal import fmt_tok
 from pytest_llmslo.report.testbed import describe
 from pytest_llmslo.sweep import (
     Knee,
@@ -55,7 +56,6 @@ from pytest_llmslo.sweep import (
     group_sweeps,
     lookup_knee,
     point_goodput,
-    summary_stat,
 )
 
 __all__ = [
@@ -204,7 +204,7 @@ def _series(
 
 
 def _latency_xy(p: SweepPoint) -> tuple[float | None, float | None]:
-    return finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
+    return finite_or_none(p.summary.output_tok_s), plotted_stat(p, "ttft", 99)
 
 
 def _goodput_xy(p: SweepPoint) -> tuple[float | None, float | None]:
@@ -212,14 +212,14 @@ def _goodput_xy(p: SweepPoint) -> tuple[float | None, float | None]:
 
 
 def _point_title(engine: str, p: SweepPoint, tag: str) -> str:
-    ttft = summary_stat(p.summary, "ttft", 99)
-    itl = summary_stat(p.summary, "itl", 50)
+    ttft = judged_stat(p, "ttft", 99)
+    itl = judged_stat(p, "itl", 50)
     good = point_goodput(p)
     parts = [f"{engine}{tag} {p.level.label}", f"{p.summary.output_tok_s:.0f} output tok/s"]
     if ttft is not None:
-        parts.append(f"TTFT P99 {ttft:.1f} ms")
+        parts.append(f"TTFT P99 {fmt_judged(ttft)} ms")
     if itl is not None:
-        parts.append(f"ITL P50 {itl:.1f} ms")
+        parts.append(f"ITL P50 {fmt_judged(itl)} ms")
     if good is not None:
         parts.append(f"goodput {good:.0f} tok/s")
     parts.append(p.outcome)
@@ -401,9 +401,9 @@ def _table_cells(p: SweepPoint) -> list[str]:
     return [
         p.level.label,
         fmt_tok(finite_or_none(s.output_tok_s)),
-        fmt_ms(summary_stat(s, "ttft", 50)),
-        fmt_ms(summary_stat(s, "ttft", 99)),
-        fmt_ms(summary_stat(s, "itl", 50)),
+        fmt_judged(judged_stat(p, "ttft", 50)),
+        fmt_judged(judged_stat(p, "ttft", 99)),
+        fmt_judged(judged_stat(p, "itl", 50)),
         fmt_tok(point_goodput(p)),
         p.outcome,
     ]
@@ -477,7 +477,7 @@ def _row(
     gap_name = f"{gap_metric.upper()} {_stat_name(gap_stat)}"
 
     def gap_xy(p: SweepPoint) -> tuple[float | None, float | None]:
-        return float(p.level.value), summary_stat(p.summary, gap_metric, gap_stat)
+        return float(p.level.value), plotted_stat(p, gap_metric, gap_stat)
 
     lat: list[Line] = []
     good: list[Line] = []
