@@ -20,10 +20,38 @@ from pytest_llmslo.sweep import (
     point_goodput,
 )
 
-__all__ = ["OUTCOME", "badge", "bounds", "cell", "kv_table", "lines", "point_value", "slug"]
+__all__ = [
+    "OUTCOME",
+    "OUTCOME_CLASS",
+    "badge",
+    "bounds",
+    "cell",
+    "kv_table",
+    "lines",
+    "point_value",
+    "slug",
+]
 
-#: The outcomes as the page names them, and their badge's class.
-OUTCOME = {"pass": "passed", "fail": "missed", "invalid": "inconclusive", "unchecked": "no SLO"}
+#: The outcomes as the page names them (``judged.OUTCOMES``, and the point statuses of
+#: ``sweep.PointStatus``), and the class of their badge: only ``fail`` is red.
+OUTCOME = {
+    "pass": "passed",
+    "fail": "missed",
+    "invalid": "inconclusive",
+    "unchecked": "no SLO",
+    "expected_miss": "expected miss",
+    "inconclusive": "inconclusive",
+    "cut": "cut",
+    "interrupted": "interrupted",
+    "no_slo": "no SLO",
+}
+OUTCOME_CLASS = {
+    "expected_miss": "unchecked",
+    "inconclusive": "invalid",
+    "cut": "invalid",
+    "interrupted": "invalid",
+    "no_slo": "unchecked",
+}
 
 
 def slug(text: str) -> str:
@@ -58,7 +86,8 @@ def cell(value: float | None, digits: int) -> str:
 
 def badge(status: str) -> str:
     """An outcome (``pass``, ``fail``, ``invalid``, ``unchecked``) as a coloured label."""
-    return f'<span class="badge {escape(status)}">{escape(OUTCOME.get(status, status))}</span>'
+    cls = OUTCOME_CLASS.get(status, status)
+    return f'<span class="badge {escape(cls)}">{escape(OUTCOME.get(status, status))}</span>'
 
 
 def kv_table(rows: Iterable[tuple[str, str]], cls: str) -> str:

@@ -236,7 +236,9 @@ def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
     )
 
 
-def level_details(p: SweepPoint, i: int, objectives: Sequence[Any], compared: str = "") -> str:
+def level_details(
+    p: SweepPoint, i: int, objectives: Sequence[Any], compared: str = "", outcome: str = ""
+) -> str:
     """Level ``p`` (index ``i`` in the results) folded; ``compared``: its comparisons with
     other runs, as HTML."""
     lid = f"p{i}"
@@ -260,7 +262,7 @@ def level_details(p: SweepPoint, i: int, objectives: Sequence[Any], compared: st
     ]
     return (
         f'<details class="level" id="{lid}" data-point="{i}"><summary>'
-        f"<b>{escape(p.engine)}</b> {escape(p.level.label)} {badge(p.status)} "
+        f"<b>{escape(p.engine)}</b> {escape(p.level.label)} {badge(outcome or p.status)} "
         f'<span class="sub">{escape(" · ".join(figures))}</span></summary>'
         + "".join(body)
         + "</details>"
