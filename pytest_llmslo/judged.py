@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_llmslo.catalog import parse_stat, stat_name
 from pytest_llmslo.sweep import Knee, SweepPoint, point_status, summary_stat
@@ -33,12 +33,14 @@ if TYPE_CHECKING:
     from pytest_llmslo.slo import ObjectiveResult
 
 __all__ = [
+    "FIGURES",
     "OUTCOMES",
     "OUTCOME_WORDS",
     "RED_OUTCOMES",
     "LevelOutcome",
     "Outcome",
     "fmt_judged",
+    "judged_entry",
     "judged_result",
     "judged_stat",
     "knee_miss_text",
@@ -229,6 +231,46 @@ def knee_miss_text(knee: Knee) -> str:
     if knee.passed_above_failure:
         return f"{first.label} missed below it"
     return f"{first.label} missed above it, as expected past the knee"
+
+
+#: The figures every report shows of a level: (JSON key, metric, statistic).
+FIGURES: tuple[tuple[str, str, float | str], ...] = (
+    ("ttft_p50_ms", "ttft", 50.0),
+    ("ttft_p99_ms", "ttft", 99.0),
+    ("itl_p50_ms", "itl", 50.0),
+    ("tpot_p50_ms", "tpot", 50.0),
+    ("e2e_p99_ms", "e2e", 99.0),
+)
+
+
+def judged_entry(point: SweepPoint, knee: Knee | None) -> dict[str, Any]:
+    """The level as judged, for the results document: its outcome and reason, and each of
+    ``FIGURES`` with its sample count (``figures``: null where undefined or ∞; ``infinite``
+    names those that failed requests made ∞; ``too_few``: the tail percentiles from fewer
+    samples than they need, each with how the gate judged it)."""
+    out = level_outcome(point, knee)
+    figures: dict[str, float | None] = {}
+    counts: dict[str, int] = {}
+    infinite: list[str] = []
+    thin: dict[str, str] = {}
+    for key, metric, stat in FIGURES:
+        v = judged_stat(point, metric, stat)
+        if v is not None and math.isinf(v):
+            infinite.append(key)
+            v = None
+        figures[key] = v
+        counts[key] = stat_count(point, metric, stat)
+        note = weight_note(point, metric, stat)
+        if note:
+            thin[key] = note
+    return {
+        "outcome": out.outcome,
+        "reason": out.reason,
+        "figures": figures,
+        "counts": counts,
+        "infinite": infinite,
+        "too_few": thin,
+    }
 
 
 def sweep_outcomes(sweep: Sequence[SweepPoint], knee: Knee | None) -> list[LevelOutcome]:
