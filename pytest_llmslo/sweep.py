@@ -387,8 +387,8 @@ def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN
     checked = 0
     for i in order:
         status = point_status(points[i])
-        if status in ("invalid", "unchecked"):
-            continue
+        if status in ("invalid", "unchecked") or points[i].interrupted:
+            continue  # an interrupted level shows nothing about the whole load
         checked += 1
         if status == "pass":
             knee_i = i

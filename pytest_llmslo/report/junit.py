@@ -101,6 +101,7 @@ def testcase_properties(
     *,
     engine: str | None = None,
     test: str | None = None,
+    interrupted: bool = False,
 ) -> list[tuple[str, str]]:
     """The flat properties of one test case's run (and its verdict, when it evaluated one).
 
@@ -123,7 +124,9 @@ def testcase_properties(
     ``slo.<metric_stat>.{objective,op,threshold_ms,observed_ms,bound_ms,count,samples_needed,passed}``.
     """
     out = _Properties()
-    point = SweepPoint(engine or "", test or "", summary.level, summary, verdict)
+    point = SweepPoint(
+        engine or "", test or "", summary.level, summary, verdict, interrupted=interrupted
+    )
     _level(out, point, engine, test)
     _traffic(out, summary)
     _signals(out, summary)

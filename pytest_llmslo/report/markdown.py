@@ -492,7 +492,8 @@ def render_verdict(results: Results) -> list[str]:
     no_knee = [
         s
         for s in sweeps
-        if judged and not any(level_outcome(p, s.knee).outcome == "pass" for p in s.points)
+        if s.knee.status == "none_passed"
+        and not any(level_outcome(p, s.knee).outcome == "pass" for p in s.points)
     ]
     if no_knee:
         names = ", ".join(f"{s.engine} `{escape_cell(s.test)}`" for s in no_knee)
