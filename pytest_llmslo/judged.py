@@ -51,6 +51,7 @@ __all__ = [
     "sweep_outcomes",
     "too_few",
     "weight_note",
+    "weight_notes",
 ]
 
 #: ``pass``: every objective held on a run the harness trusts. ``fail``: the engine missed
@@ -175,6 +176,20 @@ def weight_note(point: SweepPoint, metric: str, stat: float | str) -> str | None
     else:
         how = "judged on the point estimate, which is the largest sample here"
     return f"{text}: {how}"
+
+
+def weight_notes(point: SweepPoint) -> list[str]:
+    """``weight_note`` of each objective the level was judged on and of the tables' TTFT
+    P99, once each: the figures that rest on fewer samples than their percentile needs."""
+    seen: list[tuple[str, float | str]] = [("ttft", 99.0)]
+    if point.verdict is not None:
+        seen = [(r.objective.metric, r.objective.stat) for r in point.verdict.results] + seen
+    out: list[str] = []
+    for metric, stat in seen:
+        note = weight_note(point, metric, stat)
+        if note and note not in out:
+            out.append(note)
+    return out
 
 
 def fmt_judged(value: float | None, digits: int = 1) -> str:

@@ -246,7 +246,8 @@ def level_details(
     for label, key, digits in (("out tok/s", "output_tok_s", 1), ("TTFT P99", "ttft:99", 1)):
         v = point_value(p, key)
         if v is not None:
-            figures.append(f"{label} {v:,.{digits}f}")
+            shown = "∞" if v == float("inf") else f"{v:,.{digits}f}"
+            figures.append(f"{label} {shown}")
     reasons = [*p.summary.invalid_reasons]
     if p.verdict is not None:
         reasons.extend(p.verdict.problems)

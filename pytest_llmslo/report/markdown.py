@@ -39,6 +39,7 @@ from pytest_llmslo.judged import (
     judged_stat,
     knee_miss_text,
     level_outcome,
+    weight_notes,
 )
 from pytest_llmslo.report.coldstart import cold_start_table
 from pytest_llmslo.report.faults import fault_lines
@@ -221,6 +222,7 @@ def _level_notes(p: SweepPoint) -> list[str]:
     if point_status(p) == "invalid":
         outcome = level_outcome(p)
         out.append(f"{label}: {outcome.word}: {outcome.reason}")
+    out += [f"{label}: {note}" for note in weight_notes(p)]
     out += [f"{label}: {note}" for note in p.notes]
     scale = scale_up_text(p.scale_up)
     if scale:

@@ -35,6 +35,7 @@ from pytest_llmslo.judged import (
     judged_stat,
     knee_miss_text,
     level_outcome,
+    weight_notes,
 )
 from pytest_llmslo.report.coldstart import cold_start_line
 from pytest_llmslo.report.faults import fault_lines
@@ -298,6 +299,7 @@ def failure_lines(p: SweepPoint) -> list[str]:
     """Why a level's requests failed (``request_failure_lines``) and its notes, one line
     each; none for a clean level."""
     out = request_failure_lines(p)
+    out.extend(f"  {p.level.label}: {note}" for note in weight_notes(p))
     out.extend(f"  {p.level.label}: {note}" for note in p.notes)
     if p.verdict is not None:
         out.extend(f"  {p.level.label}: why: {why}" for why in p.verdict.attribution)

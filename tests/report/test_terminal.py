@@ -32,7 +32,8 @@ def table_rows(lines: list[str]) -> dict[str, str]:
     rows = {}
     for line in lines:
         fields = line[1:].split()
-        if fields and fields[0][:1] in "cr" and fields[0][1:2].isdigit():
+        label = fields[0] if fields else ""
+        if label[:1] in "cr" and label[1:2].isdigit() and not label.endswith(":"):
             rows[fields[0]] = line
     return rows
 
@@ -470,7 +471,8 @@ def test_per_level_detail_and_the_client_legend_only_with_detail(
     short = render_summary(Results.of(pts), detail=False)
     assert not any("signals" in line and "queue P99" in line for line in short)
     assert CLIENT_LEGEND not in short
-    assert short[-1].startswith("(10 lines of per-level detail")  # a signal line a level
+    # A signal line and a weight line (P99 from 60 requests) a level.
+    assert short[-1].startswith("(20 lines of per-level detail")
     assert short[-1].endswith("-v shows them)")
     # The sweep tables stay: one row per level.
     assert [line for line in short if line.startswith("a | test_chat")] == [
