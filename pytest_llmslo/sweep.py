@@ -181,6 +181,11 @@ def run_status(summary: RunSummary, verdict: Verdict | None) -> PointStatus:
     verdict says (its latencies are the client's, not the engine's), unless the verdict's
     failure gates alone failed it (``Verdict.failures_decide``): failed requests are the
     engine's, so that run is a ``fail``."""
+    if summary.level_timeout and not (verdict is not None and verdict.passed):
+        # The harness's own time bound ended the level: its cut requests are not the
+        # engine's failures, so the level shows nothing either way, unless others failed.
+        if not any(n for kind, n in (summary.failures or {}).items() if kind != "cancelled"):
+            return "invalid"
     if verdict is not None and verdict.failures_decide:
         return "fail"
     if not summary.valid or (verdict is not None and not verdict.run_valid):
@@ -298,11 +303,11 @@ def level_order(points: Sequence[SweepPoint]) -> list[int]:
 class Knee:
     """The capacity of one sweep.
 
-    ``level`` is the defensible capacity: the highest level that met every objective with
-    no failing level below it (points with an invalid client run or no verdict are skipped:
-    they neither pass nor break the run of passes). ``index`` is its position in the
-    sequence given to ``find_knee``. ``passed_above_failure`` lists levels that passed above
-    the first failure (a noisy or non-monotone sweep): they are not counted as capacity.
+    ``level`` is the capacity: the highest level that met every objective (points with an
+    invalid client run, a level the harness cut, or no verdict are skipped). ``index`` is its
+    position in the sequence given to ``find_knee``. ``first_failure`` is the lowest level
+    that missed; ``passed_above_failure`` lists the levels that passed above it (a noisy or
+    non-monotone sweep: the miss is below the knee, and the reports say so).
 
     ``saturation_level`` is the lowest level after which throughput never grows by 10 % or
     more while TTFT P99 or e2e P99 still rises at the next level (valid runs only, with or
@@ -382,13 +387,12 @@ def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN
     checked = 0
     for i in order:
         status = point_status(points[i])
-        if status in ("invalid", "unchecked"):
-            continue
+        if status in ("invalid", "unchecked") or points[i].interrupted:
+            continue  # an interrupted level shows nothing about the whole load
         checked += 1
         if status == "pass":
-            if first_fail is None:
-                knee_i = i
-            else:
+            knee_i = i
+            if first_fail is not None:
                 above.append(points[i].level)
         elif first_fail is None:
             first_fail = i
@@ -412,12 +416,9 @@ def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN
         )
     else:
         status_ = "found"
-        note = (
-            f"highest level meeting every objective: {points[knee_i].level.label} "
-            f"({points[first_fail].level.label} failed)"
-        )
-        if above:
-            note += f"; also passed above that failure: {', '.join(x.label for x in above)}"
+        failed = points[first_fail].level.label
+        note = f"highest level meeting every objective: {points[knee_i].level.label}"
+        note += f" ({failed} missed below it)" if above else f" ({failed} failed)"
         note += skipped
     return Knee(
         level=None if knee_i is None else points[knee_i].level,

@@ -11,12 +11,12 @@ from pytest_llmslo._version import __version__
 from pytest_llmslo.document.jsonable import jsonable
 from pytest_llmslo.document.results import EngineEntry, Results, Sweep
 from pytest_llmslo.document.schema import HARNESS, SCHEMA, SCHEMA_VERSION
+from pytest_llmslo.judged import judged_entry, judged_stat
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
     point_attainment,
     point_goodput,
-    summary_stat,
 )
 
 __all__ = ["build_document"]
@@ -34,7 +34,9 @@ def build_document(results: Results) -> dict[str, Any]:
     sweeps: list[dict[str, Any]] = []
     at_knee: list[dict[str, Any]] = []
     reports: list[dict[str, Any]] = []
+    knee_of: dict[int, Knee] = {}
     for sweep in results.sweeps():
+        knee_of.update(dict.fromkeys(sweep.indices, sweep.knee))
         sweeps.append(_sweep_entry(results, sweep))
         index = sweep.knee_point()
         at = None if index is None else points[index]
@@ -52,7 +54,10 @@ def build_document(results: Results) -> dict[str, Any]:
         "complete": bool(results.complete),
         "constants": jsonable(dict(results.constants)),
         "engines": {name: e.to_dict() for name, e in engines.items()},
-        "points": [jsonable(p.to_dict()) for p in points],
+        "points": [
+            jsonable({**p.to_dict(), "judged": judged_entry(p, knee_of.get(i))})
+            for i, p in enumerate(points)
+        ],
         "sweeps": sweeps,
         "results_at_knee": at_knee,
         "reports": reports,
@@ -89,11 +94,11 @@ def _knee_result(point: SweepPoint, index: int, knee: Knee) -> dict[str, Any]:
         "goodput_tok_s": point_goodput(point),
         "output_tok_s": s.output_tok_s,
         "attainment": point_attainment(point),
-        "ttft_p50_ms": summary_stat(s, "ttft", 50),
-        "ttft_p99_ms": summary_stat(s, "ttft", 99),
-        "itl_p50_ms": summary_stat(s, "itl", 50),
-        "tpot_p50_ms": summary_stat(s, "tpot", 50),
-        "e2e_p99_ms": summary_stat(s, "e2e", 99),
+        "ttft_p50_ms": judged_stat(point, "ttft", 50),
+        "ttft_p99_ms": judged_stat(point, "ttft", 99),
+        "itl_p50_ms": judged_stat(point, "itl", 50),
+        "tpot_p50_ms": judged_stat(point, "tpot", 50),
+        "e2e_p99_ms": judged_stat(point, "e2e", 99),
         "saturation_level": None
         if knee.saturation_level is None
         else knee.saturation_level.to_dict(),
@@ -105,9 +110,9 @@ def _level_result(p: SweepPoint) -> dict[str, Any]:
     attainment = point_attainment(p)
     return {
         p.level.mode: p.level.value,
-        "ttft_p50_ms": summary_stat(s, "ttft", 50),
-        "ttft_p99_ms": summary_stat(s, "ttft", 99),
-        "itl_p50_ms": summary_stat(s, "itl", 50),
+        "ttft_p50_ms": judged_stat(p, "ttft", 50),
+        "ttft_p99_ms": judged_stat(p, "ttft", 99),
+        "itl_p50_ms": judged_stat(p, "itl", 50),
         "output_tok_s": s.output_tok_s,
         "goodput_tok_s": point_goodput(p),
         "goodput_pct": None if attainment is None else 100.0 * attainment,

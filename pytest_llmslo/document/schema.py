@@ -13,7 +13,9 @@ Layout (``SCHEMA_VERSION`` 2)::
                          "cold_start": {"runtime", "phases": {PHASE: seconds}, ...}}},
       "points": [                    # every measured level, one SweepPoint.to_dict() each
         {"engine", "test", "level", "summary", "verdict", "samples", "interrupted",
-         "cache", "scale_up"}, ...], # cache: was the prefix cache emptied before the level
+         "cache", "scale_up",        # cache: was the prefix cache emptied before the level
+         "judged": {"outcome", "reason", "figures", "counts", "infinite", "too_few"}},
+        ...],                        # judged: judged.judged_entry, what every report prints
       "sweeps": [{"engine", "test", "mode", "levels": ["c1", ...],
                   "points": [0, 1, ...], "knee": {...},
                   "capacity": {...} or null}, ...],   # CapacityResult.to_dict()

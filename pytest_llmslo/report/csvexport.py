@@ -3,10 +3,11 @@ spreadsheet or a plotting script (``--slo-csv PATH``, ``llmslo run --csv PATH``,
 --csv PATH``).
 
 Columns (``COLUMNS``): what was run (engine and version, test, load mode, level and its
-label), how it ended (``outcome``: pass, fail, inconclusive or unchecked; ``knee``: 1 on
+label), how it ended (``outcome``: one of ``judged.OUTCOMES``; ``knee``: 1 on
 the sweep's knee level; ``interrupted``, ``valid``), the counts and rates (requests,
 completed, failed, error rate, output/total tok/s, req/s, goodput tok/s, attainment) and,
-per latency metric of the catalogue, P50, P90, P99 and the mean in ms. An empty cell is a
+per latency metric of the catalogue, P50, P90, P99 and the mean in ms as the gate judged
+them (``judged.judged_stat``: ``inf`` where failed requests decide it). An empty cell is a
 value that does not exist (no goodput without objectives, no ITL for one-token answers).
 Numbers are written as Python writes floats, with no unit in the cell: the unit is in
 the column name.
@@ -16,15 +17,16 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.catalog import METRICS
 from pytest_llmslo.document.jsonable import jsonable
 from pytest_llmslo.document.results import Results
+from pytest_llmslo.judged import judged_stat, level_outcome
 
 if TYPE_CHECKING:
-    from pytest_llmslo.metrics import RunSummary
-    from pytest_llmslo.sweep import SweepPoint
+    from pytest_llmslo.sweep import Knee, SweepPoint
 
 __all__ = ["COLUMNS", "render_csv"]
 
@@ -60,16 +62,15 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def _stat(summary: RunSummary, metric: str, stat: float | str) -> Any:
-    dist = summary.distributions.get(metric)
-    if dist is None or not dist.count:
+def _stat(p: SweepPoint, metric: str, stat: float | str) -> Any:
+    """The judged figure (``judged.judged_stat``); ``inf`` where failed requests decide it."""
+    v = judged_stat(p, metric, stat)
+    if v is None or math.isnan(v):
         return None
-    if stat == "mean":
-        return jsonable(dist.mean)
-    return jsonable(dist.percentiles.get(float(stat)))
+    return "inf" if v == math.inf else "-inf" if v == -math.inf else v
 
 
-def _row(results: Results, p: SweepPoint, knee: bool) -> list[Any]:
+def _row(results: Results, p: SweepPoint, knee: bool, sweep_knee: Knee | None) -> list[Any]:
     s = p.summary
     # The verdict's goodput is computed from the objectives the test asserted.
     judged = p.verdict if p.verdict is not None else s
@@ -80,7 +81,7 @@ def _row(results: Results, p: SweepPoint, knee: bool) -> list[Any]:
         "mode": p.level.mode,
         "level": f"{float(p.level.value):g}",
         "label": p.level.label,
-        "outcome": p.outcome,
+        "outcome": level_outcome(p, sweep_knee).outcome,
         "knee": 1 if knee else 0,
         "interrupted": 1 if p.interrupted else 0,
         "valid": 1 if s.valid else 0,
@@ -97,19 +98,22 @@ def _row(results: Results, p: SweepPoint, knee: bool) -> list[Any]:
     }
     for m in METRICS:
         for name, stat in _STATS:
-            values[f"{m}_{name}_ms"] = _stat(s, m, stat)
+            values[f"{m}_{name}_ms"] = _stat(p, m, stat)
     cells = (jsonable(values[c]) for c in COLUMNS)  # NaN and infinities: no value
     return ["" if v is None else v for v in cells]
 
 
-def _knee_points(results: Results) -> set[int]:
-    """Indices into ``results.points`` of each sweep's knee level (``knee.index``)."""
+def _knees(results: Results) -> tuple[set[int], dict[int, Knee]]:
+    """Indices into ``results.points`` of each sweep's knee level (``knee.index``), and
+    each point's sweep knee by index."""
     out: set[int] = set()
+    of: dict[int, Knee] = {}
     for sweep in results.sweeps():
+        of.update(dict.fromkeys(sweep.indices, sweep.knee))
         idx = sweep.knee.index
         if isinstance(idx, int) and 0 <= idx < len(sweep.indices):
             out.add(sweep.indices[idx])
-    return out
+    return out, of
 
 
 def render_csv(results: Results) -> str:
@@ -118,7 +122,7 @@ def render_csv(results: Results) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
-    knees = _knee_points(results)
+    knees, of = _knees(results)
     for i, p in enumerate(results.points):
-        writer.writerow(_row(results, p, i in knees))
+        writer.writerow(_row(results, p, i in knees, of.get(i)))
     return buf.getvalue()

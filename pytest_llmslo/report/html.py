@@ -34,9 +34,18 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmslo.document.results import Results, Sweep
+from pytest_llmslo.judged import (
+    OUTCOMES,
+    LevelOutcome,
+    fmt_judged,
+    judged_stat,
+    level_outcome,
+    plotted_stat,
+)
 from pytest_llmslo.report import htmlruns
 from pytest_llmslo.report.htmlcells import (
     OUTCOME,
+    OUTCOME_CLASS,
     badge,
     bounds,
     cell,
@@ -61,7 +70,6 @@ from pytest_llmslo.sweep import (
     pareto_front,
     point_attainment,
     point_goodput,
-    summary_stat,
 )
 
 __all__ = ["render_html", "render_runs"]
@@ -88,14 +96,19 @@ def _load_axis(p: SweepPoint) -> str:
     return "concurrency (requests in flight)"
 
 
-def _tip(p: SweepPoint) -> str:
+def _outcomes(results: Results) -> dict[int, LevelOutcome]:
+    """Each point's outcome with its sweep's knee (``judged.level_outcome``), by ``id``."""
+    return {id(p): level_outcome(p, s.knee) for s in results.sweeps() for p in s.points}
+
+
+def _tip(p: SweepPoint, outcome: str) -> str:
     thr = finite_or_none(p.summary.output_tok_s)
-    ttft = summary_stat(p.summary, "ttft", 99)
-    bits = [f"{p.engine} {p.level.label}: {OUTCOME[p.status]}"]
+    ttft = judged_stat(p, "ttft", 99)
+    bits = [f"{p.engine} {p.level.label}: {OUTCOME[outcome]}"]
     if thr is not None:
         bits.append(f"{thr:.1f} tok/s")
     if ttft is not None:
-        bits.append(f"TTFT P99 {ttft:.1f} ms")
+        bits.append(f"TTFT P99 {fmt_judged(ttft)} ms")
     return ", ".join(bits)
 
 
@@ -134,22 +147,27 @@ def _colours(all_results: Sequence[Results]) -> dict[str, str]:
     return {n: "currentColor" if c.upper() == "#000000" else c for n, c in out.items()}
 
 
-def _counts(points: Iterable[SweepPoint]) -> dict[str, int]:
-    out = {"pass": 0, "fail": 0, "invalid": 0, "unchecked": 0}
+def _counts(points: Iterable[SweepPoint], outs: Mapping[int, LevelOutcome]) -> dict[str, int]:
+    out: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
     for p in points:
-        out[p.status] += 1
+        out[outs[id(p)].outcome] += 1
     return out
 
 
 def _header(results: Results, runs: htmlruns.Runs, title: str) -> str:
-    counts = _counts(results.points)
+    counts = _counts(results.points, _outcomes(results))
     total = sum(counts.values())
+    unsure = counts["inconclusive"] + counts["cut"] + counts["interrupted"]
     if counts["fail"]:
         verdict, cls = f"{counts['fail']} of {total} levels missed their SLO", "fail"
-    elif counts["invalid"]:
-        verdict, cls = f"{counts['invalid']} of {total} levels inconclusive", "invalid"
+    elif unsure:
+        verdict, cls = f"{unsure} of {total} levels inconclusive", "invalid"
+    elif counts["pass"]:
+        verdict, cls = f"{counts['pass']} of {total} levels met their SLO", "pass"
+        if counts["expected_miss"]:
+            verdict += f"; {counts['expected_miss']} above the knee missed, as expected"
     else:
-        verdict, cls = f"every level met its SLO ({total} levels)", "pass"
+        verdict, cls = f"no SLO judged ({total} levels)", "unchecked"
     detail = ", ".join(f"{n} {OUTCOME[k]}" for k, n in counts.items() if n)
     harness = results.harness
     out = [
@@ -182,15 +200,17 @@ def _header(results: Results, runs: htmlruns.Runs, title: str) -> str:
 
 def _toc(results: Results, tests: Sequence[str]) -> str:
     items = []
+    outs = _outcomes(results)
     for i, test in enumerate(tests):
         pts = [p for p in results.points if p.test == test]
-        counts = _counts(pts)
+        counts = _counts(pts, outs)
         knees = [
             f"{s.engine} {s.knee.level.label}" if s.knee.level else f"{s.engine} none"
             for s in results.sweeps()
             if s.test == test
         ]
-        status = "fail" if counts["fail"] else "invalid" if counts["invalid"] else "pass"
+        unsure = counts["inconclusive"] + counts["cut"] + counts["interrupted"]
+        status = "fail" if counts["fail"] else "invalid" if unsure else "pass"
         shown = ", ".join(f"{n} {OUTCOME[k]}" for k, n in counts.items() if n)
         items.append(
             f'<li><a href="#{_test_id(test, i)}">{escape(test)}</a> {badge(status)} '
@@ -365,11 +385,13 @@ def _test_section(
     if searches:
         parts.append("<h3>Capacity search</h3>" + lines(searches, "capacity"))
     parts.append(_pareto_table(points))
-    parts.append(_sweep_table(points, results.points))
+    outs = _outcomes(results)
+    parts.append(_sweep_table(points, results.points, outs))
     parts.append(runs.test_lines(test))
     parts.append("<h3>Levels</h3>")
     for p in points:
-        parts.append(level_details(p, results.points.index(p), objectives, runs.level_lines(p)))
+        i = results.points.index(p)
+        parts.append(level_details(p, i, objectives, runs.level_lines(p), outs[id(p)].outcome))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -393,7 +415,15 @@ def _series(
                 continue
             if s.knee.index == i:
                 knee = len(marks)
-            marks.append(Mark(xv, yv, p.status, _tip(p)))
+            outcome = level_outcome(p, s.knee)
+            marks.append(
+                Mark(
+                    xv,
+                    yv,
+                    OUTCOME_CLASS.get(outcome.outcome, outcome.outcome),
+                    _tip(p, outcome.outcome),
+                )
+            )
         label = s.engine + suffix
         out.append(Series(label, colours.get(s.engine, "#777"), tuple(marks), knee, dashed))
     return out
@@ -409,7 +439,7 @@ def _frontier(sweeps: Sequence[Sweep]) -> list[tuple[float, float]]:
     on = pareto_front(good)
     out = []
     for p, front in zip(good, on, strict=True):
-        thr, lat = finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
+        thr, lat = finite_or_none(p.summary.output_tok_s), plotted_stat(p, "ttft", 99)
         if front and thr is not None and lat is not None:
             out.append((thr, lat))
     return out
@@ -434,7 +464,7 @@ def _charts(
         return finite_or_none(p.summary.output_tok_s)
 
     def ttft99(p: SweepPoint) -> float | None:
-        return summary_stat(p.summary, "ttft", 99)
+        return plotted_stat(p, "ttft", 99)
 
     def att(p: SweepPoint) -> float | None:
         a = point_attainment(p)
@@ -449,10 +479,10 @@ def _charts(
             if p.verdict is not None and p.verdict.min_attainment is not None
         }
     ]
-    itl = both(lambda p: summary_stat(p.summary, "itl", 50))
+    itl = both(lambda p: plotted_stat(p, "itl", 50))
     tpot = [
         Series(f"{s.label} TPOT", s.colour, s.marks, s.knee, True)
-        for s in both(lambda p: summary_stat(p.summary, "tpot", 50))
+        for s in both(lambda p: plotted_stat(p, "tpot", 50))
     ]
     charts = [
         xy_chart(
@@ -534,7 +564,7 @@ def _pareto_table(points: Sequence[SweepPoint]) -> str:
     rows = "".join(
         f"<tr><td>{escape(p.engine)}</td><td>{escape(p.level.label)}</td>"
         f"{cell(finite_or_none(p.summary.output_tok_s), 1)}"
-        f"{cell(summary_stat(p.summary, 'ttft', 99), 1)}</tr>"
+        f"{cell(judged_stat(p, 'ttft', 99), 1)}</tr>"
         for p in front
     )
     return (
@@ -545,7 +575,9 @@ def _pareto_table(points: Sequence[SweepPoint]) -> str:
     )
 
 
-def _sweep_table(points: Sequence[SweepPoint], every: Sequence[SweepPoint]) -> str:
+def _sweep_table(
+    points: Sequence[SweepPoint], every: Sequence[SweepPoint], outs: Mapping[int, LevelOutcome]
+) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h, _k, _d in _COLUMNS)
     rows = []
     for p in points:
@@ -553,7 +585,8 @@ def _sweep_table(points: Sequence[SweepPoint], every: Sequence[SweepPoint]) -> s
         cells = "".join(cell(point_value(p, key), d) for _h, key, d in _COLUMNS)
         rows.append(
             f'<tr data-point="{i}"><td>{escape(p.engine)}</td>'
-            f'<td><a href="#p{i}">{escape(p.level.label)}</a></td><td>{badge(p.status)}</td>'
+            f'<td><a href="#p{i}">{escape(p.level.label)}</a></td>'
+            f"<td>{badge(outs[id(p)].outcome)}</td>"
             f'<td class="n" data-v="{p.summary.requests}">{p.summary.requests}</td>'
             f'<td class="n" data-v="{p.summary.failed}">{p.summary.failed}</td>{cells}</tr>'
         )

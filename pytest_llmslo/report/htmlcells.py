@@ -5,24 +5,53 @@ Every text is escaped here."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from pytest_llmslo.judged import fmt_judged, judged_stat
 from pytest_llmslo.report.htmlcharts import Threshold
 from pytest_llmslo.sweep import (
     SweepPoint,
     finite_or_none,
     point_attainment,
     point_goodput,
-    summary_stat,
 )
 
-__all__ = ["OUTCOME", "badge", "bounds", "cell", "kv_table", "lines", "point_value", "slug"]
+__all__ = [
+    "OUTCOME",
+    "OUTCOME_CLASS",
+    "badge",
+    "bounds",
+    "cell",
+    "kv_table",
+    "lines",
+    "point_value",
+    "slug",
+]
 
-#: The outcomes as the page names them, and their badge's class.
-OUTCOME = {"pass": "passed", "fail": "missed", "invalid": "inconclusive", "unchecked": "no SLO"}
+#: The outcomes as the page names them (``judged.OUTCOMES``, and the point statuses of
+#: ``sweep.PointStatus``), and the class of their badge: only ``fail`` is red.
+OUTCOME = {
+    "pass": "passed",
+    "fail": "missed",
+    "invalid": "inconclusive",
+    "unchecked": "no SLO",
+    "expected_miss": "expected miss",
+    "inconclusive": "inconclusive",
+    "cut": "cut",
+    "interrupted": "interrupted",
+    "no_slo": "no SLO",
+}
+OUTCOME_CLASS = {
+    "expected_miss": "unchecked",
+    "inconclusive": "invalid",
+    "cut": "invalid",
+    "interrupted": "invalid",
+    "no_slo": "unchecked",
+}
 
 
 def slug(text: str) -> str:
@@ -41,7 +70,7 @@ def point_value(p: SweepPoint, key: str) -> float | None:
         return None if a is None else 100.0 * a
     if ":" in key:
         metric, stat = key.split(":")
-        return summary_stat(p.summary, metric, float(stat))
+        return judged_stat(p, metric, float(stat))
     return finite_or_none(getattr(p.summary, key, None))
 
 
@@ -49,12 +78,16 @@ def cell(value: float | None, digits: int) -> str:
     """A number's table cell: the value shown rounded, the exact one in ``data-v``."""
     if value is None:
         return '<td class="n na">–</td>'
+    if math.isinf(value):
+        # Failed requests decide the figure (``judged.judged_stat``).
+        return f'<td class="n" data-v="{value!r}">{fmt_judged(value)}</td>'
     return f'<td class="n" data-v="{value!r}">{value:,.{digits}f}</td>'
 
 
 def badge(status: str) -> str:
     """An outcome (``pass``, ``fail``, ``invalid``, ``unchecked``) as a coloured label."""
-    return f'<span class="badge {escape(status)}">{escape(OUTCOME.get(status, status))}</span>'
+    cls = OUTCOME_CLASS.get(status, status)
+    return f'<span class="badge {escape(cls)}">{escape(OUTCOME.get(status, status))}</span>'
 
 
 def kv_table(rows: Iterable[tuple[str, str]], cls: str) -> str:

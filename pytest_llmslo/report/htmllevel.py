@@ -237,7 +237,9 @@ def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
     )
 
 
-def level_details(p: SweepPoint, i: int, objectives: Sequence[Any], compared: str = "") -> str:
+def level_details(
+    p: SweepPoint, i: int, objectives: Sequence[Any], compared: str = "", outcome: str = ""
+) -> str:
     """Level ``p`` (index ``i`` in the results) folded; ``compared``: its comparisons with
     other runs, as HTML."""
     lid = f"p{i}"
@@ -245,7 +247,8 @@ def level_details(p: SweepPoint, i: int, objectives: Sequence[Any], compared: st
     for label, key, digits in (("out tok/s", "output_tok_s", 1), ("TTFT P99", "ttft:99", 1)):
         v = point_value(p, key)
         if v is not None:
-            figures.append(f"{label} {v:,.{digits}f}")
+            shown = "∞" if v == float("inf") else f"{v:,.{digits}f}"
+            figures.append(f"{label} {shown}")
     reasons = [*p.summary.invalid_reasons]
     if p.verdict is not None:
         reasons.extend(p.verdict.problems)
@@ -261,7 +264,7 @@ def level_details(p: SweepPoint, i: int, objectives: Sequence[Any], compared: st
     ]
     return (
         f'<details class="level" id="{lid}" data-point="{i}"><summary>'
-        f"<b>{escape(p.engine)}</b> {escape(p.level.label)} {badge(p.status)} "
+        f"<b>{escape(p.engine)}</b> {escape(p.level.label)} {badge(outcome or p.status)} "
         f'<span class="sub">{escape(" · ".join(figures))}</span></summary>'
         + "".join(body)
         + "</details>"

@@ -17,6 +17,7 @@ from html import escape
 from pathlib import Path
 
 from pytest_llmslo.document.results import Results, Sweep
+from pytest_llmslo.judged import judged_stat
 from pytest_llmslo.regression import (
     ROW_HEADERS,
     Comparison,
@@ -26,7 +27,7 @@ from pytest_llmslo.regression import (
     row_cells,
 )
 from pytest_llmslo.report.htmlcells import cell
-from pytest_llmslo.sweep import SweepPoint, finite_or_none, point_goodput, summary_stat
+from pytest_llmslo.sweep import SweepPoint, finite_or_none, point_goodput
 
 __all__ = ["Runs", "run_label"]
 
@@ -34,8 +35,8 @@ __all__ = ["Runs", "run_label"]
 _FIGURES = (
     ("out tok/s", lambda p: finite_or_none(p.summary.output_tok_s), 1),
     ("goodput tok/s", point_goodput, 1),
-    ("TTFT P99 ms", lambda p: summary_stat(p.summary, "ttft", 99), 1),
-    ("ITL P50 ms", lambda p: summary_stat(p.summary, "itl", 50), 2),
+    ("TTFT P99 ms", lambda p: judged_stat(p, "ttft", 99), 1),
+    ("ITL P50 ms", lambda p: judged_stat(p, "itl", 50), 2),
 )
 
 _STATUS_CLASS = {

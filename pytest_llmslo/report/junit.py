@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.catalog import CATALOGUE, parse_stat
-from pytest_llmslo.sweep import OUTCOMES, run_status, summary_stat
+from pytest_llmslo.judged import judged_stat, level_outcome
+from pytest_llmslo.sweep import SweepPoint, run_status
 
 if TYPE_CHECKING:
     from pytest_llmslo.metrics import RunSummary
@@ -100,6 +101,7 @@ def testcase_properties(
     *,
     engine: str | None = None,
     test: str | None = None,
+    interrupted: bool = False,
 ) -> list[tuple[str, str]]:
     """The flat properties of one test case's run (and its verdict, when it evaluated one).
 
@@ -117,16 +119,29 @@ def testcase_properties(
     the traffic (``traffic.{offered_req_s,sent_req_s,cap_delayed,cap_wait_max_ms}``,
     multi-turn ``turn.<k>.{ttft_p50_ms,ttft_p99_ms}`` and
     ``sessions.{started,completed,duration_p50_s,duration_p99_s}``),
-    ``verdict`` (pass/fail/invalid/unchecked), ``strict``, and per objective
+    ``verdict`` (pass/fail/invalid/unchecked), ``outcome`` and ``outcome_reason``
+    (``judged.level_outcome``), ``strict``, and per objective
     ``slo.<metric_stat>.{objective,op,threshold_ms,observed_ms,bound_ms,count,samples_needed,passed}``.
     """
     out = _Properties()
-    _level(out, summary, engine, test)
+    point = SweepPoint(
+        engine or "", test or "", summary.level, summary, verdict, interrupted=interrupted
+    )
+    _level(out, point, engine, test)
     _traffic(out, summary)
     _signals(out, summary)
     _health(out, summary, verdict)
     _verdict(out, summary, verdict)
+    outcome = level_outcome(point)
+    out.add(property_name("outcome"), outcome.outcome)
+    out.add(property_name("outcome_reason"), outcome.reason)
     return out.items
+
+
+def _judged(v: float | None) -> float | str | None:
+    if v is not None and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
 
 
 class _Properties:
@@ -143,10 +158,11 @@ class _Properties:
             self.items.append((name, text))
 
 
-def _level(out: _Properties, summary: RunSummary, engine: str | None, test: str | None) -> None:
+def _level(out: _Properties, point: SweepPoint, engine: str | None, test: str | None) -> None:
     """What ran and what came of its requests: the level, the counts, the most frequent
     errors, the latencies and the throughput."""
     add = out.add
+    summary = point.summary
     level = summary.level
     add(property_name("engine"), engine)
     add(property_name("test"), test)
@@ -167,7 +183,9 @@ def _level(out: _Properties, summary: RunSummary, engine: str | None, test: str 
         add(property_name("errors", i, "message"), err.message)
     add(property_name("duration_s"), summary.duration_s)
     for name, metric, stat in _latencies():
-        add(property_name(name), summary_stat(summary, metric, stat))
+        # The figure as the gate judged it, as every other report prints it; ``inf`` where
+        # failed requests decide it.
+        add(property_name(name), _judged(judged_stat(point, metric, stat)))
     add(property_name("output_tok_s"), summary.output_tok_s)
     add(property_name("total_tok_s"), summary.total_tok_s)
     add(property_name("req_s"), summary.req_s)
@@ -246,7 +264,6 @@ def _verdict(out: _Properties, summary: RunSummary, verdict: Verdict | None) -> 
     add = out.add
     status = run_status(summary, verdict)
     add(property_name("verdict"), status)
-    add(property_name("outcome"), OUTCOMES[status])
     if summary.early_stop:
         add(property_name("early_stop"), summary.early_stop)
     add(property_name("throughput_window"), summary.throughput_window)

@@ -31,6 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import EngineEntry, Results, Sweep
+from pytest_llmslo.judged import (
+    OUTCOME_WORDS,
+    OUTCOMES,
+    RED_OUTCOMES,
+    fmt_judged,
+    judged_stat,
+    knee_miss_text,
+    level_outcome,
+    weight_notes,
+)
 from pytest_llmslo.report.coldstart import cold_start_table
 from pytest_llmslo.report.faults import fault_lines
 from pytest_llmslo.report.paths import relative_paths
@@ -43,7 +53,6 @@ from pytest_llmslo.report.signaltext import (
 )
 from pytest_llmslo.report.svg import frontier_points
 from pytest_llmslo.report.terminal import (
-    fmt_ms,
     fmt_pct,
     fmt_tok,
     sweep_row_cells,
@@ -60,7 +69,6 @@ from pytest_llmslo.sweep import (
     point_attainment,
     point_goodput,
     point_status,
-    summary_stat,
     unjudged,
 )
 
@@ -213,9 +221,9 @@ def _level_notes(p: SweepPoint) -> list[str]:
     label = p.level.label
     out = []
     if point_status(p) == "invalid":
-        reasons = p.summary.invalid_reasons or (p.verdict.invalid_reasons if p.verdict else ())
-        if reasons:
-            out.append(f"{label}: inconclusive: {'; '.join(reasons)}")
+        outcome = level_outcome(p)
+        out.append(f"{label}: {outcome.word}: {outcome.reason}")
+    out += [f"{label}: {note}" for note in weight_notes(p)]
     out += [f"{label}: {note}" for note in p.notes]
     scale = scale_up_text(p.scale_up)
     if scale:
@@ -230,17 +238,15 @@ def _html(text: object) -> str:
     return html.escape(str(text), quote=False)
 
 
-def _verdict(p: SweepPoint) -> str:
-    status = point_status(p)
-    if status == "invalid":
-        return "inconclusive"
-    if status == "unchecked":
+def _verdict(p: SweepPoint, knee: Knee) -> str:
+    out = level_outcome(p, knee)
+    if out.outcome == "no_slo":
         return "-"
-    if status == "pass":
-        return "pass"
-    results = p.verdict.results if p.verdict is not None else ()
-    failed = [r.objective.label for r in results if not r.passed]
-    return "**FAIL** " + ", ".join(failed) if failed else "**FAIL**"
+    if out.outcome in ("fail", "expected_miss") and p.verdict is not None:
+        failed = [r.objective.label for r in p.verdict.results if not r.passed]
+        word = "**FAIL**" if out.red else out.word
+        return word + " " + ", ".join(failed) if failed else word
+    return out.word
 
 
 def _knee_sentence(knee: Knee, others: Sequence[str] = ()) -> str:
@@ -254,7 +260,7 @@ def _knee_sentence(knee: Knee, others: Sequence[str] = ()) -> str:
     elif knee.status == "all_passed":
         text += " (every level passed: capacity may be higher)"
     elif knee.first_failure is not None:
-        text += f" ({knee.first_failure.label} failed)"
+        text += f" ({knee_miss_text(knee)})"
     if knee.saturation_level is not None:
         text += f"; saturation at {knee.saturation_level.label}"
     return text
@@ -298,7 +304,7 @@ def render_sweeps(
                 if at_knee:
                     cells = [f"**{c}**" for c in cells]
                 mark = KNEE_MARK if at_knee else "!" if point_status(p) == "invalid" else ""
-                rows.append([mark, *cells, _verdict(p)])
+                rows.append([mark, *cells, _verdict(p, knee)])
             if lines:
                 lines.append("")
             where = f"<b>{_html(engine)}</b> · <code>{_html(test)}</code> · {mode} sweep"
@@ -370,9 +376,9 @@ def render_pareto(
             row += [
                 p.level.label,
                 fmt_tok(p.summary.output_tok_s),
-                fmt_ms(summary_stat(p.summary, "ttft", 50)),
-                fmt_ms(summary_stat(p.summary, "ttft", 99)),
-                fmt_ms(summary_stat(p.summary, "itl", 50)),
+                fmt_judged(judged_stat(p, "ttft", 50)),
+                fmt_judged(judged_stat(p, "ttft", 99)),
+                fmt_judged(judged_stat(p, "itl", 50)),
                 fmt_tok(point_goodput(p)),
                 fmt_pct(point_attainment(p)),
                 "yes" if front[i] else "",
@@ -420,27 +426,26 @@ def _setups(engines: Mapping[str, EngineEntry]) -> dict[str, str]:
     return out
 
 
-def _outcomes(points: Sequence[SweepPoint]) -> dict[str, list[SweepPoint]]:
-    """The levels of ``points`` by outcome (``pass``, ``fail``, ``inconclusive``,
-    ``unchecked``), each level once (its last point), in level order."""
+def _outcomes(points: Sequence[SweepPoint], knee: Knee) -> dict[str, list[SweepPoint]]:
+    """The levels of ``points`` by outcome (``judged.level_outcome``), each level once
+    (its last point), in level order."""
     out: dict[str, list[SweepPoint]] = {}
     for i in level_order(points):
-        out.setdefault(points[i].outcome, []).append(points[i])
+        out.setdefault(level_outcome(points[i], knee).outcome, []).append(points[i])
     return out
 
 
-def _outcome_cell(points: Sequence[SweepPoint]) -> str:
-    by = _outcomes(points)
+def _outcome_cell(points: Sequence[SweepPoint], knee: Knee) -> str:
+    by = _outcomes(points, knee)
     parts = []
-    for outcome in ("pass", "fail", "inconclusive", "unchecked"):
+    for outcome in OUTCOMES:
         pts = by.get(outcome, [])
         if not pts:
             continue
-        word = "no SLO" if outcome == "unchecked" else outcome
-        text = f"{len(pts)} {word}"
+        text = f"{len(pts)} {OUTCOME_WORDS[outcome]}"
         if outcome != "pass":
             text += " (" + ", ".join(p.level.label for p in pts) + ")"
-        parts.append(f"**{text}**" if outcome == "fail" else text)
+        parts.append(f"**{text}**" if outcome in RED_OUTCOMES else text)
     return ", ".join(parts)
 
 
@@ -459,13 +464,14 @@ def render_verdict(results: Results) -> list[str]:
     """The overall verdict in one line, then one row per sweep: its levels, its knee with
     the goodput there, and how its levels came out."""
     sweeps: list[Sweep] = results.sweeps()
-    levels = [p for s in sweeps for p in (s.points[i] for i in level_order(s.points))]
-    count = {o: sum(1 for p in levels if p.outcome == o) for o in OUTCOME_WORDS}
-    judged = count["pass"] + count["fail"]
-    no_knee = [s for s in sweeps if s.knee.status == "none_passed"]
-    if no_knee:
+    outs = [
+        level_outcome(s.points[i], s.knee).outcome for s in sweeps for i in level_order(s.points)
+    ]
+    count: dict[str, int] = {o: outs.count(o) for o in OUTCOMES}
+    judged = count["pass"] + count["fail"] + count["expected_miss"]
+    if count["fail"]:
         icon = "❌"
-    elif count["fail"] or count["inconclusive"]:
+    elif count["inconclusive"] or count["cut"] or count["interrupted"]:
         icon = "⚠️"
     elif judged:
         icon = "✅"
@@ -474,18 +480,27 @@ def render_verdict(results: Results) -> list[str]:
     if judged:
         text = f"{count['pass']} of {judged} judged levels met their SLO"
     else:
-        text = f"no level was judged against an SLO ({len(levels)} measured)"
-    if count["fail"]:
-        text += f", {count['fail']} failed"
-    if count["inconclusive"]:
-        text += f", {count['inconclusive']} inconclusive (the client was the bottleneck)"
-    if count["unchecked"] and judged:
-        text += f", {count['unchecked']} without an SLO"
+        text = f"no level was judged against an SLO ({len(outs)} measured)"
+    for outcome, words in (
+        ("fail", "failed"),
+        ("expected_miss", "missed above their sweep's knee, as expected"),
+        ("cut", "cut by the level's time bound (inconclusive)"),
+        ("inconclusive", "inconclusive (the client was the bottleneck)"),
+        ("interrupted", "interrupted"),
+    ):
+        if count[outcome]:
+            text += f", {count[outcome]} {words}"
+    if count["no_slo"] and judged:
+        text += f", {count['no_slo']} without an SLO"
+    no_knee = [
+        s
+        for s in sweeps
+        if s.knee.status == "none_passed"
+        and not any(level_outcome(p, s.knee).outcome == "pass" for p in s.points)
+    ]
     if no_knee:
         names = ", ".join(f"{s.engine} `{escape_cell(s.test)}`" for s in no_knee)
         text += f"; no level passed on {names}"
-    elif count["fail"]:
-        text += "; every failure is above its sweep's knee"
     lines = [f"**Verdict: {icon} {text}.**", ""]
     rows = []
     for s in sweeps:
@@ -494,15 +509,11 @@ def render_verdict(results: Results) -> list[str]:
         ordered = [s.points[i].level.label for i in level_order(s.points)]
         rows.append([
             s.engine, f"`{s.test}`", s.mode, " ".join(ordered), _knee_cell(s.knee, s.points),
-            fmt_tok(good) if good is not None else "-", _outcome_cell(s.points),
+            fmt_tok(good) if good is not None else "-", _outcome_cell(s.points, s.knee),
         ])  # fmt: skip
     head = ("engine", "test", "load", "levels", "knee", "good tok/s at knee", "levels' outcome")
     lines.extend(table(head, rows, {5}))
     return lines
-
-
-#: The outcomes of a level, as ``SweepPoint.outcome`` names them.
-OUTCOME_WORDS = ("pass", "fail", "inconclusive", "unchecked")
 
 
 def _details(summary: str, body: Sequence[str]) -> list[str]:

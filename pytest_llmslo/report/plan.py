@@ -103,7 +103,8 @@ def level_seconds(ctx: Any, round_s: float | None, first_s: float) -> float:
             return first_s
         warm_s, meas_s = w * round_s, m * round_s
     if ts.duration_s:
-        meas_s = min(meas_s, ts.duration_s + ts.grace_s / 2)
+        # The requests sent in the window end about one round after it.
+        meas_s = min(meas_s, ts.duration_s + (round_s or 0.0))
     return first_s if math.isinf(meas_s) else warm_s + meas_s
 
 

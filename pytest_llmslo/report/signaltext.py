@@ -38,7 +38,7 @@ def _ms(value: float | None) -> str:
 _SIGNAL_FIGURES: tuple[tuple[str, str], ...] = (
     ("waiting_mean", "{:.1f} waiting"),
     ("running_mean", "{:.1f} running"),
-    ("kv_usage_max", "KV {:.0%}"),
+    ("kv_usage_mean", "KV {:.0%}"),
     ("preemptions", "{:.0f} preemptions"),
     ("prefix_hit_rate", "prefix hits {:.0%}"),
 )
@@ -54,7 +54,20 @@ def signal_bits(s: Mapping[str, Any]) -> list[str]:
         bits.append(f"queue P99 {_ms(s['queue_time_p99_ms'])} ms")
     for key, form in _SIGNAL_FIGURES:
         if s.get(key) is not None:
-            bits.append(form.format(s[key]).replace("%", " %"))
+            text = form.format(s[key]).replace("%", " %")
+            peak = s.get(key.replace("_mean", "_max")) if key.endswith("_mean") else None
+            if peak is not None:
+                shown = f"{peak:.0%}".replace("%", " %") if key == "kv_usage_mean" else f"{peak:g}"
+                text += f" (peak {shown})"
+            bits.append(text)
+    if s.get("kv_usage_mean") is None and s.get("kv_usage_max") is not None:
+        # A document from before the means were kept: its peak alone.
+        at = next((i for i, b in enumerate(bits) if b.endswith(" preemptions")), len(bits))
+        bits.insert(at, f"KV {s['kv_usage_max']:.0%}".replace("%", " %"))
+    if s.get("running_mean") is not None and s.get("gauge_samples"):
+        bits.append(f"gauges: time-weighted over {s['gauge_samples']} samples")
+    elif s.get("gauge_note"):
+        bits.append(str(s["gauge_note"]))
     if s.get("ttft_p99_ms") is not None:
         text = f"engine TTFT P99 {_ms(s['ttft_p99_ms'])} ms"
         delta = s.get("client_minus_engine_ttft_p99_ms")

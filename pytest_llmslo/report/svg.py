@@ -40,11 +40,12 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from pytest_llmslo.document.results import Results
+from pytest_llmslo.judged import fmt_judged, judged_stat, level_outcome, plotted_stat
 from pytest_llmslo.report import chartkit as kit
 from pytest_llmslo.report.chartkit import nice_ticks, text_box, text_width
 from pytest_llmslo.report.paths import relative_paths
 from pytest_llmslo.report.signaltext import signal_bits
-from pytest_llmslo.report.terminal import fmt_ms, fmt_tok
+from pytest_llmslo.report.terminal import fmt_tok
 from pytest_llmslo.report.testbed import describe
 from pytest_llmslo.sweep import (
     Knee,
@@ -55,7 +56,6 @@ from pytest_llmslo.sweep import (
     group_sweeps,
     lookup_knee,
     point_goodput,
-    summary_stat,
 )
 
 __all__ = [
@@ -204,27 +204,26 @@ def _series(
 
 
 def _latency_xy(p: SweepPoint) -> tuple[float | None, float | None]:
-    return finite_or_none(p.summary.output_tok_s), summary_stat(p.summary, "ttft", 99)
+    return finite_or_none(p.summary.output_tok_s), plotted_stat(p, "ttft", 99)
 
 
 def _goodput_xy(p: SweepPoint) -> tuple[float | None, float | None]:
     return float(p.level.value), point_goodput(p)
 
 
-def _point_title(engine: str, p: SweepPoint, tag: str) -> str:
-    ttft = summary_stat(p.summary, "ttft", 99)
-    itl = summary_stat(p.summary, "itl", 50)
+def _point_title(engine: str, p: SweepPoint, tag: str, knee: Knee | None = None) -> str:
+    ttft = judged_stat(p, "ttft", 99)
+    itl = judged_stat(p, "itl", 50)
     good = point_goodput(p)
     parts = [f"{engine}{tag} {p.level.label}", f"{p.summary.output_tok_s:.0f} output tok/s"]
     if ttft is not None:
-        parts.append(f"TTFT P99 {ttft:.1f} ms")
+        parts.append(f"TTFT P99 {fmt_judged(ttft)} ms")
     if itl is not None:
-        parts.append(f"ITL P50 {itl:.1f} ms")
+        parts.append(f"ITL P50 {fmt_judged(itl)} ms")
     if good is not None:
         parts.append(f"goodput {good:.0f} tok/s")
-    parts.append(p.outcome)
-    if not p.summary.valid:
-        parts.append("inconclusive (client-limited)")
+    outcome = level_outcome(p, knee)
+    parts.append(f"{outcome.word}: {outcome.reason}")
     sig = p.summary.signals
     if sig and sig.get("engines"):
         # The engine's own view of the point, shown on hover (as under the sweep's row).
@@ -367,7 +366,7 @@ def _panel(x0: float, y0: float, spec: _Panel) -> list[str]:
                     color,
                     valid=valid,
                     opacity=opacity,
-                    title=_point_title(engine, p, tag),
+                    title=_point_title(engine, p, tag, knee),
                 )
             )
         if knee is not None and knee.level is not None and not is_baseline:
@@ -401,11 +400,11 @@ def _table_cells(p: SweepPoint) -> list[str]:
     return [
         p.level.label,
         fmt_tok(finite_or_none(s.output_tok_s)),
-        fmt_ms(summary_stat(s, "ttft", 50)),
-        fmt_ms(summary_stat(s, "ttft", 99)),
-        fmt_ms(summary_stat(s, "itl", 50)),
+        fmt_judged(judged_stat(p, "ttft", 50)),
+        fmt_judged(judged_stat(p, "ttft", 99)),
+        fmt_judged(judged_stat(p, "itl", 50)),
         fmt_tok(point_goodput(p)),
-        p.outcome,
+        level_outcome(p).word,
     ]
 
 
@@ -436,7 +435,7 @@ def _table(
         for i, cell in enumerate(cells):
             x, anchor = (lefts[i], "start") if i in (0, 7) else (lefts[i] + widths[i] - 18, "end")
             attrs: dict[str, Any] = {"fill": color} if i == 0 else {}
-            if i == 7 and p.outcome == "fail":
+            if i == 7 and level_outcome(p).red:
                 attrs = {"fill": SLO_COLOR, "font_weight": "bold"}
             out.append(kit.text(x, y, str(cell), anchor=anchor, **attrs))
         out.append("</g>")
@@ -477,7 +476,7 @@ def _row(
     gap_name = f"{gap_metric.upper()} {_stat_name(gap_stat)}"
 
     def gap_xy(p: SweepPoint) -> tuple[float | None, float | None]:
-        return float(p.level.value), summary_stat(p.summary, gap_metric, gap_stat)
+        return float(p.level.value), plotted_stat(p, gap_metric, gap_stat)
 
     lat: list[Line] = []
     good: list[Line] = []

@@ -29,6 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import Results
+from pytest_llmslo.judged import (
+    OUTCOME_WORDS,
+    fmt_judged,
+    judged_stat,
+    knee_miss_text,
+    level_outcome,
+    weight_notes,
+)
 from pytest_llmslo.report.coldstart import cold_start_line
 from pytest_llmslo.report.faults import fault_lines
 from pytest_llmslo.report.scaleup import scale_up_text
@@ -50,7 +58,6 @@ from pytest_llmslo.sweep import (
     point_goodput,
     point_status,
     split_sweeps,
-    summary_stat,
     sweep_knees,
     unjudged,
 )
@@ -210,14 +217,13 @@ def _render_one(
         mark = KNEE_MARK if i == knee_row else INVALID_MARK if status == "invalid" else " "
         cells = sweep_row_cells(p) + (signal_cells(p) if signals else [])
         row = mark + " " + "".join(_cell(cells[j], w) for j, _, w in cols)
-        lines.append(_clip(row + " " * _GAP + _verdict_cell(p, verdict_w), width))
+        lines.append(_clip(row + " " * _GAP + _verdict_cell(p, verdict_w, knee), width))
     lines.extend(_wrap(_knee_line(sweep, knee), width))
     invalid = [sweep[i] for i in order if point_status(sweep[i]) == "invalid"]
     if invalid:
-        reasons = "; ".join(f"{p.level.label}: {_invalid_reason(p)}" for p in invalid)
-        text = f"{INVALID_MARK} inconclusive (the load generator, not the engine, was the "
-        text += f"bottleneck: no verdict; excluded from knee and Pareto): {reasons}"
-        lines.extend(_wrap(text, width))
+        reasons = "; ".join(f"{p.level.label}: {_invalid_reason(p, knee)}" for p in invalid)
+        text = f"{INVALID_MARK} inconclusive (no verdict; excluded from knee and Pareto): "
+        lines.extend(_wrap(text + reasons, width))
     for i in order:
         for line in level_lines(sweep[i]) if detail else request_failure_lines(sweep[i]):
             lines.extend(_wrap(line, width))
@@ -293,6 +299,7 @@ def failure_lines(p: SweepPoint) -> list[str]:
     """Why a level's requests failed (``request_failure_lines``) and its notes, one line
     each; none for a clean level."""
     out = request_failure_lines(p)
+    out.extend(f"  {p.level.label}: {note}" for note in weight_notes(p))
     out.extend(f"  {p.level.label}: {note}" for note in p.notes)
     if p.verdict is not None:
         out.extend(f"  {p.level.label}: why: {why}" for why in p.verdict.attribution)
@@ -335,29 +342,25 @@ def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
     return None if p is None else next(i for i, q in enumerate(sweep) if q is p)
 
 
-def _latency(s: Any, metric: str, q: float) -> str:
-    """A latency cell: over every request, failed ones as +∞, as the gates compare them
-    (``RunSummary.with_failures``), so a P99 that failed on the failures reads ∞, not the
-    survivors' figure; without failures the distribution's."""
-    gated = (s.with_failures or {}).get(metric)
-    if gated is not None and float(q) in gated:
-        v = gated[float(q)]
-        return "∞" if v == float("inf") else fmt_ms(v)
-    return fmt_ms(summary_stat(s, metric, q))
+def _latency(p: SweepPoint, metric: str, q: float) -> str:
+    """A latency cell: the judged figure (``judged.judged_stat``): the gate's observed value,
+    else over every request, failed ones as +∞, so a P99 that failed on the failures reads
+    ∞, not the survivors' figure."""
+    return fmt_judged(judged_stat(p, metric, q))
 
 
 def sweep_row_cells(p: SweepPoint) -> list[str]:
     """The sweep table's cells for one point (the Markdown report's table has the same).
     Latencies are over every request, a failed one counted as +∞, as the gates take them."""
     s = p.summary
-    tpot = _latency(s, "tpot", 50)
+    tpot = _latency(p, "tpot", 50)
     if tpot == "-":
-        tpot = fmt_ms(summary_stat(s, "tpot", "mean"))
+        tpot = fmt_judged(judged_stat(p, "tpot", "mean"))
     return [
         p.level.label,
-        _latency(s, "ttft", 50),
-        _latency(s, "ttft", 99),
-        _latency(s, "itl", 50),
+        _latency(p, "ttft", 50),
+        _latency(p, "ttft", 99),
+        _latency(p, "itl", 50),
         tpot,
         fmt_tok(s.output_tok_s),
         fmt_tok(point_goodput(p)),
@@ -365,15 +368,15 @@ def sweep_row_cells(p: SweepPoint) -> list[str]:
     ]
 
 
-def _verdict_cell(p: SweepPoint, width: int) -> str:
-    status = point_status(p)
-    if status == "invalid":
-        return "inconclusive"
-    if status == "pass":
-        return "pass"
-    if status == "unchecked" or p.verdict is None:
+def _verdict_cell(p: SweepPoint, width: int, knee: Knee | None = None) -> str:
+    out = level_outcome(p, knee)
+    if out.outcome == "no_slo":
         return "-"
-    return _clip("FAIL " + ", ".join(_failed_names(p.verdict)), width)
+    if out.outcome == "fail" and p.verdict is not None:
+        return _clip("FAIL " + ", ".join(_failed_names(p.verdict)), width)
+    if out.outcome == "expected_miss" and p.verdict is not None:
+        return _clip("exp. miss " + ", ".join(_failed_names(p.verdict)), width)
+    return _clip(out.word, width)
 
 
 def _failed_names(verdict: Verdict) -> list[str]:
@@ -421,11 +424,7 @@ def _knee_line(sweep: Sequence[SweepPoint], knee: Knee) -> str:
         elif knee.status == "all_passed":
             text += " (every level passed: capacity may be higher, extend the sweep)"
         elif knee.first_failure is not None:
-            text += f" ({knee.first_failure.label} failed)"
-        if knee.passed_above_failure:
-            text += "; passed above that failure: " + ", ".join(
-                x.label for x in knee.passed_above_failure
-            )
+            text += f" ({knee_miss_text(knee)})"
     if knee.saturation_level is not None:
         text += (
             f"; saturation at {knee.saturation_level.label} "
@@ -434,11 +433,9 @@ def _knee_line(sweep: Sequence[SweepPoint], knee: Knee) -> str:
     return text
 
 
-def _invalid_reason(p: SweepPoint) -> str:
-    reasons = p.summary.invalid_reasons
-    if not reasons and p.verdict is not None:
-        reasons = p.verdict.invalid_reasons
-    return ", ".join(reasons) if reasons else "marked invalid"
+def _invalid_reason(p: SweepPoint, knee: Knee | None = None) -> str:
+    out = level_outcome(p, knee)
+    return out.reason if out.outcome == "inconclusive" else f"{out.word}: {out.reason}"
 
 
 # --------------------------------------------------------------------------- Pareto
@@ -516,9 +513,9 @@ def _pareto_rows(
         row = (
             f"  {mark:2} {_clip(p.engine, 24):<24} {_clip(p.level.label, 6):>6}"
             f" {fmt_tok(p.summary.output_tok_s):>10}"
-            f" {fmt_ms(summary_stat(p.summary, 'ttft', 50)):>9}"
-            f" {fmt_ms(summary_stat(p.summary, 'ttft', 99)):>9}"
-            f" {fmt_ms(summary_stat(p.summary, 'itl', 50)):>8}"
+            f" {fmt_judged(judged_stat(p, 'ttft', 50)):>9}"
+            f" {fmt_judged(judged_stat(p, 'ttft', 99)):>9}"
+            f" {fmt_judged(judged_stat(p, 'itl', 50)):>8}"
             f" {fmt_tok(point_goodput(p)):>11}"
             f" {fmt_pct(point_attainment(p)):>7}"
         )
@@ -557,29 +554,38 @@ def render_verdicts(
     lines: list[str] = []
     for (engine, test), sweep, knee in sweep_knees(points, knees):
         order = sorted(sweep, key=lambda p: p.level.value)
-        status = [point_status(p) for p in order]
-        judged = [st for st in status if st in ("pass", "fail")]
-        word = (
-            "FAIL"
-            if "fail" in status
-            else "inconclusive"
-            if "invalid" in status
-            else "pass"
-            if judged
-            else "-"
-        )
-        text = f"{word:<5} {engine} | {test}: "
-        if judged:
-            text += f"{status.count('pass')}/{len(order)} levels passed"
-        else:
-            text += f"{len(order)} level{'s' if len(order) != 1 else ''}, no SLO judged"
-        failed = [p.level.label for p, st in zip(order, status, strict=True) if st == "fail"]
-        if failed:
-            text += f" ({', '.join(failed)} failed)"
-        if knee.level is not None:
-            text += f"; knee {knee.level.label}, {fmt_tok(knee.goodput_tok_s)} good tok/s"
-        lines.extend(_wrap(text, width))
+        outs = [level_outcome(p, knee).outcome for p in order]
+        lines.extend(_wrap(_verdicts_text(engine, test, order, outs, knee), width))
     return lines
+
+
+def _verdicts_text(
+    engine: str, test: str, order: Sequence[SweepPoint], outs: Sequence[str], knee: Knee
+) -> str:
+    """One test's line: its word (``FAIL`` only when a level failed where it was asked to
+    hold), then the levels counted by outcome as pytest counts tests."""
+    judged = [o for o in outs if o in ("pass", "fail", "expected_miss")]
+    word = (
+        "FAIL"
+        if "fail" in outs
+        else "inconclusive"
+        if "inconclusive" in outs or "cut" in outs
+        else "pass"
+        if judged
+        else "-"
+    )
+    text = f"{word:<5} {engine} | {test}: "
+    if not judged:
+        return text + f"{len(order)} level{'s' if len(order) != 1 else ''}, no SLO judged"
+    counts = [f"{outs.count('pass')}/{len(order)} levels passed"]
+    for outcome in ("fail", "expected_miss", "cut", "inconclusive", "interrupted"):
+        named = [p.level.label for p, o in zip(order, outs, strict=True) if o == outcome]
+        if named:
+            counts.append(f"{', '.join(named)} {OUTCOME_WORDS[outcome]}")
+    text += "; ".join(counts)
+    if knee.level is not None:
+        text += f"; knee {knee.level.label}, {fmt_tok(knee.goodput_tok_s)} good tok/s"
+    return text
 
 
 def render_summary(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pytest_llmslo import settings as S
@@ -17,7 +17,7 @@ from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .baseline import compare_with_baseline
-from .level import inconclusive, measure_level, point_notes
+from .level import harness_cut, inconclusive, measure_level, point_notes
 from .state import Session, TestContext, primary
 
 if TYPE_CHECKING:
@@ -241,6 +241,16 @@ def run_test_load(
 def inconclusive_message(state: Session, run: Run) -> str:
     """Why a level whose client run stayed invalid through the retries shows nothing
     about the engine (the ``Inconclusive`` error of its test)."""
+    cut = run.meta.get("level_timeout")
+    if harness_cut(run) and isinstance(cut, Mapping):
+        cancelled = sum(1 for r in run.records if not r.ok)
+        return (
+            f"inconclusive at {run.level.label}: the level's time bound "
+            f"({cut.get('bound_s')} s, --level-timeout) cut it during {cut.get('phase')}"
+            f"{f' and its {cancelled} requests in flight' if cancelled else ''}; that is the "
+            "harness's bound, not the engine's failure, and nothing was shown about its SLO. "
+            "Raise --level-timeout (or set it to auto or none), or lower --duration or --warmup."
+        )
     tries = 1 + sum(1 for n in point_notes(state, run) if n.startswith("try "))
     return (
         f"inconclusive at {run.level.label} after {tries} tr{'y' if tries == 1 else 'ies'}: "

@@ -34,6 +34,7 @@ __all__ = [
     "Measured",
     "RunMeta",
     "check_prefix_share",
+    "harness_cut",
     "inconclusive",
     "load_level",
     "load_text",
@@ -325,7 +326,7 @@ def load_level(
                 warmup=task.warmup,
                 duration_s=ts.duration_s,
                 grace_s=ts.grace_s,
-                level_timeout_s=ts.level_bound_s(),
+                level_timeout_s=ts.level_bound_s(task.level),
                 progress=callback,
                 meta=meta.to_dict(),
                 thresholds=ts.health_thresholds(),
@@ -521,7 +522,7 @@ def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ())
         comparable = usage_note(state, task, summary, notes) and comparable
     if summary.level_timeout:
         notes.append(
-            f"cut by the level's time bound ({ts.level_bound_s():g} s, --level-timeout) "
+            f"cut by the level's time bound ({ts.level_bound_s(level):g} s, --level-timeout) "
             f"during {summary.level_timeout}"
         )
     early = run.meta.get("early_stop")
@@ -681,11 +682,22 @@ def other_load(
 
 
 def inconclusive(run: Run, ts: S.TestSettings) -> bool:
-    """Whether a level ends inconclusive: its client run stayed invalid and its failed
-    requests do not fail it on their own. The failure gates are judged before the client's
-    health (``slo.failures_fail``): a level where every request failed, or more than
+    """Whether a level ends inconclusive: the harness's own time bound cut it
+    (``harness_cut``), or its client run stayed invalid and its failed requests do not fail
+    it on their own. The failure gates are judged before the client's health
+    (``slo.failures_fail``): a level where every request failed, or more than
     ``--slo-max-error-rate`` did, is an SLO failure with the error texts, whatever the
     client's state."""
     from pytest_llmslo import slo
 
+    if harness_cut(run):
+        return True
     return not run.health.valid and not slo.failures_fail(run, ts.max_error_rate)
+
+
+def harness_cut(run: Run) -> bool:
+    """Whether the level's time bound (``--level-timeout``) cut the level while no request
+    failed for another reason: what it cut is the harness's doing, not the engine's."""
+    if not isinstance(run.meta.get("level_timeout"), Mapping):
+        return False
+    return all(r.ok or r.error_kind == "cancelled" for r in run.records)

@@ -191,7 +191,11 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
     point = state.points[idx]
     try:
         props = junit.testcase_properties(
-            point.summary, point.verdict, engine=ctx.engine, test=ctx.test
+            point.summary,
+            point.verdict,
+            engine=ctx.engine,
+            test=ctx.test,
+            interrupted=point.interrupted,
         )
     except Exception as exc:  # the report must not change a test's outcome
         props = [("llmslo.error", repr(exc))]

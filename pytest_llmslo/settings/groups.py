@@ -80,21 +80,8 @@ class LoadOptions:
             return self.warmup
         return max(self.warmup, math.ceil(level.value))
 
-    @property
-    def grace_s(self) -> float:
-        """How long requests in flight may finish after the duration bound: 30 s, but no
-        longer than the duration itself (a 5 s level does not wait 30 s for stragglers)."""
-        return min(30.0, self.duration_s) if self.duration_s else 30.0
-
-    def level_bound_s(self) -> float | None:
-        """The wall-clock bound of one level: the setting, or by default (``auto``)
-        3 x duration when a duration is set (calibration and warm-up, measurement, drain:
-        each gets about the duration); None: no bound."""
-        if self.level_timeout_s is not None:
-            return None if math.isinf(self.level_timeout_s) else self.level_timeout_s
-        if self.duration_s:
-            return 3.0 * self.duration_s
-        return None
+    # The drain (``grace_s``) and the level's bound (``level_bound_s``) depend on the
+    # request deadlines too: ``TestSettings`` (settings/resolved.py) has them.
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,14 @@ SLO test, made of the groups that the components take (``groups.py``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pytest_llmslo.choices import ResetCacheMode
 from pytest_llmslo.engines.scaling import ScaleUp
 from pytest_llmslo.faults.spec import Fault
+from pytest_llmslo.records import LoadLevel
 
 from .groups import (
     ClientOptions,
@@ -97,3 +99,32 @@ class TestSettings(
     #: The test's own engines (``engines=`` on its marker); empty: the session's.
     engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def grace_s(self) -> float:
+        """How long requests sent inside the duration may run after it: to their end,
+        bounded by their own deadline (``--request-timeout``). Cutting them sooner would
+        drop the slowest requests, the tail a P99 is about, and count the harness's cut as
+        the engine's failure."""
+        return self.request_timeout_s
+
+    def level_bound_s(self, level: LoadLevel | None = None) -> float | None:
+        """The wall-clock bound of one level: ``--level-timeout`` when set; by default
+        (``auto``) with a duration, what the level can need: its warm-up (each wave of the
+        closed loop, or the sends of an open one, plus the longest request the deadlines
+        allow), the duration, and the drain of the requests sent in it (the longest again).
+        A healthy level is never cut by it: a stalled engine is caught by the request
+        deadlines first. None: no bound."""
+        if self.level_timeout_s is not None:
+            return None if math.isinf(self.level_timeout_s) else self.level_timeout_s
+        if not self.duration_s:
+            return None
+        longest = self.request_timeout_s + self.connect_timeout_s
+        warm = self.warmup if level is None else self.warmup_for(level)
+        if level is not None and level.mode == "rate" and level.value > 0:
+            warm_s = warm / float(level.value) + longest if warm else 0.0
+        else:
+            per_wave = max(int(level.value), 1) if level is not None else 1
+            warm_s = math.ceil(warm / per_wave) * longest
+        # Calibration probes (a few requests, each as long as one) come before the warm-up.
+        return longest + warm_s + self.duration_s + longest

@@ -308,8 +308,9 @@ SPECS: tuple[Spec, ...] = (
               "alone (its prompts are built as they are needed)."),
     Spec("duration", parse_optional_duration, None, field="duration_s",
          cli="--duration", marker="duration", topic="load", metavar="S",
-         help="Time bound of the measurement per level in seconds (0: none); the level ends at "
-              "--requests or here, and requests in flight get min(30 s, this) to finish."),
+         help="Time bound of the measurement per level in seconds (0: none): the window in "
+              "which requests are sent; the level ends at --requests or here, and the requests "
+              "sent in it run to their end (bounded by their deadlines) and are measured."),
     Spec("endpoint", choice_parser("endpoint", ENDPOINTS), "chat", field="endpoint",
          cli="--endpoint", marker="endpoint", topic="requests", choices=ENDPOINTS,
          help="OpenAI endpoint: chat (/v1/chat/completions) or completions (/v1/completions)."),
@@ -390,8 +391,10 @@ SPECS: tuple[Spec, ...] = (
          cli="--level-timeout", marker="level_timeout", topic="load", metavar="S",
          shown_default="auto",
          help="Wall-clock bound of one load level in seconds: calibration, warm-up, "
-              "measurement and drain together ('none' for no bound; 'auto': 3 x --duration "
-              "when --duration is set, else no bound, each request has its deadlines)."),
+              "measurement and drain together ('none' for no bound; 'auto': with --duration, "
+              "what the level can need (each warm-up wave, the window and the drain, every "
+              "request as long as its deadlines allow), else no bound). A level this bound cuts "
+              "is inconclusive, never an SLO failure."),
     Spec("records_memory", parse_records_memory, 64.0, field="records_memory_mb",
          cli="--records-memory", marker="records_memory", topic="load", metavar="MB",
          help="Megabytes of a level's records kept in memory as columns; beyond it they are "

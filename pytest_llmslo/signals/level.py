@@ -1,9 +1,13 @@
 """What an engine said about itself over one load level: ``LevelSignals``.
 
-Gauges (running, waiting, KV-cache usage) are the mean and max of the scrapes taken
-during the measured part of the level; counters and histograms are their change from the
-scrape before it to the scrape after it: preemptions, the prefix-cache hit rate (hits over
-queries; a hit-rate gauge's mean for engines that publish only that), engine-side queue
+Gauges (running, waiting, KV-cache usage) are the time-weighted mean and the peak of the
+scrapes taken while the measured part of the level ran (each scrape stands for the time
+around it, to halfway to its neighbours, within the window), with their number
+(``gauge_samples``); with fewer than ``MIN_GAUGE_SAMPLES`` they are not shown and
+``gauge_note`` says so (a gauge read after the load is not the load's). Counters and
+histograms are their change from the scrape before it to the scrape after it: preemptions,
+the prefix-cache hit rate (hits over queries; a hit-rate gauge's mean for engines that
+publish only that), engine-side queue
 time, TTFT, ITL and end-to-end latency (mean, P50 and P99 of the histogram's change,
 interpolated within buckets: as coarse as the engine's buckets, and never above what the
 exact mean allows, ``mean / (1 - q)``), and prompt and generated
@@ -51,6 +55,8 @@ class LevelSignals:
     generation_tok_s: float | None = None
     seconds: float = 0.0
     gpu: Mapping[str, Any] | None = field(default=None)
+    gauge_samples: int = 0
+    gauge_note: str | None = None
 
     @property
     def present(self) -> bool:
@@ -70,6 +76,21 @@ class LevelSignals:
         kw["engines"] = tuple(kw.get("engines", ()))
         kw["sources"] = tuple(kw.get("sources", ()))
         return cls(**kw)
+
+
+#: The fewest gauge samples in the measured window that a level's gauges are shown from.
+MIN_GAUGE_SAMPLES = 3
+
+
+def _weights(times: Sequence[float], start: float, end: float) -> list[float]:
+    """The time each sample at ``times`` stands for: from halfway to the one before (or
+    ``start``) to halfway to the one after (or ``end``), never negative."""
+    out = []
+    for i, t in enumerate(times):
+        lo = start if i == 0 else (times[i - 1] + t) / 2
+        hi = end if i == len(times) - 1 else (t + times[i + 1]) / 2
+        out.append(max(min(hi, end) - max(lo, start), 0.0))
+    return out
 
 
 def _ms(v: float | None) -> float | None:
@@ -94,20 +115,35 @@ def compute(
             "trtllm_, dynamo_frontend_): see docs/signals.md to map this engine's"
         )
         return LevelSignals(sources=tuple(sources), scrapes=len(during) + 2, note=why, gpu=gpu)
-    samples = list(during) or [after]
+    samples = list(during)
     secs = max(after.t - before.t, 1e-9)
     out: dict[str, Any] = {}
+    weights = _weights([s.t for s in samples], before.t, after.t)
+    few = len(samples) < MIN_GAUGE_SAMPLES
+    out["gauge_samples"] = len(samples)
+    if few:
+        out["gauge_note"] = (
+            f"{len(samples)} gauge sample(s) in the measured window, fewer than "
+            f"{MIN_GAUGE_SAMPLES}: running, waiting and KV use not shown (a shorter "
+            "--signals-interval, or a longer level)"
+        )
 
-    def gauge(signal: str) -> tuple[float | None, float | None]:
+    def gauge(signal: str, need: int = MIN_GAUGE_SAMPLES) -> tuple[float | None, float | None]:
         names = lookup(engines, signal)
-        vals = [
-            v for s in samples if (v := s.get(names, ratio=KIND[signal] == "ratio")) is not None
+        got = [
+            (v, w)
+            for s, w in zip(samples, weights, strict=True)
+            if (v := s.get(names, ratio=KIND[signal] == "ratio")) is not None
         ]
-        if not vals:
+        if not got or len(got) < need:
             return None, None
         if signal == "kv_usage":
-            vals = [v / 100.0 if v > 1.0 else v for v in vals]  # a percent, not a fraction
-        return sum(vals) / len(vals), max(vals)
+            got = [(v / 100.0 if v > 1.0 else v, w) for v, w in got]  # a percent, not a fraction
+        total = sum(w for _, w in got)
+        mean = (
+            sum(v * w for v, w in got) / total if total > 0 else sum(v for v, _ in got) / len(got)
+        )
+        return mean, max(v for v, _ in got)
 
     def counter(signal: str) -> float | None:
         names = lookup(engines, signal)
@@ -146,7 +182,7 @@ def compute(
     if hits is not None and queries:
         out["prefix_hit_rate"] = hits / queries
     else:
-        out["prefix_hit_rate"] = gauge("prefix_hit_rate")[0]
+        out["prefix_hit_rate"] = gauge("prefix_hit_rate", need=1)[0]
     if out["prefix_hit_rate"] is None:
         out["prefix_hit_rate"] = hist("prefix_hit_hist")[0]  # a router's hit-rate histogram
     m, p50, p99, _ = hist("queue_time")

@@ -186,7 +186,11 @@ class Scraper:
         return self
 
     def mark_measuring(self) -> None:
-        """The measured part begins (thread-safe, returns at once)."""
+        """The measured part begins (thread-safe, returns at once). Only the first call
+        wakes the thread: the load's progress says "measuring" about four times a second,
+        and a wake-up each time would keep the thread from ever taking a gauge sample."""
+        if self._measuring.is_set():
+            return
         self._measuring.set()
         self._wake.set()
 

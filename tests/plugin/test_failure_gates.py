@@ -114,30 +114,34 @@ def test_keepalive_pings_do_not_hang_a_stream(slo_pytester, misbehaving) -> None
 
 
 def test_a_stalled_server_ends_within_the_level_bound(slo_pytester, misbehaving) -> None:
-    # Default timeouts (a 60 s idle deadline), --duration=2: the level bound (3 x 2 s) and
-    # the drain grace (min(30 s, 2 s)) end it, with the phase named.
+    # --level-timeout=6 with --duration=2: the harness's own bound ends the level during the
+    # warm-up, with the phase named; the level is inconclusive (the bound is the harness's),
+    # never an SLO failure of the engine.
     slo_pytester.makepyfile(test_chat=CHAT)
     t0 = time.monotonic()
     result = slo_pytester.runpytest_subprocess(
-        *args(misbehaving("stall"), "--duration=2", "--warmup=2", "-v"), timeout=120
+        *args(misbehaving("stall"), "--duration=2", "--warmup=2", "--level-timeout=6", "-v"),
+        timeout=120,
     )
     took = time.monotonic() - t0
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
         [
             "*external c4: 0/0 requests ok in 0.0 s [[]cut by the level's time bound during "
             "warm-up]*",
-            "*SLO not met: no request was measured: the level's time bound (6.0 s, "
-            "--level-timeout) passed during warm-up*",
+            "*inconclusive at c4: the level's time bound (6.0 s, --level-timeout) cut it during "
+            "warm-up*",
         ]
     )
+    assert "SLO not met" not in result.stdout.str()
     assert took < 60, f"the session took {took:.0f} s"
-    # Without warm-up the stalled requests are measured, cut after the drain and failed.
+    # By default the requests sent in the window run to their end: the requests' own
+    # deadlines end a stall, and that is the engine's failure.
     result = slo_pytester.runpytest_subprocess(
-        *args(misbehaving("stall"), "--duration=2", "--warmup=0"), timeout=120
+        *args(misbehaving("stall"), "--duration=2", "--warmup=0", "--idle-timeout=1"), timeout=120
     )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*every request failed*", "*cancelled *: cut by the*"])
+    result.stdout.fnmatch_lines(["*every request failed*", "*stream stalled: no data for 1 s*"])
 
 
 def test_a_ten_megabyte_line_is_measured_not_choked_on(slo_pytester, misbehaving) -> None:

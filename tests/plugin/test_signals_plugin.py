@@ -31,14 +31,17 @@ def test_a_miss_names_the_signal_that_explains_it(slo_pytester: pytest.Pytester)
     assert "why: TTFT P99 " in out and "KV-cache bound" in out
     # Named for the engine measured; the sim answers in vLLM's names.
     result.stdout.fnmatch_lines(
-        ["*c32: sim signals (vLLM-style /metrics): queue P99 * ms, * waiting, * running, KV *"]
+        ["*c32: sim signals (vLLM-style /metrics): queue P99 * ms, * waiting (peak *), * running*"]
     )
+    # The gauges' means are time-weighted over the samples taken while the load ran.
+    assert "gauges: time-weighted over " in " ".join(out.split())
     # What "client +N ms" is, said once under the sweep tables.
     if "(client " in out:
         assert out.count("client +N ms: the client's TTFT P99 minus the engine's own") == 1
     doc = json.loads((slo_pytester.path / "r.json").read_text())
     sig = doc["points"][0]["summary"]["signals"]
     assert sig["engines"] == ["vllm"] and sig["kv_usage_max"] > 0.9
+    assert sig["gauge_samples"] >= 3 and sig["running_mean"] > 1
     assert "client_minus_engine_ttft_p99_ms" in sig
     assert doc["points"][0]["verdict"]["attribution"][0].endswith("KV-cache bound")
     xml = (slo_pytester.path / "j.xml").read_text()

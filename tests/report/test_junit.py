@@ -48,11 +48,16 @@ def test_testcase_properties_figures(point_factory: Callable[..., SweepPoint]) -
     assert d["llmslo.requests"] == "60"
     assert d["llmslo.failed"] == "3"
     assert d["llmslo.failures.http"] == "3"
-    assert float(d["llmslo.ttft_p99_ms"]) == round(s.distributions["ttft"].p(99), 3)
+    # The figure the gate judged, as every report prints it: the failures make it inf, not
+    # the survivors' P99.
+    assert d["llmslo.ttft_p99_ms"] == "inf"
+    assert s.with_failures is not None
+    assert float(d["llmslo.ttft_p50_ms"]) == round(s.with_failures["ttft"][50.0], 3)
     assert float(d["llmslo.output_tok_s"]) == round(s.output_tok_s, 3)
     assert float(d["llmslo.attainment"]) == round(p.verdict.attainment, 3)  # type: ignore[union-attr, arg-type]
     # 3 of 60 requests failed: they count as +inf, so TTFT P99 (a gate) is inf.
     assert d["llmslo.verdict"] == "fail"
+    assert d["llmslo.outcome"] == "fail"
     assert d["llmslo.slo.ttft_p99.passed"] == "false"
     assert d["llmslo.valid"] == "true"
 

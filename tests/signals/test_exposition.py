@@ -6,19 +6,54 @@ import pytest
 from expositions import dynamo_frontend, dynamo_worker, sglang, trtllm, vllm
 
 from pytest_llmslo.signals.exposition import ExpositionError, Snapshot, parse, quantile
-from pytest_llmslo.signals.level import LevelSignals, compute
+from pytest_llmslo.signals.level import MIN_GAUGE_SAMPLES, LevelSignals, compute
 
 
 def _level(before: str, during: list[str], after: str) -> LevelSignals:
+    """The level's signals, each scrape of ``during`` taken three times (the gauges need
+    ``MIN_GAUGE_SAMPLES``), spread over the 10 s window."""
     b, a = parse(before), parse(after)
-    d = [parse(t) for t in during]
+    d = [parse(t) for t in during for _ in range(MIN_GAUGE_SAMPLES)]
+    for i, snap in enumerate(d):
+        snap.t = 10.0 * (i + 0.5) / len(d)
     b.t, a.t = 0.0, 10.0
     return compute(b, d, a, ["http://e/metrics"])
 
 
+RUNNING = 'vllm:num_requests_running{model_name="m"}'
+
+
+def test_gauges_are_time_weighted_over_the_window_and_count_their_samples() -> None:
+    # Running 10 at 1 s and 2 s, 40 at 9 s, in a 10 s window: each sample stands for the
+    # time to halfway to its neighbours (1.5 s, 4 s, 4.5 s), so 23.5, not the plain 20.
+    b, a = parse(vllm(0)), parse(vllm(1))
+    b.t, a.t = 0.0, 10.0
+    d = []
+    for t, running in ((1.0, 10), (2.0, 10), (9.0, 40)):
+        text = vllm(1).replace(f"{RUNNING} 30.0", f"{RUNNING} {running}")
+        snap = parse(text)
+        snap.t = t
+        d.append(snap)
+    s = compute(b, d, a, ["http://e/metrics"])
+    assert s.gauge_samples == 3 and s.gauge_note is None
+    assert s.running_mean == pytest.approx(23.5) and s.running_max == 40
+
+
+def test_too_few_gauge_samples_say_so_instead_of_zero() -> None:
+    # One scrape in the window (a short level): no mean from it, and none from the scrape
+    # after the load either (the engine is idle by then).
+    b, a = parse(vllm(0)), parse(vllm(1))
+    b.t, a.t = 0.0, 10.0
+    s = compute(b, [parse(vllm(1))], a, ["http://e/metrics"])
+    assert s.running_mean is None and s.waiting_mean is None and s.kv_usage_mean is None
+    assert s.gauge_samples == 1
+    assert s.gauge_note is not None and s.gauge_note.startswith("1 gauge sample(s) in the")
+    assert s.preemptions == 38  # the counters do not need samples in the window
+
+
 def test_vllm_signals() -> None:
     s = _level(vllm(0), [vllm(1)], vllm(1))
-    assert s.engines == ("vllm",) and s.scrapes == 3
+    assert s.engines == ("vllm",) and s.scrapes == 5
     assert (s.running_mean, s.waiting_mean, s.kv_usage_max) == (30.0, 14.0, 0.97)
     assert s.preemptions == 38 and s.prefix_hit_rate == pytest.approx(0.2)
     assert s.queue_time_mean_ms == pytest.approx(450)
@@ -58,7 +93,10 @@ def test_dynamo_frontend_and_workers_merge() -> None:
 
     b, a = snap(0), snap(1)
     b.t, a.t = 0.0, 5.0
-    s = compute(b, [snap(1)], a, ["front", "w1", "w2"])
+    during = [snap(1) for _ in range(MIN_GAUGE_SAMPLES)]
+    for i, d in enumerate(during):
+        d.t = 1.0 + i
+    s = compute(b, during, a, ["front", "w1", "w2"])
     assert s.engines == ("dynamo", "vllm")
     assert (s.running_mean, s.waiting_mean) == (48.0, 6.0)
     # A percent, averaged over the workers: 85 % used.

@@ -128,3 +128,43 @@ def test_client_or_network_bound(tmp_path: Path) -> None:
     v = evaluate(run, "ttft_p99 < 100")
     assert v.attribution and "client/network-bound" in v.attribution[0], v.attribution
     assert "is spent between the client and the engine" in v.attribution[0]
+
+
+def _gauges(url: str, c: int, duration_s: float) -> dict[str, float]:
+    """The gauges of a closed loop at ``c`` over ``duration_s``, scraped every 0.25 s, the
+    scraper told "measuring" at every progress report as the session tells it."""
+    scraper = Scraper([url + "/metrics"], ScrapeSettings(interval_s=0.25), nvml=False).start()
+
+    def progress(p) -> None:  # type: ignore[no-untyped-def]
+        if p.phase == "measuring":
+            scraper.mark_measuring()
+
+    wl = WorkloadSpec(isl=64, osl=96, calibrate=False)
+    run_load_sync(LoadJob(
+        ClientSettings(base_url=url, model=MODEL), wl, LoadLevel.concurrency(c),
+        requests=None, warmup=c, duration_s=duration_s, progress=progress,
+    ))  # fmt: skip
+    return scraper.stop().to_dict()
+
+
+@pytest.mark.parametrize(
+    ("c", "seqs", "running", "waiting"),
+    [(4, "62", 4.0, 0.0), (48, "62", 48.0, 0.0), (48, "16", 16.0, 32.0)],
+    ids=["c4", "c48", "c48-past-saturation"],
+)
+def test_gauges_are_sampled_while_the_load_runs(
+    tmp_path: Path, c: int, seqs: str, running: float, waiting: float
+) -> None:
+    # The sim's scheduler knows the truth: a closed loop at c keeps c requests in the
+    # engine, all running below --max-num-seqs, the rest waiting above it. The time-weighted
+    # means read within 15 % of c (plus 1.5 requests: the client's gap between one
+    # request's end and the next one's send), from a sample about every 0.25 s.
+    with start_sim(tmp_path, "--max-num-seqs", seqs, "--max-model-len", "4096") as sim:
+        s = _gauges(sim.url, c, 4.0)
+    assert s["gauge_samples"] >= 8, s
+    tolerance = 0.15 * c + 1.5
+    assert abs(s["running_mean"] - running) <= tolerance, s
+    assert abs(s["waiting_mean"] - waiting) <= tolerance, s
+    assert s["running_max"] <= float(seqs)
+    assert s["running_max"] <= c
+    assert 0.0 < s["kv_usage_mean"] <= s["kv_usage_max"] <= 1.0
