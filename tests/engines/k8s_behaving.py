@@ -368,12 +368,15 @@ class BehavingDynamo(DynamoOperator):
             extra = dict(spec["extraPodSpec"])
             main = extra.pop("mainContainer")
             container = {**main, "name": "main", "env": [*envs, *(main.get("env") or [])]}
+            meta = spec.get("extraPodMetadata") or {}
+            own = {"nvidia.com/dynamo-graph-deployment-name": name,
+                   "nvidia.com/dynamo-component-type": kind}  # fmt: skip
             for i in range(int(spec.get("replicas", 1))):
                 out.append({
                     "apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": f"{name}-{service.lower()}-{i}", "namespace": self.ns,
-                                 "labels": {"nvidia.com/dynamo-graph-deployment-name": name,
-                                            "nvidia.com/dynamo-component-type": kind}},
+                                 "labels": {**(meta.get("labels") or {}), **own},
+                                 "annotations": dict(meta.get("annotations") or {})},
                     "spec": {**extra, "containers": [container]},
                     "status": {"phase": "Pending"},
                 })  # fmt: skip

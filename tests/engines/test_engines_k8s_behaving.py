@@ -200,7 +200,8 @@ def dynamo(mode: str, **kube: Any) -> Any:
     cfg = load_engine_configs({"dyn": {
         "kind": "dynamo", "runtime": "kubernetes", "model": MODEL, "startup_timeout_s": 30,
         "options": {"worker": "vllm", "mode": mode},
-        "kubernetes": {"access": "port-forward", **kube}}})["dyn"]  # fmt: skip
+        "kubernetes": {"access": "port-forward", "pod_labels": {"kai.scheduler/queue": "team-a"},
+                       **kube}}})["dyn"]  # fmt: skip
     return plan_engine(cfg)
 
 
@@ -217,6 +218,11 @@ def test_dynamo_comes_up_as_its_images_user_and_scrapes_every_worker(
             # Every worker is scraped, prefill and decode ones too.
             assert len(handle.metrics_urls) == (1 if mode == "agg" else 2)
             assert first_token(handle.base_url)
+            # The pods carry the scheduler's queue label, the operator's labels kept.
+            for pod in cluster.pods(NS):
+                labels = pod["metadata"]["labels"]
+                assert labels["kai.scheduler/queue"] == "team-a", pod["metadata"]["name"]
+                assert labels["nvidia.com/dynamo-graph-deployment-name"]
         finally:
             handle.stop()
     nothing_left(cluster)

@@ -141,16 +141,30 @@ def test_gang_scheduling(nodes: int) -> None:
         assert template["metadata"]["annotations"] == {"scheduling.volcano.sh/queue-name": "team-a"}
 
 
-def test_dynamo_takes_the_queue_and_scheduler_not_pod_labels() -> None:
-    table = {"kind": "dynamo", "model": "Qwen/Qwen3-0.6B", "options": {"worker": "vllm"}}
-    (_, dgd) = rendered({**table, "kubernetes": {"namespace": "bench", "queue_name": "q",
-                                                  "scheduler_name": "kai-scheduler"}})  # fmt: skip
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_dynamo_takes_the_queue_scheduler_and_pod_metadata(mode: str) -> None:
+    table = {"kind": "dynamo", "model": "Qwen/Qwen3-0.6B",
+             "options": {"worker": "vllm", "mode": mode}}  # fmt: skip
+    kube = {
+        "namespace": "bench",
+        "queue_name": "q",
+        "scheduler_name": "kai-scheduler",
+        "pod_labels": GANG["pod_labels"],
+        "pod_annotations": GANG["pod_annotations"],
+    }
+    (_, dgd) = rendered({**table, "kubernetes": kube})
     assert errors(dgd, DGD) == []
     assert dgd["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
     for service in dgd["spec"]["services"].values():
         assert service["extraPodSpec"]["schedulerName"] == "kai-scheduler"
-    with pytest.raises(ConfigError, match="pod_labels and pod_annotations are not written"):
-        rendered({**table, "kubernetes": {"pod_labels": {"a": "b"}}})
+        # The operator copies extraPodMetadata onto each service's pods.
+        assert service["extraPodMetadata"] == {"labels": GANG["pod_labels"],
+                                               "annotations": GANG["pod_annotations"]}  # fmt: skip
+    # The operator's own labels, which the runtime's selectors read, are not the user's.
+    with pytest.raises(ConfigError, match=r"nvidia\.com/dynamo-component-type are the runtime"):
+        rendered(
+            {**table, "kubernetes": {"pod_labels": {"nvidia.com/dynamo-component-type": "worker"}}}
+        )
 
 
 @pytest.mark.parametrize(

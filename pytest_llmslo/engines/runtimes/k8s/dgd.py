@@ -148,6 +148,18 @@ def _pod(image: str, args: list[str], settings: KubeSettings) -> dict[str, Any]:
     return out
 
 
+def pod_metadata(settings: KubeSettings) -> dict[str, Any]:
+    """The pods' extra labels and annotations (``pod_labels``, ``pod_annotations``), as
+    the operator takes them: ``extraPodMetadata`` of each service (v1alpha1), the
+    ``podTemplate``'s metadata (v1beta1); empty when neither is set."""
+    out: dict[str, Any] = {}
+    if settings.pod.pod_labels:
+        out["labels"] = dict(settings.pod.pod_labels)
+    if settings.pod.pod_annotations:
+        out["annotations"] = dict(settings.pod.pod_annotations)
+    return out
+
+
 def _worker_service(
     config: EngineConfig, worker: str, role: str, replicas: int, image: str,
     settings: KubeSettings,
@@ -178,12 +190,6 @@ def dgd_object(
     """The DynamoGraphDeployment of ``plan`` (a dynamo engine)."""
     dynamo = _dynamo()
     config = plan.config
-    if settings.pod.pod_labels or settings.pod.pod_annotations:
-        raise ConfigError(
-            f"engine {config.display_name!r}: kubernetes.pod_labels and pod_annotations are "
-            "not written into a DynamoGraphDeployment (the operator makes its pods): set "
-            "them in the operator's configuration, or use kind manifests"
-        )
     worker = dynamo._opt(config, "worker", "vllm", dynamo.WORKERS)
     image = config.image or dynamo.IMAGES[worker]
     frontend = dynamo.frontend_argv(config, "0.0.0.0", FRONTEND_PORT)
@@ -197,6 +203,10 @@ def dgd_object(
     names = _service_names(worker)
     for role, replicas in _pools(config).items():
         services[names[role]] = _worker_service(config, worker, role, replicas, image, settings)
+    metadata = pod_metadata(settings)
+    if metadata:
+        for service in services.values():
+            service["extraPodMetadata"] = metadata
     spec: dict[str, Any] = {"envs": _envs(config, settings), "services": services}
     framework = FRAMEWORKS[worker]
     if framework:
