@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from k8s_cluster import CONTROLLER, Controller, DynamoOperator, FakeCluster, ready
+from k8s_cluster import (
+    CONTROLLER,
+    Controller,
+    DynamoOperator,
+    FakeCluster,
+    dgd_components,
+    ready,
+)
 
 LWS_PATH = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets"
 LABEL_LWS = "leaderworkerset.sigs.k8s.io/name"
@@ -362,22 +369,16 @@ class BehavingDynamo(DynamoOperator):
 
     def _pods_of(self, dgd: Mapping[str, Any]) -> list[dict[str, Any]]:
         name, out = dgd["metadata"]["name"], []
-        envs = dgd["spec"].get("envs") or []
-        for service, spec in dgd["spec"]["services"].items():
-            kind = spec.get("subComponentType") or spec["componentType"]
-            extra = dict(spec["extraPodSpec"])
-            main = extra.pop("mainContainer")
-            container = {**main, "name": "main", "env": [*envs, *(main.get("env") or [])]}
-            meta = spec.get("extraPodMetadata") or {}
+        for c in dgd_components(dgd):
             own = {"nvidia.com/dynamo-graph-deployment-name": name,
-                   "nvidia.com/dynamo-component-type": kind}  # fmt: skip
-            for i in range(int(spec.get("replicas", 1))):
+                   "nvidia.com/dynamo-component-type": c.type}  # fmt: skip
+            for i in range(c.replicas):
                 out.append({
                     "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"{name}-{service.lower()}-{i}", "namespace": self.ns,
-                                 "labels": {**(meta.get("labels") or {}), **own},
-                                 "annotations": dict(meta.get("annotations") or {})},
-                    "spec": {**extra, "containers": [container]},
+                    "metadata": {"name": f"{name}-{c.name.lower()}-{i}", "namespace": self.ns,
+                                 "labels": {**(c.metadata.get("labels") or {}), **own},
+                                 "annotations": dict(c.metadata.get("annotations") or {})},
+                    "spec": c.pod_spec,
                     "status": {"phase": "Pending"},
                 })  # fmt: skip
         return out

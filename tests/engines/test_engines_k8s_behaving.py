@@ -205,14 +205,34 @@ def dynamo(mode: str, **kube: Any) -> Any:
     return plan_engine(cfg)
 
 
+def serves_v1beta1(method: str, path: str, data: Any) -> tuple[int, Any] | None:
+    """The discovery of an operator that serves the DGD's v1beta1 too."""
+    if method == "GET" and path == "/apis/nvidia.com/v1beta1":
+        dgd = {"name": "dynamographdeployments", "namespaced": True,
+               "kind": "DynamoGraphDeployment", "verbs": ["create"]}  # fmt: skip
+        return 200, {"kind": "APIResourceList", "groupVersion": "nvidia.com/v1beta1",
+                     "resources": [dgd]}  # fmt: skip
+    return None
+
+
 @pytest.mark.parametrize("mode", ["agg", "disagg"])
-@pytest.mark.parametrize("kube", [{}, {"cache_pvc": "hf-cache"}], ids=["emptydir", "pvc"])
+@pytest.mark.parametrize(
+    ("kube", "served"),
+    [({}, False), ({"cache_pvc": "hf-cache"}, False), ({"dynamo_api": "v1beta1"}, False),
+     ({"cache_pvc": "hf-cache"}, True)],
+    ids=["emptydir", "pvc", "v1beta1-forced", "v1beta1-served"],
+)  # fmt: skip
 def test_dynamo_comes_up_as_its_images_user_and_scrapes_every_worker(
-    cluster: FakeCluster, mode: str, kube: dict[str, Any]
+    cluster: FakeCluster, mode: str, kube: dict[str, Any], served: bool
 ) -> None:
+    if served:  # an operator that serves v1beta1 too: the runtime writes that one
+        cluster.answer_with(serves_v1beta1)
+    version = "v1beta1" if served or kube.get("dynamo_api") else "v1alpha1"
     with BehavingDynamo(cluster, NS) as operator:
         handle = launch(dynamo(mode, **kube), poll_s=0.1)
         try:
+            # The version the cluster serves (or the one forced) is the one applied.
+            assert [d["apiVersion"] for d in cluster.dgds(NS)] == [f"nvidia.com/{version}"]
             # Dynamo's images run as uid 1000: the cache is theirs to write.
             assert operator.exits == []
             # Every worker is scraped, prefill and decode ones too.

@@ -160,6 +160,14 @@ def test_dynamo_takes_the_queue_scheduler_and_pod_metadata(mode: str) -> None:
         # The operator copies extraPodMetadata onto each service's pods.
         assert service["extraPodMetadata"] == {"labels": GANG["pod_labels"],
                                                "annotations": GANG["pod_annotations"]}  # fmt: skip
+    # v1beta1: the podTemplate's own metadata, and its spec the pod settings.
+    (_, beta) = rendered({**table, "kubernetes": {**kube, "dynamo_api": "v1beta1"}})
+    assert errors(beta, "nvidia.com_dynamographdeployments_v1beta1.yaml") == []
+    for component in beta["spec"]["components"]:
+        template = component["podTemplate"]
+        assert template["metadata"] == {"labels": GANG["pod_labels"],
+                                        "annotations": GANG["pod_annotations"]}  # fmt: skip
+        assert template["spec"]["schedulerName"] == "kai-scheduler"
     # The operator's own labels, which the runtime's selectors read, are not the user's.
     with pytest.raises(ConfigError, match=r"nvidia\.com/dynamo-component-type are the runtime"):
         rendered(

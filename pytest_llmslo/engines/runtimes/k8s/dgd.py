@@ -1,7 +1,6 @@
-"""Dynamo in a cluster: one ``DynamoGraphDeployment`` (``nvidia.com/v1alpha1``, the
-version Dynamo 1.6.1's operator serves and its ``examples/backends/*/deploy/*.yaml``
-use), which the Dynamo operator turns into the frontend's and the workers' Deployments
-and Services.
+"""Dynamo in a cluster: one ``DynamoGraphDeployment``, written as ``nvidia.com/v1alpha1``
+and converted into ``v1beta1`` where the cluster serves it (``dgd_versions``), which the
+Dynamo operator turns into the frontend's and the workers' Deployments and Services.
 
 - aggregated (``options.mode = "agg"``): ``Frontend`` and one worker service with
   ``options.workers`` replicas;
@@ -47,6 +46,7 @@ from ....errors import ConfigError
 from ....redact import is_secret_name
 from ...base import EngineConfig
 from ...plan import LaunchPlan
+from .dgd_versions import V1BETA1, scale_patch, to_v1beta1
 from .layout import Layout, Metrics, selector_text
 from .manifests import HF_HOME, Names, _cache_volume, labels, placement
 from .pod_settings import apply_to_container, apply_to_pod
@@ -230,13 +230,16 @@ def worker_selector(name: str) -> str:
 
 
 def dgd_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace: str) -> Layout:
-    """The DGD and how to read it (``layout.Layout``)."""
+    """The DGD, in the version ``settings.dynamo_api`` names (``v1alpha1`` when unset),
+    and how to read it (``layout.Layout``)."""
     dynamo = _dynamo()
     obj = dgd_object(plan, settings, names.base, namespace)
     pods = {LABEL_DGD: names.base}
     services = obj["spec"]["services"]
     pools = _pools(plan.config)
     scaled = _service_names(dynamo._opt(plan.config, "worker", "vllm", dynamo.WORKERS))["agg"]
+    if settings.dynamo_api == V1BETA1:
+        obj = to_v1beta1(obj)
 
     def scale(replicas: int) -> dict[str, Any]:
         if scaled not in services:
@@ -244,7 +247,7 @@ def dgd_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace
                 f"engine {plan.config.display_name!r}: a disaggregated Dynamo is scaled by "
                 "its prefill_workers and decode_workers options, not while it runs"
             )
-        return {"spec": {"services": {scaled: {"replicas": replicas}}}}
+        return scale_patch(obj, scaled, replicas)
 
     return Layout(
         objects=[obj],
