@@ -74,17 +74,24 @@ IMAGE_USERS: tuple[ImageUser, ...] = (
     ),
     ImageUser(
         "vllm/vllm-openai:", 0, "/root",
-        "vllm-project/vllm docker/Dockerfile: the vllm-openai stage sets no USER (root)",
+        "vllm-project/vllm docker/Dockerfile @ dead20ba: the stages vllm-base (FROM "
+        "nvidia/cuda:*-devel), vllm-openai-base and vllm-openai set no USER (root); no "
+        "step installs openssh-server (its multi-node path is Ray, not SSH)",
+        has_sshd=False,
     ),
     ImageUser(
         "lmsysorg/sglang:", 0, "/root",
-        "sgl-project/sglang docker/Dockerfile: sets no USER (root)",
+        "sgl-project/sglang docker/Dockerfile @ 004740a9: FROM nvidia/cuda:*-cudnn-devel, "
+        "sets no USER (root; its configs are copied to /root); apt installs openssh-server",
     ),
     ImageUser(
         "nvcr.io/nvidia/tensorrt-llm/release:", 0, "/root",
-        "NVIDIA/TensorRT-LLM docker/Dockerfile.multi release stage: no USER (root); "
-        "docker/common/install_base.sh installs openmpi-bin but no openssh-server, and "
-        "no step of the release stage adds one: played as an image without sshd",
+        "NVIDIA/TensorRT-LLM docker/Dockerfile.multi @ 00f74add: the release stage (FROM "
+        "devel, FROM nvcr.io/nvidia/pytorch:25.08-py3) sets no USER (root); "
+        "docker/common/install_base.sh @ 000a01de installs openmpi-bin (when the base has "
+        "no mpirun) but no openssh-server, and no step of the release stage adds one. The "
+        "NGC PyTorch base has no public Dockerfile, so what it ships is not checked: "
+        "played as an image without sshd",
         has_sshd=False,
     ),
 )  # fmt: skip
