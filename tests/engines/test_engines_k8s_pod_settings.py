@@ -6,6 +6,7 @@ names the key."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,3 +211,33 @@ def test_a_bad_pod_setting_names_the_key(kube: dict[str, Any], message: str) -> 
     with pytest.raises(ConfigError, match=message):
         load_engine_configs({"e": {"kind": "vllm", "runtime": "kubernetes", "model": "m",
                                    "kubernetes": kube}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("engine", "scheduler", "labels", "annotations"),
+    [
+        # volcano-sh/apis scheduling/v1beta1 QueueNameAnnotationKey: an annotation.
+        ("llama70b-volcano", "volcano", {}, {"scheduling.volcano.sh/queue-name": "team-a"}),
+        # NVIDIA/KAI-Scheduler constants DefaultQueueLabel: a label.
+        ("llama70b-kai", "kai-scheduler", {"kai.scheduler/queue": "team-a"}, {}),
+    ],
+)  # fmt: skip
+def test_the_docs_gang_examples_put_each_schedulers_names_on_every_pod(
+    tmp_path: Path, engine: str, scheduler: str, labels: dict[str, str],
+    annotations: dict[str, str],
+) -> None:  # fmt: skip
+    import re
+
+    doc = (Path(__file__).parents[2] / "docs" / "engines.md").read_text()
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", doc, re.S) if engine in b]
+    path = tmp_path / "engines.toml"
+    path.write_text(block)
+    objects = manifests(plan_engine(load_engine_configs(path)[engine]))
+    (lws,) = [o for o in objects if o["kind"] == "LeaderWorkerSet"]
+    assert errors(lws, LWS) == []
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    for template in (tmpl["leaderTemplate"], tmpl["workerTemplate"]):
+        assert template["spec"]["schedulerName"] == scheduler
+        meta = template["metadata"]
+        assert labels.items() <= meta["labels"].items()
+        assert meta.get("annotations", {}) == annotations
