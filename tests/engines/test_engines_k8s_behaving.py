@@ -206,7 +206,9 @@ def dynamo(mode: str, **kube: Any) -> Any:
 
 
 def serves_v1beta1(method: str, path: str, data: Any) -> tuple[int, Any] | None:
-    """The discovery of an operator that serves the DGD's v1beta1 too."""
+    """The discovery of an operator that serves the DGD's v1beta1 alone."""
+    if method == "GET" and path == "/apis/nvidia.com/v1alpha1":
+        return 404, {"kind": "Status", "code": 404, "reason": "NotFound"}
     if method == "GET" and path == "/apis/nvidia.com/v1beta1":
         dgd = {"name": "dynamographdeployments", "namespaced": True,
                "kind": "DynamoGraphDeployment", "verbs": ["create"]}  # fmt: skip
@@ -225,7 +227,7 @@ def serves_v1beta1(method: str, path: str, data: Any) -> tuple[int, Any] | None:
 def test_dynamo_comes_up_as_its_images_user_and_scrapes_every_worker(
     cluster: FakeCluster, mode: str, kube: dict[str, Any], served: bool
 ) -> None:
-    if served:  # an operator that serves v1beta1 too: the runtime writes that one
+    if served:  # an operator that serves v1beta1 alone: the runtime writes that one
         cluster.answer_with(serves_v1beta1)
     version = "v1beta1" if served or kube.get("dynamo_api") else "v1alpha1"
     with BehavingDynamo(cluster, NS) as operator:

@@ -189,11 +189,12 @@ namespace = "{NS}"
 @pytest.mark.parametrize(
     ("served", "line"),
     [
-        (("v1alpha1", "v1beta1"), "ok       DynamoGraphDeployment (nvidia.com/v1beta1) served"),
+        (("v1alpha1", "v1beta1"), "ok       DynamoGraphDeployment (nvidia.com/v1alpha1) served"),
         (("v1alpha1",), "ok       DynamoGraphDeployment (nvidia.com/v1alpha1) served"),
+        (("v1beta1",), "ok       DynamoGraphDeployment (nvidia.com/v1beta1) served"),
         ((), "missing  DynamoGraphDeployment (nvidia.com/v1alpha1) served: no such API"),
     ],
-    ids=["both", "v1alpha1-only", "no-operator"],
+    ids=["both", "v1alpha1-only", "v1beta1-only", "no-operator"],
 )  # fmt: skip
 def test_dynamo_is_checked_in_the_version_the_cluster_serves(
     cluster: FakeCluster, tmp_path: Path, served: tuple[str, ...], line: str

@@ -19,9 +19,8 @@ The runtime renders ``v1alpha1`` (``dgd.dgd_object``) and converts it here into 
   ``PodTemplateSpec``) whose container ``main`` is ``extraPodSpec.mainContainer``;
 - ``resources.limits.gpu`` becomes the main container's ``nvidia.com/gpu`` limit.
 
-Which one: ``kubernetes.dynamo_api`` when set; else, with a cluster, ``v1beta1`` when
-its discovery lists a ``DynamoGraphDeployment`` there, ``v1alpha1`` otherwise (and
-``llmslo render``, without a cluster, writes ``v1alpha1``, which both serve).
+Which one: ``kubernetes.dynamo_api`` when set; else, with a cluster, by its discovery
+(``served_version``); ``llmslo render``, without a cluster, writes ``v1alpha1``.
 """
 
 from __future__ import annotations
@@ -40,19 +39,33 @@ V1ALPHA1, V1BETA1 = DYNAMO_APIS
 KIND = "DynamoGraphDeployment"
 
 
-def served_version(where: Cluster) -> str:
-    """``v1beta1`` when the cluster's discovery of ``nvidia.com/v1beta1`` lists the
-    ``DynamoGraphDeployment``, else ``v1alpha1`` (whatever went wrong asking: the
-    preflight and the apply say what is missing)."""
+def _serves(where: Cluster, version: str) -> bool:
+    """Whether the cluster's discovery of ``nvidia.com/<version>`` lists the DGD (False
+    whatever went wrong asking: the preflight and the apply say what is missing)."""
     custom = kubernetes_module().client.CustomObjectsApi(where.api)
     try:
         doc = json_of(
-            custom.get_api_resources(GROUP, V1BETA1, _preload_content=False, _request_timeout=10)
+            custom.get_api_resources(GROUP, version, _preload_content=False, _request_timeout=10)
         )
     except Exception:
-        return V1ALPHA1
+        return False
     kinds = {r.get("kind") for r in (doc or {}).get("resources") or [] if isinstance(r, dict)}
-    return V1BETA1 if KIND in kinds else V1ALPHA1
+    return KIND in kinds
+
+
+def served_version(where: Cluster) -> str:
+    """``v1alpha1`` where the cluster serves it, else ``v1beta1`` where it serves that,
+    else ``v1alpha1`` (the preflight and the apply say it is missing).
+
+    ``v1alpha1`` first: every operator that serves it takes its one shape (converting
+    it into its hub version), while the shape of ``v1beta1`` changed while it was
+    served (``dynamocomponentdeployment_types.go`` @ ``50820f5b`` has ``extraPodSpec``
+    under ``v1beta1``, @ ``006b6e10`` ``podTemplate``; an API server prunes the fields of
+    the other shape). ``v1beta1`` is chosen
+    where ``v1alpha1`` is gone."""
+    if _serves(where, V1ALPHA1):
+        return V1ALPHA1
+    return V1BETA1 if _serves(where, V1BETA1) else V1ALPHA1
 
 
 def resolved(settings: KubeSettings, where: Cluster) -> KubeSettings:

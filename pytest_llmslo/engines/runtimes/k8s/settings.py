@@ -68,7 +68,7 @@ KUBERNETES_KEYS: Mapping[str, str] = {
     "reap_after_s": "seconds: before the first engine in a namespace, delete what sessions "
     "older than this left there (their ConfigMap, and all it owns); unset: never",
     "dynamo_api": "kind dynamo: the DynamoGraphDeployment's version, 'v1alpha1' or 'v1beta1' "
-    "(default: v1beta1 where the cluster serves it, else v1alpha1; llmslo render: v1alpha1)",
+    "(default: v1alpha1 where the cluster serves it, else v1beta1; llmslo render: v1alpha1)",
     **POD_KEYS,
 }
 
