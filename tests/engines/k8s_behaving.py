@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from k8s_cluster import CONTROLLER, Controller, DynamoOperator, FakeCluster, ready
+from k8s_cluster import (
+    CONTROLLER,
+    Controller,
+    DynamoOperator,
+    FakeCluster,
+    dgd_components,
+    ready,
+)
 
 LWS_PATH = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets"
 LABEL_LWS = "leaderworkerset.sigs.k8s.io/name"
@@ -67,17 +74,24 @@ IMAGE_USERS: tuple[ImageUser, ...] = (
     ),
     ImageUser(
         "vllm/vllm-openai:", 0, "/root",
-        "vllm-project/vllm docker/Dockerfile: the vllm-openai stage sets no USER (root)",
+        "vllm-project/vllm docker/Dockerfile @ dead20ba: the stages vllm-base (FROM "
+        "nvidia/cuda:*-devel), vllm-openai-base and vllm-openai set no USER (root); no "
+        "step installs openssh-server (its multi-node path is Ray, not SSH)",
+        has_sshd=False,
     ),
     ImageUser(
         "lmsysorg/sglang:", 0, "/root",
-        "sgl-project/sglang docker/Dockerfile: sets no USER (root)",
+        "sgl-project/sglang docker/Dockerfile @ 004740a9: FROM nvidia/cuda:*-cudnn-devel, "
+        "sets no USER (root; its configs are copied to /root); apt installs openssh-server",
     ),
     ImageUser(
         "nvcr.io/nvidia/tensorrt-llm/release:", 0, "/root",
-        "NVIDIA/TensorRT-LLM docker/Dockerfile.multi release stage: no USER (root); "
-        "docker/common/install_base.sh installs openmpi-bin but no openssh-server, and "
-        "no step of the release stage adds one: played as an image without sshd",
+        "NVIDIA/TensorRT-LLM docker/Dockerfile.multi @ 00f74add: the release stage (FROM "
+        "devel, FROM nvcr.io/nvidia/pytorch:25.08-py3) sets no USER (root); "
+        "docker/common/install_base.sh @ 000a01de installs openmpi-bin (when the base has "
+        "no mpirun) but no openssh-server, and no step of the release stage adds one. The "
+        "NGC PyTorch base has no public Dockerfile, so what it ships is not checked: "
+        "played as an image without sshd",
         has_sshd=False,
     ),
 )  # fmt: skip
@@ -362,19 +376,16 @@ class BehavingDynamo(DynamoOperator):
 
     def _pods_of(self, dgd: Mapping[str, Any]) -> list[dict[str, Any]]:
         name, out = dgd["metadata"]["name"], []
-        envs = dgd["spec"].get("envs") or []
-        for service, spec in dgd["spec"]["services"].items():
-            kind = spec.get("subComponentType") or spec["componentType"]
-            extra = dict(spec["extraPodSpec"])
-            main = extra.pop("mainContainer")
-            container = {**main, "name": "main", "env": [*envs, *(main.get("env") or [])]}
-            for i in range(int(spec.get("replicas", 1))):
+        for c in dgd_components(dgd):
+            own = {"nvidia.com/dynamo-graph-deployment-name": name,
+                   "nvidia.com/dynamo-component-type": c.type}  # fmt: skip
+            for i in range(c.replicas):
                 out.append({
                     "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"{name}-{service.lower()}-{i}", "namespace": self.ns,
-                                 "labels": {"nvidia.com/dynamo-graph-deployment-name": name,
-                                            "nvidia.com/dynamo-component-type": kind}},
-                    "spec": {**extra, "containers": [container]},
+                    "metadata": {"name": f"{name}-{c.name.lower()}-{i}", "namespace": self.ns,
+                                 "labels": {**(c.metadata.get("labels") or {}), **own},
+                                 "annotations": dict(c.metadata.get("annotations") or {})},
+                    "spec": c.pod_spec,
                     "status": {"phase": "Pending"},
                 })  # fmt: skip
         return out

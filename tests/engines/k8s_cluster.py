@@ -9,6 +9,7 @@ API server does (the runtime's owner references need it), and serves pod logs.""
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
 import re
 import threading
@@ -16,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +29,8 @@ LOG_LINES = "loading weights\nshard 1/1 loaded\n"
 RESOURCES = (
     "v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments",
     "apps/v1/statefulsets",
-    "nvidia.com/v1alpha1/dynamographdeployments", "leaderworkerset.x-k8s.io/v1/leaderworkersets",
+    "nvidia.com/v1alpha1/dynamographdeployments", "nvidia.com/v1beta1/dynamographdeployments",
+    "leaderworkerset.x-k8s.io/v1/leaderworkersets",
 )  # fmt: skip
 
 
@@ -136,7 +139,12 @@ class FakeCluster:
         return self.items(f"/apis/apps/v1/namespaces/{ns}/deployments")
 
     def dgds(self, ns: str) -> list[dict[str, Any]]:
-        return self.items(f"/apis/nvidia.com/v1alpha1/namespaces/{ns}/dynamographdeployments")
+        """The DynamoGraphDeployments of ``ns``, in either version the operator serves."""
+        return [
+            {"apiVersion": f"nvidia.com/{v}", **dgd}
+            for v in ("v1alpha1", "v1beta1")
+            for dgd in self.items(f"/apis/nvidia.com/{v}/namespaces/{ns}/dynamographdeployments")
+        ]
 
     def pods(self, ns: str) -> list[dict[str, Any]]:
         return self.items(f"/api/v1/namespaces/{ns}/pods")
@@ -322,13 +330,54 @@ class Controller:
         self._thread.join(5)
 
 
-def set_dgd_ready(cluster: FakeCluster, ns: str, name: str, ready: bool, message: str) -> None:
+@dataclass(frozen=True)
+class DgdComponent:
+    """One service (v1alpha1) or component (v1beta1) of a DGD, read as the operator
+    reads either: its pods' type, replicas, spec (the main container first), metadata."""
+
+    name: str
+    type: str
+    replicas: int
+    pod_spec: dict[str, Any]
+    metadata: dict[str, Any]
+
+
+def dgd_components(dgd: Mapping[str, Any]) -> list[DgdComponent]:
+    spec = dgd["spec"]
+    if dgd["apiVersion"].endswith("/v1beta1"):
+        envs = spec.get("env") or []
+        out = []
+        for c in spec["components"]:
+            pod = copy.deepcopy(c.get("podTemplate") or {})
+            main, *rest = pod["spec"]["containers"]
+            main["env"] = [*envs, *(main.get("env") or [])]
+            pod_spec = {**pod["spec"], "containers": [main, *rest]}
+            out.append(DgdComponent(c["name"], c["type"], int(c.get("replicas", 1)), pod_spec,
+                                    pod.get("metadata") or {}))  # fmt: skip
+        return out
+    envs = spec.get("envs") or []
+    out = []
+    for name, svc in spec["services"].items():
+        extra = copy.deepcopy(svc["extraPodSpec"])
+        main = extra.pop("mainContainer")
+        container = {**main, "name": "main", "env": [*envs, *(main.get("env") or [])]}
+        kind = svc.get("subComponentType") or svc["componentType"]
+        out.append(DgdComponent(name, kind, int(svc.get("replicas", 1)),
+                                {**extra, "containers": [container]},
+                                svc.get("extraPodMetadata") or {}))  # fmt: skip
+    return out
+
+
+def set_dgd_ready(
+    cluster: FakeCluster, ns: str, name: str, ready: bool, message: str,
+    version: str = "nvidia.com/v1alpha1",
+) -> None:  # fmt: skip
     """The DGD's ``Ready`` condition, as the Dynamo operator sets it."""
     cond = {"type": "Ready", "status": "True" if ready else "False",
             "reason": "AllReady" if ready else "NotReady", "message": message,
             "lastTransitionTime": "2026-01-01T00:00:09Z"}  # fmt: skip
     cluster.http.patch(
-        f"/apis/nvidia.com/v1alpha1/namespaces/{ns}/dynamographdeployments/{name}/status",
+        f"/apis/{version}/namespaces/{ns}/dynamographdeployments/{name}/status",
         json={"status": {"conditions": [cond]}},
         headers={"Content-Type": "application/merge-patch+json"},
     ).raise_for_status()
@@ -345,15 +394,14 @@ class DynamoOperator(Controller):
 
     def _pods_of(self, dgd: Mapping[str, Any]) -> list[dict[str, Any]]:
         name, out = dgd["metadata"]["name"], []
-        for service, spec in dgd["spec"]["services"].items():
-            kind = spec["componentType"]
-            main = spec["extraPodSpec"]["mainContainer"]
-            for i in range(int(spec.get("replicas", 1))):
+        for c in dgd_components(dgd):
+            main = c.pod_spec["containers"][0]
+            for i in range(c.replicas):
                 out.append({
                     "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"{name}-{service.lower()}-{i}", "namespace": self.ns,
+                    "metadata": {"name": f"{name}-{c.name.lower()}-{i}", "namespace": self.ns,
                                  "labels": {"nvidia.com/dynamo-graph-deployment-name": name,
-                                            "nvidia.com/dynamo-component-type": kind}},
+                                            "nvidia.com/dynamo-component-type": c.type}},
                     "spec": {"containers": [{"name": "main", "image": main["image"]}]},
                     "status": {"phase": "Pending"},
                 })  # fmt: skip
@@ -371,7 +419,10 @@ class DynamoOperator(Controller):
                     if name in self.seen:
                         continue
                     self.seen.add(name)
-                    set_dgd_ready(self.cluster, self.ns, name, False, "Frontend: 0/1 ready")
+                    version = dgd["apiVersion"]
+                    set_dgd_ready(
+                        self.cluster, self.ns, name, False, "Frontend: 0/1 ready", version
+                    )
                     svc = {"apiVersion": "v1", "kind": "Service",
                            "metadata": {"name": f"{name}-frontend", "namespace": self.ns},
                            "spec": {"ports": [{"port": 8000}], "selector": {
@@ -386,7 +437,7 @@ class DynamoOperator(Controller):
                         ).raise_for_status()
                         self.start_pod(pod)
                     time.sleep(self.ready_after_s)
-                    set_dgd_ready(self.cluster, self.ns, name, True, "")
+                    set_dgd_ready(self.cluster, self.ns, name, True, "", version)
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
@@ -415,12 +466,17 @@ def rbac_of(method: str, path: str, query: Mapping[str, str]) -> tuple[str, str,
     return group, resource, verb
 
 
+#: API discovery (``/apis/<group>/<version>``): the ``system:discovery`` role's, open to
+#: every authenticated user, no rule of the runtime's Role.
+_DISCOVERY = re.compile(r"^/apis/[^/]+/[^/]+$")
+
+
 def used(cluster: FakeCluster) -> set[tuple[str, str, str]]:
     """What the runtime (not the test's controllers) asked of the API, as RBAC reads it."""
     seen = set()
     for request in cluster.handler:
         path = str(request.url.path)
-        if not path.startswith(("/api/", "/apis/")):
+        if not path.startswith(("/api/", "/apis/")) or _DISCOVERY.match(path):
             continue
         if request.headers.get("User-Agent") == CONTROLLER:
             continue

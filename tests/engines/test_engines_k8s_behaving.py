@@ -200,23 +200,51 @@ def dynamo(mode: str, **kube: Any) -> Any:
     cfg = load_engine_configs({"dyn": {
         "kind": "dynamo", "runtime": "kubernetes", "model": MODEL, "startup_timeout_s": 30,
         "options": {"worker": "vllm", "mode": mode},
-        "kubernetes": {"access": "port-forward", **kube}}})["dyn"]  # fmt: skip
+        "kubernetes": {"access": "port-forward", "pod_labels": {"kai.scheduler/queue": "team-a"},
+                       **kube}}})["dyn"]  # fmt: skip
     return plan_engine(cfg)
 
 
+def serves_v1beta1(method: str, path: str, data: Any) -> tuple[int, Any] | None:
+    """The discovery of an operator that serves the DGD's v1beta1 alone."""
+    if method == "GET" and path == "/apis/nvidia.com/v1alpha1":
+        return 404, {"kind": "Status", "code": 404, "reason": "NotFound"}
+    if method == "GET" and path == "/apis/nvidia.com/v1beta1":
+        dgd = {"name": "dynamographdeployments", "namespaced": True,
+               "kind": "DynamoGraphDeployment", "verbs": ["create"]}  # fmt: skip
+        return 200, {"kind": "APIResourceList", "groupVersion": "nvidia.com/v1beta1",
+                     "resources": [dgd]}  # fmt: skip
+    return None
+
+
 @pytest.mark.parametrize("mode", ["agg", "disagg"])
-@pytest.mark.parametrize("kube", [{}, {"cache_pvc": "hf-cache"}], ids=["emptydir", "pvc"])
+@pytest.mark.parametrize(
+    ("kube", "served"),
+    [({}, False), ({"cache_pvc": "hf-cache"}, False), ({"dynamo_api": "v1beta1"}, False),
+     ({"cache_pvc": "hf-cache"}, True)],
+    ids=["emptydir", "pvc", "v1beta1-forced", "v1beta1-served"],
+)  # fmt: skip
 def test_dynamo_comes_up_as_its_images_user_and_scrapes_every_worker(
-    cluster: FakeCluster, mode: str, kube: dict[str, Any]
+    cluster: FakeCluster, mode: str, kube: dict[str, Any], served: bool
 ) -> None:
+    if served:  # an operator that serves v1beta1 alone: the runtime writes that one
+        cluster.answer_with(serves_v1beta1)
+    version = "v1beta1" if served or kube.get("dynamo_api") else "v1alpha1"
     with BehavingDynamo(cluster, NS) as operator:
         handle = launch(dynamo(mode, **kube), poll_s=0.1)
         try:
+            # The version the cluster serves (or the one forced) is the one applied.
+            assert [d["apiVersion"] for d in cluster.dgds(NS)] == [f"nvidia.com/{version}"]
             # Dynamo's images run as uid 1000: the cache is theirs to write.
             assert operator.exits == []
             # Every worker is scraped, prefill and decode ones too.
             assert len(handle.metrics_urls) == (1 if mode == "agg" else 2)
             assert first_token(handle.base_url)
+            # The pods carry the scheduler's queue label, the operator's labels kept.
+            for pod in cluster.pods(NS):
+                labels = pod["metadata"]["labels"]
+                assert labels["kai.scheduler/queue"] == "team-a", pod["metadata"]["name"]
+                assert labels["nvidia.com/dynamo-graph-deployment-name"]
         finally:
             handle.stop()
     nothing_left(cluster)

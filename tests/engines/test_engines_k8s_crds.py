@@ -34,9 +34,15 @@ def layout(name: str, table: dict[str, Any]) -> Any:
     return layout_of(plan, settings_of(plan.config), names_for(plan.config), "bench")
 
 
-def dgd(**options: Any) -> dict[str, Any]:
+DGD_BETA = "nvidia.com_dynamographdeployments_v1beta1.yaml"
+#: Each version's schema extract.
+DGD_SCHEMAS = {"v1alpha1": DGD, "v1beta1": DGD_BETA}
+
+
+def dgd(version: str | None = None, **options: Any) -> dict[str, Any]:
+    kube = {**KUBE, "dynamo_api": version} if version else KUBE
     lay = layout("dynamo", {"model": "Qwen/Qwen3-0.6B", "tensor_parallel_size": 2,
-                            "kubernetes": KUBE, "options": options})  # fmt: skip
+                            "kubernetes": kube, "options": options})  # fmt: skip
     (obj,) = lay.objects
     return dict(obj)
 
@@ -48,11 +54,52 @@ def dgd(**options: Any) -> dict[str, Any]:
      {"worker": "trtllm", "workers": 2}],
     ids=["agg", "disagg", "disagg-kv", "sglang-disagg-kv", "mocker", "trtllm-agg"],
 )  # fmt: skip
-def test_the_dgd_is_valid_against_dynamos_crd(options: dict[str, Any]) -> None:
-    obj = dgd(**options)
-    assert errors(obj, DGD) == []
-    assert obj["apiVersion"] == "nvidia.com/v1alpha1"
+@pytest.mark.parametrize("version", ["v1alpha1", "v1beta1"])
+def test_the_dgd_is_valid_against_dynamos_crd(options: dict[str, Any], version: str) -> None:
+    obj = dgd(version, **options)
+    assert errors(obj, DGD_SCHEMAS[version]) == []
+    assert obj["apiVersion"] == f"nvidia.com/{version}"
     assert obj["metadata"]["labels"][MANAGED_BY] == "pytest-llmslo"
+    # Each version's schema refuses the other's shape.
+    other = DGD_BETA if version == "v1alpha1" else DGD
+    assert errors(obj, other) != []
+
+
+def test_render_without_a_cluster_writes_v1alpha1() -> None:
+    assert dgd()["apiVersion"] == "nvidia.com/v1alpha1"
+
+
+def test_the_v1beta1_dgd_carries_what_the_v1alpha1_one_does() -> None:
+    alpha = dgd("v1alpha1", mode="disagg", prefill_workers=2, router_mode="kv")
+    beta = dgd("v1beta1", mode="disagg", prefill_workers=2, router_mode="kv")
+    assert beta["spec"]["env"] == alpha["spec"]["envs"]
+    assert beta["spec"]["backendFramework"] == "vllm"
+    services = alpha["spec"]["services"]
+    components = {c["name"]: c for c in beta["spec"]["components"]}
+    assert sorted(components) == sorted(services)
+    # prefill and decode are component types of their own in v1beta1.
+    assert {n: c["type"] for n, c in components.items()} == {
+        "Frontend": "frontend",
+        "VllmPrefillWorker": "prefill",
+        "VllmDecodeWorker": "decode",
+    }
+    assert components["VllmPrefillWorker"]["replicas"] == 2
+    for name, component in components.items():
+        extra = dict(services[name]["extraPodSpec"])
+        main_alpha = extra.pop("mainContainer")
+        spec = dict(component["podTemplate"]["spec"])
+        (main,) = spec.pop("containers")
+        assert spec == extra  # the pod's settings: volumes, node selector, ...
+        assert main["name"] == "main"
+        assert main["args"] == main_alpha["args"] and main["image"] == main_alpha["image"]
+        gpus = main.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+        assert gpus == ("2" if name != "Frontend" else None)
+
+
+def test_a_dgd_version_the_runtime_does_not_write_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"kubernetes.dynamo_api='v2' is not valid. "
+                       r"Valid versions: v1alpha1, v1beta1"):  # fmt: skip
+        dgd("v2")
 
 
 def test_aggregated_and_disaggregated_services() -> None:
@@ -103,6 +150,13 @@ def test_the_dgd_layout_reads_the_operators_objects() -> None:
     assert lay.metrics[0].port == 9090
     assert lay.scale_patch(3) == {"spec": {"services": {"VllmWorker": {"replicas": 3}}}}
     assert lay.ready_object is lay.objects[0]
+    # v1beta1's components are a list: a merge patch replaces it whole.
+    beta = layout("dynamo", {"model": "m", "options": {"workers": 2},
+                             "kubernetes": {"dynamo_api": "v1beta1"}})  # fmt: skip
+    patched = beta.scale_patch(3)["spec"]["components"]
+    assert [c["name"] for c in patched] == ["Frontend", "VllmWorker"]
+    assert [c["replicas"] for c in patched] == [1, 3]
+    assert beta.objects[0]["spec"]["components"][1]["replicas"] == 2  # not changed in place
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])

@@ -6,6 +6,7 @@ names the key."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,16 +142,38 @@ def test_gang_scheduling(nodes: int) -> None:
         assert template["metadata"]["annotations"] == {"scheduling.volcano.sh/queue-name": "team-a"}
 
 
-def test_dynamo_takes_the_queue_and_scheduler_not_pod_labels() -> None:
-    table = {"kind": "dynamo", "model": "Qwen/Qwen3-0.6B", "options": {"worker": "vllm"}}
-    (_, dgd) = rendered({**table, "kubernetes": {"namespace": "bench", "queue_name": "q",
-                                                  "scheduler_name": "kai-scheduler"}})  # fmt: skip
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_dynamo_takes_the_queue_scheduler_and_pod_metadata(mode: str) -> None:
+    table = {"kind": "dynamo", "model": "Qwen/Qwen3-0.6B",
+             "options": {"worker": "vllm", "mode": mode}}  # fmt: skip
+    kube = {
+        "namespace": "bench",
+        "queue_name": "q",
+        "scheduler_name": "kai-scheduler",
+        "pod_labels": GANG["pod_labels"],
+        "pod_annotations": GANG["pod_annotations"],
+    }
+    (_, dgd) = rendered({**table, "kubernetes": kube})
     assert errors(dgd, DGD) == []
     assert dgd["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
     for service in dgd["spec"]["services"].values():
         assert service["extraPodSpec"]["schedulerName"] == "kai-scheduler"
-    with pytest.raises(ConfigError, match="pod_labels and pod_annotations are not written"):
-        rendered({**table, "kubernetes": {"pod_labels": {"a": "b"}}})
+        # The operator copies extraPodMetadata onto each service's pods.
+        assert service["extraPodMetadata"] == {"labels": GANG["pod_labels"],
+                                               "annotations": GANG["pod_annotations"]}  # fmt: skip
+    # v1beta1: the podTemplate's own metadata, and its spec the pod settings.
+    (_, beta) = rendered({**table, "kubernetes": {**kube, "dynamo_api": "v1beta1"}})
+    assert errors(beta, "nvidia.com_dynamographdeployments_v1beta1.yaml") == []
+    for component in beta["spec"]["components"]:
+        template = component["podTemplate"]
+        assert template["metadata"] == {"labels": GANG["pod_labels"],
+                                        "annotations": GANG["pod_annotations"]}  # fmt: skip
+        assert template["spec"]["schedulerName"] == "kai-scheduler"
+    # The operator's own labels, which the runtime's selectors read, are not the user's.
+    with pytest.raises(ConfigError, match=r"nvidia\.com/dynamo-component-type are the runtime"):
+        rendered(
+            {**table, "kubernetes": {"pod_labels": {"nvidia.com/dynamo-component-type": "worker"}}}
+        )
 
 
 @pytest.mark.parametrize(
@@ -188,3 +211,33 @@ def test_a_bad_pod_setting_names_the_key(kube: dict[str, Any], message: str) -> 
     with pytest.raises(ConfigError, match=message):
         load_engine_configs({"e": {"kind": "vllm", "runtime": "kubernetes", "model": "m",
                                    "kubernetes": kube}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("engine", "scheduler", "labels", "annotations"),
+    [
+        # volcano-sh/apis scheduling/v1beta1 QueueNameAnnotationKey: an annotation.
+        ("llama70b-volcano", "volcano", {}, {"scheduling.volcano.sh/queue-name": "team-a"}),
+        # NVIDIA/KAI-Scheduler constants DefaultQueueLabel: a label.
+        ("llama70b-kai", "kai-scheduler", {"kai.scheduler/queue": "team-a"}, {}),
+    ],
+)  # fmt: skip
+def test_the_docs_gang_examples_put_each_schedulers_names_on_every_pod(
+    tmp_path: Path, engine: str, scheduler: str, labels: dict[str, str],
+    annotations: dict[str, str],
+) -> None:  # fmt: skip
+    import re
+
+    doc = (Path(__file__).parents[2] / "docs" / "engines.md").read_text()
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", doc, re.S) if engine in b]
+    path = tmp_path / "engines.toml"
+    path.write_text(block)
+    objects = manifests(plan_engine(load_engine_configs(path)[engine]))
+    (lws,) = [o for o in objects if o["kind"] == "LeaderWorkerSet"]
+    assert errors(lws, LWS) == []
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    for template in (tmpl["leaderTemplate"], tmpl["workerTemplate"]):
+        assert template["spec"]["schedulerName"] == scheduler
+        meta = template["metadata"]
+        assert labels.items() <= meta["labels"].items()
+        assert meta.get("annotations", {}) == annotations

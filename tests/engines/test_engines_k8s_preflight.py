@@ -172,3 +172,50 @@ def test_the_command_line(
     assert "missing  Secret hf-token: not found" in out
     assert "missing  Secret ngc-pull: not found" in out
     assert main(["check", "--engine", "nope", "--engines-file", str(engines)]) == 2
+
+
+DYNAMO = f"""
+[engines.dyn]
+kind = "dynamo"
+runtime = "kubernetes"
+model = "Qwen/Qwen3-0.6B"
+options = {{ worker = "vllm", mode = "disagg" }}
+
+[engines.dyn.kubernetes]
+namespace = "{NS}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("served", "line"),
+    [
+        (("v1alpha1", "v1beta1"), "ok       DynamoGraphDeployment (nvidia.com/v1alpha1) served"),
+        (("v1alpha1",), "ok       DynamoGraphDeployment (nvidia.com/v1alpha1) served"),
+        (("v1beta1",), "ok       DynamoGraphDeployment (nvidia.com/v1beta1) served"),
+        ((), "missing  DynamoGraphDeployment (nvidia.com/v1alpha1) served: no such API"),
+    ],
+    ids=["both", "v1alpha1-only", "v1beta1-only", "no-operator"],
+)  # fmt: skip
+def test_dynamo_is_checked_in_the_version_the_cluster_serves(
+    cluster: FakeCluster, tmp_path: Path, served: tuple[str, ...], line: str
+) -> None:
+    base = answers(Has())
+
+    def answer(method: str, path: str, data: Any) -> tuple[int, Any] | None:
+        if method == "GET" and path.startswith("/apis/nvidia.com/"):
+            version = path.removeprefix("/apis/nvidia.com/")
+            if version not in served:
+                return 404, {"kind": "Status", "code": 404}
+            dgd = {"name": "dynamographdeployments", "kind": "DynamoGraphDeployment"}
+            return 200, {"resources": [dgd]}
+        found: tuple[int, Any] | None = base(method, path, data)
+        return found
+
+    cluster.answer_with(answer)
+    engines = tmp_path / "engines.toml"
+    engines.write_text(DYNAMO)
+    out = io.StringIO()
+    code = check_engine(load_engine_configs(engines)["dyn"], out)
+    text = out.getvalue()
+    assert any(ln.startswith(line) for ln in text.splitlines()), text
+    assert code == (1 if not served else 0), text

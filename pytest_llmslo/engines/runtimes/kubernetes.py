@@ -38,7 +38,7 @@ from ..base import EngineConfig
 from ..plan import LaunchPlan
 from ..units import ImageUnit
 from .base import Started, StartedUnit
-from .k8s import dgd, failures, phases
+from .k8s import dgd, dgd_versions, failures, phases
 from .k8s import session as k8s_session
 from .k8s.apply import apply, delete, get, merge_patch, reason_of, request
 from .k8s.client import Cluster, cluster, json_of, kubernetes_module
@@ -421,6 +421,8 @@ def start_engine_objects(plan: LaunchPlan) -> KubeEngine:
     by it; on a failure delete what was applied and raise ``EngineStartError``."""
     settings = settings_of(plan.config)
     where = cluster(settings)
+    if plan.config.kind == "dynamo":
+        settings = dgd_versions.resolved(settings, where)
     names = _next_names(plan.config)
     layout = layout_of(plan, settings, names, where.namespace)
     try:

@@ -1,7 +1,6 @@
-"""Dynamo in a cluster: one ``DynamoGraphDeployment`` (``nvidia.com/v1alpha1``, the
-version Dynamo 1.6.1's operator serves and its ``examples/backends/*/deploy/*.yaml``
-use), which the Dynamo operator turns into the frontend's and the workers' Deployments
-and Services.
+"""Dynamo in a cluster: one ``DynamoGraphDeployment``, written as ``nvidia.com/v1alpha1``
+and converted into ``v1beta1`` where the cluster serves it (``dgd_versions``), which the
+Dynamo operator turns into the frontend's and the workers' Deployments and Services.
 
 - aggregated (``options.mode = "agg"``): ``Frontend`` and one worker service with
   ``options.workers`` replicas;
@@ -47,6 +46,7 @@ from ....errors import ConfigError
 from ....redact import is_secret_name
 from ...base import EngineConfig
 from ...plan import LaunchPlan
+from .dgd_versions import V1BETA1, scale_patch, to_v1beta1
 from .layout import Layout, Metrics, selector_text
 from .manifests import HF_HOME, Names, _cache_volume, labels, placement
 from .pod_settings import apply_to_container, apply_to_pod
@@ -149,6 +149,18 @@ def _pod(image: str, args: list[str], settings: KubeSettings) -> dict[str, Any]:
     return out
 
 
+def pod_metadata(settings: KubeSettings) -> dict[str, Any]:
+    """The pods' extra labels and annotations (``pod_labels``, ``pod_annotations``), as
+    the operator takes them: ``extraPodMetadata`` of each service (v1alpha1), the
+    ``podTemplate``'s metadata (v1beta1); empty when neither is set."""
+    out: dict[str, Any] = {}
+    if settings.pod.pod_labels:
+        out["labels"] = dict(settings.pod.pod_labels)
+    if settings.pod.pod_annotations:
+        out["annotations"] = dict(settings.pod.pod_annotations)
+    return out
+
+
 def _worker_service(
     config: EngineConfig, worker: str, role: str, replicas: int, image: str,
     settings: KubeSettings,
@@ -179,12 +191,6 @@ def dgd_object(
     """The DynamoGraphDeployment of ``plan`` (a dynamo engine)."""
     dynamo = _dynamo()
     config = plan.config
-    if settings.pod.pod_labels or settings.pod.pod_annotations:
-        raise ConfigError(
-            f"engine {config.display_name!r}: kubernetes.pod_labels and pod_annotations are "
-            "not written into a DynamoGraphDeployment (the operator makes its pods): set "
-            "them in the operator's configuration, or use kind manifests"
-        )
     worker = dynamo._opt(config, "worker", "vllm", dynamo.WORKERS)
     image = config.image or dynamo.IMAGES[worker]
     frontend = dynamo.frontend_argv(config, "0.0.0.0", FRONTEND_PORT)
@@ -198,6 +204,10 @@ def dgd_object(
     names = _service_names(worker)
     for role, replicas in _pools(config).items():
         services[names[role]] = _worker_service(config, worker, role, replicas, image, settings)
+    metadata = pod_metadata(settings)
+    if metadata:
+        for service in services.values():
+            service["extraPodMetadata"] = metadata
     spec: dict[str, Any] = {"envs": _envs(config, settings), "services": services}
     framework = FRAMEWORKS[worker]
     if framework:
@@ -221,13 +231,16 @@ def worker_selector(name: str) -> str:
 
 
 def dgd_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace: str) -> Layout:
-    """The DGD and how to read it (``layout.Layout``)."""
+    """The DGD, in the version ``settings.dynamo_api`` names (``v1alpha1`` when unset),
+    and how to read it (``layout.Layout``)."""
     dynamo = _dynamo()
     obj = dgd_object(plan, settings, names.base, namespace)
     pods = {LABEL_DGD: names.base}
     services = obj["spec"]["services"]
     pools = _pools(plan.config)
     scaled = _service_names(dynamo._opt(plan.config, "worker", "vllm", dynamo.WORKERS))["agg"]
+    if settings.dynamo_api == V1BETA1:
+        obj = to_v1beta1(obj)
 
     def scale(replicas: int) -> dict[str, Any]:
         if scaled not in services:
@@ -235,7 +248,7 @@ def dgd_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace
                 f"engine {plan.config.display_name!r}: a disaggregated Dynamo is scaled by "
                 "its prefill_workers and decode_workers options, not while it runs"
             )
-        return {"spec": {"services": {scaled: {"replicas": replicas}}}}
+        return scale_patch(obj, scaled, replicas)
 
     return Layout(
         objects=[obj],

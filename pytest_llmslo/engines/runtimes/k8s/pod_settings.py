@@ -63,8 +63,11 @@ POD_KEYS: Mapping[str, str] = {
 
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-#: Label prefixes that are the runtime's (or LWS's) and may not be set by pod_labels.
-OWN_LABELS = ("llmslo.io/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/")
+#: Label prefixes that are the runtime's (or LWS's, or the Dynamo operator's, which its
+#: selectors read) and may not be set by pod_labels.
+OWN_LABELS = (
+    "llmslo.io/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/", "nvidia.com/dynamo-",
+)  # fmt: skip
 GPU_RESOURCE = "nvidia.com/gpu"
 SECURITY_KEYS: Mapping[str, type] = {
     "runAsUser": int, "runAsGroup": int, "runAsNonRoot": bool, "fsGroup": int,

@@ -29,6 +29,7 @@ from ....errors import ConfigError
 from ...base import EngineConfig
 from ...plan import LaunchPlan
 from .client import Cluster, cluster, json_of, kubernetes_module
+from .dgd_versions import resolved
 from .manifests import GPU_RESOURCE, names_for
 from .objects import layout_of
 from .role import RULES
@@ -197,6 +198,8 @@ def preflight(plan: LaunchPlan) -> list[Finding]:
     """What the cluster of ``plan``'s ``kubernetes`` table lacks to start it."""
     settings = settings_of(plan.config)
     where = cluster(settings)
+    if plan.config.kind == "dynamo":
+        settings = resolved(settings, where)
     layout = layout_of(plan, settings, names_for(plan.config), where.namespace)
     objects = layout.objects
     bad, _ = _read(f"namespace {where.namespace}", lambda: where.core.read_namespace(

@@ -37,6 +37,8 @@ ACCESS_PATHS: tuple[str, ...] = ("service", "port-forward")
 
 TOLERATION_KEYS: tuple[str, ...] = ("key", "operator", "value", "effect", "tolerationSeconds")
 TOLERATION_OPERATORS: tuple[str, ...] = ("Exists", "Equal")
+#: The DynamoGraphDeployment versions the runtime writes (``dgd_versions``).
+DYNAMO_APIS: tuple[str, ...] = ("v1alpha1", "v1beta1")
 TOLERATION_EFFECTS: tuple[str, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 #: The keys of the ``kubernetes`` table, with their help.
@@ -65,6 +67,8 @@ KUBERNETES_KEYS: Mapping[str, str] = {
     "whose port the harness reaches the engine at",
     "reap_after_s": "seconds: before the first engine in a namespace, delete what sessions "
     "older than this left there (their ConfigMap, and all it owns); unset: never",
+    "dynamo_api": "kind dynamo: the DynamoGraphDeployment's version, 'v1alpha1' or 'v1beta1' "
+    "(default: v1alpha1 where the cluster serves it, else v1beta1; llmslo render: v1alpha1)",
     **POD_KEYS,
 }
 
@@ -90,6 +94,7 @@ class KubeSettings:
     manifests: str | None = None
     service: str | None = None
     ssh_secret: str | None = None
+    dynamo_api: str | None = None
     pod: PodSettings = field(default_factory=PodSettings)
 
     def access_path(self) -> str:
@@ -188,6 +193,12 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
         raise ConfigError(f"{where}: kubernetes.reap_after_s={reap!r} is not valid: seconds")
     if reap is not None and reap <= 0:
         raise ConfigError(f"{where}: kubernetes.reap_after_s={reap!r} is not valid: must be > 0")
+    dynamo_api = _str(table, "dynamo_api", where)
+    if dynamo_api is not None and dynamo_api not in DYNAMO_APIS:
+        raise ConfigError(
+            f"{where}: kubernetes.dynamo_api={dynamo_api!r} is not valid. "
+            f"Valid versions: {', '.join(DYNAMO_APIS)} (unset: the one the cluster serves)"
+        )
     nodes = table.get("nodes", 1)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"{where}: kubernetes.nodes={nodes!r} is not valid: an integer >= 1")
@@ -196,6 +207,7 @@ def kube_settings(table: Mapping[str, Any], where: str = "config") -> KubeSettin
         manifests=_str(table, "manifests", where),
         service=_str(table, "service", where),
         ssh_secret=_str(table, "ssh_secret", where),
+        dynamo_api=dynamo_api,
         namespace=_str(table, "namespace", where),
         kubeconfig=_str(table, "kubeconfig", where),
         context=_str(table, "context", where),
