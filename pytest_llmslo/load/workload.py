@@ -53,6 +53,12 @@ prompt has as many words (with a tokenizer, exactly as many tokens) as the unsal
 Shared prefixes and trace blocks take the salt too, so they are still shared within a
 session and no longer across sessions with other salts. Dataset prompts are the dataset's
 text and take no salt. An empty salt gives the prompts of the seed alone.
+
+Eval items (``eval_task``, ``eval_share``): a share of a single-turn synthetic or
+shared-prefix workload's requests carry a built-in eval item (``evals.tasks``) in place of
+their prompt, chosen by the seed and the index, so they are sent with the level's arrivals
+at its load; their answers are scored as the level's records are decoded
+(``WorkloadSpec.answer_book``).
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ from ..choices import (
 )
 from ..choices import LengthDistribution as Distribution
 from ..errors import WorkloadError
+from ..evals import EVAL_TASKS, AnswerBook, EvalTask, is_eval_index, make_item
 from .traces import Trace, json_lines, read_trace
 
 #: Kinds whose prompts are built here from words (so a calibration can fit them).
@@ -139,8 +146,13 @@ class WorkloadSpec:
     think_distribution: ThinkDistribution = "fixed"
     history_turns: int = 0
     salt: str = ""
+    #: Eval items inside the traffic (``evals``): the task (None for none) and the share of
+    #: the requests that carry one (1: every request).
+    eval_task: EvalTask | None = None
+    eval_share: float = 1.0
 
     def __post_init__(self) -> None:
+        self._check_eval()
         if self.kind not in WORKLOAD_KINDS:
             raise WorkloadError(
                 f"{self.kind!r} is not a valid workload kind. "
@@ -182,6 +194,27 @@ class WorkloadSpec:
                 raise WorkloadError(
                     f"shared_prefix needs prefix_len < isl, got {self.prefix_len} >= {self.isl}"
                 )
+
+    def _check_eval(self) -> None:
+        if self.eval_task is None:
+            return
+        if self.eval_task not in EVAL_TASKS:
+            raise WorkloadError(
+                f"{self.eval_task!r} is not an eval task. Valid tasks: {', '.join(EVAL_TASKS)}."
+            )
+        if not 0.0 < self.eval_share <= 1.0:
+            raise WorkloadError(f"eval share must be in (0, 1], got {self.eval_share!r}")
+        if self.kind not in ("synthetic", "shared_prefix") or self.turns > 1:
+            raise WorkloadError(
+                "eval items travel in single-turn synthetic or shared-prefix workloads, not "
+                f"{self.kind!r} with {self.turns} turn(s)"
+            )
+
+    def answer_book(self) -> AnswerBook | None:
+        """Where a level's eval answers are scored (None: the workload has no eval)."""
+        if self.eval_task is None:
+            return None
+        return AnswerBook(self.eval_task, self.seed, self.eval_share, self.isl)
 
     @property
     def needs_calibration(self) -> bool:
@@ -570,6 +603,9 @@ class PromptSource:
         spec = self.spec
         if self.trace is not None:
             return self._trace_prompt(i)
+        if spec.eval_task is not None and is_eval_index(spec.seed, i, spec.eval_share):
+            item = make_item(spec.eval_task, spec.seed, i, spec.isl)
+            return Prompt(item.prompt, item.words, item.max_tokens)
         tok = self._tok
         lm = self.lm
         rng = np.random.default_rng([spec.seed, i])

@@ -18,6 +18,7 @@ from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .baseline import compare_with_baseline
 from .level import inconclusive, measure_level, point_notes
+from .quality import quality_gate, record_quality
 from .state import Session, TestContext, primary
 
 if TYPE_CHECKING:
@@ -262,6 +263,7 @@ def after_test(state: Session, node: str, ctx: TestContext, *, body_error: bool 
         return
     try:
         configured_gate(state, ctx)
+        quality_gate(state, ctx)
     finally:
         extend_safely(state, node, ctx)
     compare_with_baseline(state, ctx)
@@ -311,6 +313,7 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
     state.current = ctx
     slo.bind_startup(lambda: (ctx.engine, state.engine_meta.get(ctx.engine, {}).get("cold_start")))
     slo.bind_recovery(ctx.recoveries.append)
+    slo.bind_quality(lambda verdict: record_quality(state, ctx, verdict))
     try:
         try:
             result = yield
@@ -324,6 +327,7 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
         state.current = None
         slo.bind_startup(None)
         slo.bind_recovery(None)
+        slo.bind_quality(None)
         state.report_levels(ctx)
 
 

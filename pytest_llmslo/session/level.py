@@ -555,6 +555,7 @@ def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ())
         scale_up=run.meta.get("scale_up"),
         faults=run.meta.get("faults"),
         series=run.meta.get("series"),
+        quality=run.meta.get("quality"),
     )
     return state.add_point(task.ctx, run, point)
 

@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 
 from .cluster import Cluster, Pool, Topology, topology_from_mapping
 from .costmodel import CostModel, Gpu, ModelSpec
+from .quality import QualityModel, quality_from_mapping
 from .scheduler import SchedulerConfig
 
 _T = TypeVar("_T")
@@ -233,6 +234,8 @@ class Profile:
     max_model_len: int = 8192
     num_blocks: int | None = None
     topology: Topology = field(default_factory=Topology)
+    #: How its "model" answers eval items (``quality.py``).
+    quality: QualityModel = field(default_factory=QualityModel)
 
     def __post_init__(self) -> None:
         e = self.engine
@@ -312,6 +315,7 @@ class Profile:
             "num_blocks": self.kv_blocks(),
             "topology": self.topology.to_dict(),
             "gpus": self.gpus,
+            "quality": self.quality.to_dict(),
         }
 
 
@@ -419,7 +423,7 @@ def profile_from_mapping(d: Mapping[str, Any]) -> Profile:
     model = _part(d, "model", MODELS, base.model)
     engine = _part(d, "engine", ENGINES, base.engine)
     known = {"base", "gpu", "model", "engine", "name", "description", "tp", "max_model_len"}
-    known |= {"num_blocks", "topology"}
+    known |= {"num_blocks", "topology", "quality"}
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValueError(f"unknown profile key(s) {unknown}; valid: {sorted(known)}")
@@ -435,4 +439,7 @@ def profile_from_mapping(d: Mapping[str, Any]) -> Profile:
         topology=topology_from_mapping(d["topology"], base.topology)
         if "topology" in d
         else base.topology,
+        quality=(
+            quality_from_mapping(d["quality"], base.quality) if "quality" in d else base.quality
+        ),
     )

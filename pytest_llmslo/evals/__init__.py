@@ -1,0 +1,37 @@
+"""Eval items that travel inside a level's traffic, and the scoring of their answers.
+
+``tasks`` builds seeded items with exact answers (no download): multi-digit arithmetic and
+the retrieval of a key planted at a chosen depth of a long context. ``answers`` collects
+the answers a level's eval requests streamed, scores them and keeps a digest of each, so
+a level's accuracy is measured at the load it was gated at (``slo.quality`` judges it).
+"""
+
+from __future__ import annotations
+
+from .answers import ANSWER_CHARS, SAMPLE_ANSWERS, AnswerBook, digest, first_integer
+from .tasks import (
+    EVAL_TASKS,
+    EvalChoice,
+    EvalItem,
+    EvalTask,
+    is_eval_index,
+    make_item,
+    parse_eval,
+    solve,
+)
+
+__all__ = [
+    "ANSWER_CHARS",
+    "EVAL_TASKS",
+    "SAMPLE_ANSWERS",
+    "AnswerBook",
+    "EvalChoice",
+    "EvalItem",
+    "EvalTask",
+    "digest",
+    "first_integer",
+    "is_eval_index",
+    "make_item",
+    "parse_eval",
+    "solve",
+]

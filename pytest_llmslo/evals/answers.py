@@ -1,0 +1,110 @@
+"""A level's eval answers: scored as they are decoded, kept as digests.
+
+``AnswerBook`` sits beside the backlog that decodes a level's records: for each measured
+request that carried an eval item (``tasks.is_eval_index``) it takes the text the stream
+delivered (a failed request has none, and is wrong: failures are never green), rebuilds the
+item from the seed and the index, and keeps one row per item: its index, whether the answer
+was right, and a digest of the answer (``digest``: the text with its whitespace folded,
+hashed), so two runs can be compared answer by answer without keeping the texts. The text of
+the first ``SAMPLE_ANSWERS`` answers is kept too, cut to ``SAMPLE_CHARS``, for the reports.
+
+An answer is read up to ``ANSWER_CHARS`` characters (a reply is bytes from an endpoint: it
+is bounded, and only ever compared, never run). The built-in tasks' answers are integers;
+``first_integer`` reads the first one of the reply, so ``"The answer is 5759."`` scores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tasks import EvalItem, EvalTask, is_eval_index, make_item
+
+__all__ = ["ANSWER_CHARS", "SAMPLE_ANSWERS", "AnswerBook", "digest", "first_integer"]
+
+ANSWER_CHARS = 4096
+SAMPLE_ANSWERS = 20
+SAMPLE_CHARS = 200
+
+_INT_RE = re.compile(r"-?\d[\d,]*")
+_SPACE_RE = re.compile(r"\s+")
+
+
+def first_integer(text: str) -> str | None:
+    """The first integer of ``text`` (thousands separators dropped), or None."""
+    m = _INT_RE.search(text[:ANSWER_CHARS])
+    return None if m is None else m.group(0).replace(",", "")
+
+
+def digest(text: str | None) -> str:
+    """A short digest of an answer: its whitespace folded, hashed (``-`` for no answer)."""
+    if text is None:
+        return "-"
+    folded = _SPACE_RE.sub(" ", text[:ANSWER_CHARS]).strip()
+    return hashlib.blake2b(folded.encode(), digest_size=8).hexdigest()
+
+
+@dataclass
+class AnswerBook:
+    """The eval answers of one level (see the module docstring)."""
+
+    task: EvalTask
+    seed: int
+    share: float
+    context_words: int = 512
+    rows: dict[int, tuple[bool, str]] = field(default_factory=dict)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    failed: int = 0
+
+    def wants(self, index: int) -> bool:
+        return is_eval_index(self.seed, index, self.share)
+
+    def item(self, index: int) -> EvalItem:
+        return make_item(self.task, self.seed, index, self.context_words)
+
+    def add(self, index: int, text: str | None) -> bool:
+        """Score the answer of item ``index`` (None: the request failed); True if right."""
+        item = self.item(index)
+        if text is not None:
+            text = text[:ANSWER_CHARS]
+        right = text is not None and first_integer(text) == item.answer
+        if text is None:
+            self.failed += 1
+        self.rows[index] = (right, digest(text))
+        if len(self.samples) < SAMPLE_ANSWERS:
+            self.samples.append(
+                {
+                    "index": index,
+                    "expected": item.answer,
+                    "answer": None if text is None else text[:SAMPLE_CHARS],
+                    "correct": right,
+                }
+            )
+        return right
+
+    @property
+    def correct(self) -> int:
+        return sum(1 for right, _ in self.rows.values() if right)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the run keeps (``Run.meta["quality"]``): counts, one row per item
+        (``[index, 1 or 0, digest]``, by index) and the sample answers."""
+        return {
+            "task": self.task,
+            "seed": self.seed,
+            "share": self.share,
+            "items": len(self.rows),
+            "correct": self.correct,
+            "failed": self.failed,
+            "answers": [[i, int(r), d] for i, (r, d) in sorted(self.rows.items())],
+            "samples": sorted(self.samples, key=lambda s: int(s["index"])),
+        }
+
+    def merge(self, other: AnswerBook) -> None:
+        """Take the answers of another book of the same level (another worker's)."""
+        self.rows.update(other.rows)
+        self.failed += other.failed
+        room = SAMPLE_ANSWERS - len(self.samples)
+        self.samples.extend(other.samples[: max(room, 0)])

@@ -1,0 +1,181 @@
+"""Built-in eval tasks: seeded items with exact answers, built with no download.
+
+- ``arithmetic``: ``Calculate 4821 + 937.`` with a sum, a difference or a product of
+  multi-digit numbers; the answer is the integer.
+- ``retrieval``: a long context of filler words with one sentence ``The key of the red fox
+  is 482913.`` planted at a depth drawn per item (0: the start, 1: the end), then the
+  question; the answer is the key. The context is ``context_words`` words long (the
+  workload's ``isl``), so a level's eval items load the engine's prefill as its other
+  requests do.
+
+Item ``i`` of a seed depends on the seed and ``i`` alone (like the workload's prompts), so
+a run's answers can be scored after it by rebuilding the items, and a later run against a
+bumped engine asks the very same questions. Both answers are integers: the scorer reads the
+first integer of the reply (``answers.first_integer``), which tolerates an engine that
+says more than the number.
+
+Which requests of a level are eval items: ``is_eval_index`` draws it from the seed and the
+index, so a share of 0.2 puts about one request in five through the eval, spread over the
+level's arrivals, and every request with a share of 1.
+
+``solve`` is what the sim engine's "model" does: it reads an item back from a prompt and
+returns the right answer (None for a prompt that is no eval item); the sim's error model
+then decides whether it says it. A real engine sees a plain prompt.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "EVAL_TASKS",
+    "EvalChoice",
+    "EvalItem",
+    "EvalTask",
+    "is_eval_index",
+    "make_item",
+    "parse_eval",
+    "solve",
+]
+
+EvalTask = Literal["arithmetic", "retrieval"]
+EVAL_TASKS: tuple[EvalTask, ...] = ("arithmetic", "retrieval")
+
+#: Output tokens an eval request asks for: enough for the number and a few words.
+ANSWER_TOKENS = 16
+#: Longest context a retrieval item builds, in words (a prompt is bounded whatever asked).
+MAX_CONTEXT_WORDS = 200_000
+
+_ITEM_STREAM = 0x5EED_E7A1
+_SHARE_STREAM = 0x5EED_5A4E
+_TAIL = " Reply with the number only."
+
+_COLOURS = "red blue green amber grey white black golden silver violet".split()
+_ANIMALS = "fox owl hare wolf crane otter lynx heron bison raven".split()
+_FILLER = (
+    "the river ran past the old mill where farmers brought grain each autumn and the "
+    "miller kept a ledger of every sack while children watched the wheel turn slowly in "
+    "the cold water and merchants argued about prices on the bridge until the evening "
+    "bells rang across the valley"
+).split()
+
+_ARITH_RE = re.compile(r"Calculate (\d{1,12}) ([+\-*]) (\d{1,12})\." + re.escape(_TAIL))
+_QUESTION_RE = re.compile(r"What is the key of the (\w{1,20} \w{1,20})\?" + re.escape(_TAIL))
+
+
+@dataclass(frozen=True, slots=True)
+class EvalItem:
+    """One eval question: its task, index in the level's sequence, the prompt sent, the
+    exact answer, the output tokens it asks for and, for retrieval, the depth of the key."""
+
+    task: EvalTask
+    index: int
+    prompt: str
+    answer: str
+    max_tokens: int = ANSWER_TOKENS
+    depth: float | None = None
+
+    @property
+    def words(self) -> int:
+        return len(self.prompt.split())
+
+
+class EvalChoice(NamedTuple):
+    """The eval a level carries: its task and the share of requests that carry an item."""
+
+    task: EvalTask
+    share: float = 1.0
+
+    def __str__(self) -> str:
+        return self.task if self.share >= 1.0 else f"{self.task}:{self.share:.0%}"
+
+
+def parse_eval(value: Any) -> EvalChoice | None:
+    """``arithmetic`` (every request), ``retrieval:20%`` or ``retrieval:0.2`` (that share of
+    them), ``none`` (no eval)."""
+    if value is None or isinstance(value, EvalChoice):
+        return value
+    text = str(value).strip().lower()
+    if text in ("", "none", "off"):
+        return None
+    task, _, share_text = text.partition(":")
+    if task not in EVAL_TASKS:
+        raise ValueError(
+            f"{task!r} is not an eval task. Valid: {', '.join(EVAL_TASKS)} (optionally with "
+            "the share of requests that carry an item: retrieval:20%), or none."
+        )
+    share = 1.0
+    if share_text:
+        pct = share_text.endswith("%")
+        try:
+            share = float(share_text.rstrip("%")) / (100.0 if pct else 1.0)
+        except ValueError:
+            share = -1.0
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"the eval share in {text!r} must be in (0, 1] (or 1% to 100%)")
+    return EvalChoice(task, share)  # type: ignore[arg-type]
+
+
+def is_eval_index(seed: int, index: int, share: float) -> bool:
+    """Whether request ``index`` of a level seeded ``seed`` carries an eval item."""
+    if share >= 1.0:
+        return True
+    if share <= 0.0:
+        return False
+    key = f"{_SHARE_STREAM}:{seed}:{index}".encode()
+    return zlib.crc32(key) / 2**32 < share
+
+
+def _arithmetic(rng: np.random.Generator, index: int) -> EvalItem:
+    op = ("+", "-", "*")[int(rng.integers(3))]
+    if op == "*":
+        a, b = int(rng.integers(12, 99)), int(rng.integers(101, 999))
+        value = a * b
+    else:
+        a, b = int(rng.integers(1000, 99_999)), int(rng.integers(100, 9_999))
+        value = a + b if op == "+" else a - b
+    return EvalItem("arithmetic", index, f"Calculate {a} {op} {b}.{_TAIL}", str(value))
+
+
+def _retrieval(rng: np.random.Generator, index: int, context_words: int) -> EvalItem:
+    name = f"{_COLOURS[int(rng.integers(len(_COLOURS)))]} {_ANIMALS[int(rng.integers(10))]}"
+    key = str(int(rng.integers(100_000, 999_999)))
+    n = max(8, min(context_words, MAX_CONTEXT_WORDS))
+    depth = float(rng.uniform(0.0, 1.0))
+    start = int(rng.integers(len(_FILLER)))
+    words = [_FILLER[(start + k) % len(_FILLER)] for k in range(n)]
+    at = round(depth * n)
+    fact = f"The key of the {name} is {key}."
+    text = " ".join([*words[:at], fact, *words[at:]])
+    prompt = f"{text}\nWhat is the key of the {name}?{_TAIL}"
+    return EvalItem("retrieval", index, prompt, key, depth=round(depth, 4))
+
+
+def make_item(task: EvalTask, seed: int, index: int, context_words: int = 512) -> EvalItem:
+    """Item ``index`` of ``task`` for ``seed`` (see the module docstring)."""
+    rng = np.random.default_rng([_ITEM_STREAM, seed & 0xFFFFFFFF, index])
+    if task == "arithmetic":
+        return _arithmetic(rng, index)
+    if task == "retrieval":
+        return _retrieval(rng, index, context_words)
+    raise ValueError(f"unknown eval task {task!r}; tasks: {', '.join(EVAL_TASKS)}")
+
+
+def solve(prompt: str) -> str | None:
+    """The right answer to an eval item read back from its prompt, or None when the prompt
+    is no eval item (what the sim engine's "model" knows)."""
+    tail = prompt[-200:]
+    m = _ARITH_RE.search(tail)
+    if m is not None:
+        a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+        return str(a + b if op == "+" else a - b if op == "-" else a * b)
+    q = _QUESTION_RE.search(tail)
+    if q is None:
+        return None
+    fact = re.search(r"The key of the " + re.escape(q.group(1)) + r" is (\d{1,12})\.", prompt)
+    return fact.group(1) if fact else None
