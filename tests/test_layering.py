@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 SESSION: tuple[tuple[str, ...], ...] = (
     ("factory", "constants", "scaleup", "faults"),
     ("state",),
-    ("engines", "baseline", "outputs", "level", "quality"),
+    ("engines", "baseline", "outputs", "level", "quality", "asked"),
     ("inputs", "judge", "summary"),
 )
 

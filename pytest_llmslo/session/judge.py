@@ -16,6 +16,7 @@ from pytest_llmslo.errors import ConfigError, EngineDiedError, Inconclusive, Loa
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
+from .asked import asked_workload_gate
 from .baseline import compare_with_baseline
 from .level import inconclusive, measure_level, point_notes
 from .quality import quality_gate, record_quality
@@ -262,6 +263,7 @@ def after_test(state: Session, node: str, ctx: TestContext, *, body_error: bool 
         extend_safely(state, node, ctx)
         return
     try:
+        asked_workload_gate(state, ctx)
         configured_gate(state, ctx)
         quality_gate(state, ctx)
     finally:

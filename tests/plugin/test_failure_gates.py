@@ -353,23 +353,32 @@ def test_results_that_cannot_be_written(slo_pytester, misbehaving) -> None:
     result.stdout.no_fnmatch_line("*results written to*")
 
 
-def test_a_server_ignoring_the_pinned_length_is_flagged(slo_pytester, misbehaving) -> None:
+def test_a_server_ignoring_the_pinned_length_is_inconclusive(slo_pytester, misbehaving) -> None:
     slo_pytester.makepyfile(test_chat=CHAT)
     result = slo_pytester.runpytest_subprocess(
         *args(misbehaving("short-output"), "--slo-json=r.json", "--junitxml=j.xml", "-v")
     )  # -v: the level's note under its row
-    result.assert_outcomes(passed=1)
+    # Another workload than asked gates nothing: not a pass, and the run exits non-zero.
+    result.assert_outcomes(failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
             "*test_chat.py*LlmSloWarning: llmslo external c4: 30 of 30 completed requests (100%) "
             "returned fewer tokens than the pinned output length, more than the 5% allowed*not "
             "comparable*",
             "*c4: 30 of 30 completed requests (100%) returned fewer tokens than the pinned*",
+            "*Inconclusive: inconclusive at c4: the engine answered another workload than the "
+            "one asked, so its numbers gate nothing: 30 of 30 completed requests*",
         ]
     )
     point = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]
     assert point["comparable"] is False and point["summary"]["short_outputs"] == 30
     assert 'name="llmslo.comparable" value="false"' in (slo_pytester.path / "j.xml").read_text()
+    # The opt-out is explicit: allow every output to be short.
+    result = slo_pytester.runpytest_subprocess(
+        *args(misbehaving("short-output"), "--max-short-outputs=100%")
+    )
+    result.assert_outcomes(passed=1)
 
 
 def test_client_health_is_in_the_json_and_junit(slo_pytester, misbehaving) -> None:
