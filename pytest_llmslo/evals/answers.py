@@ -6,7 +6,8 @@ delivered (a failed request has none, and is wrong: failures are never green), r
 item from the seed and the index, and keeps one row per item: its index, whether the answer
 was right, and a digest of the answer (``digest``: the text with its whitespace folded,
 hashed), so two runs can be compared answer by answer without keeping the texts. The text of
-the first ``SAMPLE_ANSWERS`` answers is kept too, cut to ``SAMPLE_CHARS``, for the reports.
+the ``SAMPLE_ANSWERS`` answers of the lowest indices is kept too, cut to ``SAMPLE_CHARS``,
+for the reports and to show where a changed answer diverges (``regression.answers``).
 
 An answer is read up to ``ANSWER_CHARS`` characters (a reply is bytes from an endpoint: it
 is bounded, and only ever compared, never run). The built-in tasks' answers are integers;
@@ -73,16 +74,25 @@ class AnswerBook:
         if text is None:
             self.failed += 1
         self.rows[index] = (right, digest(text))
-        if len(self.samples) < SAMPLE_ANSWERS:
-            self.samples.append(
-                {
-                    "index": index,
-                    "expected": item.answer,
-                    "answer": None if text is None else text[:SAMPLE_CHARS],
-                    "correct": right,
-                }
-            )
+        self._sample(
+            {
+                "index": index,
+                "expected": item.answer,
+                "answer": None if text is None else text[:SAMPLE_CHARS],
+                "correct": right,
+            }
+        )
         return right
+
+    def _sample(self, sample: dict[str, Any]) -> None:
+        """Keep the answers of the lowest indices: two runs of a level keep the same items'."""
+        samples = self.samples
+        if len(samples) < SAMPLE_ANSWERS:
+            samples.append(sample)
+            return
+        top = max(range(len(samples)), key=lambda k: int(samples[k]["index"]))
+        if int(sample["index"]) < int(samples[top]["index"]):
+            samples[top] = sample
 
     @property
     def correct(self) -> int:
@@ -106,5 +116,5 @@ class AnswerBook:
         """Take the answers of another book of the same level (another worker's)."""
         self.rows.update(other.rows)
         self.failed += other.failed
-        room = SAMPLE_ANSWERS - len(self.samples)
-        self.samples.extend(other.samples[: max(room, 0)])
+        for sample in other.samples:
+            self._sample(sample)

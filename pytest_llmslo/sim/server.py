@@ -621,6 +621,7 @@ class SimServer:
         self.requests_total += 1
         name = str(body.get("model") or self.model)
         self.requests_by_model[name] = self.requests_by_model.get(name, 0) + 1
+        answer = self._eval_answer(body, chat)
         st = Stream(
             conn,
             sim_req,
@@ -629,8 +630,9 @@ class SimServer:
             stream=stream,
             include_usage=bool(opts.get("include_usage")),
             continuous_usage=bool(opts.get("continuous_usage_stats")),
-            seed=self.requests_total,
-            answer=self._eval_answer(body, chat),
+            # An eval item's words follow from the item, as greedy decoding's would.
+            seed=self.requests_total if answer is None else answer[1].shift,
+            answer=answer,
         )
         try:
             self.engine.submit(st)
