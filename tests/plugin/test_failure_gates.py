@@ -363,12 +363,12 @@ def test_a_server_ignoring_the_pinned_length_is_inconclusive(slo_pytester, misbe
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
+            "Inconclusive: inconclusive at c4: the engine answered another workload than the "
+            "one asked, so its numbers gate nothing: 30 of 30 completed requests*",
             "*test_chat.py*LlmSloWarning: llmslo external c4: 30 of 30 completed requests (100%) "
             "returned fewer tokens than the pinned output length, more than the 5% allowed*not "
             "comparable*",
             "*c4: 30 of 30 completed requests (100%) returned fewer tokens than the pinned*",
-            "*Inconclusive: inconclusive at c4: the engine answered another workload than the "
-            "one asked, so its numbers gate nothing: 30 of 30 completed requests*",
         ]
     )
     point = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]
