@@ -9,6 +9,8 @@ a level's accuracy is measured at the load it was gated at (``slo.quality`` judg
 from __future__ import annotations
 
 from .answers import ANSWER_CHARS, SAMPLE_ANSWERS, AnswerBook, digest, first_integer
+from .scorers import SCORERS, score
+from .source import EvalSource
 from .tasks import (
     EVAL_TASKS,
     EvalChoice,
@@ -24,14 +26,17 @@ __all__ = [
     "ANSWER_CHARS",
     "EVAL_TASKS",
     "SAMPLE_ANSWERS",
+    "SCORERS",
     "AnswerBook",
     "EvalChoice",
     "EvalItem",
+    "EvalSource",
     "EvalTask",
     "digest",
     "first_integer",
     "is_eval_index",
     "make_item",
     "parse_eval",
+    "score",
     "solve",
 ]

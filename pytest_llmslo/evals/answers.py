@@ -21,7 +21,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tasks import EvalItem, EvalTask, is_eval_index, make_item
+from .scorers import score
+from .source import EvalSource
+from .tasks import EvalItem, EvalTask, is_eval_index
 
 __all__ = ["ANSWER_CHARS", "SAMPLE_ANSWERS", "AnswerBook", "digest", "first_integer"]
 
@@ -55,22 +57,34 @@ class AnswerBook:
     seed: int
     share: float
     context_words: int = 512
+    path: str | None = None
     rows: dict[int, tuple[bool, str]] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
     failed: int = 0
+
+    def __post_init__(self) -> None:
+        self._source = EvalSource(self.task, self.seed, self.context_words, self.path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent back from a worker process without its items (rebuilt from the seed).
+        return {k: v for k, v in self.__dict__.items() if k != "_source"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
 
     def wants(self, index: int) -> bool:
         return is_eval_index(self.seed, index, self.share)
 
     def item(self, index: int) -> EvalItem:
-        return make_item(self.task, self.seed, index, self.context_words)
+        return self._source.item(index)
 
     def add(self, index: int, text: str | None) -> bool:
         """Score the answer of item ``index`` (None: the request failed); True if right."""
         item = self.item(index)
         if text is not None:
             text = text[:ANSWER_CHARS]
-        right = text is not None and first_integer(text) == item.answer
+        right = text is not None and score(item.scorer, text, item.answer, item.tolerance)
         if text is None:
             self.failed += 1
         self.rows[index] = (right, digest(text))
@@ -103,6 +117,7 @@ class AnswerBook:
         (``[index, 1 or 0, digest]``, by index) and the sample answers."""
         return {
             "task": self.task,
+            **({"path": self.path} if self.path else {}),
             "seed": self.seed,
             "share": self.share,
             "items": len(self.rows),

@@ -43,8 +43,9 @@ __all__ = [
     "solve",
 ]
 
-EvalTask = Literal["arithmetic", "retrieval"]
-EVAL_TASKS: tuple[EvalTask, ...] = ("arithmetic", "retrieval")
+EvalTask = Literal["arithmetic", "retrieval", "jsonl"]
+#: The built-in tasks, and ``jsonl``: a user's eval file (``dataset.py``).
+EVAL_TASKS: tuple[EvalTask, ...] = ("arithmetic", "retrieval", "jsonl")
 
 #: Output tokens an eval request asks for: enough for the number and a few words.
 ANSWER_TOKENS = 16
@@ -71,7 +72,8 @@ _QUESTION_RE = re.compile(r"What is the key of the (\w{1,20} \w{1,20})\?" + re.e
 @dataclass(frozen=True, slots=True)
 class EvalItem:
     """One eval question: its task, index in the level's sequence, the prompt sent, the
-    exact answer, the output tokens it asks for and, for retrieval, the depth of the key."""
+    answer (the reference), the output tokens it asks for, for retrieval the depth of the
+    key, and how an answer is scored (``scorers.score``)."""
 
     task: EvalTask
     index: int
@@ -79,6 +81,8 @@ class EvalItem:
     answer: str
     max_tokens: int = ANSWER_TOKENS
     depth: float | None = None
+    scorer: str = "integer"
+    tolerance: float = 0.0
 
     @property
     def words(self) -> int:
@@ -90,35 +94,46 @@ class EvalChoice(NamedTuple):
 
     task: EvalTask
     share: float = 1.0
+    #: The eval file of the ``jsonl`` task.
+    path: str | None = None
 
     def __str__(self) -> str:
-        return self.task if self.share >= 1.0 else f"{self.task}:{self.share:.0%}"
+        name = self.path if self.task == "jsonl" and self.path else self.task
+        return name if self.share >= 1.0 else f"{name}:{self.share:.0%}"
+
+
+def _share(text: str, whole: str) -> float:
+    pct = text.endswith("%")
+    try:
+        share = float(text.rstrip("%")) / (100.0 if pct else 1.0)
+    except ValueError:
+        share = -1.0
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"the eval share in {whole!r} must be in (0, 1] (or 1% to 100%)")
+    return share
 
 
 def parse_eval(value: Any) -> EvalChoice | None:
     """``arithmetic`` (every request), ``retrieval:20%`` or ``retrieval:0.2`` (that share of
-    them), ``none`` (no eval)."""
+    them), a user's eval file ``PATH.jsonl`` (``PATH.jsonl:20%``), ``none`` (no eval)."""
     if value is None or isinstance(value, EvalChoice):
         return value
-    text = str(value).strip().lower()
-    if text in ("", "none", "off"):
+    text = str(value).strip()
+    if text.lower() in ("", "none", "off"):
         return None
-    task, _, share_text = text.partition(":")
-    if task not in EVAL_TASKS:
+    head, sep, tail = text.rpartition(":")
+    name, share_text = (head, tail) if sep and tail[:1].isdigit() else (text, "")
+    share = _share(share_text, text) if share_text else 1.0
+    if name.lower().endswith(".jsonl"):
+        return EvalChoice("jsonl", share, name)
+    task = name.lower()
+    if task not in EVAL_TASKS or task == "jsonl":
         raise ValueError(
-            f"{task!r} is not an eval task. Valid: {', '.join(EVAL_TASKS)} (optionally with "
-            "the share of requests that carry an item: retrieval:20%), or none."
+            f"{name!r} is not an eval task. Valid: arithmetic, retrieval or an eval file "
+            "PATH.jsonl (optionally with the share of requests that carry an item: "
+            "retrieval:20%), or none."
         )
-    share = 1.0
-    if share_text:
-        pct = share_text.endswith("%")
-        try:
-            share = float(share_text.rstrip("%")) / (100.0 if pct else 1.0)
-        except ValueError:
-            share = -1.0
-        if not 0.0 < share <= 1.0:
-            raise ValueError(f"the eval share in {text!r} must be in (0, 1] (or 1% to 100%)")
-    return EvalChoice(task, share)  # type: ignore[arg-type]
+    return EvalChoice(task, share)
 
 
 def is_eval_index(seed: int, index: int, share: float) -> bool:
@@ -163,7 +178,7 @@ def make_item(task: EvalTask, seed: int, index: int, context_words: int = 512) -
         return _arithmetic(rng, index)
     if task == "retrieval":
         return _retrieval(rng, index, context_words)
-    raise ValueError(f"unknown eval task {task!r}; tasks: {', '.join(EVAL_TASKS)}")
+    raise ValueError(f"{task!r} is not a built-in eval task: arithmetic or retrieval")
 
 
 def solve(prompt: str) -> str | None:

@@ -85,7 +85,7 @@ from ..choices import (
 )
 from ..choices import LengthDistribution as Distribution
 from ..errors import WorkloadError
-from ..evals import EVAL_TASKS, AnswerBook, EvalTask, is_eval_index, make_item
+from ..evals import EVAL_TASKS, AnswerBook, EvalSource, EvalTask, is_eval_index
 from .traces import Trace, json_lines, read_trace
 
 #: Kinds whose prompts are built here from words (so a calibration can fit them).
@@ -150,6 +150,7 @@ class WorkloadSpec:
     #: the requests that carry one (1: every request).
     eval_task: EvalTask | None = None
     eval_share: float = 1.0
+    eval_path: str | None = None
 
     def __post_init__(self) -> None:
         self._check_eval()
@@ -204,6 +205,8 @@ class WorkloadSpec:
             )
         if not 0.0 < self.eval_share <= 1.0:
             raise WorkloadError(f"eval share must be in (0, 1], got {self.eval_share!r}")
+        if (self.eval_task == "jsonl") != bool(self.eval_path):
+            raise WorkloadError("an eval file (eval_path) goes with the jsonl eval task alone")
         if self.kind not in ("synthetic", "shared_prefix") or self.turns > 1:
             raise WorkloadError(
                 "eval items travel in single-turn synthetic or shared-prefix workloads, not "
@@ -214,7 +217,7 @@ class WorkloadSpec:
         """Where a level's eval answers are scored (None: the workload has no eval)."""
         if self.eval_task is None:
             return None
-        return AnswerBook(self.eval_task, self.seed, self.eval_share, self.isl)
+        return AnswerBook(self.eval_task, self.seed, self.eval_share, self.isl, self.eval_path)
 
     @property
     def needs_calibration(self) -> bool:
@@ -499,6 +502,11 @@ class PromptSource:
         self.trace: Trace | None = None
         self._blocks: OrderedDict[int, str] = OrderedDict()
         self._salt = _salt_key(spec.salt)
+        self._evals = (
+            None
+            if spec.eval_task is None
+            else EvalSource(spec.eval_task, spec.seed, spec.isl, spec.eval_path)
+        )
         if spec.kind in ("sharegpt", "jsonl"):
             path = os.fspath(spec.path or "")
             if spec.kind == "sharegpt":
@@ -603,8 +611,8 @@ class PromptSource:
         spec = self.spec
         if self.trace is not None:
             return self._trace_prompt(i)
-        if spec.eval_task is not None and is_eval_index(spec.seed, i, spec.eval_share):
-            item = make_item(spec.eval_task, spec.seed, i, spec.isl)
+        if self._evals is not None and is_eval_index(spec.seed, i, spec.eval_share):
+            item = self._evals.item(i)
             return Prompt(item.prompt, item.words, item.max_tokens)
         tok = self._tok
         lm = self.lm

@@ -153,6 +153,7 @@ class WorkloadOptions:
             "history_turns": self.history_turns,
             "eval_task": self.evals.task if self.evals else None,
             "eval_share": self.evals.share if self.evals else 1.0,
+            "eval_path": self.evals.path if self.evals else None,
         }
 
     def workload_spec(self, salt: str) -> WorkloadSpec:

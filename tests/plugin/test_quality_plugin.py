@@ -27,7 +27,7 @@ def test_thirty_items_at_95_percent_are_inconclusive_not_a_pass(
         """
     )
     result = slo_pytester.runpytest_subprocess(
-        *ARGS, "--slo-eval=arithmetic", "--slo-quality=accuracy>=0.95"
+        *ARGS, "--slo-eval=arithmetic", "--slo-quality=accuracy>=0.95", "--junitxml=j.xml"
     )
     assert result.ret != 0
     result.assert_outcomes(failed=1)
@@ -41,6 +41,9 @@ def test_thirty_items_at_95_percent_are_inconclusive_not_a_pass(
     assert len(quality["answers"]) == 30
     assert quality["verdict"]["outcome"] == "inconclusive"
     assert any("quality inconclusive" in n for n in point["notes"])
+    junit = (slo_pytester.path / "j.xml").read_text()
+    assert 'name="llmslo.quality.outcome" value="inconclusive"' in junit
+    assert 'name="llmslo.quality.0.objective" value="accuracy &gt;= 0.95"' in junit
 
 
 def test_a_body_asserts_quality_on_a_share_of_the_traffic(slo_pytester: pytest.Pytester) -> None:

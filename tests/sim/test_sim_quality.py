@@ -92,3 +92,35 @@ def test_a_quantisation_penalty_turns_answers_wrong(tmp_path: Path) -> None:
     assert changed and all(a[1] == 1 for a in changed)  # right before, wrong after
     assert after["correct"] == before["correct"] - len(changed)
     json.dumps(runs)  # what a run keeps is plain data
+
+
+def test_a_users_eval_file_is_sent_and_scored_under_load(tmp_path: Path) -> None:
+    # Rows the sim's "model" can answer (arithmetic in the built-in form) and rows it
+    # cannot (it answers those with filler words).
+    rows = [
+        {
+            "prompt": make_item("arithmetic", 5, i).prompt,
+            "reference": make_item("arithmetic", 5, i).answer,
+            "scorer": "numeric",
+        }
+        for i in range(6)
+    ] + [{"prompt": "Capital of France?", "reference": "Paris", "scorer": "exact"}] * 2
+    path = tmp_path / "evals.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    with start_sim(tmp_path, *SIM_ARGS) as sim:
+        run = run_load_sync(
+            LoadJob(
+                ClientSettings(sim.url, MODEL, processes=1),
+                WorkloadSpec(
+                    isl=32, osl=8, calibrate=False, eval_task="jsonl", eval_path=str(path)
+                ),
+                LoadLevel.concurrency(4),
+                requests=40,
+                warmup=0,
+            )
+        )
+    q = run.meta["quality"]
+    assert q["task"] == "jsonl" and q["items"] == 40 and q["failed"] == 0
+    # The quarter of the rows the sim cannot answer are wrong; of the rest, nearly all right.
+    assert 25 <= q["correct"] <= 30
+    assert all(s["correct"] is False for s in q["samples"] if s["expected"] == "Paris")

@@ -1,0 +1,39 @@
+"""The eval items of a level by index, built-in or from a user's file.
+
+``EvalSource`` is what the workload (the prompt of an eval request) and the answer book
+(its reference and scorer) both read: item ``i`` depends on the level's seed and ``i``
+alone, so the two, in whatever process, agree on it without shipping it.
+"""
+
+from __future__ import annotations
+
+from .dataset import EvalRow, read_eval_file, row_order
+from .tasks import EvalItem, EvalTask, make_item
+
+__all__ = ["EvalSource"]
+
+
+class EvalSource:
+    """Item ``index`` of ``task`` for a level seeded ``seed`` (``path``: the eval file of
+    the ``jsonl`` task; ``context_words``: the retrieval task's context)."""
+
+    def __init__(
+        self, task: EvalTask, seed: int, context_words: int = 512, path: str | None = None
+    ) -> None:
+        self.task = task
+        self.seed = seed
+        self.context_words = context_words
+        self._rows: list[EvalRow] = []
+        if task == "jsonl":
+            if not path:
+                raise ValueError("the jsonl eval needs the path of its file")
+            self._rows = read_eval_file(path)
+            self._order = row_order(len(self._rows), seed)
+
+    def item(self, index: int) -> EvalItem:
+        if not self._rows:
+            return make_item(self.task, self.seed, index, self.context_words)
+        prompt, reference, scorer, tolerance, max_tokens = self._rows[
+            int(self._order[index % len(self._rows)])
+        ]
+        return EvalItem("jsonl", index, prompt, reference, max_tokens, None, scorer, tolerance)
