@@ -179,18 +179,26 @@ class QualityResult:
         return self.right / self.items if self.items else None
 
     def needed(self) -> int | None:
-        """Items needed, all answered right, for the lower bound to clear the threshold at
-        this accuracy (None: this accuracy cannot show it)."""
-        acc = self.accuracy if self.items else 1.0
+        """Items needed, at this accuracy (all right when none was answered), for the lower
+        bound to clear the threshold (None: this accuracy cannot show it)."""
+        acc = self.right / self.items if self.items else 1.0
         t = self.objective.threshold
-        if acc is None or acc <= t:
+
+        def shows(n: int) -> bool:
+            return wilson_interval(round(acc * n), n)[0] >= t
+
+        if acc <= t:
             return None
-        n = max(self.items, 1)
-        while n < 10_000_000:
-            if wilson_interval(round(acc * n), n)[0] >= t:
-                return n
-            n = math.ceil(n * 1.25)
-        return None
+        hi = max(self.items, 1)
+        while not shows(hi):
+            if hi > 10_000_000:
+                return None
+            hi *= 2
+        lo = hi // 2
+        while lo + 1 < hi:  # the smallest n that shows it, between lo and hi
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if shows(mid) else (mid, hi)
+        return hi
 
     def line(self) -> str:
         o = self.objective
