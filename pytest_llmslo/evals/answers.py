@@ -63,7 +63,7 @@ class AnswerBook:
     failed: int = 0
 
     def __post_init__(self) -> None:
-        self._source = EvalSource(self.task, self.seed, self.context_words, self.path)
+        self._source = EvalSource(self.task, self.seed, self.context_words, self.path, self.share)
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent back from a worker process without its items (rebuilt from the seed).
@@ -112,9 +112,27 @@ class AnswerBook:
     def correct(self) -> int:
         return sum(1 for right, _ in self.rows.values() if right)
 
+    def repeats(self) -> tuple[int, list[list[int]]]:
+        """(pairs of a repeated item answered twice, those whose two answers differ as
+        ``[index, repeated index]``, at most ``SAMPLE_ANSWERS``)."""
+        pairs = 0
+        unstable: list[list[int]] = []
+        for index in sorted(self.rows):
+            base = self._source.repeat_of(index)
+            if base is None or base not in self.rows:
+                continue
+            if self.rows[index][1] == "-" or self.rows[base][1] == "-":
+                continue  # a failed request has no answer to compare
+            pairs += 1
+            if self.rows[index][1] != self.rows[base][1] and len(unstable) < SAMPLE_ANSWERS:
+                unstable.append([base, index])
+        return pairs, unstable
+
     def to_dict(self) -> dict[str, Any]:
         """What the run keeps (``Run.meta["quality"]``): counts, one row per item
-        (``[index, 1 or 0, digest]``, by index) and the sample answers."""
+        (``[index, 1 or 0, digest]``, by index), the sample answers, and the items asked
+        twice: how many pairs were answered, and those answered differently."""
+        repeated, unstable = self.repeats()
         return {
             "task": self.task,
             **({"path": self.path} if self.path else {}),
@@ -124,6 +142,8 @@ class AnswerBook:
             "correct": self.correct,
             "failed": self.failed,
             "answers": [[i, int(r), d] for i, (r, d) in sorted(self.rows.items())],
+            "repeated": repeated,
+            "unstable": unstable,
             "samples": sorted(self.samples, key=lambda s: int(s["index"])),
         }
 

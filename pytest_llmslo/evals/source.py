@@ -7,21 +7,30 @@ alone, so the two, in whatever process, agree on it without shipping it.
 
 from __future__ import annotations
 
+import dataclasses
+
 from .dataset import EvalRow, read_eval_file, row_order
-from .tasks import EvalItem, EvalTask, make_item
+from .tasks import EvalItem, EvalTask, make_item, repeat_of
 
 __all__ = ["EvalSource"]
 
 
 class EvalSource:
     """Item ``index`` of ``task`` for a level seeded ``seed`` (``path``: the eval file of
-    the ``jsonl`` task; ``context_words``: the retrieval task's context)."""
+    the ``jsonl`` task; ``context_words``: the retrieval task's context; ``share``: the
+    share of requests that carry an item, which says which ones a repeat repeats)."""
 
     def __init__(
-        self, task: EvalTask, seed: int, context_words: int = 512, path: str | None = None
+        self,
+        task: EvalTask,
+        seed: int,
+        context_words: int = 512,
+        path: str | None = None,
+        share: float = 1.0,
     ) -> None:
         self.task = task
         self.seed = seed
+        self.share = share
         self.context_words = context_words
         self._rows: list[EvalRow] = []
         if task == "jsonl":
@@ -30,7 +39,17 @@ class EvalSource:
             self._rows = read_eval_file(path)
             self._order = row_order(len(self._rows), seed)
 
+    def repeat_of(self, index: int) -> int | None:
+        """The index whose item request ``index`` asks again (``tasks.repeat_of``)."""
+        return repeat_of(self.seed, index, self.share)
+
     def item(self, index: int) -> EvalItem:
+        base = self.repeat_of(index)
+        if base is not None:
+            return dataclasses.replace(self._item(base), index=index)
+        return self._item(index)
+
+    def _item(self, index: int) -> EvalItem:
         if not self._rows:
             return make_item(self.task, self.seed, index, self.context_words)
         prompt, reference, scorer, tolerance, max_tokens = self._rows[

@@ -16,7 +16,9 @@ says more than the number.
 
 Which requests of a level are eval items: ``is_eval_index`` draws it from the seed and the
 index, so a share of 0.2 puts about one request in five through the eval, spread over the
-level's arrivals, and every request with a share of 1.
+level's arrivals, and every request with a share of 1. About one eval request in twenty
+asks again the item of the eval request before it (``repeat_of``): the two answers say
+whether the engine is deterministic at that load.
 
 ``solve`` is what the sim engine's "model" does: it reads an item back from a prompt and
 returns the right answer (None for a prompt that is no eval item); the sim's error model
@@ -40,6 +42,7 @@ __all__ = [
     "is_eval_index",
     "make_item",
     "parse_eval",
+    "repeat_of",
     "solve",
 ]
 
@@ -54,6 +57,12 @@ MAX_CONTEXT_WORDS = 200_000
 
 _ITEM_STREAM = 0x5EED_E7A1
 _SHARE_STREAM = 0x5EED_5A4E
+_REPEAT_STREAM = 0x5EED_2E9E
+#: The share of eval requests that ask again the item of the eval request before them: at
+#: temperature 0 the two answers must be the same (``repeat_of``).
+REPEAT_SHARE = 0.05
+#: How far back a repeat looks for the eval request it repeats.
+_REPEAT_REACH = 200
 _TAIL = " Reply with the number only."
 
 _COLOURS = "red blue green amber grey white black golden silver violet".split()
@@ -144,6 +153,21 @@ def is_eval_index(seed: int, index: int, share: float) -> bool:
         return False
     key = f"{_SHARE_STREAM}:{seed}:{index}".encode()
     return zlib.crc32(key) / 2**32 < share
+
+
+def repeat_of(seed: int, index: int, share: float) -> int | None:
+    """The earlier index whose item eval request ``index`` asks again, or None (most).
+
+    About ``REPEAT_SHARE`` of a level's eval requests repeat the item of the nearest eval
+    request before them, so a level tells whether the engine gives the same answer to the
+    same question twice under the same load (at temperature 0 it must)."""
+    key = f"{_REPEAT_STREAM}:{seed}:{index}".encode()
+    if index < 1 or zlib.crc32(key) / 2**32 >= REPEAT_SHARE:
+        return None
+    for j in range(index - 1, max(-1, index - _REPEAT_REACH), -1):
+        if is_eval_index(seed, j, share):
+            return j
+    return None
 
 
 def _arithmetic(rng: np.random.Generator, index: int) -> EvalItem:

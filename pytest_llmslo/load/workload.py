@@ -505,7 +505,7 @@ class PromptSource:
         self._evals = (
             None
             if spec.eval_task is None
-            else EvalSource(spec.eval_task, spec.seed, spec.isl, spec.eval_path)
+            else EvalSource(spec.eval_task, spec.seed, spec.isl, spec.eval_path, spec.eval_share)
         )
         if spec.kind in ("sharegpt", "jsonl"):
             path = os.fspath(spec.path or "")

@@ -128,3 +128,30 @@ def test_the_answer_book_scores_bounds_and_samples() -> None:
     other.add(3, other.item(3).answer)
     book.merge(other)
     assert book.to_dict()["correct"] == 2
+
+
+def test_a_few_eval_requests_repeat_the_item_before_them() -> None:
+    from pytest_llmslo.evals import EvalSource
+    from pytest_llmslo.evals.tasks import repeat_of
+
+    repeats = {i: repeat_of(3, i, 0.5) for i in range(2000)}
+    pairs = {i: j for i, j in repeats.items() if j is not None}
+    assert 20 < len(pairs) < 100  # about 5 %
+    source = EvalSource("arithmetic", 3, share=0.5)
+    for i, j in pairs.items():
+        assert j < i and is_eval_index(3, j, 0.5)
+        assert source.item(i).prompt == source.item(j).prompt and source.item(i).index == i
+
+
+def test_the_answer_book_names_repeated_items_answered_differently() -> None:
+    from pytest_llmslo.evals.tasks import repeat_of
+
+    book = AnswerBook("arithmetic", 3, 1.0)
+    i = next(i for i in range(1, 1000) if repeat_of(3, i, 1.0) is not None)
+    j = repeat_of(3, i, 1.0)
+    assert j is not None
+    book.add(j, "1 the model")
+    book.add(i, "1 the model")
+    assert book.to_dict()["repeated"] == 1 and book.to_dict()["unstable"] == []
+    book.add(i, "2 the model")
+    assert book.to_dict()["unstable"] == [[j, i]]

@@ -75,3 +75,32 @@ def test_a_bad_eval_or_objective_is_a_usage_error(slo_pytester: pytest.Pytester)
     result = slo_pytester.runpytest_subprocess(*ARGS, "--slo-quality=accuracy<0.5")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*write accuracy>=0.95*"])
+
+
+def test_an_engine_not_deterministic_at_temperature_0_is_inconclusive(
+    slo_pytester: pytest.Pytester, misbehaving
+) -> None:
+    slo_pytester.makepyfile(
+        test_q="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[4])
+        def test_answers(slo_run):
+            pass
+        """
+    )
+    url = misbehaving("random-text")
+    common = (
+        "-p", "no:cacheprovider", "--engine=external", f"--engine-url={url}",
+        "--warmup=0", "--requests=80", "--isl=8", "--osl=8", "--slo-eval=arithmetic",
+        "--client-max-lag=2000", "--client-max-cpu=1.5", "--client-min-load=0.5",
+    )  # fmt: skip
+    result = slo_pytester.runpytest_subprocess(*common, "--extra-body", '{"temperature": 0}')
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["Inconclusive: inconclusive at c4: the engine is not deterministic at temperature 0: "
+         "* eval items asked twice got two different answers (requests *"]
+    )  # fmt: skip
+    # Without temperature 0 nothing asked for determinism: the level is not held to it.
+    result = slo_pytester.runpytest_subprocess(*common)
+    result.assert_outcomes(passed=1)
