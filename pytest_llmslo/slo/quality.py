@@ -73,6 +73,8 @@ def wilson_interval(
 ) -> tuple[float, float]:
     """The Wilson score bounds of a proportion ``right``/``n``, each one-sided at
     ``confidence``; (0, 1) for no items."""
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"a confidence is in [0.5, 1), got {confidence!r}")
     if n <= 0:
         return 0.0, 1.0
     z = NormalDist().inv_cdf(confidence)

@@ -23,6 +23,8 @@ def test_wilson_bounds() -> None:
     lo, hi = wilson_interval(50, 100)
     assert lo < 0.5 < hi and abs((lo + hi) / 2 - 0.5) < 1e-9
     assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="confidence"):
+        wilson_interval(3, 4, 1.0)
     # More items narrow the interval.
     assert wilson_interval(950, 1000)[0] > wilson_interval(95, 100)[0]
 
