@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .answers import ANSWER_CHARS, SAMPLE_ANSWERS, AnswerBook, digest, first_integer
 from .scorers import SCORERS, score
-from .source import EvalSource
+from .source import EvalSource, eval_problem
 from .tasks import (
     EVAL_TASKS,
     EvalChoice,
@@ -33,6 +33,7 @@ __all__ = [
     "EvalSource",
     "EvalTask",
     "digest",
+    "eval_problem",
     "first_integer",
     "is_eval_index",
     "make_item",

@@ -10,9 +10,30 @@ from __future__ import annotations
 import dataclasses
 
 from .dataset import EvalRow, read_eval_file, row_order
-from .tasks import EvalItem, EvalTask, make_item, repeat_of
+from .tasks import EVAL_TASKS, EvalItem, EvalTask, make_item, repeat_of
 
-__all__ = ["EvalSource"]
+__all__ = ["EvalSource", "eval_problem"]
+
+
+def eval_problem(
+    task: str | None, share: float, path: str | None, kind: str, turns: int
+) -> str | None:
+    """What is wrong with an eval asked of a workload of ``kind`` and ``turns`` (None:
+    nothing): eval items travel in single-turn synthetic or shared-prefix workloads."""
+    if task is None:
+        return None
+    if task not in EVAL_TASKS:
+        return f"{task!r} is not an eval task. Valid tasks: {', '.join(EVAL_TASKS)}."
+    if not 0.0 < share <= 1.0:
+        return f"eval share must be in (0, 1], got {share!r}"
+    if (task == "jsonl") != bool(path):
+        return "an eval file (eval_path) goes with the jsonl eval task alone"
+    if kind not in ("synthetic", "shared_prefix") or turns > 1:
+        return (
+            "eval items travel in single-turn synthetic or shared-prefix workloads, not "
+            f"{kind!r} with {turns} turn(s)"
+        )
+    return None
 
 
 class EvalSource:

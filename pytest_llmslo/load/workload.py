@@ -54,11 +54,8 @@ Shared prefixes and trace blocks take the salt too, so they are still shared wit
 session and no longer across sessions with other salts. Dataset prompts are the dataset's
 text and take no salt. An empty salt gives the prompts of the seed alone.
 
-Eval items (``eval_task``, ``eval_share``): a share of a single-turn synthetic or
-shared-prefix workload's requests carry a built-in eval item (``evals.tasks``) in place of
-their prompt, chosen by the seed and the index, so they are sent with the level's arrivals
-at its load; their answers are scored as the level's records are decoded
-(``WorkloadSpec.answer_book``).
+Eval items (``eval_task``): a share of the requests carry an eval item (``evals``) in place
+of their prompt, chosen by the seed and the index; ``answer_book`` scores their answers.
 """
 
 from __future__ import annotations
@@ -85,7 +82,7 @@ from ..choices import (
 )
 from ..choices import LengthDistribution as Distribution
 from ..errors import WorkloadError
-from ..evals import EVAL_TASKS, AnswerBook, EvalSource, EvalTask, is_eval_index
+from ..evals import AnswerBook, EvalSource, EvalTask, eval_problem, is_eval_index
 from .traces import Trace, json_lines, read_trace
 
 #: Kinds whose prompts are built here from words (so a calibration can fit them).
@@ -153,7 +150,9 @@ class WorkloadSpec:
     eval_path: str | None = None
 
     def __post_init__(self) -> None:
-        self._check_eval()
+        bad = eval_problem(self.eval_task, self.eval_share, self.eval_path, self.kind, self.turns)
+        if bad:
+            raise WorkloadError(bad)
         if self.kind not in WORKLOAD_KINDS:
             raise WorkloadError(
                 f"{self.kind!r} is not a valid workload kind. "
@@ -195,23 +194,6 @@ class WorkloadSpec:
                 raise WorkloadError(
                     f"shared_prefix needs prefix_len < isl, got {self.prefix_len} >= {self.isl}"
                 )
-
-    def _check_eval(self) -> None:
-        if self.eval_task is None:
-            return
-        if self.eval_task not in EVAL_TASKS:
-            raise WorkloadError(
-                f"{self.eval_task!r} is not an eval task. Valid tasks: {', '.join(EVAL_TASKS)}."
-            )
-        if not 0.0 < self.eval_share <= 1.0:
-            raise WorkloadError(f"eval share must be in (0, 1], got {self.eval_share!r}")
-        if (self.eval_task == "jsonl") != bool(self.eval_path):
-            raise WorkloadError("an eval file (eval_path) goes with the jsonl eval task alone")
-        if self.kind not in ("synthetic", "shared_prefix") or self.turns > 1:
-            raise WorkloadError(
-                "eval items travel in single-turn synthetic or shared-prefix workloads, not "
-                f"{self.kind!r} with {self.turns} turn(s)"
-            )
 
     def answer_book(self) -> AnswerBook | None:
         """Where a level's eval answers are scored (None: the workload has no eval)."""
