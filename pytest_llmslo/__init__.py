@@ -44,6 +44,8 @@ _EXPORTS: dict[str, str] = {
     "bind_run": "pytest_llmslo.slo",
     "assert_startup": "pytest_llmslo.slo",
     "assert_recovery": "pytest_llmslo.slo",
+    "assert_quality": "pytest_llmslo.slo",
+    "accuracy": "pytest_llmslo.slo",
     **{name: "pytest_llmslo.slo" for name in _START_PHASES},
     "LoadLevel": "pytest_llmslo.records",
     "Run": "pytest_llmslo.records",
@@ -89,6 +91,8 @@ __all__ = [  # grouped by kind, not sorted
     "assert_startup", *_START_PHASES,
     # recovery objectives on a level's faults: assert_recovery(max_recovery_s=5)
     "assert_recovery",
+    # quality objectives on a level's eval answers: assert_quality(accuracy >= 0.95)
+    "assert_quality", "accuracy",
     # runs and summaries
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
@@ -144,7 +148,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         Objective,
         ObjectiveResult,
         Verdict,
+        accuracy,
         assert_goodput,
+        assert_quality,
         assert_recovery,
         assert_slo,
         assert_startup,

@@ -154,6 +154,7 @@ _RATES = (
 )
 #: The run figures a comparison gates on besides the latencies: no metric may take their names.
 _RUN_FIGURES = frozenset(name for name, _, _ in _RATES) | {"attainment", "error_rate", "capacity"}
+_RUN_FIGURES |= {"accuracy", "drift"}  # of the eval answers (regression.answers)
 
 
 def _run_specs() -> dict[str, MetricSpec]:
@@ -168,6 +169,9 @@ def _run_specs() -> dict[str, MetricSpec]:
     )
     # The load a capacity search found (concurrency or req/s): only "%" tolerances.
     specs["capacity"] = MetricSpec("capacity", "level", True, "", "capacity")
+    # The eval answers' accuracy and the share of them that changed (regression.answers).
+    specs["accuracy"] = MetricSpec("accuracy", "fraction", True, "", "accuracy", units=("pp",))
+    specs["drift"] = MetricSpec("drift", "fraction", False, "", "drift", units=("pp",))
     return specs
 
 

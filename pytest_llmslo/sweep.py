@@ -99,7 +99,8 @@ class SweepPoint:
     the middle of the level (the ``scale_up`` setting) and how long it took to show in
     goodput (``metrics.scaleup``). ``faults``: the faults done in the level (the
     ``fault`` setting), each with what it cost (``faults.recovery``); ``series``: the
-    level's per-second series, kept for a level with faults."""
+    level's per-second series, kept for a level with faults. ``quality``: the level's eval
+    answers (``evals.AnswerBook.to_dict``) and, once judged, the quality ``verdict``."""
 
     engine: str
     test: str
@@ -114,6 +115,7 @@ class SweepPoint:
     scale_up: Mapping[str, Any] | None = None
     faults: Sequence[Mapping[str, Any]] | None = None
     series: Mapping[str, Any] | None = None
+    quality: Mapping[str, Any] | None = None
 
     @property
     def status(self) -> PointStatus:
@@ -144,6 +146,7 @@ class SweepPoint:
             **({} if self.scale_up is None else {"scale_up": dict(self.scale_up)}),
             **({} if self.faults is None else {"faults": [dict(f) for f in self.faults]}),
             **({} if self.series is None else {"series": dict(self.series)}),
+            **({} if self.quality is None else {"quality": dict(self.quality)}),
         }
 
     @classmethod
@@ -168,6 +171,7 @@ class SweepPoint:
             scale_up=dict(d["scale_up"]) if isinstance(d.get("scale_up"), Mapping) else None,
             faults=[dict(f) for f in d["faults"]] if isinstance(d.get("faults"), list) else None,
             series=dict(d["series"]) if isinstance(d.get("series"), Mapping) else None,
+            quality=dict(d["quality"]) if isinstance(d.get("quality"), Mapping) else None,
         )
 
 

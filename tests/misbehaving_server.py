@@ -36,7 +36,10 @@ Modes (a chat completion otherwise streams ``max_tokens`` tokens, 2 ms apart, th
 - ``gzip-stream``      a 200 stream whose whole body is gzip-encoded;
 - ``done-held``        a normal stream up to ``data: [DONE]``, then the body is never ended
                        (no last chunk, the connection held open);
-- ``tool-calls``       a tool call streamed as ``delta.tool_calls`` deltas, no content.
+- ``tool-calls``       a tool call streamed as ``delta.tool_calls`` deltas, no content;
+- ``random-text``      each completion's first token is a random number: the same prompt
+                       never gets the same answer, as from an engine that ignores
+                       ``temperature: 0``.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ MODES = (
     "gzip-stream",
     "done-held",
     "tool-calls",
+    "random-text",
 )
 
 
@@ -326,9 +330,11 @@ class Server:
         if mode == "huge-line":
             writer.write(_chunk(_event(_delta("x" * 10_000_000))))
             n = 0
-        for _ in range(n):
+        for i in range(n):
             await asyncio.sleep(0.002)
-            obj = {"id": "x", "choices": []} if mode == "empty-choices" else _delta("tok ")
+            random_first = mode == "random-text" and i == 0
+            text = f"{int.from_bytes(os.urandom(4), 'little')} " if random_first else "tok "
+            obj = {"id": "x", "choices": []} if mode == "empty-choices" else _delta(text)
             writer.write(_chunk(_event(obj)))
             await writer.drain()
         if mode in ("ping-forever", "stall") and max_tokens > 3:

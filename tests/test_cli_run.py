@@ -78,6 +78,18 @@ def test_run_exits_1_when_a_level_misses_the_slo(fixed_server, in_tmp, capsys) -
     assert "FAILED external c1: SLO not met: ttft_p99 < 1 ms" in err
 
 
+def test_run_judges_quality_objectives_on_the_eval_answers(fixed_server, in_tmp, capsys) -> None:
+    # The fixed server answers filler words: every arithmetic item is wrong, and 8 items
+    # are enough to show that accuracy misses 50 %.
+    argv = _run(fixed_server, "--slo-eval", "arithmetic", "--slo-quality", "accuracy>=0.5")
+    code = cli.main([*argv, "--slo-json", "r.json"])
+    _, err = capsys.readouterr()
+    assert code == cli.EXIT_FAILED
+    assert "quality objectives missed on the arithmetic eval: accuracy >= 0.5: 0/8 right" in err
+    quality = json.loads((in_tmp / "r.json").read_text())["points"][0]["quality"]
+    assert quality["verdict"]["outcome"] == "fail" and quality["items"] == 8
+
+
 def test_run_without_objectives_is_gated_by_errors(misbehaving, in_tmp, capsys) -> None:
     # Every request fails: no level passes the error gate, whatever the objectives.
     url = misbehaving("reset")

@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "arrivals",
         "levelpoint",
     ),
-    ("signals", "metrics", "load", "engines", "sim", "faults"),
+    ("evals", "signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),
     ("sweep", "capacity", "settings", "judged"),
     ("document",),
@@ -46,7 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 SESSION: tuple[tuple[str, ...], ...] = (
     ("factory", "constants", "scaleup", "faults"),
     ("state",),
-    ("engines", "baseline", "outputs", "level"),
+    ("engines", "baseline", "outputs", "level", "quality", "asked"),
     ("inputs", "judge", "summary"),
 )
 

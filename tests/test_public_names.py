@@ -36,6 +36,7 @@ ROOT = [
     "assert_goodput", "assert_slo", "evaluate", "parse_objectives", "current_run", "bind_run",
     "assert_startup", *START_PHASES,
     "assert_recovery",
+    "assert_quality", "accuracy",
     "LoadLevel", "Run", "RequestRecord", "ClientHealth", "RunSummary", "Distribution",
     "summarize",
     "SweepPoint", "Knee", "CapacitySearch", "CapacitySpec", "find_knee", "pareto_front",
@@ -53,6 +54,8 @@ SLO = [
     "StartupObjective", "StartupSymbol", "StartupVerdict", "assert_startup", "bind_startup",
     *START_PHASES,
     "RecoveryResult", "RecoveryVerdict", "assert_recovery", "bind_recovery",
+    "QualityObjective", "QualityResult", "QualityVerdict", "accuracy", "assert_quality",
+    "bind_quality", "judge_quality", "parse_quality", "wilson_interval",
 ]  # fmt: skip
 
 METRICS_ALL = [

@@ -49,7 +49,7 @@ def _interval(point: SweepPoint, metric: str) -> tuple[float | None, float | Non
     spec = METRIC_SPECS[metric]
     # ITL percentiles pool every token gap; the samples are each request's mean gap: their
     # interval would bound another statistic.
-    if spec.kind != "latency" or spec.stat == "mean" or spec.field == "itl":
+    if spec.kind != "latency" or not isinstance(spec.stat, int | float) or spec.field == "itl":
         return None, None
     values = (point.samples or {}).get(f"{spec.field}_ms")
     if not isinstance(values, list | tuple):
@@ -57,7 +57,7 @@ def _interval(point: SweepPoint, metric: str) -> tuple[float | None, float | Non
     finite = stats.finite_samples(list(values))
     if finite.size == 0:
         return None, None
-    ci = stats.quantile_interval(finite, float(spec.stat))  # type: ignore[arg-type]
+    ci = stats.quantile_interval(finite, float(spec.stat))
     return ci.low, ci.high
 
 

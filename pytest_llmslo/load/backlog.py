@@ -32,10 +32,12 @@ from collections.abc import Callable
 from time import perf_counter_ns, thread_time_ns
 from typing import IO, Any
 
+from ..evals import AnswerBook
 from ..records import RequestRecord
 from ..recordstore import RecordStore
 from .client import RawExchange, build_record
 from .rawbatch import RAW_FIXED, BatchBuilder, Finished, RawBatch, decode_batch, encode_batch
+from .sse import stream_text
 
 __all__ = ["RAW_FIXED", "Backlog", "BatchBuilder", "Finished", "RawBatch"]
 
@@ -80,8 +82,11 @@ class Backlog:
         on_record: Callable[[RequestRecord], None] | None = None,
         store: RecordStore | None = None,
         spill_margin: int | None = SPILL_MARGIN,
+        answers: AnswerBook | None = None,
     ) -> None:
         self.worker = worker
+        #: Scores the answers of the eval items among the records (``evals.answers``).
+        self.answers = answers
         self.spill_margin = spill_margin
         self._file: IO[bytes] | None = None
         self.in_file = 0  # batches waiting in the file
@@ -174,6 +179,9 @@ class Backlog:
             turn=job.turn,
         )
         self.records.append(rec)
+        book = self.answers
+        if book is not None and book.wants(rec.index):
+            book.add(rec.index, stream_text(raw.pieces) if rec.ok else None)
         if self.on_record is not None:
             self.on_record(rec)
 

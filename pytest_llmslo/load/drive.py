@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
+from ..evals import AnswerBook
 from ..records import RequestRecord
 from ..recordstore import RecordStore
 from .backlog import Backlog
@@ -77,6 +78,8 @@ class WorkerResult:
     # (sent, end) of the requests in flight that are not measured (warm-up, cool-down):
     # the load the engine saw includes them (health.applied_load).
     side_flight: list[tuple[int, int]] = field(default_factory=list)
+    #: The scored answers of the eval items this worker's records carried (None: no eval).
+    answers: AnswerBook | None = None
 
 
 class Counter:
@@ -504,7 +507,13 @@ class Driver:
         ticker = loop.create_task(_loop_ticker(res.loop_lag_ns, res.stalls, plan.stall_ns))
         if store is None:
             store = RecordStore(plan.records_memory)
-        backlog = Backlog(plan.worker, plan.defer_bytes, on_record=on_record, store=store)
+        backlog = Backlog(
+            plan.worker,
+            plan.defer_bytes,
+            on_record=on_record,
+            store=store,
+            answers=plan.jobs.workload.answer_book(),
+        )
         keeper = loop.create_task(_housekeeping(backlog, self.source))
         sender = Sender(plan, self, res, ship or backlog.add)
         built_before = self.source.built
@@ -563,4 +572,5 @@ class Driver:
         res.built_during_run = self.source.built - built_before
         d0 = time.process_time()
         res.records = backlog.drain()
+        res.answers = backlog.answers
         res.decode_s = time.process_time() - d0

@@ -185,7 +185,11 @@ class Pool:
         pin_mmap_threshold()
         limits = [p.records_memory for p in plans]
         self.store = RecordStore(None if None in limits else max(x or 0 for x in limits))
-        self.backlog = Backlog(budget=max(p.defer_bytes for p in plans), store=self.store)
+        self.backlog = Backlog(
+            budget=max(p.defer_bytes for p in plans),
+            store=self.store,
+            answers=plans[0].jobs.workload.answer_book() if plans else None,
+        )
 
     def _read(self, conn: Link, worker: int) -> None:
         """A worker's messages into the inbox, read by a thread of its own."""
@@ -312,6 +316,9 @@ class Pool:
             res.decode_s = after_s / max(len(results), 1)
             res.decode_run_s = backlog.decode_cpu_ns / 1e9 / max(len(results), 1)
             res.longest_slice_ms = backlog.longest_slice_ns / 1e6
+        if results:
+            # One book scored every worker's answers: it goes with the first result.
+            results[min(results)].answers = backlog.answers
         return [results[w] for w in sorted(results)]
 
     def close(self) -> None:

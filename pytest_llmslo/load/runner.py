@@ -146,6 +146,11 @@ def _assemble(
         traffic["sessions_started"] = sum(r.sessions_started for r in results)
         traffic["sessions_finished"] = sum(r.sessions_finished for r in results)
     meta["traffic"] = traffic
+    books = [r.answers for r in results if r.answers is not None]
+    if books:
+        for book in books[1:]:
+            books[0].merge(book)
+        meta["quality"] = books[0].to_dict()
     # Kernel time is most of a socket read's cost; the split says how much is left to win.
     meta["client_cpu"] = {
         "cpu_s": sum(r.cpu_s for r in results),

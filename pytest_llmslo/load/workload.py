@@ -53,6 +53,9 @@ prompt has as many words (with a tokenizer, exactly as many tokens) as the unsal
 Shared prefixes and trace blocks take the salt too, so they are still shared within a
 session and no longer across sessions with other salts. Dataset prompts are the dataset's
 text and take no salt. An empty salt gives the prompts of the seed alone.
+
+Eval items (``eval_task``): a share of the requests carry an eval item (``evals``) in place
+of their prompt, chosen by the seed and the index; ``answer_book`` scores their answers.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ from ..choices import (
 )
 from ..choices import LengthDistribution as Distribution
 from ..errors import WorkloadError
+from ..evals import AnswerBook, EvalSource, EvalTask, eval_problem, is_eval_index
 from .traces import Trace, json_lines, read_trace
 
 #: Kinds whose prompts are built here from words (so a calibration can fit them).
@@ -139,8 +143,16 @@ class WorkloadSpec:
     think_distribution: ThinkDistribution = "fixed"
     history_turns: int = 0
     salt: str = ""
+    #: Eval items inside the traffic (``evals``): the task (None for none) and the share of
+    #: the requests that carry one (1: every request).
+    eval_task: EvalTask | None = None
+    eval_share: float = 1.0
+    eval_path: str | None = None
 
     def __post_init__(self) -> None:
+        bad = eval_problem(self.eval_task, self.eval_share, self.eval_path, self.kind, self.turns)
+        if bad:
+            raise WorkloadError(bad)
         if self.kind not in WORKLOAD_KINDS:
             raise WorkloadError(
                 f"{self.kind!r} is not a valid workload kind. "
@@ -182,6 +194,12 @@ class WorkloadSpec:
                 raise WorkloadError(
                     f"shared_prefix needs prefix_len < isl, got {self.prefix_len} >= {self.isl}"
                 )
+
+    def answer_book(self) -> AnswerBook | None:
+        """Where a level's eval answers are scored (None: the workload has no eval)."""
+        if self.eval_task is None:
+            return None
+        return AnswerBook(self.eval_task, self.seed, self.eval_share, self.isl, self.eval_path)
 
     @property
     def needs_calibration(self) -> bool:
@@ -466,6 +484,11 @@ class PromptSource:
         self.trace: Trace | None = None
         self._blocks: OrderedDict[int, str] = OrderedDict()
         self._salt = _salt_key(spec.salt)
+        self._evals = (
+            None
+            if spec.eval_task is None
+            else EvalSource(spec.eval_task, spec.seed, spec.isl, spec.eval_path, spec.eval_share)
+        )
         if spec.kind in ("sharegpt", "jsonl"):
             path = os.fspath(spec.path or "")
             if spec.kind == "sharegpt":
@@ -570,6 +593,9 @@ class PromptSource:
         spec = self.spec
         if self.trace is not None:
             return self._trace_prompt(i)
+        if self._evals is not None and is_eval_index(spec.seed, i, spec.eval_share):
+            item = self._evals.item(i)
+            return Prompt(item.prompt, item.words, item.max_tokens)
         tok = self._tok
         lm = self.lm
         rng = np.random.default_rng([spec.seed, i])

@@ -28,6 +28,7 @@ from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.lookup import level_key, same_level
 from pytest_llmslo.errors import RegressionError
 from pytest_llmslo.records import LoadLevel
+from pytest_llmslo.regression.answers import ANSWER_METRICS, answer_rows
 from pytest_llmslo.regression.noise import NoiseJudgement
 from pytest_llmslo.regression.rows import (
     ROW_HEADERS,
@@ -302,9 +303,10 @@ def judge_points(
             seed=judging.seed,
         )
         for t in judging.tolerances.values()
-        if t.spec.kind != "level"
+        if t.spec.kind != "level" and t.metric not in ANSWER_METRICS
     )
-    return Comparison(engine, test, level, rows, (), labels, versions)
+    answers, notes = answer_rows(old_point, new_point, judging.tolerances, judging.confidence)
+    return Comparison(engine, test, level, rows + answers, (), labels, versions, notes=notes)
 
 
 def _capacity_row(old: CapacityResult, new: CapacityResult, tol: Tolerance) -> ComparisonRow:

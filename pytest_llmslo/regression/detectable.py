@@ -54,9 +54,12 @@ def z_of(confidence: float) -> float:
     return NormalDist().inv_cdf((1.0 + confidence) / 2.0)
 
 
-def _column(point: SweepPoint, name: str) -> list[object] | None:
+def _column(point: SweepPoint, name: str) -> list[float | None] | None:
+    """A sample column of ``point``, its non-numbers as None (a document read back)."""
     values = (point.samples or {}).get(name)
-    return list(values) if isinstance(values, list | tuple) else None
+    if not isinstance(values, list | tuple):
+        return None
+    return [v if isinstance(v, int | float) else None for v in values]
 
 
 def _finite(value: object) -> float | None:
@@ -120,13 +123,15 @@ def _latency(spec: MetricSpec, old: SweepPoint, new: SweepPoint, confidence: flo
     xs, ys = _column(old, f"{spec.field}_ms"), _column(new, f"{spec.field}_ms")
     if xs is None or ys is None:
         return None
-    a, b = stats.finite_samples(xs), stats.finite_samples(ys)  # type: ignore[arg-type]
+    a, b = stats.finite_samples(xs), stats.finite_samples(ys)
     if a.size < 2 or b.size < 2:
         return None
     if spec.stat == "mean":
         se = math.sqrt(float(np.var(a, ddof=1)) / a.size + float(np.var(b, ddof=1)) / b.size)
         return (z_of(confidence) + NormalDist().inv_cdf(POWER)) * se
-    shift = stats.quantile_shift(a, b, float(spec.stat), confidence)  # type: ignore[arg-type]
+    if not isinstance(spec.stat, int | float):
+        return None
+    shift = stats.quantile_shift(a, b, float(spec.stat), confidence)
     if shift.old.high is None or shift.new.low is None:
         return None
     return (shift.old.high - shift.old.estimate) + (shift.new.estimate - shift.new.low)

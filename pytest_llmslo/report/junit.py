@@ -35,6 +35,7 @@ __all__ = [
     "cold_start_properties",
     "fault_properties",
     "property_name",
+    "quality_properties",
     "scale_up_properties",
     "suite_properties",
     "testcase_properties",
@@ -346,6 +347,27 @@ def fault_properties(records: Sequence[Mapping[str, Any]] | None) -> list[tuple[
                     "goodput_dip", "attainment_min", "recovered_at_s", "recovery_s",
                     "window_s", "share", "error", "why"):  # fmt: skip
             out.add(property_name("fault", str(i), key), record.get(key))
+    return out.items
+
+
+def quality_properties(record: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """A level's eval answers (``evals.answers``) and their verdict: ``llmslo.quality.{task,
+    items,correct,failed,accuracy,outcome}`` and per objective, numbered from 0,
+    ``llmslo.quality.<i>.{objective,lower,upper,outcome}``."""
+    if not isinstance(record, Mapping):
+        return []
+    out = _Properties()
+    for key in ("task", "items", "correct", "failed"):
+        out.add(property_name("quality", key), record.get(key))
+    items, correct = record.get("items"), record.get("correct")
+    if isinstance(items, int) and isinstance(correct, int) and items:
+        out.add(property_name("quality", "accuracy"), correct / items)
+    verdict = record.get("verdict")
+    if isinstance(verdict, Mapping):
+        out.add(property_name("quality", "outcome"), verdict.get("outcome"))
+        for i, obj in enumerate(verdict.get("objectives") or ()):
+            for key in ("objective", "lower", "upper", "outcome"):
+                out.add(property_name("quality", str(i), key), obj.get(key))
     return out.items
 
 

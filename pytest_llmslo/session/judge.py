@@ -16,8 +16,10 @@ from pytest_llmslo.errors import ConfigError, EngineDiedError, Inconclusive, Loa
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
+from .asked import asked_workload_gate
 from .baseline import compare_with_baseline
 from .level import harness_cut, inconclusive, measure_level, point_notes
+from .quality import quality_gate, record_quality
 from .state import Session, TestContext, primary
 
 if TYPE_CHECKING:
@@ -271,7 +273,9 @@ def after_test(state: Session, node: str, ctx: TestContext, *, body_error: bool 
         extend_safely(state, node, ctx)
         return
     try:
+        asked_workload_gate(state, ctx)
         configured_gate(state, ctx)
+        quality_gate(state, ctx)
     finally:
         extend_safely(state, node, ctx)
     compare_with_baseline(state, ctx)
@@ -321,6 +325,7 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
     state.current = ctx
     slo.bind_startup(lambda: (ctx.engine, state.engine_meta.get(ctx.engine, {}).get("cold_start")))
     slo.bind_recovery(ctx.recoveries.append)
+    slo.bind_quality(lambda verdict: record_quality(state, ctx, verdict))
     try:
         try:
             result = yield
@@ -334,6 +339,7 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
         state.current = None
         slo.bind_startup(None)
         slo.bind_recovery(None)
+        slo.bind_quality(None)
         state.report_levels(ctx)
 
 

@@ -447,6 +447,8 @@ def check_prefix_share(run: Run, ts: S.TestSettings) -> Run:
     cal = calibration if isinstance(calibration, Mapping) else {}
     overhead = cal.get("overhead") if cal and cal.get("fitted") else None
     kind, _ = ts.dataset_kind()
+    if ts.evals is not None:  # eval items share their template and repeat a few: unknown
+        kind = "evals"
     expected = expected_prefix_share(
         kind,
         isl=ts.isl,
@@ -557,6 +559,7 @@ def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ())
         scale_up=run.meta.get("scale_up"),
         faults=run.meta.get("faults"),
         series=run.meta.get("series"),
+        quality=run.meta.get("quality"),
     )
     return state.add_point(task.ctx, run, point)
 

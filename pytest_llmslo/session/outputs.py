@@ -204,6 +204,7 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
     )
     props.extend(junit.scale_up_properties(point.scale_up))
     props.extend(junit.fault_properties(point.faults))
+    props.extend(junit.quality_properties(point.quality))
     if not point.comparable:
         props.append(("llmslo.comparable", "false"))
     props.extend((f"llmslo.notes.{i}", n) for i, n in enumerate(point.notes, 1))

@@ -37,6 +37,7 @@ from pytest_llmslo.choices import (
     TransportName,
     WorkloadKind,
 )
+from pytest_llmslo.evals import EvalChoice
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
@@ -109,6 +110,8 @@ class WorkloadOptions:
     think_time_s: float = 0.0
     think_distribution: ThinkDistribution = "fixed"
     history_turns: int = 0
+    #: Eval items inside the traffic (``--slo-eval``): the task and the share carrying one.
+    evals: EvalChoice | None = None
 
     def workload_fields(self) -> dict[str, Any]:
         """Keyword arguments of ``load.WorkloadSpec`` for this test."""
@@ -135,6 +138,9 @@ class WorkloadOptions:
             "think_time_s": self.think_time_s,
             "think_distribution": self.think_distribution,
             "history_turns": self.history_turns,
+            "eval_task": self.evals.task if self.evals else None,
+            "eval_share": self.evals.share if self.evals else 1.0,
+            "eval_path": self.evals.path if self.evals else None,
         }
 
     def workload_spec(self, salt: str) -> WorkloadSpec:

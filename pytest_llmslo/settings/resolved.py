@@ -11,6 +11,7 @@ from pytest_llmslo.choices import ResetCacheMode
 from pytest_llmslo.engines.scaling import ScaleUp
 from pytest_llmslo.faults.spec import Fault
 from pytest_llmslo.records import LoadLevel
+from pytest_llmslo.slo.quality import QualityObjective
 
 from .groups import (
     ClientOptions,
@@ -96,6 +97,8 @@ class TestSettings(
     scale_up: ScaleUp | None = None
     #: Faults done in the middle of each level (``--slo-fault``, ``fault=``).
     faults: tuple[Fault, ...] = ()
+    #: Objectives on the level's eval answers (``--slo-quality``, ``quality=``).
+    quality: tuple[QualityObjective, ...] = ()
     #: The test's own engines (``engines=`` on its marker); empty: the session's.
     engines: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)

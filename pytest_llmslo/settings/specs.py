@@ -31,7 +31,9 @@ from pytest_llmslo.choices import (
 from pytest_llmslo.engines.base import ENGINE_KINDS
 from pytest_llmslo.engines.scaling import parse_scale_up
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
+from pytest_llmslo.evals import parse_eval
 from pytest_llmslo.faults.spec import parse_faults
+from pytest_llmslo.slo.quality import parse_quality
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .parsers import (
@@ -617,6 +619,12 @@ SPECS: tuple[Spec, ...] = (
               "'restart at=5s,startup_s=1', 'stall at=3s,for=2s', 'drop at=30%,for=2s,"
               "rate=50%', 'delay at=3s,for=2s,by=200ms' (several separated by ';'); "
               "replica=, window=3s and share=90% (recovery). See docs/faults.md."),
+    Spec("eval", parse_eval, None, field="evals", cli="--slo-eval", marker="eval",  # quality
+         topic="workload", metavar="TASK[:SHARE]", help="Eval items in the traffic (quality): "
+         "arithmetic or retrieval, on a share of the requests (retrieval:20%; default all)."),
+    Spec("quality", parse_quality, (), field="quality", cli="--slo-quality", marker="quality",
+         topic="slo", metavar="SPEC", help="Objectives on the eval answers, with a Wilson "
+         "bound: accuracy>=0.95 (inconclusive when too few items show it). docs/quality.md"),
 )
 # fmt: on
 

@@ -26,6 +26,7 @@ from typing import Any
 from .cluster import LINKS, topology_from_mapping
 from .noise import SimNoise
 from .profiles import DEFAULT_PROFILE, GPUS, PROFILES, Profile, get_profile, profile_from_mapping
+from .quality import quality_from_mapping
 from .server import SimServer
 
 log = logging.getLogger("pytest_llmslo.sim")
@@ -142,6 +143,12 @@ def _add_hardware(p: argparse.ArgumentParser) -> None:
         help="Prefix caching.",
     )
     g.add_argument("--no-chunked-prefill", action="store_true", help="Prefill whole prompts only.")
+    g.add_argument(
+        "--quant-penalty",
+        type=_nonneg_float,
+        help="Added chance (0 to 1) of a wrong answer to an eval item (quality.py): a "
+        "quantisation that costs accuracy.",
+    )
     g.add_argument(
         "--long-prefill-token-threshold",
         type=_nonneg_int,
@@ -275,6 +282,10 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
         changes["max_model_len"] = args.max_model_len
     if args.num_gpu_blocks:
         changes["num_blocks"] = args.num_gpu_blocks
+    if args.quant_penalty is not None:
+        changes["quality"] = quality_from_mapping(
+            {"quant_penalty": args.quant_penalty}, profile.quality
+        )
     topology = _topology_changes(args, profile)
     if topology:
         changes["topology"] = topology_from_mapping(topology, profile.topology)

@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 from .cluster import Cluster, Pool, Topology, topology_from_mapping
 from .costmodel import CostModel, Gpu, ModelSpec
 from .noise import NoisyCostModel, SimNoise
+from .quality import QualityModel, quality_from_mapping
 from .scheduler import SchedulerConfig
 
 _T = TypeVar("_T")
@@ -236,6 +237,8 @@ class Profile:
     topology: Topology = field(default_factory=Topology)
     #: Run-to-run noise (``noise.py``): none unless asked for.
     noise: SimNoise = field(default_factory=SimNoise)
+    #: How its "model" answers eval items (``quality.py``).
+    quality: QualityModel = field(default_factory=QualityModel)
 
     def __post_init__(self) -> None:
         e = self.engine
@@ -319,6 +322,7 @@ class Profile:
             "topology": self.topology.to_dict(),
             "gpus": self.gpus,
             **({"noise": self.noise.to_dict()} if self.noise.active else {}),
+            "quality": self.quality.to_dict(),
         }
 
 
@@ -426,7 +430,7 @@ def profile_from_mapping(d: Mapping[str, Any]) -> Profile:
     model = _part(d, "model", MODELS, base.model)
     engine = _part(d, "engine", ENGINES, base.engine)
     known = {"base", "gpu", "model", "engine", "name", "description", "tp", "max_model_len"}
-    known |= {"num_blocks", "topology"}
+    known |= {"num_blocks", "topology", "quality"}
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValueError(f"unknown profile key(s) {unknown}; valid: {sorted(known)}")
@@ -442,4 +446,7 @@ def profile_from_mapping(d: Mapping[str, Any]) -> Profile:
         topology=topology_from_mapping(d["topology"], base.topology)
         if "topology" in d
         else base.topology,
+        quality=(
+            quality_from_mapping(d["quality"], base.quality) if "quality" in d else base.quality
+        ),
     )

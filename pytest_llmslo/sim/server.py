@@ -46,6 +46,7 @@ from .latencies import RequestLatencies
 from .lateness import LatenessStats
 from .metrics_exposition import metrics_text
 from .profiles import Profile
+from .quality import Answer, Answerer
 from .scheduler import SimRequest
 from .tokens import (
     block_hashes,
@@ -121,8 +122,11 @@ class Stream:
         include_usage: bool,
         continuous_usage: bool,
         seed: int,
+        answer: tuple[Answerer, Answer] | None = None,
     ) -> None:
         self.conn = conn
+        #: An eval item's answer, said as the first output token (``quality.py``).
+        self.answer = answer
         self.req = req
         self.chat = chat
         self.model = model
@@ -160,12 +164,16 @@ class Stream:
 
     def emit(self, index: int, last: bool) -> bool:
         """Write output token ``index``; False when the client is gone."""
+        said = None
+        if index == 0 and self.answer is not None:
+            said = self.answer[0].say(self.answer[1], self.req)
         if not self.stream:
-            self.pieces.append(output_piece(self.seed, index))
+            self.pieces.append(output_piece(self.seed, index) if said is None else said)
             if last:
                 self._finish_full()
             return True
-        parts = [self._pre, output_piece_json(self.seed, index)]
+        piece = output_piece_json(self.seed, index) if said is None else json.dumps(said).encode()
+        parts = [self._pre, piece]
         parts.append(self._post_last if last else self._post)
         if self.continuous_usage:
             parts.append(b',"usage":' + self._usage(index + 1).encode())
@@ -416,6 +424,7 @@ class SimServer:
         self.max_model_len = profile.max_model_len
         self.trace = TraceWriter(trace_file) if trace_file else None
         self.engine = EngineLoop(profile, trace=self.trace, lag_warn_s=lag_warn_s)
+        self.answerer = Answerer(profile.quality, lambda: self.engine.cluster.kv_usage())
         self.http = HttpServer(self.handle)
         self._engine_task: asyncio.Task[None] | None = None
         self.created = int(time.time())
@@ -620,6 +629,7 @@ class SimServer:
         self.requests_total += 1
         name = str(body.get("model") or self.model)
         self.requests_by_model[name] = self.requests_by_model.get(name, 0) + 1
+        answer = self._eval_answer(body, chat)
         st = Stream(
             conn,
             sim_req,
@@ -628,7 +638,9 @@ class SimServer:
             stream=stream,
             include_usage=bool(opts.get("include_usage")),
             continuous_usage=bool(opts.get("continuous_usage_stats")),
-            seed=self.requests_total,
+            # An eval item's words follow from the item, as greedy decoding's would.
+            seed=self.requests_total if answer is None else answer[1].shift,
+            answer=answer,
         )
         try:
             self.engine.submit(st)
@@ -647,6 +659,10 @@ class SimServer:
         finally:
             if on_close in conn.on_close:
                 conn.on_close.remove(on_close)
+
+    def _eval_answer(self, body: Mapping[str, Any], chat: bool) -> tuple[Answerer, Answer] | None:
+        found = self.answerer.read(body, chat)
+        return None if found is None else (self.answerer, found)
 
     # -- metrics -------------------------------------------------------------------------
 

@@ -85,6 +85,17 @@ from .dsl import (
 )
 from .dsl import Op as Op
 from .evaluate import evaluate, failures_fail, settled
+from .quality import (
+    QualityObjective,
+    QualityResult,
+    QualityVerdict,
+    accuracy,
+    assert_quality,
+    bind_quality,
+    judge_quality,
+    parse_quality,
+    wilson_interval,
+)
 from .recovery import RecoveryResult, RecoveryVerdict, assert_recovery, bind_recovery
 from .startup import (
     StartupObjective,
@@ -133,6 +144,16 @@ __all__ = [
     "RecoveryVerdict",
     "assert_recovery",
     "bind_recovery",
+    # quality objectives on a level's eval answers (quality.py)
+    "QualityObjective",
+    "QualityResult",
+    "QualityVerdict",
+    "accuracy",
+    "assert_quality",
+    "bind_quality",
+    "judge_quality",
+    "parse_quality",
+    "wilson_interval",
 ]
 
 

@@ -146,9 +146,12 @@ def test_a_stalled_server_ends_within_the_level_bound(slo_pytester, misbehaving)
 
 def test_a_ten_megabyte_line_is_measured_not_choked_on(slo_pytester, misbehaving) -> None:
     slo_pytester.makepyfile(test_chat=CHAT)
+    # One 10 MB chunk is another workload than asked (short, usage against the stream):
+    # opted out of that gate, this test is about the client measuring it.
     result = slo_pytester.runpytest_subprocess(
-        *args(misbehaving("huge-line"), "--requests=4", "--slo-json=r.json"), timeout=120
-    )
+        *args(misbehaving("huge-line"), "--requests=4", "--slo-json=r.json"),
+        "--max-short-outputs=100%", "--max-usage-mismatch=100%", timeout=120,
+    )  # fmt: skip
     result.assert_outcomes(passed=1)
     summary = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]["summary"]
     assert summary["completed"] == 4
@@ -357,14 +360,18 @@ def test_results_that_cannot_be_written(slo_pytester, misbehaving) -> None:
     result.stdout.no_fnmatch_line("*results written to*")
 
 
-def test_a_server_ignoring_the_pinned_length_is_flagged(slo_pytester, misbehaving) -> None:
+def test_a_server_ignoring_the_pinned_length_is_inconclusive(slo_pytester, misbehaving) -> None:
     slo_pytester.makepyfile(test_chat=CHAT)
     result = slo_pytester.runpytest_subprocess(
         *args(misbehaving("short-output"), "--slo-json=r.json", "--junitxml=j.xml", "-v")
     )  # -v: the level's note under its row
-    result.assert_outcomes(passed=1)
+    # Another workload than asked gates nothing: not a pass, and the run exits non-zero.
+    result.assert_outcomes(failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
+            "Inconclusive: inconclusive at c4: the engine answered another workload than the "
+            "one asked, so its numbers gate nothing: 30 of 30 completed requests*",
             "*test_chat.py*LlmSloWarning: llmslo external c4: 30 of 30 completed requests (100%) "
             "returned fewer tokens than the pinned output length, more than the 5% allowed*not "
             "comparable*",
@@ -374,6 +381,11 @@ def test_a_server_ignoring_the_pinned_length_is_flagged(slo_pytester, misbehavin
     point = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]
     assert point["comparable"] is False and point["summary"]["short_outputs"] == 30
     assert 'name="llmslo.comparable" value="false"' in (slo_pytester.path / "j.xml").read_text()
+    # The opt-out is explicit: allow every output to be short.
+    result = slo_pytester.runpytest_subprocess(
+        *args(misbehaving("short-output"), "--max-short-outputs=100%")
+    )
+    result.assert_outcomes(passed=1)
 
 
 def test_client_health_is_in_the_json_and_junit(slo_pytester, misbehaving) -> None:

@@ -1,0 +1,220 @@
+"""Built-in eval tasks: seeded items with exact answers, built with no download.
+
+- ``arithmetic``: ``Calculate 4821 + 937.`` with a sum, a difference or a product of
+  multi-digit numbers; the answer is the integer.
+- ``retrieval``: a long context of filler words with one sentence ``The key of the red fox
+  is 482913.`` planted at a depth drawn per item (0: the start, 1: the end), then the
+  question; the answer is the key. The context is ``context_words`` words long (the
+  workload's ``isl``), so a level's eval items load the engine's prefill as its other
+  requests do.
+
+Item ``i`` of a seed depends on the seed and ``i`` alone (like the workload's prompts), so
+a run's answers can be scored after it by rebuilding the items, and a later run against a
+bumped engine asks the very same questions. Both answers are integers: the scorer reads the
+first integer of the reply (``answers.first_integer``), which tolerates an engine that
+says more than the number.
+
+Which requests of a level are eval items: ``is_eval_index`` draws it from the seed and the
+index, so a share of 0.2 puts about one request in five through the eval, spread over the
+level's arrivals, and every request with a share of 1. About one eval request in twenty
+asks again the item of the eval request before it (``repeat_of``): the two answers say
+whether the engine is deterministic at that load.
+
+``solve`` is what the sim engine's "model" does: it reads an item back from a prompt and
+returns the right answer (None for a prompt that is no eval item); the sim's error model
+then decides whether it says it. A real engine sees a plain prompt.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "EVAL_TASKS",
+    "EvalChoice",
+    "EvalItem",
+    "EvalTask",
+    "is_eval_index",
+    "make_item",
+    "parse_eval",
+    "repeat_of",
+    "solve",
+]
+
+EvalTask = Literal["arithmetic", "retrieval", "jsonl"]
+#: The built-in tasks, and ``jsonl``: a user's eval file (``dataset.py``).
+EVAL_TASKS: tuple[EvalTask, ...] = ("arithmetic", "retrieval", "jsonl")
+
+#: Output tokens an eval request asks for: enough for the number and a few words.
+ANSWER_TOKENS = 16
+#: Longest context a retrieval item builds, in words (a prompt is bounded whatever asked).
+MAX_CONTEXT_WORDS = 200_000
+
+_ITEM_STREAM = 0x5EED_E7A1
+_SHARE_STREAM = 0x5EED_5A4E
+_REPEAT_STREAM = 0x5EED_2E9E
+#: The share of eval requests that ask again the item of the eval request before them: at
+#: temperature 0 the two answers must be the same (``repeat_of``).
+REPEAT_SHARE = 0.05
+#: How far back a repeat looks for the eval request it repeats.
+_REPEAT_REACH = 200
+_TAIL = " Reply with the number only."
+
+_COLOURS = "red blue green amber grey white black golden silver violet".split()
+_ANIMALS = "fox owl hare wolf crane otter lynx heron bison raven".split()
+_FILLER = (
+    "the river ran past the old mill where farmers brought grain each autumn and the "
+    "miller kept a ledger of every sack while children watched the wheel turn slowly in "
+    "the cold water and merchants argued about prices on the bridge until the evening "
+    "bells rang across the valley"
+).split()
+
+_ARITH_RE = re.compile(r"Calculate (\d{1,12}) ([+\-*]) (\d{1,12})\." + re.escape(_TAIL))
+_QUESTION_RE = re.compile(r"What is the key of the (\w{1,20} \w{1,20})\?" + re.escape(_TAIL))
+
+
+@dataclass(frozen=True, slots=True)
+class EvalItem:
+    """One eval question: its task, index in the level's sequence, the prompt sent, the
+    answer (the reference), the output tokens it asks for, for retrieval the depth of the
+    key, and how an answer is scored (``scorers.score``)."""
+
+    task: EvalTask
+    index: int
+    prompt: str
+    answer: str
+    max_tokens: int = ANSWER_TOKENS
+    depth: float | None = None
+    scorer: str = "integer"
+    tolerance: float = 0.0
+
+    @property
+    def words(self) -> int:
+        return len(self.prompt.split())
+
+
+class EvalChoice(NamedTuple):
+    """The eval a level carries: its task and the share of requests that carry an item."""
+
+    task: EvalTask
+    share: float = 1.0
+    #: The eval file of the ``jsonl`` task.
+    path: str | None = None
+
+    def __str__(self) -> str:
+        name = self.path if self.task == "jsonl" and self.path else self.task
+        return name if self.share >= 1.0 else f"{name}:{self.share:.0%}"
+
+
+def _share(text: str, whole: str) -> float:
+    pct = text.endswith("%")
+    try:
+        share = float(text.rstrip("%")) / (100.0 if pct else 1.0)
+    except ValueError:
+        share = -1.0
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"the eval share in {whole!r} must be in (0, 1] (or 1% to 100%)")
+    return share
+
+
+def parse_eval(value: Any) -> EvalChoice | None:
+    """``arithmetic`` (every request), ``retrieval:20%`` or ``retrieval:0.2`` (that share of
+    them), a user's eval file ``PATH.jsonl`` (``PATH.jsonl:20%``), ``none`` (no eval)."""
+    if value is None or isinstance(value, EvalChoice):
+        return value
+    text = str(value).strip()
+    if text.lower() in ("", "none", "off"):
+        return None
+    head, sep, tail = text.rpartition(":")
+    name, share_text = (head, tail) if sep and tail[:1].isdigit() else (text, "")
+    share = _share(share_text, text) if share_text else 1.0
+    if name.lower().endswith(".jsonl"):
+        return EvalChoice("jsonl", share, name)
+    task = name.lower()
+    if task not in EVAL_TASKS or task == "jsonl":
+        raise ValueError(
+            f"{name!r} is not an eval task. Valid: arithmetic, retrieval or an eval file "
+            "PATH.jsonl (optionally with the share of requests that carry an item: "
+            "retrieval:20%), or none."
+        )
+    return EvalChoice(task, share)
+
+
+def is_eval_index(seed: int, index: int, share: float) -> bool:
+    """Whether request ``index`` of a level seeded ``seed`` carries an eval item."""
+    if share >= 1.0:
+        return True
+    if share <= 0.0:
+        return False
+    key = f"{_SHARE_STREAM}:{seed}:{index}".encode()
+    return zlib.crc32(key) / 2**32 < share
+
+
+def repeat_of(seed: int, index: int, share: float) -> int | None:
+    """The earlier index whose item eval request ``index`` asks again, or None (most).
+
+    About ``REPEAT_SHARE`` of a level's eval requests repeat the item of the nearest eval
+    request before them, so a level tells whether the engine gives the same answer to the
+    same question twice under the same load (at temperature 0 it must)."""
+    key = f"{_REPEAT_STREAM}:{seed}:{index}".encode()
+    if index < 1 or zlib.crc32(key) / 2**32 >= REPEAT_SHARE:
+        return None
+    for j in range(index - 1, max(-1, index - _REPEAT_REACH), -1):
+        if is_eval_index(seed, j, share):
+            return j
+    return None
+
+
+def _arithmetic(rng: np.random.Generator, index: int) -> EvalItem:
+    op = ("+", "-", "*")[int(rng.integers(3))]
+    if op == "*":
+        a, b = int(rng.integers(12, 99)), int(rng.integers(101, 999))
+        value = a * b
+    else:
+        a, b = int(rng.integers(1000, 99_999)), int(rng.integers(100, 9_999))
+        value = a + b if op == "+" else a - b
+    return EvalItem("arithmetic", index, f"Calculate {a} {op} {b}.{_TAIL}", str(value))
+
+
+def _retrieval(rng: np.random.Generator, index: int, context_words: int) -> EvalItem:
+    name = f"{_COLOURS[int(rng.integers(len(_COLOURS)))]} {_ANIMALS[int(rng.integers(10))]}"
+    key = str(int(rng.integers(100_000, 999_999)))
+    n = max(8, min(context_words, MAX_CONTEXT_WORDS))
+    depth = float(rng.uniform(0.0, 1.0))
+    start = int(rng.integers(len(_FILLER)))
+    words = [_FILLER[(start + k) % len(_FILLER)] for k in range(n)]
+    at = round(depth * n)
+    fact = f"The key of the {name} is {key}."
+    text = " ".join([*words[:at], fact, *words[at:]])
+    prompt = f"{text}\nWhat is the key of the {name}?{_TAIL}"
+    return EvalItem("retrieval", index, prompt, key, depth=round(depth, 4))
+
+
+def make_item(task: EvalTask, seed: int, index: int, context_words: int = 512) -> EvalItem:
+    """Item ``index`` of ``task`` for ``seed`` (see the module docstring)."""
+    rng = np.random.default_rng([_ITEM_STREAM, seed & 0xFFFFFFFF, index])
+    if task == "arithmetic":
+        return _arithmetic(rng, index)
+    if task == "retrieval":
+        return _retrieval(rng, index, context_words)
+    raise ValueError(f"{task!r} is not a built-in eval task: arithmetic or retrieval")
+
+
+def solve(prompt: str) -> str | None:
+    """The right answer to an eval item read back from its prompt, or None when the prompt
+    is no eval item (what the sim engine's "model" knows)."""
+    tail = prompt[-200:]
+    m = _ARITH_RE.search(tail)
+    if m is not None:
+        a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+        return str(a + b if op == "+" else a - b if op == "-" else a * b)
+    q = _QUESTION_RE.search(tail)
+    if q is None:
+        return None
+    fact = re.search(r"The key of the " + re.escape(q.group(1)) + r" is (\d{1,12})\.", prompt)
+    return fact.group(1) if fact else None
