@@ -316,7 +316,13 @@ class WorkerHub:
     def _handshake(self, client: socket.socket, peer: str, key: bytes) -> None:
         # The whole handshake, TLS included, in ``handshake_s`` at most: past it the
         # socket is shut, which ends whatever read waits (a peer trickling bytes).
-        watchdog = threading.Timer(self.handshake_s, _shut, args=(client,))
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            _shut(client)
+
+        watchdog = threading.Timer(self.handshake_s, expire)
         watchdog.start()
         try:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -327,8 +333,12 @@ class WorkerHub:
                 name = accept_worker(client, key, self.handshake_s, self._full) or peer
                 watchdog.cancel()
             except (LoadError, OSError, EOFError) as exc:
-                # A port scan, a health check, a wrong key, an old version, a slow peer.
-                self._turn_away(client, peer, str(exc) or type(exc).__name__)
+                # A port scan, a health check, a wrong key, an old version, a slow peer
+                # (whose read the watchdog ended: that is why, whatever the read saw).
+                why = str(exc) or type(exc).__name__
+                if expired.is_set():
+                    why = f"its handshake did not end in time ({self.handshake_s:g} s): {why}"
+                self._turn_away(client, peer, why)
                 return
             with self._joined:
                 if self._sock is None or len(self.links) >= self.expected:
