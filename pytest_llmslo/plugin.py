@@ -128,8 +128,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise _usage(exc) from None
     config.stash[STATE_KEY] = state
-    # From here on SIGTERM ends the session as Ctrl-C does, in any phase and with any
-    # engine, and no signal cuts the writing of the results (interrupts.py).
+    # From here on SIGINT and SIGTERM are recorded and acted on at safe points, in any
+    # phase and with any engine; no signal cuts the writing of the results (interrupts.py).
     state.interrupts.install()
     for text in session.warnings:
         config.issue_config_time_warning(LlmSloWarning(text), stacklevel=2)
@@ -558,9 +558,41 @@ def _report_test(state: core.Session, item: pytest.Item, ctx: TestContext, when:
     item.add_report_section(when, "llmslo", "\n".join(lines))
 
 
+# A test's own code (its fixtures, its function, its teardown) may block anywhere: there
+# Ctrl-C and SIGTERM interrupt it where they land, as Python does, but for the session's
+# own code it calls (interrupts.py: ``foreign``, ``owned``).
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _foreign(request.config):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
+    with _foreign(pyfuncitem.config):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with _foreign(item.config):
+        return (yield)
+
+
+def _foreign(config: pytest.Config) -> contextlib.AbstractContextManager[None]:
+    state = config.stash.get(STATE_KEY, None)
+    return contextlib.nullcontext() if state is None else state.interrupts.foreign()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     state = item.config.stash.get(STATE_KEY, None)
+    if state is not None:
+        # A safe point: a stop signal recorded before this test ends the session here
+        # (pytest's KeyboardInterrupt: interrupted, session-finish hooks run).
+        state.interrupts.checkpoint()
     try:
         return (yield)
     finally:

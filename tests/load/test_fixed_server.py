@@ -441,6 +441,12 @@ def test_ctrl_c_in_run_load_sync_keeps_the_partial_run(fixed_url: str, processes
     import sys
     import time
 
+    def served() -> int:
+        return int(
+            json.loads(urllib.request.urlopen(fixed_url + "/stats", timeout=5).read())["requests"]
+        )
+
+    before = served()
     proc = subprocess.Popen(
         [sys.executable, "-c", SIGINT_SCRIPT, fixed_url, str(processes)],
         stdout=subprocess.PIPE,
@@ -448,7 +454,12 @@ def test_ctrl_c_in_run_load_sync_keeps_the_partial_run(fixed_url: str, processes
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
-        time.sleep(2.0)
+        # Signalled once the load is under way (more requests than its 4 slots reached the
+        # server, so some ended), not after a guessed sleep.
+        deadline = time.monotonic() + 60
+        while served() - before < 12:
+            assert proc.poll() is None and time.monotonic() < deadline, "no load"
+            time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:
