@@ -29,6 +29,11 @@ there a first signal raises ``KeyboardInterrupt`` where it lands, as Python's de
 Ctrl-C does, except inside the session's own code called from the test (a load, an engine
 start: ``owned``), which acts on it at its safe points.
 
+When a session that took the interpreter's default handlers over ends (``uninstall``),
+up to two signals more are absorbed (the process is exiting with the session's status),
+and at interpreter exit they are ignored; a third before then gets the default. A session
+run inside another gives the signals back to it.
+
 Signal handlers can only be set from the main thread; elsewhere ``install`` does nothing.
 ``active()`` is the instance installed now, for the layers below the session (the load
 generator, the engine launcher) that check it without a session object at hand.
@@ -36,6 +41,7 @@ generator, the engine launcher) that check it without a session object at hand.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -89,6 +95,49 @@ def pause(seconds: float) -> bool:
     return guard.pause(seconds)
 
 
+def _is_default(sig: int, handler: Any) -> bool:
+    return (
+        handler is signal.default_int_handler if sig == signal.SIGINT else handler == signal.SIG_DFL
+    )
+
+
+def _after_session(sig: int) -> Callable[[int, FrameType | None], None]:
+    """The handler left when a session that had the interpreter's default handler ends:
+    the process is about to exit with the session's status (its results are written), so
+    a signal now (a CI system's second SIGTERM, 0.3 s after the first) is absorbed, up to
+    two; a third gets the default back and is delivered to it (a program that embeds
+    ``pytest.main`` or ``cli.main`` and goes on can still be stopped)."""
+    late: list[int] = []
+
+    def on_late_signal(signum: int, frame: FrameType | None) -> None:
+        late.append(signum)
+        if len(late) >= 3:
+            default: Any = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            signal.signal(sig, default)
+            os.kill(os.getpid(), signum)
+
+    _late_handlers.add(on_late_signal)
+    if not _exit_hook:
+        _exit_hook.append(atexit.register(_ignore_at_exit))
+    return on_late_signal
+
+
+_late_handlers: set[Callable[[int, FrameType | None], None]] = set()
+_exit_hook: list[object] = []
+
+
+def _ignore_at_exit() -> None:
+    """At interpreter exit Python puts the default handler back in place of a Python one
+    (SIGTERM then kills a process that is only exiting, with status -15): where the
+    signals are still absorbed after a session, they are ignored to the end instead."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError, TypeError):
+            if signal.getsignal(sig) in _late_handlers:
+                signal.signal(sig, signal.SIG_IGN)
+
+
 class Interrupts:
     """The stop signals one session received (``received``: their names, in order).
 
@@ -139,7 +188,9 @@ class Interrupts:
         for sig, handler in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 if signal.getsignal(sig) == self._on_signal:
-                    signal.signal(sig, handler)
+                    signal.signal(
+                        sig, _after_session(sig) if _is_default(sig, handler) else handler
+                    )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Only plain assignments and appends here: no lock, no I/O.

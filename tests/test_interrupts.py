@@ -158,3 +158,21 @@ def test_describe_names_the_signals() -> None:
     assert g.describe() == "SIGTERM x2"
     g.received[:] = ["SIGINT", "SIGTERM"]
     assert g.describe() == "SIGINT, then SIGTERM"
+
+
+def test_after_a_session_with_the_default_handler_two_late_signals_are_absorbed() -> None:
+    outer = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        g = Interrupts()
+        assert g.install()
+        g.uninstall()
+        late = signal.getsignal(signal.SIGTERM)
+        assert callable(late)
+        # The process would exit with the session's status: a CI system's second and
+        # third SIGTERM do not kill it on its way out (the default would).
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
+        assert g.received == []
+    finally:
+        signal.signal(signal.SIGTERM, outer)
