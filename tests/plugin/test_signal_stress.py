@@ -39,6 +39,8 @@ def test_chat(slo_run):
     pass
 """
 
+LEVELS = 2  # concurrency 1 and 2, each a point of a complete document
+
 CLI = "import sys\nfrom pytest_llmslo import cli\nsys.exit(cli.main(sys.argv[1:]))"
 
 # The exit statuses each runner documents: finished (passed or failed), interrupted.
@@ -179,10 +181,15 @@ def _problems(plan: Plan, path: Path, code: int | None, sent: int) -> list[str]:
         except ValueError as exc:
             problems.append(f"the document does not parse: {exc}")
         else:
-            if code in FINISHED and sent == 0 and doc.get("complete") is not True:
+            complete = doc.get("complete")
+            if code in FINISHED and sent == 0 and complete is not True:
                 problems.append("a finished run's document is not complete")
-            if code not in FINISHED and doc.get("complete") is not False:
-                problems.append("an interrupted run's document says it is complete")
+            # A complete document after a signal: the run had measured all it was asked
+            # before the signal came (it landed in the reports or after them).
+            if complete is True and len(doc.get("points", [])) != LEVELS:
+                problems.append("a document says it is complete without all its levels")
+            if complete is not True and complete is not False:
+                problems.append(f"the document's complete is {complete!r}")
     if _processes_in(path):
         problems.append("a process was left running")
     if problems:  # what the run said last, to tell why
