@@ -558,13 +558,14 @@ def _report_test(state: core.Session, item: pytest.Item, ctx: TestContext, when:
     item.add_report_section(when, "llmslo", "\n".join(lines))
 
 
-# A test's own code (its fixtures, its function, its teardown) may block anywhere: there
-# Ctrl-C and SIGTERM interrupt it where they land, as Python does, but for the session's
-# own code it calls (interrupts.py: ``foreign``, ``owned``).
+# A test's own code (fixtures, function, teardown) may block anywhere: there a signal
+# interrupts it where it lands, as Python's Ctrl-C does (interrupts.py: ``foreign``).
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    if getattr(getattr(fixturedef, "func", None), "__module__", None) == __name__:
+        return (yield)  # the plugin's own fixtures act on signals at their safe points
     with _foreign(request.config):
         return (yield)
 
@@ -589,9 +590,7 @@ def _foreign(config: pytest.Config) -> contextlib.AbstractContextManager[None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     state = item.config.stash.get(STATE_KEY, None)
-    if state is not None:
-        # A safe point: a stop signal recorded before this test ends the session here
-        # (pytest's KeyboardInterrupt: interrupted, session-finish hooks run).
+    if state is not None:  # a safe point: a signal recorded before this test stops here
         state.interrupts.checkpoint()
     try:
         return (yield)
