@@ -5,7 +5,9 @@
 Starts ``python -m pytest_llmslo.sim.truth_server`` (TTFT 50 ms, a token every 10 ms, 400
 tokens: every request outlives the run) and, per try, ``llmslo run`` against it at the
 concurrency (a level bounded by 60 s), sends SIGTERM once the server has received
-2 x concurrency requests, and prints: signal to the results document in place (its
+2 x concurrency requests, and prints: signal to the load's return (the level's
+"interrupted by" line: the load cut, its partial run collected and assembled), signal to
+the results document in place (its
 mtime: the load cut, the partial run assembled, the document written), signal to the
 process's exit, the exit status and the interrupted point's request count. Bounded: a
 try that has not ended 60 s after its signal is killed.
@@ -64,7 +66,12 @@ def one_try(url: str, concurrency: int, work: Path) -> dict[str, object]:
             time.sleep(0.05)
         sent = time.time()
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=60)
+        cut: float | None = None
+        while proc.poll() is None and time.time() - sent < 60:
+            if cut is None and "interrupted by" in (work / "out.log").read_text(errors="replace"):
+                cut = time.time() - sent
+            time.sleep(0.005)
+        code = proc.wait(timeout=5)
         exited = time.time() - sent
     finally:
         if proc.poll() is None:
@@ -72,6 +79,7 @@ def one_try(url: str, concurrency: int, work: Path) -> dict[str, object]:
             proc.wait()
     points = json.loads(doc.read_text())["points"] if doc.exists() else []
     return {
+        "load_returned_s": None if cut is None else round(cut, 3),
         "document_s": round(doc.stat().st_mtime - sent, 3) if doc.exists() else None,
         "exit_s": round(exited, 3),
         "status": code,
