@@ -19,6 +19,7 @@ SIGNAL_TESTS = (
     "tests/test_cli_run.py::test_a_signal_between_levels_stops_the_sweep_with_the_first_level_kept",
     "tests/test_cli_run.py::test_a_crash_in_the_sweep_still_writes_what_was_measured",
     "tests/load/test_fixed_server.py::test_ctrl_c_in_run_load_sync_keeps_the_partial_run",
+    "tests/load/test_fixed_server.py::test_interrupt_with_worker_processes",
     "tests/engines/test_engines_process.py::test_sigterm_to_harness_stops_engines",
     "tests/engines/test_engines_process.py::test_sigterm_to_pytest_session_stops_engines_and_interrupts",
     "tests/plugin/test_failure_gates.py::test_sigterm_keeps_the_level_in_progress",
