@@ -620,8 +620,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pytest_llmslo.interrupts import Interrupts
     from pytest_llmslo.report.plan import plan_lines
 
-    # SIGTERM ends the run as Ctrl-C does from here on, and no signal cuts the writing of
-    # what was measured (interrupts.py).
+    # SIGINT and SIGTERM are recorded and acted on at safe points from here on, and no
+    # signal cuts the writing of what was measured (interrupts.py).
     guard = Interrupts()
     guard.install()
     try:
@@ -655,14 +655,22 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         factory = core.engine_factory(state)
         try:
             for engine in settings.engines:
+                guard.checkpoint()  # a safe point: a stop signal ends the sweep here
                 _sweep_engine(state, factory, engine, contexts[engine], failed, err)
+            guard.checkpoint()
         except KeyboardInterrupt:
             interrupted = True
-        finally:
+        except BaseException:
+            # Whatever ends the sweep, what was measured is written (partial) first.
             with guard.shielded():
+                core.finish(state, interrupted=True)
                 factory.stop_all()
+            raise
+        # The results first (a third signal during the engines' stop then loses nothing),
+        # then the engines.
         with guard.shielded():
             interrupted = core.finish(state, interrupted=interrupted)
+            factory.stop_all()
             if interrupted:
                 how = guard.describe() or "interrupted"
                 print(f"{PROG}: interrupted ({how}); the levels measured so far are kept", file=err)

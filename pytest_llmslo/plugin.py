@@ -128,8 +128,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise _usage(exc) from None
     config.stash[STATE_KEY] = state
-    # From here on SIGTERM ends the session as Ctrl-C does, in any phase and with any
-    # engine, and no signal cuts the writing of the results (interrupts.py).
+    # From here on SIGINT and SIGTERM are recorded and acted on at safe points, in any
+    # phase and with any engine; no signal cuts the writing of the results (interrupts.py).
     state.interrupts.install()
     for text in session.warnings:
         config.issue_config_time_warning(LlmSloWarning(text), stacklevel=2)
@@ -566,9 +566,40 @@ def _report_test(state: core.Session, item: pytest.Item, ctx: TestContext, when:
     item.add_report_section(when, "llmslo", "\n".join(lines))
 
 
+# A test's own code (fixtures, function, teardown) may block anywhere: there a signal
+# interrupts it where it lands, as Python's Ctrl-C does (interrupts.py: ``foreign``).
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    if getattr(getattr(fixturedef, "func", None), "__module__", None) == __name__:
+        return (yield)  # the plugin's own fixtures act on signals at their safe points
+    with _foreign(request.config):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
+    with _foreign(pyfuncitem.config):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with _foreign(item.config):
+        return (yield)
+
+
+def _foreign(config: pytest.Config) -> contextlib.AbstractContextManager[None]:
+    state = config.stash.get(STATE_KEY, None)
+    return contextlib.nullcontext() if state is None else state.interrupts.foreign()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     state = item.config.stash.get(STATE_KEY, None)
+    if state is not None:  # a safe point: a signal recorded before this test stops here
+        state.interrupts.checkpoint()
     try:
         return (yield)
     finally:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -260,3 +263,47 @@ def test_two_runs_leave_two_entries_in_the_history(fixed_server, in_tmp, capsys)
     assert "llmslo compare: latest~1 -> latest" in out
     assert "external | llmslo-run | c1" in out
     assert len(list((in_tmp / ".llmslo" / "runs").glob("*.json"))) == 2
+
+
+def _after_first_level(monkeypatch: pytest.MonkeyPatch, then: Callable[[], None]) -> None:
+    """``then()`` once the sweep's first level is measured and judged."""
+    from pytest_llmslo import session as core
+
+    load_test = core.load_test
+    calls: list[int] = []
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            then()
+        return load_test(*args, **kwargs)
+
+    monkeypatch.setattr(core, "load_test", wrapped)
+
+
+def test_a_signal_between_levels_stops_the_sweep_with_the_first_level_kept(
+    fixed_server, in_tmp, capsys, monkeypatch
+) -> None:
+    _after_first_level(monkeypatch, lambda: signal.raise_signal(signal.SIGTERM))
+    code = cli.main(_run(fixed_server, "--slo-json", "run.json"))
+    _out, err = capsys.readouterr()
+    assert code == cli.EXIT_INTERRUPTED, err
+    assert "interrupted (SIGTERM)" in err and "Traceback" not in err
+    doc = json.loads((in_tmp / "run.json").read_text())
+    assert doc["complete"] is False
+    (point,) = doc["points"]  # the second level's load was cut before it sent anything
+    assert point["level"]["value"] == 1.0 and point["interrupted"] is False
+
+
+def test_a_crash_in_the_sweep_still_writes_what_was_measured(
+    fixed_server, in_tmp, capsys, monkeypatch
+) -> None:
+    def crash() -> None:
+        raise RuntimeError("a bug in the harness")
+
+    _after_first_level(monkeypatch, crash)
+    with pytest.raises(RuntimeError, match="a bug in the harness"):
+        cli.main(_run(fixed_server, "--slo-json", "run.json"))
+    doc = json.loads((in_tmp / "run.json").read_text())
+    assert doc["complete"] is False
+    assert [p["level"]["value"] for p in doc["points"]] == [1.0]

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .. import interrupts
 from .._version import __version__ as harness_version
 from ..errors import ConfigError, EngineStartError
 from ..redact import redact, redact_env, redact_url, remember, secret_values
@@ -229,7 +230,14 @@ def _stop_units(units: list[StartedUnit]) -> None:
 
 def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
     """Start the plan's units in the runtime of ``config.runtime`` and wait until ready; on
-    failure stop everything and raise ``EngineStartError`` with the log tails."""
+    failure stop everything and raise ``EngineStartError`` with the log tails. A stop
+    signal ends the start between its steps and probes (``KeyboardInterrupt``, the units
+    stopped), never in the middle of one (``interrupts.owned``)."""
+    with interrupts.owned():
+        return _launch(plan, poll_s)
+
+
+def _launch(plan: LaunchPlan, poll_s: float) -> RunningEngine:
     cfg = plan.config
     runtime = runtime_of(cfg)
     clock = coldstart.StartClock(runtime.name)
@@ -254,6 +262,7 @@ def launch(plan: LaunchPlan, *, poll_s: float = 0.5) -> RunningEngine:
                     f"{runtime.name} runtime"
                 )
             _phase(plan, t0, "starting " + ", ".join(u.role for u in units))
+        interrupts.checkpoint()
         run = runtime.start(plan)
         started, log_dir = run.units, run.log_dir
         clock.from_units(started)
@@ -431,17 +440,21 @@ class _Wait:
         was_open = self.port_open()
         while time.monotonic() < end:
             if was_open:
-                time.sleep(max(end - time.monotonic(), 0.0))
-                return
-            time.sleep(min(PORT_POLL_S, max(end - time.monotonic(), 0.0)))
+                interrupts.pause(end - time.monotonic())
+                break
+            if interrupts.pause(min(PORT_POLL_S, max(end - time.monotonic(), 0.0))):
+                break
             if self.port_open():
-                return
+                break
+        # A stop signal ends the wait here, between two probes.
+        interrupts.checkpoint()
 
 
 def _poll_ready(wait: _Wait, client: httpx.Client, base_url: str, poll_s: float) -> None:
     """Until ``plan.ready`` passes (``ready_s``), a unit dies or the deadline passes."""
     refused_since: float | None = None
     while True:
+        interrupts.checkpoint()
         wait.check_alive()
         left = wait.left()
         client.timeout = httpx.Timeout(min(10.0, left), connect=min(2.0, left))

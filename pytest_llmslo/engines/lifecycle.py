@@ -1,9 +1,11 @@
 """Teardown that happens even when the session does not end normally.
 
 Every started engine unit (process group or container) registers a stop callback here.
-They are all run at interpreter exit (``atexit``) and on SIGTERM, so a CI job that is
-cancelled or a user who presses Ctrl-C leaves no engine, container or held port behind.
-After SIGTERM has stopped the engines, the run ends as if interrupted by Ctrl-C.
+They are all run at interpreter exit (``atexit``) and, outside a session, on SIGTERM, so
+a CI job that is cancelled or a user who presses Ctrl-C leaves no engine, container or
+held port behind. Outside a session, after SIGTERM has stopped the engines, the run ends
+as if interrupted by Ctrl-C; in a session the session's handler (``interrupts.py``) takes
+SIGTERM, and the session stops its engines on its way out.
 Ctrl-C reaches fixtures as ``KeyboardInterrupt`` and their ``finally`` blocks stop engines
 normally; the atexit hook is the backstop for anything still registered.
 """
@@ -19,10 +21,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from pytest_llmslo import interrupts
+
 _lock = threading.RLock()
 _stops: dict[int, Callable[[], None]] = {}
 _next_id = 0
 _installed = False
+_sigterm_installed = False
 _previous_sigterm: Any = None
 
 
@@ -88,17 +93,24 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def _install() -> None:
-    global _installed, _previous_sigterm
+    global _installed, _sigterm_installed, _previous_sigterm
     with _lock:
-        if _installed:
+        if not _installed:
+            _installed = True
+            atexit.register(stop_all)
+        # In a session its own handler (interrupts.py) takes SIGTERM: it stops the engines
+        # at a safe point. Signal handlers can only be set from the main thread; elsewhere
+        # atexit remains.
+        if (
+            _sigterm_installed
+            or interrupts.active() is not None
+            or threading.current_thread() is not threading.main_thread()
+        ):
             return
-        _installed = True
-        atexit.register(stop_all)
-        # Signal handlers can only be set from the main thread; elsewhere atexit remains.
-        if threading.current_thread() is threading.main_thread():
-            with contextlib.suppress(ValueError, OSError):
-                _previous_sigterm = signal.getsignal(signal.SIGTERM)
-                signal.signal(signal.SIGTERM, _on_sigterm)
+        _sigterm_installed = True
+        with contextlib.suppress(ValueError, OSError):
+            _previous_sigterm = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def pid_alive(pid: int) -> bool:

@@ -59,8 +59,10 @@ the run. They count in the error rate and are never good for goodput or attainme
 ``run.meta["cancelled"]`` says how many there were. On Ctrl-C or task cancellation the
 requests in flight are cut at once, recorded the same way, and ``LoadInterrupted``
 carries the partial run. SIGTERM (how CI systems stop a job) is handled like Ctrl-C:
-the level in progress is cut and kept, also when a second signal follows while it is cut;
-a third interrupts at once.
+the level in progress is cut and kept, also when a second signal follows while it is cut.
+In a session the session's handler (``interrupts.py``) records the signals and the load
+checks them every ``interrupts.POLL_S``; outside one (a script) the load puts handlers of
+its own in place for its duration, and there a third signal interrupts at once.
 
 Early stop: ``early_stop`` is a callback that sees the decoded records about twice a
 second and returns why the level's verdict is settled (or None); the level then drains like
@@ -81,10 +83,11 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any
 
+from .. import interrupts
 from .._version import __version__
 from ..errors import LoadError, LoadInterrupted
 from ..records import LoadLevel, RequestRecord, Run
@@ -332,7 +335,8 @@ def run_load_sync(job: LoadJob) -> Run:
 
     Ctrl-C and SIGTERM cancel the load cleanly (``LoadInterrupted`` with the partial run,
     its ``signal`` naming which); a second one while the load is being cut is noted (the
-    partial run is still kept), a third interrupts at once. Called from a thread
+    partial run is still kept). In a session a signal recorded before the load began
+    cancels it at once. Called from a thread
     that already runs a loop, the load runs on a helper thread.
     """
     try:
@@ -363,45 +367,82 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def _run_on_new_loop(job: LoadJob) -> Run:
     loop = new_event_loop(job.client.event_loop)
+    guard = interrupts.active()
+    if guard is not None:
+        # In a session its handler records the signals; the load checks them.
+        main = loop.create_task(_cut_on_stop(job, guard))
+        try:
+            with guard.owned():
+                return _complete(loop, main, lambda: guard.received[0] if guard.received else None)
+        finally:
+            _close_loop(loop)
     main = loop.create_task(run_load(job))
-    old: dict[int, Any] = {}
     received: list[str] = []
-    if threading.current_thread() is threading.main_thread():
-
-        def on_signal(signum: int, frame: Any) -> None:
-            received.append(signal.Signals(signum).name)
-            if len(received) == 1:
-                loop.call_soon_threadsafe(main.cancel)
-                return
-            # A second signal while the load is being cut is noted: raised in the middle
-            # of the cut, it would lose the partial run (collecting it is bounded by
-            # _RESULT_TIMEOUT_S). A third gets the handlers of before at once.
-            if len(received) >= 3:
-                for sig, handler in old.items():
-                    signal.signal(sig, handler)
-                previous = old.get(signum)
-                if callable(previous):
-                    previous(signum, frame)
-                elif previous == signal.SIG_DFL:
-                    os.kill(os.getpid(), signum)
-
-        for sig in _STOP_SIGNALS:
-            with contextlib.suppress(ValueError, OSError):
-                old[sig] = signal.signal(sig, on_signal)
+    old = _own_handlers(loop, main, received)
     try:
-        return loop.run_until_complete(main)
-    except LoadInterrupted as exc:
-        exc.signal = received[0] if received else None
-        raise
-    except asyncio.CancelledError as exc:
-        err = LoadInterrupted("load cancelled")
-        err.signal = received[0] if received else None
-        raise err from exc
+        return _complete(loop, main, lambda: received[0] if received else None)
     finally:
         for number, handler in old.items():
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(number, handler)
         _close_loop(loop)
+
+
+async def _cut_on_stop(job: LoadJob, guard: interrupts.Interrupts) -> Run:
+    """``run_load(job)``, cancelled (the requests in flight cut and kept) within
+    ``interrupts.POLL_S`` of a stop signal recorded by the session's handler; at once when
+    one arrived before the load began."""
+    load = asyncio.ensure_future(run_load(job))
+    while not load.done():
+        if guard.stop_requested:
+            load.cancel()
+            break
+        await asyncio.wait({load}, timeout=interrupts.POLL_S)
+    return await load
+
+
+def _complete(
+    loop: asyncio.AbstractEventLoop, main: asyncio.Task[Run], signame: Callable[[], str | None]
+) -> Run:
+    try:
+        return loop.run_until_complete(main)
+    except LoadInterrupted as exc:
+        exc.signal = signame()
+        raise
+    except asyncio.CancelledError as exc:
+        err = LoadInterrupted("load cancelled")
+        err.signal = signame()
+        raise err from exc
+
+
+def _own_handlers(
+    loop: asyncio.AbstractEventLoop, main: asyncio.Task[Run], received: list[str]
+) -> dict[int, Any]:
+    """Outside a session (a script's ``run_load_sync``): handlers that cancel the load on
+    the first signal, note a second one (raised in the middle of the cut it would lose the
+    partial run) and give a third to the handlers of before. The main thread only."""
+    old: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return old
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        if len(received) == 1:
+            loop.call_soon_threadsafe(main.cancel)
+            return
+        if len(received) >= 3:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            previous = old.get(signum)
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
+
+    for sig in _STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            old[sig] = signal.signal(sig, on_signal)
+    return old
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:

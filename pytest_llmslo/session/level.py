@@ -358,9 +358,8 @@ def _interrupted(
         record(state, task, partial, tries)
         kept = len(partial.records)
     by = f" by {signame}" if signame else ""
-    if signame:
-        # The load generator's handler took the signal: the session is stopping.
-        state.interrupts.note(signame)
+    # The session is stopping (through this level, not a checkpoint of its own).
+    state.interrupts.note(signame)
     progress.close(f"interrupted{by}; the {kept} measured requests are kept")
     # Ctrl-C and SIGTERM stop the session (pytest's own handling); the partial run is kept.
     raise KeyboardInterrupt from None

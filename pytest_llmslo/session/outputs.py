@@ -91,12 +91,15 @@ def write_reports(state: Session, *, complete: bool) -> None:
 
 
 def write_json(state: Session, *, complete: bool) -> bool:
-    """Write the results document; False (and an error note) when it could not be."""
+    """Write the results document (the one writer of it: a temporary file renamed into
+    place, ``write_atomic``); False (and an error note) when it could not be."""
     path = json_path(state)
     if path is None:
         return True
     try:
-        write_atomic(path, state.document(complete=complete))
+        # A third stop signal ends the process only once the file is in place.
+        with state.interrupts.writing():
+            write_atomic(path, state.document(complete=complete))
         state.dirty = False
     except Exception as exc:
         msg = f"ERROR: could not write the results to {path}: {exc!r}"

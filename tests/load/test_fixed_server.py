@@ -7,6 +7,7 @@ benchmarks/bench_loadgen.py, not here.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 import numpy as np
@@ -268,10 +269,17 @@ async def test_cancellation_raises_load_interrupted_with_partial_run(fixed_url: 
     assert all(r.ok for r in run.records if r.error_kind != "cancelled")
 
 
+def _served(url: str) -> int:
+    """The requests the fixed server has received."""
+    return int(json.loads(urllib.request.urlopen(url + "/stats", timeout=5).read())["requests"])
+
+
 def test_interrupt_with_worker_processes(fixed_url: str) -> None:
     import asyncio
 
     from pytest_llmslo.errors import LoadInterrupted
+
+    before = _served(fixed_url)
 
     async def main() -> None:
         cs = ClientSettings(fixed_url, "fixed", processes=2)
@@ -286,7 +294,12 @@ def test_interrupt_with_worker_processes(fixed_url: str) -> None:
                 )
             )
         )
-        await asyncio.sleep(2.0)
+        # Cancelled once both workers' requests reach the server (12 requests for 4 slots:
+        # some ended), not after a guessed sleep that a busy machine outlasts.
+        deadline = time.monotonic() + 60
+        while await asyncio.to_thread(_served, fixed_url) - before < 12:
+            assert time.monotonic() < deadline, "the load did not get under way"
+            await asyncio.sleep(0.02)
         task.cancel()
         with pytest.raises(LoadInterrupted) as info:
             await task
@@ -441,6 +454,12 @@ def test_ctrl_c_in_run_load_sync_keeps_the_partial_run(fixed_url: str, processes
     import sys
     import time
 
+    def served() -> int:
+        return int(
+            json.loads(urllib.request.urlopen(fixed_url + "/stats", timeout=5).read())["requests"]
+        )
+
+    before = served()
     proc = subprocess.Popen(
         [sys.executable, "-c", SIGINT_SCRIPT, fixed_url, str(processes)],
         stdout=subprocess.PIPE,
@@ -448,7 +467,12 @@ def test_ctrl_c_in_run_load_sync_keeps_the_partial_run(fixed_url: str, processes
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
-        time.sleep(2.0)
+        # Signalled once the load is under way (more requests than its 4 slots reached the
+        # server, so some ended), not after a guessed sleep.
+        deadline = time.monotonic() + 60
+        while served() - before < 12:
+            assert proc.poll() is None and time.monotonic() < deadline, "no load"
+            time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:

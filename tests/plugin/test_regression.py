@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,16 @@ def test_an_interrupted_session_keeps_the_baseline(
     )
 
 
+def _sim_finished(url: str) -> float:
+    """The requests the sim engine has finished (its Prometheus counter)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(r"^vllm:request_success_total\{[^}]*\} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 def test_ctrl_c_during_a_load_keeps_the_partial_point_and_stops_the_engine(
     slo_pytester: pytest.Pytester,
 ) -> None:
@@ -266,19 +277,27 @@ def test_ctrl_c_during_a_load_keeps_the_partial_point_and_stops_the_engine(
     proc = slo_pytester.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     ready = threading.Event()
+    urls: list[str] = []
 
     def read() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if "llmslo: engine sim ready at" in line:
+            m = re.search(r"llmslo: engine sim ready at (http://\S+)", line)
+            if m:
+                urls.append(m.group(1))
                 ready.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
         assert ready.wait(60), "".join(lines)
-        time.sleep(2.0)  # the warm-up request, then about two seconds of measured load
+        # Signalled once the sim has finished the warm-up request and a few measured ones
+        # (its own counter), not after a guessed sleep.
+        deadline = time.monotonic() + 60
+        while _sim_finished(urls[0]) < 6:
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == pytest.ExitCode.INTERRUPTED, "".join(lines)
     finally:
