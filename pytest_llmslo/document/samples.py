@@ -7,6 +7,7 @@ report can draw the level's per-second series."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.catalog import METRICS
@@ -14,7 +15,7 @@ from pytest_llmslo.catalog import METRICS
 if TYPE_CHECKING:
     from pytest_llmslo.records import Run
 
-__all__ = ["SAMPLE_METRICS", "SAMPLE_TIMES", "compact_samples"]
+__all__ = ["SAMPLE_METRICS", "SAMPLE_TIMES", "compact_samples", "with_good"]
 
 #: Per-request metrics carried as samples (ms), in this order.
 SAMPLE_METRICS: tuple[str, ...] = METRICS
@@ -59,4 +60,23 @@ def compact_samples(run: Run, *, digits: int = 3) -> dict[str, list[float | None
     pairs = zip(firsts, has, strict=True)
     out["first_token_s"] = [_seconds(x if h else None, t0) for x, h in pairs]
     out["end_s"] = [_seconds(x, t0) for x in cols.end_ns.tolist()]
+    return out
+
+
+def with_good(
+    samples: Mapping[str, Sequence[float | None]] | None, run: Run, objectives: Iterable[Any]
+) -> dict[str, Sequence[float | None]] | None:
+    """``samples`` with the column ``good``: per request 1 when it is good under
+    ``objectives`` (completed and within every per-request threshold of them all, as
+    goodput counts it: ``metrics.goodput``), else 0. A comparison takes the good tokens
+    of each window of the run from it (goodput's noise bound). None stays None; without
+    objectives (no goodput) the column is left out."""
+    if samples is None:
+        return None
+    out = {k: v for k, v in samples.items() if k != "good"}
+    objs = list(objectives)
+    if objs:
+        from pytest_llmslo import metrics
+
+        out["good"] = metrics.goodput(run, objs).mask.astype(int).tolist()
     return out

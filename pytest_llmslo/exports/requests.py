@@ -7,6 +7,8 @@ Schema (the Parquet column types; in JSONL the same names, ``null`` where empty;
 - ``engine``, ``test``, ``level`` (string): the level the request belongs to (``c32``);
 - ``index`` (int64): its position in the level's measured requests;
 - ``ok`` (bool): completed without an error;
+- ``good`` (bool, nullable): completed within every per-request threshold of the
+  verdict's objectives (what goodput counts); null for a level judged by none;
 - ``ttft_ms``, ``ttfot_ms``, ``itl_ms`` (its mean gap), ``tpot_ms``, ``e2e_ms`` (float64,
   nullable): its latencies;
 - ``output_tokens`` (int64, nullable): the tokens it received;
@@ -40,6 +42,7 @@ COLUMNS: dict[str, str] = {
     "level": "string",
     "index": "int64",
     "ok": "bool_",
+    "good": "bool_",
     **{name: "float64" for name in _FLOATS[:5]},
     "output_tokens": "int64",
     **{name: "float64" for name in _FLOATS[5:]},
@@ -65,6 +68,7 @@ def point_rows(point: SweepPoint) -> list[dict[str, Any]]:
         return list(values) if isinstance(values, list | tuple) and len(values) == n else [None] * n
 
     floats = {name: column(name) for name in _FLOATS}
+    goods = column("good")
     tokens = column("output_tokens")
     rows = []
     for i in range(n):
@@ -75,6 +79,7 @@ def point_rows(point: SweepPoint) -> list[dict[str, Any]]:
             "level": point.level.label,
             "index": i,
             "ok": oks[i] == 1,
+            "good": None if goods[i] not in (0, 1) else goods[i] == 1,
         }
         for name in _FLOATS:
             row[name] = _float(floats[name][i])

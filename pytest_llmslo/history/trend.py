@@ -4,24 +4,26 @@ each (engine version, image, commit, pinned constants)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_llmslo.catalog import METRIC_SPECS
-from pytest_llmslo.document import Results
+from pytest_llmslo.document import DocumentError, Results
 from pytest_llmslo.document.lookup import metric_value
 from pytest_llmslo.regression.rows import fmt_value
 from pytest_llmslo.sweep import SweepPoint
 
 from .changepoint import DEFAULT_ALPHA, DEFAULT_MIN_CHANGE, ChangePoint, change_points
-from .store import RunEntry, printable
+from .store import RunEntry, list_runs, printable, read_run
 
 __all__ = [
     "HistoryRun",
     "TrendSeries",
     "format_trends",
     "measured_validly",
+    "read_runs",
     "series_of",
     "what_changed",
 ]
@@ -79,6 +81,19 @@ def _constants(run: HistoryRun, engine: str) -> dict[str, Any]:
     if isinstance(per_engine, Mapping) and isinstance(per_engine.get(engine), Mapping):
         consts.update(per_engine[engine])
     return consts
+
+
+def read_runs(root: str | os.PathLike[str], last: int) -> tuple[list[HistoryRun], list[str]]:
+    """The newest ``last`` runs under ``root`` read back, oldest first, and one line per
+    run that could not be (it is left out)."""
+    entries, problems = list_runs(root)
+    runs = []
+    for entry in entries[-last:] if last > 0 else ():
+        try:
+            runs.append(HistoryRun(entry, Results.from_document(read_run(entry.path))))
+        except (DocumentError, KeyError, TypeError, ValueError) as exc:
+            problems.append(f"{entry.path}: left out: {exc}")
+    return runs, problems
 
 
 def what_changed(before: HistoryRun, after: HistoryRun, engine: str) -> list[str]:

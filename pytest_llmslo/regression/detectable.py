@@ -19,7 +19,10 @@ Per metric, with z the two-sided normal quantile of the confidence and z_power t
   it). This is the run's own, within-run spread: a change of the engine
   between runs (another node, a warmer cache) is not in it; the run history's spread
   (``--slo-compare=history``) is;
-- anything else (goodput, whose per-request good flags are not stored): None.
+- **goodput** (good tok/s) and **goodput_req** (good req/s): the same, over the good
+  requests only (the samples' ``good`` column, the flags under the verdict's objectives:
+  ``document.samples.with_good``); None for a document without them;
+- anything else: None.
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ MIN_WINDOWS = 4
 _PER_WINDOW = 5
 
 #: The rate metrics that per-window samples bound, by their summary field.
-WINDOW_FIELDS = ("output_tok_s", "req_s")
+WINDOW_FIELDS = ("output_tok_s", "req_s", "goodput_tok_s", "goodput_req_s")
+#: The fields counted in requests (the others in output tokens).
+_REQUEST_FIELDS = ("req_s", "goodput_req_s")
+#: The fields over the good requests only (the samples' ``good`` column).
+_GOOD_FIELDS = ("goodput_tok_s", "goodput_req_s")
 
 
 def z_of(confidence: float) -> float:
@@ -66,37 +73,51 @@ def _finite(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def window_rates(point: SweepPoint, field: str) -> np.ndarray | None:
-    """The rate of ``field`` (``output_tok_s`` or ``req_s``) in each of up to ``WINDOWS``
-    equal windows of the point's measured time, from its stored per-request samples; None
-    without them or with too few requests. A request's output tokens are spread evenly
-    from its first token to its end (a closed loop's requests end together, so counting
-    tokens where they end would make the windows lurch); a completed request counts in the
-    window it ended in."""
+def _rows(point: SweepPoint, field: str) -> tuple[list[tuple[float, float, float]], int] | None:
+    """Per request counted in ``field``: (first token, end, its weight: 1 or its output
+    tokens); and how many completed requests there are (they set the windows)."""
     ends, oks = _column(point, "end_s"), _column(point, "ok")
     tokens, firsts = _column(point, "output_tokens"), _column(point, "first_token_s")
     if ends is None or oks is None or tokens is None or field not in WINDOW_FIELDS:
         return None
     firsts = firsts if firsts is not None and len(firsts) == len(ends) else list(ends)
-    if not len(ends) == len(oks) == len(tokens):
+    goods = _column(point, "good") if field in _GOOD_FIELDS else oks
+    if goods is None or not len(ends) == len(oks) == len(tokens) == len(goods):
         return None
-    rows = []
-    for end, ok, tok, first in zip(ends, oks, tokens, firsts, strict=True):
+    rows, completed = [], 0
+    for end, ok, good, tok, first in zip(ends, oks, goods, tokens, firsts, strict=True):
         e = _finite(end)
         if e is None or ok != 1:
             continue
+        completed += 1
         f = _finite(first)
         f = e if f is None or f > e else f
-        rows.append((f, e, 1.0 if field == "req_s" else _finite(tok) or 0.0))
+        weight = 1.0 if field in _REQUEST_FIELDS else _finite(tok) or 0.0
+        rows.append((f, e, weight if good == 1 else 0.0))
+    return rows, completed
+
+
+def window_rates(point: SweepPoint, field: str) -> np.ndarray | None:
+    """The rate of ``field`` (``WINDOW_FIELDS``: output tok/s, req/s, goodput in tok/s or
+    req/s) in each of up to ``WINDOWS`` equal windows of the point's measured time, from
+    its stored per-request samples; None without them or with too few requests. A
+    request's output tokens are spread evenly from its first token to its end (a closed
+    loop's requests end together, so counting tokens where they end would make the windows
+    lurch); a completed request counts in the window it ended in. Goodput counts the good
+    requests only (the ``good`` column), over the same windows as throughput."""
+    found = _rows(point, field)
+    if found is None:
+        return None
+    rows, completed = found
     # Two more windows than are used: the first (the load ramping up) and the last (the
     # requests in flight draining) are left out.
-    k = min(WINDOWS, len(rows) // _PER_WINDOW) + 2
+    k = min(WINDOWS, completed // _PER_WINDOW) + 2
     span = max((e for _, e, _ in rows), default=0.0)
     if k - 2 < MIN_WINDOWS or span <= 0:
         return None
     a = np.asarray(rows, dtype=float)
     width = span / k
-    if field == "req_s":
+    if field in _REQUEST_FIELDS:
         idx = np.minimum((a[:, 1] / width).astype(int), k - 1)
         return np.bincount(idx, weights=a[:, 2], minlength=k)[1:-1] / width
     lo, hi = np.arange(k) * width, np.arange(1, k + 1) * width

@@ -9,11 +9,12 @@ rise is always noise: a P99 of 200 requests cannot show one. For a mean, a seede
 bootstrap interval (95 %) of the change, noise when it contains 0; with fewer than
 ``MIN_NOISE_SAMPLES`` a side, the Mann-Whitney rank test instead (p >= 0.05 -> noise). The
 rank test's p-value is reported with every latency judgement. For attainment a
-two-proportion test (p >= 0.05 -> noise). Throughput (output tok/s) and req/s: a z-test of
-the change against the standard errors of both runs' per-window rates
-(``detectable.window_rates``: the within-run spread; p >= 0.05 -> noise). Goodput, whose
-per-request good flags are not stored, is judged by the tolerance alone; so is everything
-in a document without per-request samples.
+two-proportion test (p >= 0.05 -> noise). Throughput (output tok/s), req/s and goodput
+(tok/s and req/s, over the requests the samples' ``good`` column flags): a z-test of the
+change against the standard errors of both runs' per-window rates
+(``detectable.window_rates``: the within-run spread; p >= 0.05 -> noise). Everything in a
+document without per-request samples (or goodput without the ``good`` column, in a
+document written before it) is judged by the tolerance alone.
 """
 
 from __future__ import annotations

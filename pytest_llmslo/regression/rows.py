@@ -47,9 +47,9 @@ RULE = (
     "rule: worse than the baseline by more than the tolerance is a regression, unless the "
     "per-request samples cannot tell the change from run-to-run noise (percentiles: their 95 % "
     "distribution-free intervals overlap; means: bootstrap or rank test; attainment: "
-    "proportion test; throughput and req/s: z-test of their per-window rates), which is shown "
-    "as noise and does not fail; goodput: the tolerance alone. 'detectable' is the smallest "
-    "change these samples could show (95 %, power 80 %)"
+    "proportion test; throughput, req/s and goodput: z-test of their per-window rates), which "
+    "is shown as noise and does not fail. 'detectable' is the smallest change these samples "
+    "could show (95 %, power 80 %)"
 )
 
 RowStatus = Literal["regressed", "improved", "within tolerance", "noise", "n/a"]

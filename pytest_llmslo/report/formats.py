@@ -21,12 +21,14 @@ from, written after every test (``document.write_atomic``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from pytest_llmslo import settings as S
 from pytest_llmslo.document.results import Results
+from pytest_llmslo.history.trend import HistoryRun
 from pytest_llmslo.report.csvexport import render_csv
 from pytest_llmslo.report.html import render_html, render_runs
 from pytest_llmslo.report.markdown import render_report
@@ -37,8 +39,21 @@ __all__ = ["FORMATS", "Format", "register", "unregister"]
 #: A format's writer: the results in, the file's text (or bytes) out.
 Render = Callable[[Results], str | bytes]
 
-#: A writer of several runs: the run, then the others it is shown beside.
-RenderRuns = Callable[[Results, Sequence[Results]], str | bytes]
+
+class RenderRuns(Protocol):
+    """A writer of several runs: the run, then the others it is shown beside; with the
+    run ``history`` (the runs before it, oldest first) and the ``run`` record the history
+    keeps for it, the run's trend."""
+
+    def __call__(
+        self,
+        results: Results,
+        others: Sequence[Results],
+        /,
+        *,
+        history: Sequence[HistoryRun] = ...,
+        record: Mapping[str, Any] | None = ...,
+    ) -> str | bytes: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmslo.document.results import Results, Sweep
+from pytest_llmslo.history.trend import HistoryRun
 from pytest_llmslo.judged import (
     OUTCOMES,
     LevelOutcome,
@@ -63,6 +64,7 @@ from pytest_llmslo.report.htmlcharts import (
 )
 from pytest_llmslo.report.htmllevel import level_details
 from pytest_llmslo.report.htmlpage import PAGE_END, page_head
+from pytest_llmslo.report.htmltrend import trend_section
 from pytest_llmslo.report.markdown import warmup_text
 from pytest_llmslo.sweep import (
     SweepPoint,
@@ -120,9 +122,16 @@ def render_html(results: Results) -> str:
     return render_runs(results, ())
 
 
-def render_runs(results: Results, baselines: Sequence[Results]) -> str:
+def render_runs(
+    results: Results,
+    baselines: Sequence[Results],
+    *,
+    history: Sequence[HistoryRun] = (),
+    record: Mapping[str, Any] | None = None,
+) -> str:
     """The page of ``results`` with ``baselines`` (other runs: a saved baseline, the runs of
-    other days) shown beside it, each level compared with theirs."""
+    other days) shown beside it, each level compared with theirs; with the run
+    ``history`` (this run's ``record`` in it), its trend (``htmltrend``)."""
     runs = htmlruns.Runs.of(results, baselines)
     colours = _colours([results, *baselines])
     tests = list(dict.fromkeys(p.test for p in results.points))
@@ -135,6 +144,7 @@ def render_runs(results: Results, baselines: Sequence[Results]) -> str:
     ]
     for i, test in enumerate(tests):
         parts.append(_test_section(results, runs, test, i, colours))
+    parts.append(trend_section(results, history, record))
     parts.append(PAGE_END)
     return "\n".join(parts)
 

@@ -20,7 +20,7 @@ from pytest_llmslo.regression.rows import fmt_value
 from pytest_llmslo.report import chartkit as kit
 from pytest_llmslo.report.htmlpage import PAGE_END, page_head
 
-__all__ = ["render_trend_html", "render_trend_svg"]
+__all__ = ["render_trend_html", "render_trend_svg", "trend_table"]
 
 VALUE_COLOR = "#1565C0"
 CHANGE_COLOR = "#C62828"
@@ -83,7 +83,8 @@ def render_trend_svg(series: Sequence[TrendSeries]) -> str:
     )
 
 
-def _table(s: TrendSeries) -> str:
+def trend_table(s: TrendSeries) -> str:
+    """The table of a series' runs, the run that starts a segment in red."""
     starts = {c.index: c for c in s.changes}
     rows = []
     for i, (run, value) in enumerate(zip(s.runs, s.values, strict=True)):
@@ -117,6 +118,6 @@ def render_trend_html(series: Sequence[TrendSeries], title: str = "llmslo trend"
             f"{'s' if found != 1 else ''}</p>"
         )
         parts.append(render_trend_svg([s]))
-        parts.append(_table(s))
+        parts.append(trend_table(s))
     parts.append(PAGE_END)
     return "".join(parts)

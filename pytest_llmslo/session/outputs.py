@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pytest_llmslo.document import write_atomic, write_atomic_bytes, write_atomic_text
 from pytest_llmslo.history import provenance, store
+from pytest_llmslo.history.trend import HistoryRun, read_runs
 from pytest_llmslo.redact import redact
 from pytest_llmslo.regression import baselines
 
@@ -56,10 +58,32 @@ def output_path(state: Session, name: str) -> Path | None:
     return resolve_path(state, p, name)
 
 
-def write_reports(state: Session, *, complete: bool) -> None:
+#: A report that shows the run's trend reads this many of the newest runs of the history.
+TREND_RUNS = 30
+
+
+def _history_for_reports(state: Session) -> list[HistoryRun]:
+    """The runs of the history before this session's, for the reports that show its
+    trend (those read for ``--slo-compare=history`` when they were); a history that
+    cannot be read is a note."""
+    if state.history_runs is not None:
+        return list(state.history_runs)
+    root = history_root(state)
+    if root is None:
+        return []
+    runs, problems = read_runs(root, TREND_RUNS)
+    state.notes.extend(f"warning: run history: {p} (not in the report's trend)" for p in problems)
+    return runs
+
+
+def write_reports(
+    state: Session, *, complete: bool, record: Mapping[str, Any] | None = None
+) -> None:
     """The report formats asked for (``report.formats``: the Markdown summary, the SVG
-    chart, the CSV table), each written whole or not at all; errors are noted, and fail
-    the session as a lost results file does."""
+    chart, the CSV table, the HTML page), each written whole or not at all; errors are
+    noted, and fail the session as a lost results file does. ``record``: the ``run``
+    record the history will keep for this run; a format that shows several runs then
+    shows the run's trend across the history."""
     from pytest_llmslo.report.formats import FORMATS
 
     paths = [(fmt, output_path(state, fmt.option)) for fmt in FORMATS.values()]
@@ -68,13 +92,17 @@ def write_reports(state: Session, *, complete: bool) -> None:
     # Made from what the document says: its secrets masked, in the constants and the
     # engines' metadata as in every text written.
     results = state.results(complete=complete).redacted()
+    trend = record is not None and any(p and f.render_runs for f, p in paths)
+    history = _history_for_reports(state) if trend else []
     for fmt, path in paths:
         if path is None:
             continue
         try:
-            # A format that shows several runs shows the baseline (--slo-compare) beside.
-            if state.baseline is not None and fmt.render_runs is not None:
-                out = fmt.render_runs(results, [state.baseline])
+            # A format that shows several runs shows the baseline (--slo-compare) beside,
+            # and the trend of the run history.
+            others = [state.baseline] if state.baseline is not None else []
+            if fmt.render_runs is not None and (others or history):
+                out = fmt.render_runs(results, others, history=history, record=record)
             else:
                 out = fmt.render(results)
             if isinstance(out, bytes):
@@ -142,26 +170,38 @@ def finish(state: Session, *, interrupted: bool = False) -> bool:
     close_workers(state)
     with guard.shielded():
         interrupted = interrupted or guard.interrupted
-        _write_outputs(state, interrupted=interrupted)
+        record = _run_record(state)
+        _write_outputs(state, interrupted=interrupted, record=record)
         if not interrupted and guard.interrupted:
             interrupted = True  # a signal while they were written: they are partial now
-            _write_outputs(state, interrupted=True)
+            _write_outputs(state, interrupted=True, record=record)
         save_session_baseline(state, interrupted=interrupted)
-        remember_run(state, interrupted=interrupted)
+        remember_run(state, interrupted=interrupted, record=record)
     return interrupted
 
 
-def remember_run(state: Session, *, interrupted: bool) -> None:
+def _run_record(state: Session) -> dict[str, Any] | None:
+    """The ``run`` record the history will keep for this session (None when it keeps
+    none): made once, so that the reports name the run as the history does."""
+    if history_root(state) is None or not state.points:
+        return None
+    return provenance.run_record(state.document(complete=True), state.rootpath)
+
+
+def remember_run(
+    state: Session, *, interrupted: bool, record: Mapping[str, Any] | None = None
+) -> None:
     """Keep the session's document in the run history (``--slo-history``, on by default)
-    with its provenance, and prune the history (``--slo-history-keep``/``-days``). A
-    history that cannot be written is a warning, never a failure of the session."""
+    with its provenance (``record``, made now when not given), and prune the history
+    (``--slo-history-keep``/``-days``). A history that cannot be written is a warning,
+    never a failure of the session."""
     root = history_root(state)
     if root is None or not state.points:
         return
     session = state.session
     try:
         doc = state.document(complete=not interrupted)
-        record = provenance.run_record(doc, state.rootpath)
+        record = record or provenance.run_record(doc, state.rootpath)
         path = store.save_run(doc, record, root)
         state.notes.append(f"run {path.stem} kept in the run history ({root})")
     except (OSError, ValueError) as exc:
@@ -177,10 +217,10 @@ def remember_run(state: Session, *, interrupted: bool) -> None:
         state.notes.append(f"warning: the run history {root} was not pruned: {exc}")
 
 
-def _write_outputs(state: Session, *, interrupted: bool) -> None:
+def _write_outputs(state: Session, *, interrupted: bool, record: Mapping[str, Any] | None) -> None:
     if state.session.json_path:
         write_json(state, complete=not interrupted)
-    write_reports(state, complete=not interrupted)
+    write_reports(state, complete=not interrupted, record=record)
 
 
 def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo import settings as S
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document import Results, build_document
+from pytest_llmslo.document.samples import with_good
 from pytest_llmslo.engines.base import EngineConfig
 from pytest_llmslo.interrupts import Interrupts
 from pytest_llmslo.records import LoadLevel, Run
@@ -264,8 +265,13 @@ class Session:
         # A failed verdict is what the point is remembered by; among passing ones the latest.
         if old is not None and not old.passed and verdict.passed:
             return
-        summary = judged_summary(point.summary, self.point_runs[idx], verdict, confidence)
-        self.points[idx] = dataclasses.replace(point, summary=summary, verdict=verdict)
+        run = self.point_runs[idx]
+        summary = judged_summary(point.summary, run, verdict, confidence)
+        # The good flags under the verdict's objectives: goodput's per-window noise bound.
+        samples = with_good(point.samples, run, [r.objective for r in verdict.results])
+        self.points[idx] = dataclasses.replace(
+            point, summary=summary, verdict=verdict, samples=samples
+        )
         self.dirty = True
 
     def on_verdict(self, run: Run, verdict: Verdict) -> None:

@@ -4,6 +4,7 @@ Pushgateway and OTLP pushes received by a local HTTP server on loopback."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -202,3 +203,15 @@ def test_llmslo_export(results: Results, tmp_path: Path, capsys) -> None:
     said = capsys.readouterr().out
     assert "120 requests written to" in said
     assert json.loads((out / "s.json").read_text())[0]["name"] == "sim/test_chat/c1 ttft_p50"
+
+
+def test_requests_carry_the_good_flags_the_level_stored(results: Results) -> None:
+    point = results.points[0]
+    # A level judged by no objective stores no good flags: null.
+    assert {r["good"] for r in requests.point_rows(point)} == {None}
+    n = len(point.samples["ok"])  # type: ignore[index]
+    flags = [i % 3 != 0 for i in range(n)]
+    judged = dataclasses.replace(
+        point, samples={**(point.samples or {}), "good": [int(f) for f in flags]}
+    )
+    assert [r["good"] for r in requests.point_rows(judged)] == flags

@@ -17,6 +17,7 @@ from pytest_llmslo.document import (
     compact_samples,
     constants,
 )
+from pytest_llmslo.document.samples import with_good
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
 from pytest_llmslo.sweep import SweepPoint
 
@@ -94,9 +95,9 @@ def point(
     objs = tuple(objectives or ())
     summary = metrics.summarize(run, objs)
     verdict = slo.evaluate(run, objs) if objectives is not None else None
-    return SweepPoint(
-        engine, test, level, summary, verdict, compact_samples(run) if samples else None
-    )
+    # The samples a session stores: with the good flags under the verdict's objectives.
+    stored = with_good(compact_samples(run), run, objs) if samples else None
+    return SweepPoint(engine, test, level, summary, verdict, stored)
 
 
 def results(

@@ -4,6 +4,7 @@ next session compares with ``--slo-compare=latest``."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,24 @@ def test_compare_history_gates_against_the_last_segment(
         r = core.load_test(slow.state, node, slow.handle(), ctx.level, ctx.settings)
         with core.bound(slow.state, r):
             core.call_test(slow.state, node, lambda: None)
+
+
+def test_the_html_report_shows_the_trend_with_the_shift_on_its_run(
+    harness: Any, tmp_path: Path, slow_fixed_server: str
+) -> None:
+    """Five sessions, the last two against an engine whose first token is 40 ms slower:
+    the fifth session's HTML report marks the TTFT change point on the fourth run."""
+    html = tmp_path / "report.html"
+    for i in range(5):
+        url = {"url": slow_fixed_server} if i >= 3 else {}
+        h = harness(**url, **SLO, LLMSLO_SLO_HTML=str(html))
+        _session(h)
+        assert not h.state.write_errors
+    runs, _ = store.list_runs(tmp_path / ".llmslo" / "runs")
+    assert len(runs) == 5
+    page = html.read_text()
+    start = page.index('data-metric="ttft_p50"', page.index('id="trend"'))
+    chart = page[start : page.index("</svg>", start)]
+    assert re.findall(r"class='changepoint' data-run='([^']+)'", chart) == [runs[3].id]
+    # This run is the history's last: the report named it as the history keeps it.
+    assert runs[4].id in chart

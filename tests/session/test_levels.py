@@ -139,3 +139,20 @@ def test_a_judged_level_is_summarised_once(harness: Any, monkeypatch: pytest.Mon
     again = real(run, [r.objective for r in point.verdict.results], confidence=0.95)
     assert again.goodput_tok_s == point.summary.goodput_tok_s
     assert again.objectives == point.summary.objectives
+
+
+def test_a_judged_level_stores_its_good_flags(harness: Any) -> None:
+    """The samples of a judged level carry, per request, whether it was good under the
+    verdict's objectives (goodput's per-window noise bound reads them), in the document."""
+    h = harness(LLMSLO_SLO="ttft_p99<5000")
+    ((node, ctx),) = h.tests
+    run = core.load_test(h.state, node, h.handle(), ctx.level, ctx.settings)
+    with core.bound(h.state, run):
+        core.call_test(h.state, node, lambda: None)
+    (point,) = h.state.points
+    assert point.verdict is not None and point.samples is not None
+    good = list(point.samples["good"])
+    assert len(good) == point.summary.requests == 12
+    assert sum(x or 0 for x in good) == point.verdict.good == 12
+    (stored,) = h.state.document(complete=True)["points"]
+    assert stored["samples"]["good"] == good
