@@ -26,7 +26,8 @@ process together: when a store with a bound is made (before its level's load sta
 the finished stores that have a bound move what they hold in memory to their files (a
 session keeps every level's run to its end; the levels before the one running are read
 from files when asked).
-``save``/``load`` export the records to one ``.npz`` file.
+``save``/``load`` export the records to one ``.npz`` file; the columns and their files
+are ``recordfile``'s.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from typing import Any, overload
 
 import numpy as np
 
+from . import recordfile
+from .recordfile import FIXED, NONE, OPTIONAL, TEXTS, Columns
 from .records import (
     FAILURE_KINDS,
     USAGE_TOLERANCE_SHARE,
@@ -65,40 +68,6 @@ __all__ = [
 DEFAULT_LIMIT = 64 * 1024 * 1024
 #: Records per segment: a segment of 100-token streams is about 7 MB.
 SEGMENT_ROWS = 8192
-#: An optional int that is missing (``None`` in the record).
-NONE = np.iinfo(np.int64).min
-
-FIXED = np.dtype(
-    [
-        ("index", np.int64),
-        ("scheduled_ns", np.int64),
-        ("sent_ns", np.int64),
-        ("end_ns", np.int64),
-        ("first_content_ns", np.int64),
-        ("prompt_tokens", np.int64),
-        ("completion_tokens", np.int64),
-        ("requested_prompt_tokens", np.int64),
-        ("requested_output_tokens", np.int64),
-        ("session", np.int64),
-        ("status", np.int32),
-        ("worker", np.int32),
-        ("turn", np.int32),
-        ("n_chunks", np.int32),
-        ("n_counts", np.int32),
-        ("error", np.int32),
-        ("error_kind", np.int32),
-        ("finish_reason", np.int32),
-        ("tokens_exact", np.bool_),
-    ]
-)
-_OPTIONAL = (
-    "first_content_ns",
-    "prompt_tokens",
-    "completion_tokens",
-    "requested_prompt_tokens",
-    "requested_output_tokens",
-)
-_TEXTS = ("error", "error_kind", "finish_reason")
 _NAMES: tuple[str, ...] = FIXED.names or ()
 _N_CHUNKS = _NAMES.index("n_chunks")
 _N_COUNTS = _NAMES.index("n_counts")
@@ -120,16 +89,14 @@ class _Segment:
         if self.fixed is not None and self.chunk_ns is not None and self.chunk_tokens is not None:
             return self.fixed, self.chunk_ns, self.chunk_tokens
         assert self.path is not None
-        with np.load(self.path) as z:
-            return z["fixed"], z["chunk_ns"], z["chunk_tokens"]
+        fixed, chunk_ns, chunk_tokens = recordfile.read_segment(self.path)
+        return fixed, chunk_ns, chunk_tokens
 
     def fixed_only(self) -> np.ndarray:
         if self.fixed is not None:
             return self.fixed
         assert self.path is not None
-        with np.load(self.path) as z:
-            fixed: np.ndarray = z["fixed"]
-        return fixed
+        return recordfile.read_segment(self.path, fixed_only=True).fixed
 
 
 _FINISHED: weakref.WeakSet[RecordStore] = weakref.WeakSet()
@@ -268,7 +235,7 @@ class RecordStore(Sequence[RequestRecord]):
             self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
         path = os.path.join(self._dir, f"segment-{self.spilled_segments:06d}.npz")
         fixed, chunk_ns, chunk_tokens = seg.arrays()  # in memory: the segment has no file yet
-        np.savez(path, fixed=fixed, chunk_ns=chunk_ns, chunk_tokens=chunk_tokens)
+        recordfile.write_segment(path, Columns(fixed, chunk_ns, chunk_tokens))
         self.spilled_segments += 1
         seg.path, seg.fixed, seg.chunk_ns, seg.chunk_tokens = path, None, None, None
 
@@ -473,10 +440,10 @@ class RecordStore(Sequence[RequestRecord]):
         chunk_ns.frombytes(ns[at_ns : at_ns + f["n_chunks"]].tobytes())
         chunk_tokens = array("I")
         chunk_tokens.frombytes(toks[at_tok : at_tok + f["n_counts"]].tobytes())
-        for k in _OPTIONAL:
+        for k in OPTIONAL:
             if f[k] == NONE:
                 f[k] = None
-        for k in _TEXTS:
+        for k in TEXTS:
             f[k] = None if f[k] < 0 else texts[f[k]]
         del f["n_chunks"], f["n_counts"]
         return RequestRecord(chunk_ns=chunk_ns, chunk_tokens=chunk_tokens, **f)
@@ -497,15 +464,9 @@ class RecordStore(Sequence[RequestRecord]):
     # ------------------------------------------------------------------ export
 
     def save(self, path: str) -> None:
-        """Every record in one ``.npz`` file (``load`` reads it back)."""
-        np.savez(
-            path,
-            fixed=self.column_all(),
-            chunk_ns=self.chunk_ns(),
-            chunk_tokens=self.chunk_tokens(),
-            # Text as a unicode column, not objects: read back without pickle.
-            texts=np.array(self._texts, dtype=np.str_),
-        )
+        """Every record in one ``.npz`` file (``load`` reads it back; ``recordfile``)."""
+        columns = Columns(self.column_all(), self.chunk_ns(), self.chunk_tokens())
+        recordfile.save(path, columns, self._texts)
 
     def column_all(self) -> np.ndarray:
         """The fixed fields of every record as one structured array."""
@@ -518,12 +479,10 @@ class RecordStore(Sequence[RequestRecord]):
         """The records ``save`` wrote, as a finished store. The file is data alone (no
         pickle is read: an object array in it is refused), and its columns must agree
         with each other (``ValueError`` naming what does not)."""
-        with np.load(path, allow_pickle=False) as z:
-            store = cls(limit)
-            store._texts = [str(t) for t in z["texts"]]
-            store._codes = {t: i for i, t in enumerate(store._texts)}
-            fixed, ns, toks = z["fixed"], z["chunk_ns"], z["chunk_tokens"]
-        _check_loaded(path, fixed, ns, toks, len(store._texts))
+        (fixed, ns, toks), texts = recordfile.load(path)
+        store = cls(limit)
+        store._texts = texts
+        store._codes = {t: i for i, t in enumerate(texts)}
         ns_off, tok_off = _offsets(fixed["n_chunks"]), _offsets(fixed["n_counts"])
         for a in range(0, len(fixed), SEGMENT_ROWS):
             b = min(a + SEGMENT_ROWS, len(fixed))
@@ -555,27 +514,6 @@ class RecordStore(Sequence[RequestRecord]):
             self._add_segment(state["fixed"], state["chunk_ns"], state["chunk_tokens"])
         self.limit = state["limit"]
         self.finished = True
-
-
-def _check_loaded(
-    path: str, fixed: np.ndarray, ns: np.ndarray, toks: np.ndarray, texts: int
-) -> None:
-    """``ValueError`` unless a saved store's columns are what ``save`` writes."""
-    if fixed.dtype != FIXED or fixed.ndim != 1:
-        raise ValueError(f"{path}: its records are not the fixed fields this version saves")
-    if ns.dtype != np.int64 or ns.ndim != 1 or toks.dtype != np.uint32 or toks.ndim != 1:
-        raise ValueError(f"{path}: its chunk columns are not flat integer columns")
-    n_chunks, n_counts = fixed["n_chunks"], fixed["n_counts"]
-    if len(fixed) and (int(n_chunks.min()) < 0 or int(n_counts.min()) < 0):
-        raise ValueError(f"{path}: a record counts fewer than no chunks")
-    if int(n_chunks.sum(dtype=np.int64)) != len(ns) or int(n_counts.sum(dtype=np.int64)) != len(
-        toks
-    ):
-        raise ValueError(f"{path}: its records' chunk counts do not match its chunk columns")
-    for name in _TEXTS:
-        codes = fixed[name]
-        if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= texts):
-            raise ValueError(f"{path}: a record's {name} names no text it holds")
 
 
 def _ranges(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmslo.cli import EXIT_OK, EXIT_USAGE, main
+from pytest_llmslo.sim.admintoken import TOKEN_ENV, session_token
 
 yaml = pytest.importorskip("yaml")
 
@@ -30,14 +31,23 @@ def test_render_prints_one_document_per_object(
     assert main(["render", "--engine", "sim-k8s", "--engines-file", str(path)]) == EXIT_OK
     text = capsys.readouterr().out
     docs = list(yaml.safe_load_all(text))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "Deployment", "Service"]
     assert all(d["metadata"]["namespace"] == "bench" for d in docs)
     # A secret is a reference, never a value.
-    env = docs[1]["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = docs[2]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {
         "name": "HF_TOKEN",
         "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
     } in env
+    # The sim's admin token, which the harness made, is read from the Secret the runtime
+    # makes for the unit; the printed Secret masks it.
+    secret = docs[1]
+    assert {
+        "name": TOKEN_ENV,
+        "valueFrom": {"secretKeyRef": {"name": secret["metadata"]["name"], "key": TOKEN_ENV}},
+    } in env
+    assert secret["stringData"] == {TOKEN_ENV: "***"} and "data" not in secret
+    assert session_token() not in text
     assert "&id" not in text  # no YAML anchors: each document stands alone
 
 

@@ -18,6 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_version",
         "errors",
         "records",
+        "recordfile",
         "recordstore",
         "catalog",
         "stats",

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_llmslo import metrics, recordstore, slo
+from pytest_llmslo import metrics, recordfile, recordstore, slo
 from pytest_llmslo.document import compact_samples
 from pytest_llmslo.load.backlog import Backlog, BatchBuilder
 from pytest_llmslo.load.client import RawExchange
@@ -298,3 +298,24 @@ def test_a_records_file_is_read_as_data_alone(tmp_path: Path) -> None:
     np.savez(short, **{**cols, "chunk_ns": cols["chunk_ns"][:-1]})
     with pytest.raises(ValueError, match="chunk counts do not match"):
         RecordStore.load(short)
+
+
+def test_a_spilled_segment_is_read_back_as_data_alone(tmp_path: Path) -> None:
+    """A store's own segment files go through ``recordfile`` too: plain arrays written,
+    read back equal, and an object array in one refused rather than unpickled."""
+    cols = recordfile.Columns(
+        np.zeros(2, dtype=recordfile.FIXED),
+        np.arange(3, dtype=np.int64),
+        np.empty(0, dtype=np.uint32),
+    )
+    path = str(tmp_path / "segment.npz")
+    recordfile.write_segment(path, cols)
+    back = recordfile.read_segment(path)
+    assert all(np.array_equal(a, b) for a, b in zip(back, cols, strict=True))
+    assert np.array_equal(recordfile.read_segment(path, fixed_only=True).fixed, cols.fixed)
+    np.savez(path, fixed=cols.fixed, chunk_ns=np.array([None], dtype=object),
+             chunk_tokens=cols.chunk_tokens)  # fmt: skip
+    with pytest.raises(ValueError, match="pickle"):
+        recordfile.read_segment(path)
+    # The names the store exported before the file format had a module of its own.
+    assert recordstore.FIXED is recordfile.FIXED and recordstore.NONE == recordfile.NONE

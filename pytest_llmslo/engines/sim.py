@@ -74,7 +74,9 @@ def plan(config: EngineConfig) -> LaunchPlan:
     args = sim_args(config, host, port)
     python = config.python or sys.executable
     # Beyond loopback (and always in a container, which binds its own interfaces) the
-    # sim's admin endpoints need the session's token (``sim/admintoken.py``).
+    # sim's admin endpoints need the session's token (``sim/admintoken.py``): a process
+    # on another address gets it in its environment, an image unit as a secret the
+    # runtime hands over privately (a pod reads it from a Secret, never its manifest).
     token = {TOKEN_ENV: session_token()}
     proc = ProcessUnit(
         argv=(python, "-m", "pytest_llmslo.sim", *args),
@@ -87,7 +89,7 @@ def plan(config: EngineConfig) -> LaunchPlan:
         config.image or DEFAULT_IMAGE,
         ("python3", "-m", "pytest_llmslo.sim", *args),
         ports=(port,),
-        env=token,
+        secret_env=token,
         pull=False,
         hint="build it with: bash docker/build-sim-image.sh",
     )

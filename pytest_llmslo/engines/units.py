@@ -62,7 +62,13 @@ class ImageUnit:
     it sees at the same path, read-only (a local model directory). ``hf_cache``: it keeps
     Hugging Face downloads in a cache that outlives it. ``shm``: the size of its
     memory-backed ``/dev/shm`` (None: the runtime's default). ``pull``: the image may be
-    fetched when missing; ``hint`` says how to get it otherwise."""
+    fetched when missing; ``hint`` says how to get it otherwise.
+
+    ``secret_env``: variables whose values the harness made for the unit and keeps out of
+    manifests and logs (the sim's admin token). Each runtime hands them over privately:
+    docker as the container's environment (the container runs on this host), kubernetes
+    through a Secret it makes for the unit and deletes with it, which the pod reads by
+    ``secretKeyRef``. ``env`` wins where both name a variable."""
 
     image: str
     command: tuple[str, ...]
@@ -77,6 +83,7 @@ class ImageUnit:
     shm: str | None = None
     pull: bool = True
     hint: str = ""
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 Unit = ProcessUnit | ImageUnit

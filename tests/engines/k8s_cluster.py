@@ -27,7 +27,7 @@ CONTROLLER = "test-controllers"
 LOG_LINES = "loading weights\nshard 1/1 loaded\n"
 
 RESOURCES = (
-    "v1/configmaps", "v1/pods", "v1/services", "v1/events", "apps/v1/deployments",
+    "v1/configmaps", "v1/pods", "v1/services", "v1/events", "v1/secrets", "apps/v1/deployments",
     "apps/v1/statefulsets",
     "nvidia.com/v1alpha1/dynamographdeployments", "nvidia.com/v1beta1/dynamographdeployments",
     "leaderworkerset.x-k8s.io/v1/leaderworkersets",

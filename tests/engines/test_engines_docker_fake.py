@@ -213,3 +213,18 @@ def test_launch_runs_a_plans_images_in_docker(
         launch(fake_docker_plan(pick_free_port()))
     (name,) = daemon.removed
     assert name.startswith("llmslo-fake-docker-engine-") and not daemon.containers
+
+
+def test_the_sims_admin_token_reaches_its_container_in_the_environment() -> None:
+    # The container runs on this host: the token the harness made for the sim goes to its
+    # environment, where the sim reads it; the unit's description masks it.
+    from pytest_llmslo.engines import load_engine_configs, plan_engine
+    from pytest_llmslo.sim.admintoken import TOKEN_ENV, session_token
+
+    cfg = load_engine_configs({"sim": {"runtime": "docker"}})["sim"]
+    plan = plan_engine(cfg)
+    (unit,) = plan.images
+    assert TOKEN_ENV not in unit.env and unit.secret_env == {TOKEN_ENV: session_token()}
+    spec = dk.container_spec(plan.config, unit)
+    assert spec.run_kwargs()["environment"][TOKEN_ENV] == session_token()
+    assert session_token() not in repr(spec.describe())

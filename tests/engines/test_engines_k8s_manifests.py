@@ -4,6 +4,8 @@ and the engine config's ``kubernetes`` table checked when it is read."""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +22,7 @@ from pytest_llmslo.engines.runtimes.k8s.manifests import (
 )
 from pytest_llmslo.engines.runtimes.k8s.settings import settings_of
 from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.sim.admintoken import TOKEN_ENV, session_token
 
 #: The schemas the manifests are checked against (kubernetes-validate==1.37.0).
 K8S_SCHEMA_VERSION = "1.37.0"
@@ -104,6 +107,24 @@ def test_a_host_path_cache_and_the_generated_config_as_a_config_map() -> None:
     files = by_kind(objects, "ConfigMap")
     assert "llm_api_options.yaml" in files["data"]
     assert volumes["files-0"]["configMap"]["name"] == files["metadata"]["name"]
+
+
+def test_the_sims_admin_token_is_in_a_secret_of_its_own_never_in_the_deployment() -> None:
+    objects = objects_of("sim")
+    token = session_token()
+    deployment = by_kind(objects, "Deployment")
+    assert token not in json.dumps(deployment)
+    secret = by_kind(objects, "Secret")
+    assert base64.b64decode(secret["data"][TOKEN_ENV]).decode() == token
+    assert secret["metadata"]["labels"] == deployment["spec"]["template"]["metadata"]["labels"]
+    env = {e["name"]: e for e in container(objects)["env"]}
+    ref = {"name": secret["metadata"]["name"], "key": TOKEN_ENV}
+    assert env[TOKEN_ENV] == {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}
+    # Applied before the Deployment whose pod reads it.
+    kinds = [o["kind"] for o in objects]
+    assert kinds.index("Secret") < kinds.index("Deployment")
+    # An engine the harness made no secret for gets no Secret.
+    assert all(o["kind"] != "Secret" for o in objects_of("vllm"))
 
 
 def test_a_literal_secret_is_refused() -> None:

@@ -6,7 +6,9 @@ objects and the session's ConfigMap that owns them."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("kmock")
@@ -33,10 +36,14 @@ from k8s_cluster import (
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
 from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.runtimes import kubernetes as kube_runtime
 from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
 from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+from pytest_llmslo.engines.runtimes.k8s.manifests import SESSION_ID
 from pytest_llmslo.errors import EngineStartError
+from pytest_llmslo.faults import inject, parse_faults
+from pytest_llmslo.sim.admintoken import TOKEN_ENV, session_token
 
 NS = "bench"
 
@@ -277,3 +284,66 @@ def test_an_object_that_exists_is_applied_server_side(cluster: FakeCluster) -> N
     assert dict(patched[0].url.query) == {"fieldManager": "pytest-llmslo", "force": "true"}
     assert get(where, obj)["data"] == {"a": "2"}
     assert get(where, {**obj, "metadata": {"name": "gone", "namespace": NS}}) is None
+
+
+def _resolved_env(c: FakeCluster, ns: str, pod: dict[str, Any]) -> dict[str, str]:
+    """The pod's secret variables as the kubelet resolves them: each ``secretKeyRef``
+    read from the Secret it names (a KeyError when that Secret or entry is missing)."""
+    secrets = {s["metadata"]["name"]: s for s in c.items(f"/api/v1/namespaces/{ns}/secrets")}
+    env: dict[str, str] = {}
+    for var in pod["spec"]["containers"][0]["env"]:
+        ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is not None:
+            raw = secrets[ref["name"]]["data"][ref["key"]]
+            env[var["name"]] = base64.b64decode(raw).decode()
+    return env
+
+
+def test_the_sims_admin_token_reaches_its_pod_through_a_secret_made_and_deleted_with_it(
+    cluster: FakeCluster,
+) -> None:
+    # The kubelet's part: the pod's sim started on loopback (its port forwarded) with the
+    # environment its Secret references resolve to; then the harness's faults through
+    # /admin reach it with the session's token, and nothing else does.
+    port = pick_free_port()
+    sims: list[subprocess.Popen[bytes]] = []
+    seen: dict[str, str] = {}
+
+    def kubelet(c: FakeCluster, ns: str, pod: dict[str, Any]) -> None:
+        seen.update(_resolved_env(c, ns, pod))
+        c.forward_to(port)
+        sims.append(subprocess.Popen(
+            [sys.executable, "-m", "pytest_llmslo.sim", "--host", "127.0.0.1",
+             "--port", str(port), "--model", "llmslo-sim"],
+            env={**os.environ, **seen}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))  # fmt: skip
+        ready(c, ns, pod)
+
+    cfg = load_engine_configs({"sim": {"runtime": "kubernetes", "kubernetes": {"namespace": NS}}})
+    try:
+        with Controller(cluster, NS, kubelet):
+            handle = launch(plan_engine(cfg["sim"]), poll_s=0.1)
+            try:
+                token = session_token()
+                assert seen == {TOKEN_ENV: token}
+                (secret,) = cluster.items(f"/api/v1/namespaces/{NS}/secrets")
+                session = cluster.items(f"/api/v1/namespaces/{NS}/configmaps")[0]
+                assert secret["metadata"]["ownerReferences"][0]["uid"] == session["metadata"]["uid"]
+                assert secret["metadata"]["labels"]["llmslo.io/session"] == SESSION_ID
+                assert token not in json.dumps(cluster.deployments(NS))
+                done = inject(handle, parse_faults("stall at=0s,for=0.2s")[0])
+                assert done["how"] == "POST /admin/fault" and done["answer"]
+                refused = httpx.post(
+                    handle.base_url + "/admin/fault", json={"kind": "kill"}, trust_env=False
+                )
+                assert refused.status_code in (401, 403), refused.text
+            finally:
+                handle.stop()
+    finally:
+        for sim in sims:
+            sim.terminate()
+            sim.wait(10)
+    assert f"/api/v1/namespaces/{NS}/secrets/{secret['metadata']['name']}" in (
+        cluster.requests("delete")
+    )
+    assert cluster.items(f"/api/v1/namespaces/{NS}/secrets") == []

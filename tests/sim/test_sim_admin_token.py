@@ -61,4 +61,7 @@ def test_the_session_hands_its_token_to_a_sim_beyond_loopback_only() -> None:
     assert TOKEN_ENV not in local.processes[0].env
     wide = plan(EngineConfig(name="s", kind="sim", host="0.0.0.0", port=8123))
     assert wide.processes[0].env[TOKEN_ENV]
-    assert all(img.env[TOKEN_ENV] for img in wide.images)  # a container binds its own
+    # A container binds its own interfaces: its image unit always carries the token, as a
+    # secret the runtime hands over privately (never a literal env value of the unit).
+    assert all(img.secret_env[TOKEN_ENV] and TOKEN_ENV not in img.env for img in wide.images)
+    assert all(img.secret_env[TOKEN_ENV] for img in local.images)

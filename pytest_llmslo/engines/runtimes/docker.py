@@ -177,7 +177,9 @@ def container_spec(config: EngineConfig, unit: ImageUnit) -> ContainerSpec:
     """The container of one image unit: its env, the session labels, its mounts, the HF
     cache (``HF_HOME`` inside points at it) when the unit keeps one, and device requests
     for its ``gpus`` (none when it uses no GPU)."""
-    env = dict(unit.env)
+    # The harness's own secrets (the sim's admin token) as the container's environment:
+    # the container runs on this host, like a process would.
+    env = {**unit.secret_env, **unit.env}
     # A local model directory is seen at the same path inside, read-only: the engine runs
     # as root in there and has no business writing the weights.
     mounts: dict[str, str] = {path: path for path in unit.read_only}

@@ -86,7 +86,10 @@ class KubeEngine:
         self.config = plan.config
         self.unit = plan.images[0] if plan.images else None
         self.replicas = layout.replicas
-        self._secrets = secret_values(plan.config.env, self.unit.command if self.unit else ())
+        self._secrets = secret_values(
+            {**plan.config.env, **(self.unit.secret_env if self.unit else {})},
+            self.unit.command if self.unit else (),
+        )
         self._lock = threading.Lock()
         self._stopped = False
         self._failure: str | None = None

@@ -164,7 +164,7 @@ def lws_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace
     api = f"{name}{API_SERVICE_SUFFIX}"
     service = service_object(api, namespace, pod.labels, leaders, plan.port, port)
     return Layout(
-        objects=[*pod.config_maps, lws, service],
+        objects=[*pod.companions(), lws, service],
         service=api,
         port=plan.port,
         api_selector=selector_text(leaders),

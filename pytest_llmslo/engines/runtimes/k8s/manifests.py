@@ -10,7 +10,9 @@ configured volume (a PersistentVolumeClaim or a node directory; an ``emptyDir`` 
 one), reads secrets from Secrets (``secretKeyRef``; a literal secret is refused) and has
 a startup probe as long as ``startup_timeout_s`` (loading a model takes minutes; a short
 probe kills the engine during its warm-up). Files a unit shares with the harness (a
-generated config) travel in a ConfigMap of their own.
+generated config) travel in a ConfigMap of their own; the secrets the harness made for a
+unit (``ImageUnit.secret_env``: the sim's admin token) in a Secret of its own
+(:func:`unit_secret`), applied, owned and deleted like the unit's other objects.
 
 Every object carries :func:`labels` (``app.kubernetes.io/managed-by: pytest-llmslo`` and
 the session's id); when applied, each also gets an ``ownerReference`` to the session's
@@ -19,11 +21,12 @@ ConfigMap (:func:`session_object`), so deleting that one deletes the rest.
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -156,14 +159,39 @@ def _check_unit(config: EngineConfig, unit: ImageUnit) -> None:
         )
 
 
-def _env(unit: ImageUnit, settings: KubeSettings) -> list[dict[str, Any]]:
+def secret_name(unit_name: str) -> str:
+    """The name of the Secret of the unit whose Deployment is ``unit_name``."""
+    return f"{unit_name}-secrets"
+
+
+def unit_secret(
+    unit: ImageUnit, name: str, namespace: str, labels: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The Secret of the secrets the harness made for ``unit`` (``secret_env``, one entry
+    per variable, named after it); None when it has none."""
+    values = {k: v for k, v in unit.secret_env.items() if k not in unit.env}
+    if not values:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": secret_name(name), "namespace": namespace, "labels": dict(labels)},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())},
+    }
+
+
+def _env(unit: ImageUnit, settings: KubeSettings, name: str) -> list[dict[str, Any]]:
     env: dict[str, dict[str, Any]] = {}
     if unit.hf_cache:
         env["HF_HOME"] = {"name": "HF_HOME", "value": HF_HOME}
-    for name, value in unit.env.items():
-        env[name] = {"name": name, "value": value}
-    for name, (secret, key) in settings.secret_env.items():
-        env[name] = {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+    for var in sorted(unit.secret_env):
+        ref = {"name": secret_name(name), "key": var}
+        env[var] = {"name": var, "valueFrom": {"secretKeyRef": ref}}
+    for var, value in unit.env.items():
+        env[var] = {"name": var, "value": value}
+    for var, (secret, key) in settings.secret_env.items():
+        env[var] = {"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
     return list(env.values())
 
 
@@ -206,15 +234,16 @@ def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
 
 
 def _container(
-    config: EngineConfig, unit: ImageUnit, settings: KubeSettings, mounts: list[dict[str, Any]]
-) -> dict[str, Any]:
+    config: EngineConfig, unit: ImageUnit, settings: KubeSettings, mounts: list[dict[str, Any]],
+    name: str,
+) -> dict[str, Any]:  # fmt: skip
     port = unit.ports[0] if unit.ports else None
     container: dict[str, Any] = {
         "name": dns_label(unit.role),
         "image": unit.image,
         "imagePullPolicy": "IfNotPresent",
         "args": list(unit.command),
-        "env": _env(unit, settings),
+        "env": _env(unit, settings, name),
         "ports": [
             {"containerPort": p, **({"name": "http"} if i == 0 else {})}
             for i, p in enumerate(unit.ports)
@@ -242,12 +271,18 @@ def _container(
 @dataclass(frozen=True, slots=True)
 class PodParts:
     """What a unit's pods are made of: their spec, their labels, the labels that select
-    them, and the ConfigMaps of the files they share."""
+    them, the ConfigMaps of the files they share and the Secret of the secrets the harness
+    made for them (none or one)."""
 
     spec: dict[str, Any]
     labels: dict[str, str]
     selector: dict[str, str]
     config_maps: list[dict[str, Any]]
+    secrets: list[dict[str, Any]] = field(default_factory=list)
+
+    def companions(self) -> list[dict[str, Any]]:
+        """What the pods read, applied before the workload that makes them."""
+        return [*self.secrets, *self.config_maps]
 
 
 def pod_parts(
@@ -275,7 +310,7 @@ def pod_parts(
         mounts.append({"name": f"files-{i}", "mountPath": inside, "readOnly": True})
         volumes.append({"name": f"files-{i}", "configMap": {"name": cm_name}})
     spec: dict[str, Any] = {
-        "containers": [_container(config, unit, settings, mounts)],
+        "containers": [_container(config, unit, settings, mounts, name)],
         "volumes": volumes,
         # No *_SERVICE_HOST/*_PORT variables: a Service named vllm would set VLLM_PORT,
         # which vLLM reads as its own setting.
@@ -285,7 +320,8 @@ def pod_parts(
     spec.update(placement(settings))
     apply_to_pod(spec, settings.pod)
     apply_to_container(spec["containers"][0], settings.pod)
-    return PodParts(spec, all_labels, selector, config_maps)
+    secret = unit_secret(unit, name, namespace, all_labels)
+    return PodParts(spec, all_labels, selector, config_maps, [secret] if secret else [])
 
 
 def placement(settings: KubeSettings) -> dict[str, Any]:
@@ -325,11 +361,12 @@ def unit_objects(
     namespace: str,
 ) -> list[dict[str, Any]]:
     """The Deployment of the ``index``-th image unit of ``plan`` (its Service too for the
-    first), and a ConfigMap for each directory of files it shares."""
+    first), a ConfigMap for each directory of files it shares, and the Secret of the
+    secrets the harness made for it."""
     unit = plan.images[index]
     name = names.unit(index)
     pod = pod_parts(plan, index, settings, name, namespace)
-    objects = list(pod.config_maps)
+    objects = pod.companions()
     objects.append(
         {
             "apiVersion": "apps/v1",
@@ -360,8 +397,8 @@ def unit_objects(
 def engine_objects(
     plan: LaunchPlan, settings: KubeSettings, names: Names, namespace: str
 ) -> list[dict[str, Any]]:
-    """Every object of ``plan``'s engine, in the order they are applied (shared files,
-    then each unit's Deployment, the API's Service)."""
+    """Every object of ``plan``'s engine, in the order they are applied (each unit's
+    Secret and shared files, then its Deployment; the API's Service)."""
     if not plan.images:
         raise ConfigError(
             f"engine {plan.config.display_name!r}: kind {plan.config.kind} has no image to "

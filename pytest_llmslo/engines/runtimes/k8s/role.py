@@ -26,7 +26,9 @@ RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("nvidia.com", "dynamographdeployments", ("create", "patch", "delete", "get")),
     # The remote load workers' Indexed Job (workerjob.py, --worker-image).
     ("batch", "jobs", ("create", "patch", "delete")),
-    # Their key's Secret, made for the Job and deleted with it (workerjob.py).
+    # The Secrets the runtime makes and deletes: the workers' key, made for their Job
+    # (workerjob.py), and a unit's harness-made secrets, e.g. the sim's admin token
+    # (manifests.unit_secret).
     ("", "secrets", ("create", "patch", "delete")),
     # Readiness and failures: the engine's pods, their logs, the namespace's events;
     # delete: kill and restart one pod of a running engine.
