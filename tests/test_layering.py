@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "choices",
         "arrivals",
         "levelpoint",
+        "units",
     ),
     ("signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),

@@ -57,6 +57,7 @@ from .parsers import (
     parse_name_list,
     parse_objectives,
     parse_optional_duration,
+    parse_optional_load,
     parse_optional_request_cap,
     parse_optional_str,
     parse_optional_url,
@@ -64,8 +65,11 @@ from .parsers import (
     parse_positive_int,
     parse_prompt_salt,
     parse_ramp,
+    parse_rate_list,
     parse_records_memory,
     parse_request_count,
+    parse_seconds,
+    parse_seconds_or_zero,
     parse_steps,
     parse_str,
 )
@@ -233,9 +237,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("concurrency", parse_int_list, None, cli="--concurrency",
          marker="concurrency", topic="load", metavar="N[,N]",
          help="Closed-loop sweep: concurrent requests per level."),
-    Spec("rate", parse_float_list, None, cli="--rate",
+    Spec("rate", parse_rate_list, None, cli="--rate",
          marker="rate", topic="load", metavar="R[,R]",
-         help="Open-loop sweep: requests per second per level (instead of --concurrency)."),
+         help="Open-loop sweep: requests per second per level, e.g. 2,4 or 2.5/s,150/m "
+              "(instead of --concurrency)."),
     Spec("arrival", choice_parser("arrival", ARRIVALS), "poisson", cli="--arrival",
          marker="arrival", topic="load", choices=ARRIVALS,
          help="Arrivals of an open-loop (--rate) level."),
@@ -293,8 +298,9 @@ SPECS: tuple[Spec, ...] = (
          help="Measured requests per level; 'none' with --duration for a level bounded by time "
               "alone (its prompts are built as they are needed)."),
     Spec("duration", parse_optional_duration, None, field="duration_s",
-         cli="--duration", marker="duration", topic="load", metavar="S",
-         help="Time bound of the measurement per level in seconds (0: none); the level ends at "
+         cli="--duration", marker="duration", topic="load", metavar="DURATION",
+         help="Time bound of the measurement per level (90s, 5m, 1h30m; a bare number is "
+              "seconds; 0: none); the level ends at "
               "--requests or here, and requests in flight get min(30 s, this) to finish."),
     Spec("endpoint", choice_parser("endpoint", ENDPOINTS), "chat", field="endpoint",
          cli="--endpoint", marker="endpoint", topic="requests", choices=ENDPOINTS,
@@ -317,7 +323,7 @@ SPECS: tuple[Spec, ...] = (
          help="Instead of the sweep, search each SLO test's capacity: the highest load meeting "
               "its objectives (exponential probe from the first level, then bisection; one "
               "test per engine, id ENGINE-capacity)."),
-    Spec("capacity_max", parse_optional_duration, None, field="capacity_max",
+    Spec("capacity_max", parse_optional_load, None, field="capacity_max",
          cli="--slo-capacity-max", marker="capacity_max", topic="slo", metavar="N",
          shown_default="none (12 levels at most)",
          help="Highest load a capacity search probes (concurrency or rate)."),
@@ -358,17 +364,17 @@ SPECS: tuple[Spec, ...] = (
          shown_default="0.9",
          help="Client health: CPU share of a core (e.g. 0.9) above which a run is marked "
               "invalid."),
-    Spec("request_timeout", parse_positive_float, 600.0, field="request_timeout_s",
+    Spec("request_timeout", parse_seconds, 600.0, field="request_timeout_s",
          cli="--request-timeout", marker="request_timeout", topic="requests", metavar="S",
          help="Total deadline of one request in seconds, from send to its last byte."),
-    Spec("connect_timeout", parse_positive_float, 10.0, field="connect_timeout_s",
+    Spec("connect_timeout", parse_seconds, 10.0, field="connect_timeout_s",
          cli="--connect-timeout", marker="connect_timeout", topic="requests", metavar="S",
          help="Deadline of a connection (TCP and TLS) in seconds."),
-    Spec("first_byte_timeout", parse_positive_float, 300.0, field="first_byte_timeout_s",
+    Spec("first_byte_timeout", parse_seconds, 300.0, field="first_byte_timeout_s",
          cli="--first-byte-timeout", marker="first_byte_timeout", topic="requests", metavar="S",
          help="Deadline of a request's first response data in seconds (a loaded engine may "
               "queue a request for minutes before its prefill)."),
-    Spec("idle_timeout", parse_positive_float, 60.0, field="idle_timeout_s",
+    Spec("idle_timeout", parse_seconds, 60.0, field="idle_timeout_s",
          cli="--idle-timeout", marker="idle_timeout", topic="requests", metavar="S",
          help="A stream that sends no data for this many seconds has stalled and fails as a "
               "timeout; SSE comments and keep-alives do not count as data."),
@@ -472,7 +478,7 @@ SPECS: tuple[Spec, ...] = (
          shown_default="1 with --trace-file",
          help="Replay speed-ups, one level each: 2 sends the trace twice as fast (a "
               "concurrency or rate instead sends its rows as a dataset)."),
-    Spec("trace_start", parse_float, 0.0, field="trace_start_s",
+    Spec("trace_start", parse_seconds_or_zero, 0.0, field="trace_start_s",
          cli="--trace-start", marker="trace_start", topic="traffic", metavar="SECONDS",
          help="Start of the trace window, in seconds from its first request."),
     Spec("trace_window", parse_optional_duration, None, field="trace_window_s",
@@ -487,7 +493,7 @@ SPECS: tuple[Spec, ...] = (
          help="Turns per conversation: above 1 each request is a conversation's turn, its "
               "prompt the history (earlier messages and the replies streamed) plus --isl new "
               "tokens; with ShareGPT, up to this many of each conversation's human turns."),
-    Spec("think_time", parse_float, 0.0, field="think_time_s",
+    Spec("think_time", parse_seconds_or_zero, 0.0, field="think_time_s",
          cli="--think-time", marker="think_time", topic="traffic", metavar="SECONDS",
          help="Seconds a user thinks between a reply and the next turn (mean, see "
               "--think-distribution)."),
@@ -522,7 +528,7 @@ SPECS: tuple[Spec, ...] = (
          help="Scrape each engine's /metrics (and NVML or --dcgm-url) before, during and after "
               "each level: queue, KV cache, preemptions, engine-side latencies, GPU; a failed "
               "objective names the signal that explains it."),
-    Spec("signals_interval", parse_positive_float, 1.0, field="signals_interval_s",
+    Spec("signals_interval", parse_seconds, 1.0, field="signals_interval_s",
          cli="--signals-interval", marker="signals_interval", topic="signals", metavar="SECONDS",
          help="Seconds between /metrics scrapes during a level."),
     Spec("dcgm_url", parse_optional_url, None, field="dcgm_url",
@@ -530,7 +536,7 @@ SPECS: tuple[Spec, ...] = (
          help="A DCGM exporter's /metrics URL: GPU utilisation, memory, power and energy "
               "(J/token) per level instead of NVML."),
     # Bounded auxiliaries and honest caches.
-    Spec("signals_timeout", parse_positive_float, 5.0, field="signals_timeout_s",
+    Spec("signals_timeout", parse_seconds, 5.0, field="signals_timeout_s",
          cli="--signals-timeout", marker="signals_timeout", topic="signals", metavar="SECONDS",
          help="Total deadline of one /metrics scrape (connect, headers, the whole body): a "
               "body that does not end in time is given up, and not scraped again in that "
@@ -544,7 +550,7 @@ SPECS: tuple[Spec, ...] = (
          cli="--remote-workers", marker=None, topic="client", metavar="N",
          help="How many remote load workers the session waits for (with --worker-listen); "
               "every level is split over them."),
-    Spec("worker_wait", parse_positive_float, 120.0, field="worker_wait_s",
+    Spec("worker_wait", parse_seconds, 120.0, field="worker_wait_s",
          cli="--worker-wait", marker=None, topic="client", metavar="S",
          help="How long the session waits for its remote load workers to connect before it "
               "fails, naming how many came."),
@@ -558,7 +564,7 @@ SPECS: tuple[Spec, ...] = (
          shown_default="the --worker-listen address (this host's address for 0.0.0.0)",
          help="The address the worker pods of --worker-image connect to (a Service's, or "
               "this pod's)."),
-    Spec("external_ready_timeout", parse_positive_float, 60.0, field="external_ready_timeout_s",
+    Spec("external_ready_timeout", parse_seconds, 60.0, field="external_ready_timeout_s",
          cli="--external-ready-timeout", topic="engines", metavar="SECONDS",
          help="How long an external engine (already running) may take to answer ready "
               "(/v1/models listing the model) before the session says what it saw and stops."),

@@ -11,6 +11,7 @@ Every catalogue metric (``catalog.CATALOGUE``) is a :class:`MetricSymbol` (``ttf
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
 import re
@@ -263,9 +264,11 @@ def parse_objectives(text: str | Iterable[str], *, source: str = "") -> tuple[Ob
                 )
             metric = m["metric"].lower()
             if metric not in CATALOGUE:
+                close = difflib.get_close_matches(metric, list(CATALOGUE), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ConfigError(
                     f"unknown metric {m['metric']!r} in SLO objective {part.strip()!r}"
-                    f"{where}; {_valid_names()}"
+                    f"{where}{hint}; {_valid_names()}"
                 )
             stat_text = m["stat"]
             if stat_text is None:
