@@ -427,21 +427,41 @@ def _render(args: argparse.Namespace, out: TextIO) -> int:
 # --------------------------------------------------------------------------- run
 
 
+class _HelpAll(argparse.Action):
+    """``llmslo run --help-all``: every option in full, by topic, then exit."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        from pytest_llmslo import settings as S
+
+        parser.print_usage()
+        print(S.reference_text("run"))
+        parser.exit()
+
+
 def _add_run(sub: Any) -> None:
     from pytest_llmslo import settings as S
 
     run = sub.add_parser(
         "run",
-        help="run an SLO sweep without a test file",
-        description="Start the engines, run the sweep (or the capacity search), judge each "
-        "level against the SLO and print the sweep tables, the knee and the Pareto summary, "
-        "as `pytest -m slo` does for a test. Every option has the name and meaning of the "
-        "plugin's (README 'Options'); LLMSLO_* environment variables apply as they do there. "
-        "Its defaults suit a run at a terminal: 30 s of measurement per level after 20 "
-        "warm-up requests (the plugin's: 200 warm-up and 500 measured requests per level). "
-        "Exit status: 0 every level met the SLO, 1 a level did not (or errored, or was "
-        "inconclusive), 2 a usage error, 130 interrupted (the results so far are written).",
+        help="run an SLO sweep of one or more engines, no test file needed",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s [--engine NAME] [--concurrency N[,N] | --rate R[,R]] "
+        "[--duration DURATION] [--slo SPEC] [options]",
+        description=(
+            "Start the engines, run the sweep (or the capacity search), judge each level\n"
+            "against the SLO and print the sweep tables, the knee and the Pareto summary, as\n"
+            "`pytest -m slo` does for a test. Without --engine it measures the built-in\n"
+            "simulator (sim). Defaults suit a terminal: 30 s of measurement per level after 20\n"
+            "warm-up requests. Exit status: 0 every level met the SLO, 1 a level did not (or\n"
+            "errored, or was inconclusive), 2 a usage error, 130 interrupted (the results so\n"
+            "far are written)."
+        ),
+        epilog=S.run_epilog(),
     )
+    run.add_argument("--help-all", action=_HelpAll, help="print every option in full and exit")
     run.add_argument(
         "--name",
         default="llmslo-run",
@@ -450,17 +470,18 @@ def _add_run(sub: Any) -> None:
     run.add_argument(
         "--width", type=_width, default=None, help="table width (default: the terminal's)"
     )
-    # One group per topic (settings.TOPICS); the defaults shown are those that apply here.
-    for topic, title in {**S.TOPICS, "": "other"}.items():
-        specs = [
-            sp for sp in S.SPECS if sp.cli and (sp.topic if sp.topic in S.TOPICS else "") == topic
-        ]
-        if not specs:
-            continue
-        group = run.add_argument_group(title)
+    # The options most runs need in full; the others taken but listed by name in the epilog
+    # (--help-all prints them in full). The defaults shown are those that apply here.
+    for topic, title, specs in S.help_sections("run"):
+        group = run.add_argument_group(title) if topic == "common" else run
         for spec in specs:
             flag, kw = S.argparse_option(spec, ini=False, defaults=S.RUN_DEFAULTS)
+            if topic != "common":
+                kw["help"] = argparse.SUPPRESS
             group.add_argument(flag, **kw)
+            alias = S.alias_option(spec, ini=False)
+            if alias:
+                group.add_argument(alias[0], **alias[1])
 
 
 def _add_worker(sub: Any) -> None:

@@ -55,15 +55,53 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    # One section of --help per topic (settings.TOPICS), in the topics' order.
-    for topic, title in {**S.TOPICS, "": "other"}.items():
-        group = parser.getgroup(f"llmslo-{topic or 'other'}", f"pytest-llmslo {title}")
-        for spec in S.SPECS:
-            if spec.cli and (spec.topic if spec.topic in S.TOPICS else "") == topic:
-                flag, kw = S.argparse_option(spec)
-                group.addoption(flag, **kw)
+    # --help: the options most runs need in full, then one section per topic
+    # (settings.TOPICS) with each option's default; --slo-help-all prints them all in full.
+    # An old spelling (--duration) is taken, not shown, and warned about (pytest_configure).
+    for topic, title, specs in S.help_sections():
+        group = parser.getgroup(f"llmslo-{topic}", f"pytest-llmslo {title}")
+        if topic == "common":
+            group.addoption(
+                "--slo-help-all",
+                action="store_true",
+                dest="llmslo_help_all",
+                help="Print every option in full, with its ini key and environment "
+                "variable, and exit.",
+            )
+        for spec in specs:
+            flag, kw = S.argparse_option(spec, brief=topic != "common")
+            group.addoption(flag, **kw)
+            alias = S.alias_option(spec)
+            if alias:
+                group.addoption(alias[0], **alias[1])
     for spec in S.SPECS:
-        parser.addini(spec.ini, help=spec.help, type="string", default="")
+        parser.addini(spec.ini, help=S.ini_help(spec), type="string", default="")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if config.getoption("llmslo_help_all", False):
+        print(S.reference_text())
+        return 0
+    return None
+
+
+def _hide_ini_help(config: pytest.Config) -> None:
+    """For ``pytest --help`` alone, once the settings are read: leave out the ninety ini
+    keys, one per option (``--slo-help-all`` and docs/options.md list each with its
+    option). pytest keeps them in a private table; where it has another shape, every key
+    stays listed."""
+    table = getattr(getattr(config, "_parser", None), "_inidict", None)
+    if not isinstance(table, dict):
+        return
+    for spec in S.SPECS:
+        table.pop(spec.ini, None)
+
+
+def _warn_deprecated(config: pytest.Config) -> None:
+    """A deprecation warning for each old spelling of an option given (``--duration``)."""
+    for text in S.deprecated_given(lambda dest: config.getoption(dest, S.UNSET)):
+        config.issue_config_time_warning(pytest.PytestDeprecationWarning(text), stacklevel=2)
 
 
 def _sources(config: pytest.Config) -> S.Sources:
@@ -108,6 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "...): an SLO test of LLM serving engines, parametrized over engine x load level "
         "(pytest-llmslo; see README.md).",
     )
+    _warn_deprecated(config)
     try:
         session = S.resolve_session(_sources(config))
         state = core.Session(
@@ -136,6 +175,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_llmslo.report.junit import SystemOutCollector
 
     config.pluginmanager.register(SystemOutCollector(), JUNIT_PLUGIN)
+    if config.getoption("help", False):
+        _hide_ini_help(config)
     if _xdist_active(config):
         _refuse_xdist(config, state)
     try:

@@ -32,8 +32,24 @@ from .groups import (
     SweepOptions,
     WorkloadOptions,
 )
+from .helptext import (
+    help_sections,
+    ini_help,
+    reference_markdown,
+    reference_text,
+    run_epilog,
+)
 from .levels import LEVEL_SPECS, LOAD_KINDS, level_ids, resolve_levels
-from .options import UNSET, argparse_option, cli_given, cli_type, default_text, given_cli
+from .options import (
+    UNSET,
+    alias_option,
+    argparse_option,
+    cli_given,
+    cli_type,
+    default_text,
+    deprecated_given,
+    given_cli,
+)
 from .parsers import (
     choice_parser,
     coerce_bool,
@@ -76,6 +92,7 @@ from .sources import OTHER_ENV, Sources, check_environment, lookup, parse_from
 from .specs import (
     ARRIVALS,
     CAPACITY_MODES,
+    COMMON,
     DEFAULT_CONCURRENCY,
     DISTRIBUTIONS,
     EARLY_STOP_MODES,
@@ -86,6 +103,7 @@ from .specs import (
     MARKER_KWARGS,
     MARKER_ONLY,
     MAX_EXTEND_LEVELS,
+    OPTION_PREFIX,
     RECEIVE_STAMPS,
     RESET_CACHE_MODES,
     RUN_DEFAULTS,
@@ -104,6 +122,7 @@ from .text import describe, describe_workload
 __all__ = [
     "ARRIVALS",
     "CAPACITY_MODES",
+    "COMMON",
     "DEFAULT_CONCURRENCY",
     "DISTRIBUTIONS",
     "EARLY_STOP_MODES",
@@ -117,6 +136,7 @@ __all__ = [
     "MARKER_KWARGS",
     "MARKER_ONLY",
     "MAX_EXTEND_LEVELS",
+    "OPTION_PREFIX",
     "OTHER_ENV",
     "RECEIVE_STAMPS",
     "RESET_CACHE_MODES",
@@ -141,6 +161,7 @@ __all__ = [
     "SweepOptions",
     "TestSettings",
     "WorkloadOptions",
+    "alias_option",
     "argparse_option",
     "check_engine_names",
     "check_environment",
@@ -155,9 +176,12 @@ __all__ = [
     "coerce_objectives",
     "coerce_with",
     "default_text",
+    "deprecated_given",
     "describe",
     "describe_workload",
     "given_cli",
+    "help_sections",
+    "ini_help",
     "level_ids",
     "lookup",
     "parse_bool",
@@ -187,9 +211,12 @@ __all__ = [
     "parse_request_count",
     "parse_steps",
     "parse_str",
+    "reference_markdown",
+    "reference_text",
     "resolve_levels",
     "resolve_session",
     "resolve_test",
+    "run_epilog",
     "shown_url",
     "split_marker",
 ]

@@ -5,6 +5,7 @@ help texts and defaults for the pytest plugin (``parser.addoption``) and ``llmsl
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,9 +25,17 @@ UNSET: Any = _Unset()
 
 def cli_given(spec: Spec, value: Any) -> bool:
     """Whether the command line gave ``spec`` (argparse's value for its option)."""
+    if value is UNSET:
+        return False
     if spec.repeatable:
         return value not in (None, [])
-    return value is not UNSET
+    return True
+
+
+def old_dest(spec: Spec) -> str:
+    """Where the plugin's parser puts the value of ``spec.old_option`` (a deprecated
+    spelling), apart from the new one's, so that its use can be told."""
+    return f"llmslo_old_{spec.name}"
 
 
 def cli_type(spec: Spec) -> Callable[[str], Any]:
@@ -44,9 +53,33 @@ def cli_type(spec: Spec) -> Callable[[str], Any]:
 
 def given_cli(getoption: Callable[[str], Any]) -> dict[str, Any]:
     """The options given on a command line parsed with ``argparse_option``'s keywords:
-    ``getoption(dest)`` reads one (``config.getoption``, ``getattr(namespace, ...)``)."""
-    given = ((s, getoption(f"llmslo_{s.name}")) for s in SPECS if s.cli)
-    return {s.name: v for s, v in given if cli_given(s, v)}
+    ``getoption(dest)`` reads one (``config.getoption``, ``getattr(namespace, ...)``; a
+    dest the parser lacks reads ``UNSET``). A deprecated spelling counts as the new one;
+    given both, the new one's value wins (a repeatable option takes both lists)."""
+    out: dict[str, Any] = {}
+    for spec in SPECS:
+        if not spec.cli:
+            continue
+        new = getoption(f"llmslo_{spec.name}")
+        old = getoption(old_dest(spec)) if spec.old_option else UNSET
+        if cli_given(spec, new) and cli_given(spec, old) and spec.repeatable:
+            out[spec.name] = [*old, *new]
+        elif cli_given(spec, new):
+            out[spec.name] = new
+        elif cli_given(spec, old):
+            out[spec.name] = old
+    return out
+
+
+def deprecated_given(getoption: Callable[[str], Any]) -> list[str]:
+    """One warning per deprecated spelling given on the plugin's command line, naming the
+    new one."""
+    return [
+        f"{spec.old_option} is deprecated: use {spec.option} (every pytest-llmslo option "
+        "now starts with --slo-; the old spelling is accepted for one more release)"
+        for spec in SPECS
+        if spec.old_option and cli_given(spec, getoption(old_dest(spec)))
+    ]
 
 
 def default_text(spec: Spec, defaults: Mapping[str, Any] | None = None) -> str:
@@ -72,18 +105,27 @@ def default_text(spec: Spec, defaults: Mapping[str, Any] | None = None) -> str:
 
 
 def argparse_option(
-    spec: Spec, *, ini: bool = True, defaults: Mapping[str, Any] | None = None
+    spec: Spec,
+    *,
+    ini: bool = True,
+    defaults: Mapping[str, Any] | None = None,
+    brief: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The command-line flag of ``spec`` and its ``add_argument`` keywords: the same for the
-    pytest plugin (``parser.addoption``) and ``llmslo run``, so an option has one name and
-    one meaning everywhere. The value lands in ``llmslo_<name>``; an option not given is
-    ``UNSET`` (``None`` for a repeatable one), which ``cli_given`` tells apart. ``ini``:
-    the help names the ini key (``llmslo run`` reads no ini file); ``defaults``: the
-    defaults that apply instead of the spec's (``RUN_DEFAULTS``)."""
-    if not spec.cli:
+    pytest plugin (``parser.addoption``) and ``llmslo run``, so an option has one meaning
+    everywhere. ``ini``: the plugin's option (``Spec.option``, under ``--slo-``; its help
+    names the ini key), else ``llmslo run``'s (``Spec.cli``: it reads no ini file, and its
+    options need no prefix). The value lands in ``llmslo_<name>``; an option not given is
+    ``UNSET`` (``None`` for a repeatable one), which ``cli_given`` tells apart.
+    ``defaults``: the defaults that apply instead of the spec's (``RUN_DEFAULTS``);
+    ``brief``: the help says the default alone (the full text is in ``--help-all``)."""
+    flag = spec.option if ini else spec.cli
+    if not flag:
         raise ValueError(f"setting {spec.name!r} has no command-line flag")
-    where = f"Ini: {spec.ini}, env: {spec.env}" if ini else f"Env: {spec.env}"
-    helptext = f"{spec.help} {where}. Default: {default_text(spec, defaults)}."
+    where = "" if ini else f" Env: {spec.env}."
+    helptext = f"{spelled(spec.help, ini)}{where} Default: {default_text(spec, defaults)}."
+    if brief:
+        helptext = f"Default: {default_text(spec, defaults)}."
     kw: dict[str, Any] = {
         "dest": f"llmslo_{spec.name}",
         "default": None if spec.repeatable else UNSET,
@@ -98,4 +140,30 @@ def argparse_option(
             type=cli_type(spec),
             metavar=spec.metavar or (("{" + ",".join(spec.choices) + "}") or None),
         )
-    return spec.cli, kw
+    return flag, kw
+
+
+def spelled(text: str, plugin: bool) -> str:
+    """``text`` (a help text naming other options by their ``cli`` spelling) with each
+    option as the surface spells it: the plugin's ``--slo-`` one, or ``llmslo run``'s."""
+    if not plugin:
+        return text
+    return _OLD_FLAG.sub(lambda m: _NEW_FLAG.get(m.group(0), m.group(0)), text)
+
+
+_NEW_FLAG: dict[str, str] = {s.cli: s.option for s in SPECS if s.cli and s.option and s.old_option}
+_OLD_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w-])")
+
+
+def alias_option(spec: Spec, *, ini: bool = True) -> tuple[str, dict[str, Any]] | None:
+    """The other spelling of ``spec``'s option, taken but not shown in ``--help``: for the
+    plugin the old one (deprecated: its own dest, ``old_dest``, so ``deprecated_given``
+    can tell it), for ``llmslo run`` the plugin's ``--slo-`` one (the same option, so a
+    command line moves between the two). None when there is no other spelling."""
+    if not spec.old_option:
+        return None
+    flag, kw = argparse_option(spec, ini=not ini)
+    kw["help"] = argparse.SUPPRESS
+    if ini:
+        kw["dest"] = old_dest(spec)
+    return flag, kw

@@ -77,6 +77,7 @@ from .parsers import (
 __all__ = [
     "ARRIVALS",
     "CAPACITY_MODES",
+    "COMMON",
     "DEFAULT_CONCURRENCY",
     "DISTRIBUTIONS",
     "EARLY_STOP_MODES",
@@ -87,6 +88,7 @@ __all__ = [
     "MARKER_KWARGS",
     "MARKER_ONLY",
     "MAX_EXTEND_LEVELS",
+    "OPTION_PREFIX",
     "RECEIVE_STAMPS",
     "RESET_CACHE_MODES",
     "RUN_DEFAULTS",
@@ -102,6 +104,8 @@ __all__ = [
 ]
 
 ENV_PREFIX = "LLMSLO_"
+#: The prefix of every option the pytest plugin adds (``Spec.option``).
+OPTION_PREFIX = "--slo-"
 INI_PREFIX = "llmslo_"
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48, 64)
 #: The ``--arrival`` choices: the processes of the arrivals registry (``arrivals.py``).
@@ -142,6 +146,21 @@ class Spec:
     shown_default: str | None = None
 
     @property
+    def option(self) -> str | None:
+        """The flag the pytest plugin shows: every one under the ``--slo-`` prefix (``--slo``
+        itself, the objectives, included), derived from ``cli``."""
+        if not self.cli or self.cli == "--slo" or self.cli.startswith(OPTION_PREFIX):
+            return self.cli
+        return OPTION_PREFIX + self.cli.removeprefix("--")
+
+    @property
+    def old_option(self) -> str | None:
+        """The spelling ``option`` replaced (``--duration`` for ``--slo-duration``): still
+        taken by the plugin for one release, with a deprecation warning naming the new one;
+        ``llmslo run`` shows it (its options need no prefix) and takes ``option`` too."""
+        return self.cli if self.cli != self.option else None
+
+    @property
     def ini(self) -> str:
         return INI_PREFIX + self.name
 
@@ -161,15 +180,33 @@ class Spec:
 TOPICS: dict[str, str] = {
     "engines": "engines (what is measured)",
     "load": "load (levels, arrivals, request counts)",
-    "workload": "workload (prompts and their lengths)",
-    "traffic": "traffic (traces, conversations)",
+    "workload": "workload (prompts, lengths, datasets, traces, conversations)",
     "requests": "requests (endpoint, shaping, deadlines, TLS)",
     "slo": "SLO (objectives, gates, extension, capacity)",
     "client": "client health (when the load generator was the bottleneck)",
+    "workers": "remote workers (the load sent from other hosts)",
+    "kubernetes": "Kubernetes (worker pods)",
     "signals": "engine signals",
-    "outputs": "outputs (results document, reports)",
+    "outputs": "reports (results document, HTML, Markdown, CSV, SVG)",
     "regression": "regression (baselines)",
 }
+
+#: The options most runs need: ``--help`` shows them first and in full, the others by topic
+#: (``--help-all`` in full). Names of ``SPECS`` rows.
+COMMON: tuple[str, ...] = (
+    "engine",
+    "engine_url",
+    "model",
+    "concurrency",
+    "rate",
+    "duration",
+    "requests",
+    "isl",
+    "osl",
+    "slo",
+    "slo_html",
+    "slo_json",
+)
 
 #: ``llmslo run``'s own defaults, where an interactive run wants another than a suite of SLO
 #: tests: each level ends after 30 s of measurement (or its --requests, whichever comes
@@ -190,7 +227,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("engine_url", parse_optional_url, None, field="engine_url",
          cli="--engine-url", topic="engines", metavar="URL",
          help="Base URL of an already running OpenAI-compatible server (engine kind "
-              "'external'); without --engine it means --engine=external."),
+              "'external', the default with it)."),
     Spec("engine_config", parse_optional_str, None, field="engine_config",
          cli="--engine-config", topic="engines", metavar="PATH",
          shown_default="the rootdir's pyproject.toml [tool.llmslo.engines.*]",
@@ -221,8 +258,8 @@ SPECS: tuple[Spec, ...] = (
               "goodput, outcome, knee) to PATH."),
     Spec("slo_html", parse_optional_str, None, field="html_path",
          cli="--slo-html", topic="outputs", metavar="PATH",
-         help="Write the session's self-contained HTML report (charts, tables, each level's "
-              "distributions and signals; with --slo-compare the baseline beside) to PATH."),
+         help="Write the self-contained HTML report (charts, tables, each level's "
+              "distributions and signals, a --slo-compare baseline beside) to PATH."),
     Spec("slo_save", parse_optional_str, None, field="save",
          cli="--slo-save", topic="regression", metavar="NAME",
          help="Save the session's results as the named baseline (under .llmslo/baselines)."),
@@ -239,8 +276,7 @@ SPECS: tuple[Spec, ...] = (
          help="Closed-loop sweep: concurrent requests per level."),
     Spec("rate", parse_rate_list, None, cli="--rate",
          marker="rate", topic="load", metavar="R[,R]",
-         help="Open-loop sweep: requests per second per level, e.g. 2,4 or 2.5/s,150/m "
-              "(instead of --concurrency)."),
+         help="Open-loop sweep: requests/s per level (2,4 or 2.5/s,150/m), not --concurrency."),
     Spec("arrival", choice_parser("arrival", ARRIVALS), "poisson", cli="--arrival",
          marker="arrival", topic="load", choices=ARRIVALS,
          help="Arrivals of an open-loop (--rate) level."),
@@ -299,8 +335,8 @@ SPECS: tuple[Spec, ...] = (
               "alone (its prompts are built as they are needed)."),
     Spec("duration", parse_optional_duration, None, field="duration_s",
          cli="--duration", marker="duration", topic="load", metavar="DURATION",
-         help="Time bound of the measurement per level (90s, 5m, 1h30m; a bare number is "
-              "seconds; 0: none); the level ends at "
+         help="Time bound of each level's measurement (90s, 5m, 1h30m; a number is seconds; "
+              "0: none); the level ends at "
               "--requests or here, and requests in flight get min(30 s, this) to finish."),
     Spec("endpoint", choice_parser("endpoint", ENDPOINTS), "chat", field="endpoint",
          cli="--endpoint", marker="endpoint", topic="requests", choices=ENDPOINTS,
@@ -465,47 +501,47 @@ SPECS: tuple[Spec, ...] = (
               "arrival that finds it reached waits for a slot (vLLM bench's "
               "--max-concurrency)."),
     Spec("trace", parse_optional_str, None, field="trace",
-         cli="--trace-file", marker="trace", topic="traffic", metavar="PATH",
+         cli="--trace-file", marker="trace", topic="workload", metavar="PATH",
          help="Replay a timestamped trace (Mooncake JSONL, Azure or BurstGPT CSV, JSONL with "
               "'timestamp'): its rows are the requests, sent at their times (see "
               "--trace-speed)."),
     Spec("trace_format", choice_parser("trace_format", TRACE_FORMATS), "auto",
-         field="trace_format", cli="--trace-format", marker="trace_format", topic="traffic",
+         field="trace_format", cli="--trace-format", marker="trace_format", topic="workload",
          choices=TRACE_FORMATS,
          help="The trace's format (auto: by its header or first line)."),
     Spec("trace_speed", parse_float_list, None, cli="--trace-speed",
-         marker="trace_speed", topic="traffic", metavar="X[,X]",
+         marker="trace_speed", topic="workload", metavar="X[,X]",
          shown_default="1 with --trace-file",
          help="Replay speed-ups, one level each: 2 sends the trace twice as fast (a "
               "concurrency or rate instead sends its rows as a dataset)."),
     Spec("trace_start", parse_seconds_or_zero, 0.0, field="trace_start_s",
-         cli="--trace-start", marker="trace_start", topic="traffic", metavar="SECONDS",
+         cli="--trace-start", marker="trace_start", topic="workload", metavar="SECONDS",
          help="Start of the trace window, in seconds from its first request."),
     Spec("trace_window", parse_optional_duration, None, field="trace_window_s",
-         cli="--trace-window", marker="trace_window", topic="traffic", metavar="SECONDS",
+         cli="--trace-window", marker="trace_window", topic="workload", metavar="SECONDS",
          shown_default="to the end of the trace",
          help="Length of the trace window in seconds."),
     Spec("block_tokens", parse_positive_int, 512, field="block_tokens",
-         cli="--block-tokens", marker="block_tokens", topic="traffic", metavar="N",
+         cli="--block-tokens", marker="block_tokens", topic="workload", metavar="N",
          help="Tokens per hash id of a Mooncake trace (its release uses 512)."),
     Spec("turns", parse_positive_int, 1, field="turns",
-         cli="--turns", marker="turns", topic="traffic", metavar="N",
+         cli="--turns", marker="turns", topic="workload", metavar="N",
          help="Turns per conversation: above 1 each request is a conversation's turn, its "
               "prompt the history (earlier messages and the replies streamed) plus --isl new "
               "tokens; with ShareGPT, up to this many of each conversation's human turns."),
     Spec("think_time", parse_seconds_or_zero, 0.0, field="think_time_s",
-         cli="--think-time", marker="think_time", topic="traffic", metavar="SECONDS",
+         cli="--think-time", marker="think_time", topic="workload", metavar="SECONDS",
          help="Seconds a user thinks between a reply and the next turn (mean, see "
               "--think-distribution)."),
     Spec("think_distribution", choice_parser("think_distribution", THINK_DISTRIBUTIONS), "fixed",
          field="think_distribution", cli="--think-distribution", marker="think_distribution",
-         topic="traffic", choices=THINK_DISTRIBUTIONS,
+         topic="workload", choices=THINK_DISTRIBUTIONS,
          help="Think times: fixed, exponential or uniform over [0, 2 x mean], seeded."),
     Spec("history_turns", parse_int, 0, field="history_turns",
-         cli="--history-turns", marker="history_turns", topic="traffic", metavar="N",
+         cli="--history-turns", marker="history_turns", topic="workload", metavar="N",
          help="Turns of history each prompt carries (0: all of them)."),
     Spec("session_header", parse_optional_str, None, field="session_header",
-         cli="--session-header", marker="session_header", topic="traffic", metavar="NAME",
+         cli="--session-header", marker="session_header", topic="workload", metavar="NAME",
          help="Header that carries each conversation's id on its turns (sticky routing), e.g. "
               "X-Session-ID."),
     Spec("header", parse_headers, (), field="headers",
@@ -518,7 +554,7 @@ SPECS: tuple[Spec, ...] = (
          metavar="JSON",
          help="JSON object merged into every request body, e.g. '{\"top_k\": 20}'."),
     Spec("models", parse_models, None, field="models",
-         cli="--models", marker="models", topic="traffic", coerce=coerce_models,
+         cli="--models", marker="models", topic="workload", coerce=coerce_models,
          metavar="NAME[:W],...",
          help="Each request asks for one of these models, drawn by weight: NAME[:WEIGHT],... "
               "(LoRA adapters an engine serves beside its base model)."),
@@ -542,25 +578,25 @@ SPECS: tuple[Spec, ...] = (
               "body that does not end in time is given up, and not scraped again in that "
               "level."),
     Spec("worker_listen", parse_optional_str, None, field="worker_listen",
-         cli="--worker-listen", marker=None, topic="client", metavar="HOST:PORT",
+         cli="--worker-listen", marker=None, topic="workers", metavar="HOST:PORT",
          help="Run each level on remote load workers: listen here for the --remote-workers "
               "started anywhere with `llmslo worker --connect HOST:PORT` (port 0: any free "
               "port, printed). Without it the load runs in local worker processes."),
     Spec("remote_workers", parse_positive_int, 1, field="remote_workers",
-         cli="--remote-workers", marker=None, topic="client", metavar="N",
+         cli="--remote-workers", marker=None, topic="workers", metavar="N",
          help="How many remote load workers the session waits for (with --worker-listen); "
               "every level is split over them."),
     Spec("worker_wait", parse_seconds, 120.0, field="worker_wait_s",
-         cli="--worker-wait", marker=None, topic="client", metavar="S",
+         cli="--worker-wait", marker=None, topic="workers", metavar="S",
          help="How long the session waits for its remote load workers to connect before it "
               "fails, naming how many came."),
     Spec("worker_image", parse_optional_str, None, field="worker_image",
-         cli="--worker-image", marker=None, topic="client", metavar="IMAGE",
+         cli="--worker-image", marker=None, topic="kubernetes", metavar="IMAGE",
          help="Start the --remote-workers in Kubernetes: an Indexed Job of that many pods of "
               "this image (holding this version of pytest-llmslo) in the current context's "
               "namespace (in a pod: its own), created for the session and deleted with it."),
     Spec("worker_advertise", parse_optional_str, None, field="worker_advertise",
-         cli="--worker-advertise", marker=None, topic="client", metavar="HOST:PORT",
+         cli="--worker-advertise", marker=None, topic="kubernetes", metavar="HOST:PORT",
          shown_default="the --worker-listen address (this host's address for 0.0.0.0)",
          help="The address the worker pods of --worker-image connect to (a Service's, or "
               "this pod's)."),
