@@ -95,7 +95,27 @@ class _Parser(argparse.ArgumentParser):
     of options) buries the one line that says what was wrong."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(
+            EXIT_USAGE,
+            f"{self.prog}: error: {message}{self._suggestion(message)} (see {self.prog} --help)\n",
+        )
+
+    def _suggestion(self, message: str) -> str:
+        """`` (did you mean --concurrency?)`` for a misspelt option of any subcommand."""
+        from pytest_llmslo.suggest import closest
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known: set[str] = set(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    known.update(sub._option_string_actions)
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if flag.startswith("--") and (match := closest(flag, known)):
+                return f" (did you mean {match}?)"
+        return ""
 
 
 def _tolerances(text: str) -> Any:

@@ -79,6 +79,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    """A misspelt ``--slo-`` option is a usage error that names the closest one, before
+    pytest's own "unrecognized arguments" (which names none)."""
+    text = S.misspelt_option(args)
+    if text:
+        raise pytest.UsageError(text)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if config.getoption("llmslo_help_all", False):
         print(S.reference_text())

@@ -255,3 +255,12 @@ def test_run_refuses_a_baseline_that_cannot_be_saved(in_tmp, capsys) -> None:
     assert cli.main(["run", "--slo-save", "nightly"]) == cli.EXIT_USAGE
     _out, err = capsys.readouterr()
     assert "--slo-save: " in err and "nightly.json cannot be created" in err
+
+
+def test_a_misspelt_option_or_engine_names_the_closest(capsys) -> None:
+    assert cli.main(["run", "--concurency", "2"]) == cli.EXIT_USAGE
+    _out, err = capsys.readouterr()
+    assert "unrecognized arguments: --concurency 2 (did you mean --concurrency?)" in err
+    assert cli.main(["run", "--engine", "vlm", "--concurrency", "1"]) == cli.EXIT_USAGE
+    _out, err = capsys.readouterr()
+    assert "'vlm' is not a known engine (did you mean 'vllm'?)" in err

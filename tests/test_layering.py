@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "arrivals",
         "levelpoint",
         "units",
+        "suggest",
     ),
     ("signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),

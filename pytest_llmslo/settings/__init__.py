@@ -49,6 +49,7 @@ from .options import (
     default_text,
     deprecated_given,
     given_cli,
+    misspelt_option,
 )
 from .parsers import (
     choice_parser,
@@ -184,6 +185,7 @@ __all__ = [
     "ini_help",
     "level_ids",
     "lookup",
+    "misspelt_option",
     "parse_bool",
     "parse_confidence",
     "parse_engine_opt",

@@ -167,3 +167,21 @@ def alias_option(spec: Spec, *, ini: bool = True) -> tuple[str, dict[str, Any]] 
     if ini:
         kw["dest"] = old_dest(spec)
     return flag, kw
+
+
+def misspelt_option(args: list[str]) -> str | None:
+    """The error for the first ``--slo...`` word of ``args`` (a pytest command line) that
+    is no option of the plugin, naming the closest one; None when there is none."""
+    from pytest_llmslo.suggest import did_you_mean
+
+    known = {"--slo-help-all"}
+    for spec in SPECS:
+        known.update(f for f in (spec.option, spec.old_option) if f)
+    for arg in args:
+        if arg == "--":
+            break
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--slo") and flag not in known:
+            hint = did_you_mean(flag, known)
+            return f"unknown option {flag}{hint}; pytest --slo-help-all lists every option"
+    return None

@@ -11,7 +11,6 @@ Every catalogue metric (``catalog.CATALOGUE``) is a :class:`MetricSymbol` (``ttf
 
 from __future__ import annotations
 
-import difflib
 import math
 import operator
 import re
@@ -21,6 +20,7 @@ from typing import Any, Literal
 
 from pytest_llmslo.catalog import CATALOGUE, DSL_STATS, Stat, parse_stat, stat_name
 from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.suggest import did_you_mean
 
 __all__ = [
     "OPS",
@@ -264,8 +264,7 @@ def parse_objectives(text: str | Iterable[str], *, source: str = "") -> tuple[Ob
                 )
             metric = m["metric"].lower()
             if metric not in CATALOGUE:
-                close = difflib.get_close_matches(metric, list(CATALOGUE), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = did_you_mean(metric, CATALOGUE)
                 raise ConfigError(
                     f"unknown metric {m['metric']!r} in SLO objective {part.strip()!r}"
                     f"{where}{hint}; {_valid_names()}"

@@ -318,3 +318,11 @@ def test_duration_zero_on_the_command_line_lifts_the_ini_duration(
     result = slo_pytester.runpytest_subprocess("--collect-only", "--duration=0")
     result.stdout.fnmatch_lines(["llmslo: engines=sim*"])
     result.stdout.no_fnmatch_line("*duration=*")
+
+
+def test_a_misspelt_option_names_the_closest(slo_pytester: pytest.Pytester) -> None:
+    result = slo_pytester.runpytest_subprocess("--slo-concurency=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unknown option --slo-concurency (did you mean '--slo-concurrency'?)" in (
+        result.stderr.str()
+    )
