@@ -98,7 +98,10 @@ def test_marker_objectives_positional_and_text() -> None:
 
 def test_engine_names_checked() -> None:
     S.check_engine_names(["sim", "mine"], ["mine"], "--engine")
-    with pytest.raises(ConfigError, match=r"--engine: 'sglng' is not a known engine. Known: mine"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--engine: 'sglng' is not a known engine \(did you mean 'sglang'\?\). Known: mine",
+    ):
         S.check_engine_names(["sglng"], ["mine"], "--engine")
 
 
