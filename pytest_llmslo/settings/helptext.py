@@ -141,7 +141,7 @@ What this page is for: every setting of pytest-llmslo in one place, with the nam
 each surface: the pytest option (every one under `--slo-`), the `llmslo run` option, the
 ini key, the environment variable, the marker keyword, and its default. It is generated
 from the settings table (`pytest_llmslo/settings/specs.py`) by `python -m
-pytest_llmslo.settings.helptext > docs/options.md`; the test suite fails when it is stale.
+pytest_llmslo.settings > docs/options.md`; the test suite fails when it is stale.
 
 ```console
 $ pytest -m slo --slo-engine sim --slo-concurrency 1,4 --slo-duration 30s --slo 'ttft_p99<500'
@@ -170,9 +170,3 @@ def reference_markdown() -> str:
     for alias, name in MARKER_ALIASES.items():
         out.append(f"- `{alias}=`: the same as `{name}=`.")
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.stdout.write(reference_markdown())
