@@ -170,6 +170,12 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
     )
     _add_append(p)
     p.add_argument("--svg", metavar="PATH", help="also write an SVG chart to PATH")
+    p.add_argument(
+        "--html",
+        metavar="PATH",
+        help="also write the self-contained HTML report of NEW with OLD beside it, each level "
+        "compared (the report --slo-html and llmslo report --html write)",
+    )
 
 
 def _add_formats(p: argparse.ArgumentParser) -> None:
@@ -389,6 +395,12 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
 
         svg = render_svg(new, baseline=old, title=f"{labels[0]} -> {labels[1]}")
     _emit(args, result.format(), markdown, svg, out)
+    if args.html:
+        from pytest_llmslo.report.formats import FORMATS
+
+        render_runs = FORMATS["html"].render_runs
+        if render_runs is not None:
+            _write_text(args.html, render_runs(new, [old]), append=False)
     if args.svg and not result.comparable:
         print(f"{PROG}: no chart written: the runs are not comparable", file=sys.stderr)
     if result.regressed:
@@ -459,6 +471,14 @@ class _HelpAll(argparse.Action):
         parser.print_usage()
         print(S.reference_text("run"))
         parser.exit()
+
+
+#: The settings that choose what ``llmslo run`` measures; none given, it is the sim.
+_ENGINE_SPECS = ("engine", "engine_url")
+NO_ENGINE_NOTE = (
+    "no --engine given: measuring the built-in simulator (sim, no GPU); give --engine NAME "
+    "or --engine-url URL to measure a real engine"
+)
 
 
 def _add_run(sub: Any) -> None:
@@ -564,6 +584,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise _UsageError(str(exc)) from None
         for text in settings.warnings:
             print(f"{PROG}: warning: {text}", file=err)
+        if not any(S.lookup(S.SPEC_BY_NAME[n], sources, None, "")[2] for n in _ENGINE_SPECS):
+            print(f"{PROG}: {NO_ENGINE_NOTE}", file=err)
         contexts = _contexts(state, args.name)
         for line in [*core.tests_overview(state), *plan_lines(state.contexts.values())]:
             print(line, file=err, flush=True)

@@ -76,6 +76,7 @@ def test_run_exits_1_when_a_level_misses_the_slo(fixed_server, in_tmp, capsys) -
     assert code == cli.EXIT_FAILED
     assert "FAIL" in out
     assert "FAILED external c1: SLO not met: ttft_p99 < 1 ms" in err
+    assert "no SLO was asserted" not in out
 
 
 def test_run_without_objectives_is_gated_by_errors(misbehaving, in_tmp, capsys) -> None:
@@ -154,6 +155,10 @@ def test_run_with_an_engine_url_alone_measures_that_url(fixed_server, in_tmp, ca
     assert code == cli.EXIT_OK, err
     assert f"llmslo: llmslo-run: external ({fixed_server}) x c1,c2;" in err
     assert "external | llmslo-run | concurrency sweep, 2 levels" in out
+    # Measured, judged by no SLO: it says so, and how to add one.
+    assert "llmslo: no SLO was asserted: the levels were measured and judged by their" in out
+    assert "--slo 'ttft_p99<500,itl_p50<30'" in out
+    assert "measuring the built-in simulator" not in err
     doc = json.loads((in_tmp / "run.json").read_text())
     assert doc["engines"]["external"]["metadata"]["base_url"] == fixed_server
 
@@ -264,3 +269,10 @@ def test_a_misspelt_option_or_engine_names_the_closest(capsys) -> None:
     assert cli.main(["run", "--engine", "vlm", "--concurrency", "1"]) == cli.EXIT_USAGE
     _out, err = capsys.readouterr()
     assert "'vlm' is not a known engine (did you mean 'vllm'?)" in err
+
+
+def test_run_without_an_engine_says_it_measures_the_sim(in_tmp, capsys) -> None:
+    argv = ["run", "--concurrency", "1", "--requests", "1", "--warmup", "0", "--osl", "1"]
+    cli.main([*argv, "--isl", "8", "--client-max-lag", "5000", "--client-min-load", "0"])
+    _out, err = capsys.readouterr()
+    assert "llmslo: no --engine given: measuring the built-in simulator (sim, no GPU)" in err

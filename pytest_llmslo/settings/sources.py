@@ -127,7 +127,7 @@ def check_environment(env: Mapping[str, str], also: Iterable[str] = ()) -> list[
         if close:
             raise ConfigError(
                 f"{name} is set, but no setting reads it: did you mean {suffixes[close[0]]}? "
-                "(README 'Options' lists every variable.)"
+                "(docs/options.md lists every variable.)"
             )
         out.append(f"{name} is set, but no pytest-llmslo setting reads it; it is ignored")
     return out
