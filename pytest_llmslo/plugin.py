@@ -65,8 +65,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 "--slo-help-all",
                 action="store_true",
                 dest="llmslo_help_all",
-                help="Print every option in full, with its ini key and environment "
-                "variable, and exit.",
+                help="Print every option in full and exit.",
             )
         for spec in specs:
             flag, kw = S.argparse_option(spec, brief=topic != "common")

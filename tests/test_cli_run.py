@@ -195,6 +195,7 @@ def test_run_defaults_bound_each_level_in_time(in_tmp, capsys) -> None:
         (["run", "--sim-profile", "llama-9000"], "'llama-9000' is not a sim profile. Profiles: "),
         (["run", "--slo-json", "/proc/llmslo-run.json"], "/proc/llmslo-run.json cannot be written"),
         (["run", "--slo-markdown", "/proc/x/run.md"], "/proc/x/run.md cannot be written"),
+        (["run", "--tokenizer", "/nonexistent/tok"], "--tokenizer: tokenizer file not found"),
     ],
 )
 def test_run_refuses_a_typo_before_anything_starts(argv, message, in_tmp, capsys) -> None:

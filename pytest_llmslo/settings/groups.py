@@ -122,6 +122,7 @@ class WorkloadOptions:
     think_time_s: float = 0.0
     think_distribution: ThinkDistribution = "fixed"
     history_turns: int = 0
+    tokenizer: str | None = None
 
     def workload_fields(self) -> dict[str, Any]:
         """Keyword arguments of ``load.WorkloadSpec`` for this test."""
@@ -148,6 +149,7 @@ class WorkloadOptions:
             "think_time_s": self.think_time_s,
             "think_distribution": self.think_distribution,
             "history_turns": self.history_turns,
+            "tokenizer": self.tokenizer,
         }
 
     def workload_spec(self, salt: str) -> WorkloadSpec:

@@ -335,9 +335,9 @@ SPECS: tuple[Spec, ...] = (
               "alone (its prompts are built as they are needed)."),
     Spec("duration", parse_optional_duration, None, field="duration_s",
          cli="--duration", marker="duration", topic="load", metavar="DURATION",
-         help="Time bound of each level's measurement (90s, 5m, 1h30m; a number is seconds; "
-              "0: none); the level ends at "
-              "--requests or here, and requests in flight get min(30 s, this) to finish."),
+         help="Time bound of each level's measurement (90s, 5m, 1h30m; bare: seconds; 0: "
+              "none); the level ends here or at --requests, and requests in flight get "
+              "min(30 s, this) to finish."),
     Spec("endpoint", choice_parser("endpoint", ENDPOINTS), "chat", field="endpoint",
          cli="--endpoint", marker="endpoint", topic="requests", choices=ENDPOINTS,
          help="OpenAI endpoint: chat (/v1/chat/completions) or completions (/v1/completions)."),
@@ -622,6 +622,13 @@ SPECS: tuple[Spec, ...] = (
               "'restart at=5s,startup_s=1', 'stall at=3s,for=2s', 'drop at=30%,for=2s,"
               "rate=50%', 'delay at=3s,for=2s,by=200ms' (several separated by ';'); "
               "replica=, window=3s and share=90% (recovery). See docs/faults.md."),
+    # The tokenizer of the prompts, on every surface (--slo-tokenizer, marker, run file).
+    Spec("tokenizer", parse_optional_str, None, field="tokenizer",
+         cli="--tokenizer", marker="tokenizer", topic="workload", metavar="PATH",
+         help="The model's tokenizer: a local tokenizer.json or a model folder holding one "
+              "(needs the 'tokenizers' package); built prompts are then exactly --isl tokens "
+              "of it, the server's own additions measured once (none: prompt lengths are "
+              "calibrated against the server)."),
 )
 # fmt: on
 

@@ -456,3 +456,14 @@ def test_pytest_help_groups_the_options_by_topic_with_the_defaults_that_apply(
     assert "pytest-llmslo engines (what is measured):" in groups
     assert "Default: None" not in out
     assert re.search(r"--slo-concurrency=\S+\s.*?Default:\s+1,4,8,16,32,48,64", out, re.S)
+
+
+def test_the_tokenizer_reaches_the_workload_from_every_surface() -> None:
+    assert resolve().workload_fields()["tokenizer"] is None
+    ts = resolve(marker={"tokenizer": "models/llama"})
+    assert ts.workload_fields()["tokenizer"] == "models/llama"
+    ts = resolve(cli={"tokenizer": "a/tokenizer.json"}, marker={"tokenizer": "models/llama"})
+    assert ts.workload_fields()["tokenizer"] == "a/tokenizer.json"
+    assert ts.sources["tokenizer"] == "--tokenizer"
+    ts = resolve(env={"LLMSLO_TOKENIZER": "b"}, ini={"llmslo_tokenizer": "c"})
+    assert ts.tokenizer == "b"
