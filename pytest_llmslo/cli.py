@@ -191,11 +191,17 @@ def _add_formats(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
-        description="Reports and regression comparisons of pytest-llmslo run documents.",
+        description="SLO sweeps of LLM serving engines without a test file (run, with load "
+        "from other hosts: worker), and the reports and regression comparisons of their "
+        "results (report, compare). The same sweeps run as pytest tests: pytest -m slo "
+        "(see README.md).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _add_run(sub)
+    _add_worker(sub)
+    _add_config(sub)
 
     rep = sub.add_parser(
         "report",
@@ -218,10 +224,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="width of the text tables in columns (default: the terminal's, 80 to 160)",
     )
-
-    _add_run(sub)
-    _add_render(sub)
-    _add_worker(sub)
 
     cmp_ = sub.add_parser(
         "compare",
@@ -255,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where named baselines are saved (default: .llmslo/baselines)",
     )
     _add_outputs(cmp_)
+    _add_render(sub)
     return parser
 
 
@@ -510,10 +513,25 @@ def _add_run(sub: Any) -> None:
     run.add_argument(
         "--width", type=_width, default=None, help="table width (default: the terminal's)"
     )
-    # The options most runs need in full; the others taken but listed by name in the epilog
-    # (--help-all prints them in full). The defaults shown are those that apply here.
+    _add_settings(run)
+
+
+def _add_settings(p: argparse.ArgumentParser) -> None:
+    """The run file and the settings' options of ``run`` and ``config``: the options most
+    runs need in full; the others taken but listed by name in the epilog (``--help-all``
+    prints them in full). The defaults shown are those that apply here."""
+    from pytest_llmslo import settings as S
+
+    p.add_argument(
+        "-f",
+        "--config",
+        dest="run_file",
+        metavar="FILE",
+        help="a run file (TOML or YAML, docs/options.md names its keys) with the settings of "
+        "the sweep; an option given here overrides it",
+    )
     for topic, title, specs in S.help_sections("run"):
-        group = run.add_argument_group(title) if topic == "common" else run
+        group = p.add_argument_group(title) if topic == "common" else p
         for spec in specs:
             flag, kw = S.argparse_option(spec, ini=False, defaults=S.RUN_DEFAULTS)
             if topic != "common":
@@ -522,6 +540,47 @@ def _add_run(sub: Any) -> None:
             alias = S.alias_option(spec, ini=False)
             if alias:
                 group.add_argument(alias[0], **alias[1])
+
+
+def _add_config(sub: Any) -> None:
+    from pytest_llmslo import settings as S
+
+    cfg = sub.add_parser(
+        "config",
+        help="print the settings a run would use, each with where it came from",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Print every setting `llmslo run` would use with these options (and "
+        "-f FILE, and the LLMSLO_* variables), each with its source,\nthen check them as "
+        "the run would. Exit status: 0 they are valid, 2 a usage error.",
+        epilog=S.run_epilog(),
+    )
+    _add_settings(cfg)
+
+
+def _sources(args: argparse.Namespace) -> Any:
+    """The sources of ``llmslo run``'s settings: its options, the run file, the variables."""
+    from pytest_llmslo import settings as S
+
+    cli = S.given_cli(lambda d: getattr(args, d, S.UNSET))
+    try:
+        file = S.read_run_file(args.run_file) if args.run_file else None
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    return S.Sources.from_environ(cli, {}, defaults=S.RUN_DEFAULTS, file=file)
+
+
+def _config(args: argparse.Namespace, out: TextIO) -> int:
+    """``llmslo config``: the resolved settings with their sources, then their check."""
+    from pytest_llmslo import settings as S
+
+    sources = _sources(args)
+    out.write("\n".join(S.explain(sources)) + "\n")
+    try:
+        S.resolve_session(sources)
+        S.resolve_test(sources, S.split_marker((), {}, "llmslo-run"), "llmslo-run")
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    return EXIT_OK
 
 
 def _add_worker(sub: Any) -> None:
@@ -562,8 +621,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     guard = Interrupts()
     guard.install()
     try:
-        cli = S.given_cli(lambda d: getattr(args, d, S.UNSET))
-        sources = S.Sources.from_environ(cli, {}, defaults=S.RUN_DEFAULTS)
+        sources = _sources(args)
         cwd = Path.cwd()
         try:
             settings = S.resolve_session(sources)
@@ -712,6 +770,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, out, sys.stderr)
         if args.command == "render":
             return _render(args, out)
+        if args.command == "config":
+            return _config(args, out)
         if args.command == "worker":
             from pytest_llmslo.load.remote_worker import command
 

@@ -67,6 +67,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 dest="llmslo_help_all",
                 help="Print every option in full and exit.",
             )
+            group.addoption(
+                "--slo-config",
+                dest="llmslo_config",
+                metavar="FILE",
+                help="A run file (TOML or YAML) of settings. Default: pyproject.toml "
+                "[tool.llmslo].",
+            )
         for spec in specs:
             flag, kw = S.argparse_option(spec, brief=topic != "common")
             group.addoption(flag, **kw)
@@ -114,9 +121,26 @@ def _warn_deprecated(config: pytest.Config) -> None:
         config.issue_config_time_warning(pytest.PytestDeprecationWarning(text), stacklevel=2)
 
 
+RUN_FILE_KEY = pytest.StashKey["S.RunFile | None"]()
+
+
+def _run_file(config: pytest.Config) -> S.RunFile | None:
+    """The session's run file (``--slo-config``, else ``[tool.llmslo]`` of the rootdir's
+    pyproject.toml), read once."""
+    if RUN_FILE_KEY not in config.stash:
+        path = config.getoption("llmslo_config", None)
+        if path:
+            file = S.read_run_file(config.invocation_params.dir / path)
+        else:
+            file = S.pyproject_run_file(config.rootpath)
+        config.stash[RUN_FILE_KEY] = file
+    return config.stash[RUN_FILE_KEY]
+
+
 def _sources(config: pytest.Config) -> S.Sources:
     cli = S.given_cli(lambda dest: config.getoption(dest, S.UNSET))
-    return S.Sources.from_environ(cli, {s.ini: config.getini(s.ini) for s in S.SPECS})
+    ini = {s.ini: config.getini(s.ini) for s in S.SPECS}
+    return S.Sources.from_environ(cli, ini, file=_run_file(config))
 
 
 # --------------------------------------------------------------------------------- state

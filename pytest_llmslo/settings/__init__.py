@@ -32,6 +32,7 @@ from .groups import (
     SweepOptions,
     WorkloadOptions,
 )
+from .explain import explain
 from .helptext import (
     help_sections,
     ini_help,
@@ -87,6 +88,7 @@ from .parsers import (
     parse_str,
     shown_url,
 )
+from .runfile import RunFile, pyproject_run_file, read_run_file
 from .resolve import check_engine_names, check_marker, resolve_session, resolve_test, split_marker
 from .resolved import SessionSettings, TestSettings
 from .sources import OTHER_ENV, Sources, check_environment, lookup, parse_from
@@ -151,6 +153,7 @@ __all__ = [
     "UNSET",
     "WORKLOADS",
     "ClientOptions",
+    "RunFile",
     "GateOptions",
     "HealthOptions",
     "LoadOptions",
@@ -180,6 +183,7 @@ __all__ = [
     "deprecated_given",
     "describe",
     "describe_workload",
+    "explain",
     "given_cli",
     "help_sections",
     "ini_help",
@@ -213,6 +217,8 @@ __all__ = [
     "parse_request_count",
     "parse_steps",
     "parse_str",
+    "pyproject_run_file",
+    "read_run_file",
     "reference_markdown",
     "reference_text",
     "resolve_levels",

@@ -125,7 +125,7 @@ def _md_option(spec: Spec) -> list[str]:
     rows = [f"- `llmslo run`: `{spec.cli}`" + (f" (or `{spec.option}`)" if spec.old_option else "")]
     if spec.old_option:
         rows.append(f"- old spelling: `{spec.old_option}` (deprecated, still taken by pytest)")
-    rows.append(f"- ini key: `{spec.ini}`; environment: `{spec.env}`")
+    rows.append(f"- ini key: `{spec.ini}`; environment: `{spec.env}`; run-file key: `{spec.name}`")
     if spec.marker:
         rows.append(f"- marker: `@pytest.mark.slo({spec.marker}=...)`")
     rows.append(f"- default: {_md_default(spec)}")
@@ -148,12 +148,36 @@ $ pytest -m slo --slo-engine sim --slo-concurrency 1,4 --slo-duration 30s --slo 
 $ llmslo run --engine sim --concurrency 1,4 --duration 30s --slo 'ttft_p99<500'
 ```
 
-A value is taken from, in this order: the command line, the environment, the ini file,
-the test's marker, the default. Durations take units (`90s`, `5m`, `1h30m`, `250ms`; a
+A value is taken from, in this order: the command line, the environment, the run file,
+the ini file, the test's marker, the default. Durations take units (`90s`, `5m`, `1h30m`, `250ms`; a
 bare number is seconds), rates `2.5/s` or `150/m`, token counts `4Ki` or `2k`.
 `pytest --slo-help-all` and `llmslo run --help-all` print the same reference.
 The old spellings without the prefix (`--duration`, `--engine`) are still taken by
 pytest, with a deprecation warning that names the new one; `llmslo run` takes both.
+
+## Run files
+
+A sweep's settings can be written down once and reviewed: `llmslo run -f slo.toml`,
+`pytest --slo-config slo.toml`, or the `[tool.llmslo]` table of `pyproject.toml` (read by
+the plugin when no `--slo-config` is given). The keys are the run-file keys below, at the
+top or in a table named for a topic; values are typed as a marker's are. YAML (`.yaml`,
+`.yml`) takes the same keys. A TOML file's `[engines.NAME]` tables are its engine configs.
+`llmslo config -f slo.toml [options]` prints every setting with where it came from
+(`run file slo.toml:7 duration`). A misspelt key is an error naming the file, the line
+and the closest key.
+
+```toml
+engine = "sim"
+slo = ["ttft_p99 < 500", "itl_p50 < 30"]
+
+[load]
+concurrency = [1, 4, 16]
+duration = "1m"
+
+[workload]
+isl = "1Ki"
+osl = 256
+```
 """
 
 

@@ -11,6 +11,7 @@ from pytest_llmslo import arrivals
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.records import LoadLevel
 
+from .runfile import LABEL_PREFIX
 from .specs import DEFAULT_CONCURRENCY, ENV_PREFIX
 
 #: The settings that give the load, one way each; the highest source giving one wins.
@@ -19,7 +20,7 @@ LOAD_KINDS = ("concurrency", "rate", "ramp", "steps", "trace_speed")
 #: into ``TestSettings.levels``.
 LEVEL_SPECS = (*LOAD_KINDS, "arrival")
 # The sources in precedence order, as ``sources.lookup`` checks them.
-_ORDER = ("cli", "env", "ini", "marker", "default")
+_ORDER = ("cli", "env", "file", "ini", "marker", "default")
 
 
 def _rank(label: str) -> int:
@@ -28,11 +29,13 @@ def _rank(label: str) -> int:
         return 0
     if label.startswith(ENV_PREFIX):
         return 1
-    if label.startswith("ini "):
+    if label.startswith(LABEL_PREFIX):
         return 2
-    if label.startswith("@pytest"):
+    if label.startswith("ini "):
         return 3
-    return 4
+    if label.startswith("@pytest"):
+        return 4
+    return 5
 
 
 def resolve_levels(

@@ -174,7 +174,7 @@ def misspelt_option(args: list[str]) -> str | None:
     is no option of the plugin, naming the closest one; None when there is none."""
     from pytest_llmslo.suggest import did_you_mean
 
-    known = {"--slo-help-all"}
+    known = {"--slo-help-all", "--slo-config"}
     for spec in SPECS:
         known.update(f for f in (spec.option, spec.old_option) if f)
     for arg in args:

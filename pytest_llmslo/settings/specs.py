@@ -205,7 +205,6 @@ COMMON: tuple[str, ...] = (
     "osl",
     "slo",
     "slo_html",
-    "slo_json",
 )
 
 #: ``llmslo run``'s own defaults, where an interactive run wants another than a suite of SLO
@@ -226,11 +225,11 @@ SPECS: tuple[Spec, ...] = (
               f"({', '.join(ENGINE_KINDS)}); comma list or repeated."),
     Spec("engine_url", parse_optional_url, None, field="engine_url",
          cli="--engine-url", topic="engines", metavar="URL",
-         help="Base URL of an already running OpenAI-compatible server (engine kind "
-              "'external', the default with it)."),
+         help="Base URL of a running OpenAI-compatible server (engine kind 'external', the "
+              "default with it)."),
     Spec("engine_config", parse_optional_str, None, field="engine_config",
          cli="--engine-config", topic="engines", metavar="PATH",
-         shown_default="the rootdir's pyproject.toml [tool.llmslo.engines.*]",
+         shown_default="pyproject.toml [tool.llmslo.engines]",
          help="TOML file with [engines.NAME] tables (or [tool.llmslo.engines.NAME])."),
     Spec("engine_opt", parse_engine_opts, (), field="engine_opts",
          cli="--engine-opt", topic="engines", metavar="NAME.KEY=VALUE", repeatable=True,
@@ -282,7 +281,7 @@ SPECS: tuple[Spec, ...] = (
          help="Arrivals of an open-loop (--rate) level."),
     Spec("model", parse_str, "", field="model",
          cli="--model", marker="model", topic="engines", metavar="NAME",
-         shown_default="the engine config's",
+         shown_default="the engine's",
          help="Model to serve and request."),
     Spec("isl", parse_positive_int, 512, field="isl",
          cli="--isl", marker="isl", topic="workload", metavar="N",

@@ -326,3 +326,23 @@ def test_a_misspelt_option_names_the_closest(slo_pytester: pytest.Pytester) -> N
     assert "unknown option --slo-concurency (did you mean '--slo-concurrency'?)" in (
         result.stderr.str()
     )
+
+
+def test_a_run_file_gives_the_session_its_settings(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(test_ids=CHAT)
+    slo_pytester.makefile(".toml", slo='engine = "sim"\n[load]\nconcurrency = [2, 3]\n')
+    result = slo_pytester.runpytest_subprocess("--collect-only", "-q", "--slo-config=slo.toml")
+    result.stdout.fnmatch_lines(
+        ["test_ids.py::test_chat[[]sim-c2]", "test_ids.py::test_chat[[]sim-c3]"]
+    )
+    # The command line overrides the file; a misspelt key is a usage error naming the line.
+    result = slo_pytester.runpytest_subprocess(
+        "--collect-only", "-q", "--slo-config=slo.toml", "--slo-concurrency=5"
+    )
+    result.stdout.fnmatch_lines(["test_ids.py::test_chat[[]sim-c5]"])
+    slo_pytester.makefile(".toml", bad="[load]\nconcurency = [2]\n")
+    result = slo_pytester.runpytest_subprocess("--collect-only", "--slo-config=bad.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "bad.toml:2: unknown key 'concurency' (did you mean 'concurrency'?)" in (
+        result.stderr.str()
+    )
