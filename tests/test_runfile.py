@@ -73,7 +73,7 @@ def test_a_run_file_reproduces_the_command_line_sweep(tmp_path: Path, name: str,
     path.write_text(text)
     from_file = S.Sources(env={}, file=S.read_run_file(path))
     assert _resolved(from_file) == _resolved(_cli_sources(ARGV))
-    session, test = _resolved(from_file)
+    _session, test = _resolved(from_file)
     assert [lv.label for lv in test.levels] == ["c1", "c4"]
     assert test.duration_s == 60.0 and test.isl == 1024 and test.strict is True
 
@@ -99,7 +99,8 @@ def test_the_command_line_overrides_the_file_and_the_source_is_named(tmp_path: P
          r"a.toml:2: unknown key 'concurency' \(did you mean 'concurrency'\?\)"),
         ("a.yaml", "load:\n  concurrency: [1]\n  duration: 5x\n",
          r"a.yaml:3: duration: Could not parse duration: '5x'"),
-        ("a.toml", "[load]\nconcurrency = [1, 0]\n", r"a.toml:2: concurrency: .*Levels must be > 0"),
+        ("a.toml", "[load]\nconcurrency = [1, 0]\n",
+         r"a.toml:2: concurrency: .*Levels must be > 0"),
         ("a.yaml", "engine: !!python/object/apply:os.system ['true']\n", r"a.yaml: could not"),
         ("a.yaml", "- 1\n- 2\n", "expected a table of settings"),
         ("a.toml", "engine = \n", r"a.toml: .*line 1"),

@@ -22,6 +22,7 @@ a line). Every public name is here: ``from pytest_llmslo import settings as S; S
 
 from __future__ import annotations
 
+from .explain import explain
 from .groups import (
     GROUPS,
     ClientOptions,
@@ -32,7 +33,6 @@ from .groups import (
     SweepOptions,
     WorkloadOptions,
 )
-from .explain import explain
 from .helptext import (
     help_sections,
     ini_help,
@@ -88,9 +88,9 @@ from .parsers import (
     parse_str,
     shown_url,
 )
-from .runfile import RunFile, pyproject_run_file, read_run_file
 from .resolve import check_engine_names, check_marker, resolve_session, resolve_test, split_marker
 from .resolved import SessionSettings, TestSettings
+from .runfile import RunFile, pyproject_run_file, read_run_file
 from .sources import OTHER_ENV, Sources, check_environment, lookup, parse_from
 from .specs import (
     ARRIVALS,
@@ -153,10 +153,10 @@ __all__ = [
     "UNSET",
     "WORKLOADS",
     "ClientOptions",
-    "RunFile",
     "GateOptions",
     "HealthOptions",
     "LoadOptions",
+    "RunFile",
     "Scope",
     "SessionSettings",
     "SignalsOptions",

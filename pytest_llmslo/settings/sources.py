@@ -1,6 +1,7 @@
 """Where a setting's value comes from: ``Sources`` holds what each source gave, and
 ``lookup`` applies the one precedence rule: the command line, then the environment, then the
-run file, then the ini files, then the test's marker, then the default (``Sources.defaults`` over the spec's).
+run file, then the ini files, then the test's marker, then the default (``Sources.defaults``
+over the spec's).
 A value that does not parse is a ``ConfigError`` naming its source. ``check_environment``
 refuses an ``LLMSLO_*`` variable that is a near miss of a setting's own."""
 
