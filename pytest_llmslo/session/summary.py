@@ -89,6 +89,17 @@ NO_SLO_NOTE = (
 )
 
 
+def _asserted_no_slo(state: Session) -> bool:
+    """Whether the session measured levels, judged some, and none against an objective,
+    none being configured either (an inconclusive level was judged by nothing at all)."""
+    judged = [p for p in state.points if p.outcome != "inconclusive"]
+    return (
+        bool(judged)
+        and not any(p.verdict and p.verdict.results for p in state.points)
+        and not any(ctx.settings.objectives for ctx in state.contexts.values())
+    )
+
+
 def summary_report(state: Session, width: int, *, detail: bool = True) -> list[tuple[str, str]]:
     """The session's closing report as ``(kind, text)``: kind ``=`` or ``-`` is a section
     heading, ``line`` a line, ``error`` a line to show in red (a lost result). The verdicts,
@@ -116,7 +127,7 @@ def summary_report(state: Session, width: int, *, detail: bool = True) -> list[t
             out.extend(("line", "  " + ln) for ln in str(comp.format()).splitlines())
         out.extend(("line", ln) for ln in state.mismatches)
     out.extend(("line", f"llmslo: {note}") for note in state.notes)
-    if state.points and not any(p.verdict and p.verdict.results for p in state.points):
+    if _asserted_no_slo(state):
         out.append(("line", f"llmslo: {NO_SLO_NOTE}"))
     out.extend(("error", f"llmslo: {err}") for err in state.write_errors)
     path = json_path(state)
