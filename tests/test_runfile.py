@@ -160,3 +160,15 @@ def test_llmslo_config_prints_each_setting_with_its_source(
     bad.write_text("requests = 'lots'\n")
     assert cli.main(["config", "-f", str(bad)]) == cli.EXIT_USAGE
     assert "run file" in capsys.readouterr().err
+
+
+def test_a_marker_load_beats_the_default_and_the_file_beats_the_marker(tmp_path: Path):
+    def levels(file: S.RunFile | None) -> list[str]:
+        sources = S.Sources(env={}, file=file)
+        test = S.resolve_test(sources, S.split_marker((), {"rate": [2]}, "t"), "t")
+        return [lv.label for lv in test.levels]
+
+    assert levels(None) == ["r2"]
+    path = tmp_path / "slo.toml"
+    path.write_text("concurrency = [3]\n")
+    assert levels(S.read_run_file(path)) == ["c3"]
