@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import shlex
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -116,8 +118,14 @@ def _hide_ini_help(config: pytest.Config) -> None:
 
 
 def _warn_deprecated(config: pytest.Config) -> None:
-    """A deprecation warning for each old spelling of an option given (``--duration``)."""
-    for text in S.deprecated_given(lambda dest: config.getoption(dest, S.UNSET)):
+    """A deprecation warning for each old spelling of an option given (``--duration``) on
+    the command line, in PYTEST_ADDOPTS or in the ini file's addopts."""
+    args = [
+        *config.getini("addopts"),
+        *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+        *config.invocation_params.args,
+    ]
+    for text in S.deprecated_used(args):
         config.issue_config_time_warning(pytest.PytestDeprecationWarning(text), stacklevel=2)
 
 
@@ -278,7 +286,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     engines = core.engines_text(state, state.session.engines)
     line = "llmslo: " + S.describe(state.session, state.defaults, engines=engines)
-    line += f" (CLI > env > ini > marker; json={state.session.json_path or 'off'})"
+    line += f" (CLI > env > run file > ini > marker; json={state.session.json_path or 'off'})"
     marked = state.session.sources.get("engine", "default") == "default"
     if marked or state.defaults.sources.get("concurrency", "default") == "default":
         line += "; a test's marker may set its own: see each test's line after collection"
@@ -459,7 +467,7 @@ def slo_level(request: pytest.FixtureRequest) -> LoadLevel:
 
 @pytest.fixture
 def slo_settings(request: pytest.FixtureRequest) -> S.TestSettings:
-    """The resolved settings of the current test (CLI > env > ini > marker > default)."""
+    """The resolved settings of the current test (CLI > env > run file > ini > marker > default)."""
     state = _state(request.config)
     ctx = state.contexts.get(request.node.nodeid)
     return ctx.settings if ctx is not None else state.defaults

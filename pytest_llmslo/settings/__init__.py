@@ -48,7 +48,7 @@ from .options import (
     cli_given,
     cli_type,
     default_text,
-    deprecated_given,
+    deprecated_used,
     given_cli,
     misspelt_option,
 )
@@ -180,7 +180,7 @@ __all__ = [
     "coerce_objectives",
     "coerce_with",
     "default_text",
-    "deprecated_given",
+    "deprecated_used",
     "describe",
     "describe_workload",
     "explain",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .specs import DEFAULT_CONCURRENCY, SPECS, Spec
@@ -32,12 +32,6 @@ def cli_given(spec: Spec, value: Any) -> bool:
     return True
 
 
-def old_dest(spec: Spec) -> str:
-    """Where the plugin's parser puts the value of ``spec.old_option`` (a deprecated
-    spelling), apart from the new one's, so that its use can be told."""
-    return f"llmslo_old_{spec.name}"
-
-
 def cli_type(spec: Spec) -> Callable[[str], Any]:
     """The argparse ``type=`` of a spec: format errors become argparse's own messages."""
 
@@ -54,32 +48,29 @@ def cli_type(spec: Spec) -> Callable[[str], Any]:
 def given_cli(getoption: Callable[[str], Any]) -> dict[str, Any]:
     """The options given on a command line parsed with ``argparse_option``'s keywords:
     ``getoption(dest)`` reads one (``config.getoption``, ``getattr(namespace, ...)``; a
-    dest the parser lacks reads ``UNSET``). A deprecated spelling counts as the new one;
-    given both, the new one's value wins (a repeatable option takes both lists)."""
-    out: dict[str, Any] = {}
-    for spec in SPECS:
-        if not spec.cli:
-            continue
-        new = getoption(f"llmslo_{spec.name}")
-        old = getoption(old_dest(spec)) if spec.old_option else UNSET
-        if cli_given(spec, new) and cli_given(spec, old) and spec.repeatable:
-            out[spec.name] = [*old, *new]
-        elif cli_given(spec, new):
-            out[spec.name] = new
-        elif cli_given(spec, old):
-            out[spec.name] = old
+    dest the parser lacks reads ``UNSET``). An option's two spellings share its dest, so
+    the last one given wins, as with one spelling."""
+    given = ((s, getoption(f"llmslo_{s.name}")) for s in SPECS if s.cli)
+    return {s.name: v for s, v in given if cli_given(s, v)}
+
+
+def deprecated_used(args: Sequence[str]) -> list[str]:
+    """One warning per deprecated spelling among ``args`` (a pytest command line, its
+    addopts included), naming the new one."""
+    old = {spec.old_option: spec.option for spec in SPECS if spec.old_option}
+    out: list[str] = []
+    for arg in args:
+        if arg == "--":
+            break
+        flag = arg.split("=", 1)[0]
+        if flag in old:
+            text = (
+                f"{flag} is deprecated: use {old[flag]} (every pytest-llmslo option now "
+                "starts with --slo-; the old spelling is accepted for one more release)"
+            )
+            if text not in out:
+                out.append(text)
     return out
-
-
-def deprecated_given(getoption: Callable[[str], Any]) -> list[str]:
-    """One warning per deprecated spelling given on the plugin's command line, naming the
-    new one."""
-    return [
-        f"{spec.old_option} is deprecated: use {spec.option} (every pytest-llmslo option "
-        "now starts with --slo-; the old spelling is accepted for one more release)"
-        for spec in SPECS
-        if spec.old_option and cli_given(spec, getoption(old_dest(spec)))
-    ]
 
 
 def default_text(spec: Spec, defaults: Mapping[str, Any] | None = None) -> str:
@@ -156,16 +147,14 @@ _OLD_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w-])")
 
 
 def alias_option(spec: Spec, *, ini: bool = True) -> tuple[str, dict[str, Any]] | None:
-    """The other spelling of ``spec``'s option, taken but not shown in ``--help``: for the
-    plugin the old one (deprecated: its own dest, ``old_dest``, so ``deprecated_given``
-    can tell it), for ``llmslo run`` the plugin's ``--slo-`` one (the same option, so a
-    command line moves between the two). None when there is no other spelling."""
+    """The other spelling of ``spec``'s option, taken but not shown in ``--help``, with the
+    same dest: for the plugin the old one (deprecated, ``deprecated_used`` warns of it),
+    for ``llmslo run`` the plugin's ``--slo-`` one (so a command line moves between the
+    two). None when there is no other spelling."""
     if not spec.old_option:
         return None
     flag, kw = argparse_option(spec, ini=not ini)
     kw["help"] = argparse.SUPPRESS
-    if ini:
-        kw["dest"] = old_dest(spec)
     return flag, kw
 
 

@@ -72,8 +72,11 @@ def test_help_all_prints_every_option_with_its_names(slo_pytester: pytest.Pytest
 def test_an_old_spelling_works_and_warns_with_the_new_one(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makepyfile(test_ids=CHAT)
     result = slo_pytester.runpytest_subprocess(
-        "--collect-only", "-q", "--engine=sim", "--slo-engine=vllm", "--concurrency=2"
-    )
+        "--collect-only", "-q", "--engine=sim", "--slo-engine=vllm", "--concurrency=2",
+        "--slo-osl=16", "--osl=9",
+    )  # fmt: skip
+    # Either spelling, the last one given wins, as with one spelling.
+    assert " osl=9 " in result.stdout.str()
     result.stdout.fnmatch_lines(
         [
             "test_ids.py::test_chat[[]sim-c2]",

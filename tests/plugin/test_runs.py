@@ -275,7 +275,7 @@ def test_engine_gone_is_an_error_and_results_are_kept(
     # Restarts off: the engine's later tests error, with a message and no traceback.
     slo_pytester.makepyfile(test_die=DIE_AT_C1)
     result = slo_pytester.runpytest_subprocess(
-        *tiny_args("--slo-json=out.json", "--engine-restarts=0")
+        *tiny_args("--slo-json=out.json", "--slo-engine-restarts=0")
     )
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
