@@ -129,7 +129,7 @@ def _warn_deprecated(config: pytest.Config) -> None:
         config.issue_config_time_warning(pytest.PytestDeprecationWarning(text), stacklevel=2)
 
 
-RUN_FILE_KEY = pytest.StashKey["S.RunFile | None"]()
+RUN_FILE_KEY = pytest.StashKey[tuple[S.RunFile | None]]()
 
 
 def _run_file(config: pytest.Config) -> S.RunFile | None:
@@ -137,12 +137,13 @@ def _run_file(config: pytest.Config) -> S.RunFile | None:
     pyproject.toml), read once."""
     if RUN_FILE_KEY not in config.stash:
         path = config.getoption("llmslo_config", None)
+        file: S.RunFile | None
         if path:
             file = S.read_run_file(config.invocation_params.dir / path)
         else:
             file = S.pyproject_run_file(config.rootpath)
-        config.stash[RUN_FILE_KEY] = file
-    return config.stash[RUN_FILE_KEY]
+        config.stash[RUN_FILE_KEY] = (file,)
+    return config.stash[RUN_FILE_KEY][0]
 
 
 def _sources(config: pytest.Config) -> S.Sources:
