@@ -88,7 +88,9 @@ def is_step_summary(path: Path) -> bool:
     Actions job appends its summary, so a summary written there is appended, not replaced
     (as ``llmslo compare --markdown`` does)."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    return summary is not None and summary != "" and Path(summary).absolute() == path.absolute()
+    if not summary:
+        return False
+    return os.path.abspath(summary) == os.path.abspath(path)
 
 
 def append_text(path: Path, text: str) -> None:
