@@ -185,11 +185,11 @@ def test_unavailable_and_failing_engines(slo_pytester: pytest.Pytester, tiny_arg
         """
     )
     args = tiny_args()
-    url = next(a for a in args if a.startswith("--engine-url="))
+    url = next(a for a in args if a.startswith("--slo-engine-url="))
     cfg = (slo_pytester.path / "engines.toml").read_text()
     cfg += f'\n[engines.good]\nkind = "external"\nurl = "{url.split("=", 1)[1]}"\n'
     (slo_pytester.path / "engines.toml").write_text(cfg)
-    args = [a for a in args if not a.startswith("--engine")]
+    args = [a for a in args if not a.startswith("--slo-engine")]
     result = slo_pytester.runpytest_subprocess(
         *args, "--engine-config=engines.toml", "--engine=broken,gpu,good", "-rA"
     )
