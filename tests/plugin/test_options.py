@@ -204,7 +204,8 @@ def test_client_settings_reach_the_load_generator(slo_pytester: pytest.Pytester)
         (
             ["--engine=sglng"],
             {},
-            "ERROR: --engine: 'sglng' is not a known engine. Known: sim, vllm, sglang, trtllm,*",
+            "ERROR: --engine: 'sglng' is not a known engine (did you mean 'sglang'?). Known: sim, "
+            "vllm, sglang, trtllm,*",
         ),
         ([], {"LLMSLO_ENGINE": "nope"}, "ERROR: LLMSLO_ENGINE: 'nope' is not a known engine.*"),
         (["--concurrency=1,x"], {}, "*--concurrency: Could not parse value: '1,x'*"),
