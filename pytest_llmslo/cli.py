@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from pytest_llmslo import runargs
 from pytest_llmslo._version import __version__
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.regression import baselines
@@ -199,9 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    _add_run(sub)
+    runargs.add_run(sub, _width)
     _add_worker(sub)
-    _add_config(sub)
+    runargs.add_config(sub)
 
     rep = sub.add_parser(
         "report",
@@ -462,111 +463,15 @@ def _render(args: argparse.Namespace, out: TextIO) -> int:
 # --------------------------------------------------------------------------- run
 
 
-class _HelpAll(argparse.Action):
-    """``llmslo run --help-all``: every option in full, by topic, then exit."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
-        from pytest_llmslo import settings as S
-
-        parser.print_usage()
-        print(S.reference_text("run"))
-        parser.exit()
-
-
-#: The settings that choose what ``llmslo run`` measures; none given, it is the sim.
-_ENGINE_SPECS = ("engine", "engine_url")
-NO_ENGINE_NOTE = (
-    "no --engine given: measuring the built-in simulator (sim, no GPU); give --engine NAME "
-    "or --engine-url URL to measure a real engine"
-)
-
-
-def _add_run(sub: Any) -> None:
-    from pytest_llmslo import settings as S
-
-    run = sub.add_parser(
-        "run",
-        help="run an SLO sweep of one or more engines, no test file needed",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="%(prog)s [--engine NAME] [--concurrency N[,N] | --rate R[,R]] "
-        "[--duration DURATION] [--slo SPEC] [options]",
-        description=(
-            "Start the engines, run the sweep (or the capacity search), judge each level\n"
-            "against the SLO and print the sweep tables, the knee and the Pareto summary, as\n"
-            "`pytest -m slo` does for a test. Without --engine it measures the built-in\n"
-            "simulator (sim). Defaults suit a terminal: 30 s of measurement per level after 20\n"
-            "warm-up requests. Exit status: 0 every level met the SLO, 1 a level did not (or\n"
-            "errored, or was inconclusive), 2 a usage error, 130 interrupted (the results so\n"
-            "far are written)."
-        ),
-        epilog=S.run_epilog(),
-    )
-    run.add_argument("--help-all", action=_HelpAll, help="print every option in full and exit")
-    run.add_argument(
-        "--name",
-        default="llmslo-run",
-        help="the test name the sweep is recorded under (default: llmslo-run)",
-    )
-    run.add_argument(
-        "--width", type=_width, default=None, help="table width (default: the terminal's)"
-    )
-    _add_settings(run)
-
-
-def _add_settings(p: argparse.ArgumentParser) -> None:
-    """The run file and the settings' options of ``run`` and ``config``: the options most
-    runs need in full; the others taken but listed by name in the epilog (``--help-all``
-    prints them in full). The defaults shown are those that apply here."""
-    from pytest_llmslo import settings as S
-
-    p.add_argument(
-        "-f",
-        "--config",
-        dest="run_file",
-        metavar="FILE",
-        help="a run file (TOML or YAML, docs/options.md names its keys) with the settings of "
-        "the sweep; an option given here overrides it",
-    )
-    for topic, title, specs in S.help_sections("run"):
-        group = p.add_argument_group(title) if topic == "common" else p
-        for spec in specs:
-            flag, kw = S.argparse_option(spec, ini=False, defaults=S.RUN_DEFAULTS)
-            if topic != "common":
-                kw["help"] = argparse.SUPPRESS
-            group.add_argument(flag, **kw)
-            alias = S.alias_option(spec, ini=False)
-            if alias:
-                group.add_argument(alias[0], **alias[1])
-
-
-def _add_config(sub: Any) -> None:
-    from pytest_llmslo import settings as S
-
-    cfg = sub.add_parser(
-        "config",
-        help="print the settings a run would use, each with where it came from",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Print every setting `llmslo run` would use with these options (and "
-        "-f FILE, and the LLMSLO_* variables), each with its source,\nthen check them as "
-        "the run would. Exit status: 0 they are valid, 2 a usage error.",
-        epilog=S.run_epilog(),
-    )
-    _add_settings(cfg)
-
-
 def _sources(args: argparse.Namespace) -> Any:
-    """The sources of ``llmslo run``'s settings: its options, the run file, the variables."""
-    from pytest_llmslo import settings as S
+    """The sources of ``llmslo run``'s settings (``runargs.sources``); a bad run file is a
+    usage error."""
+    from pytest_llmslo import runargs
 
-    cli = S.given_cli(lambda d: getattr(args, d, S.UNSET))
     try:
-        file = S.read_run_file(args.run_file) if args.run_file else None
+        return runargs.sources(args)
     except ConfigError as exc:
         raise _UsageError(str(exc)) from None
-    return S.Sources.from_environ(cli, {}, defaults=S.RUN_DEFAULTS, file=file)
 
 
 def _config(args: argparse.Namespace, out: TextIO) -> int:
@@ -642,8 +547,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise _UsageError(str(exc)) from None
         for text in settings.warnings:
             print(f"{PROG}: warning: {text}", file=err)
-        if not any(S.lookup(S.SPEC_BY_NAME[n], sources, None, "")[2] for n in _ENGINE_SPECS):
-            print(f"{PROG}: {NO_ENGINE_NOTE}", file=err)
+        if not any(S.lookup(S.SPEC_BY_NAME[n], sources, None, "")[2] for n in runargs.ENGINE_SPECS):
+            print(f"{PROG}: {runargs.NO_ENGINE_NOTE}", file=err)
         contexts = _contexts(state, args.name)
         for line in [*core.tests_overview(state), *plan_lines(state.contexts.values())]:
             print(line, file=err, flush=True)

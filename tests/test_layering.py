@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("report",),
     # The session core, a package: its modules are in this layer (SESSION orders them).
     ("session",),
+    ("runargs",),
     ("plugin", "cli", "hookspecs"),
 )
 
