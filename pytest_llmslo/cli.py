@@ -65,6 +65,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from pytest_llmslo import runargs
 from pytest_llmslo._version import __version__
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.regression import baselines
@@ -103,7 +104,27 @@ class _Parser(argparse.ArgumentParser):
     of options) buries the one line that says what was wrong."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(
+            EXIT_USAGE,
+            f"{self.prog}: error: {message}{self._suggestion(message)} (see {self.prog} --help)\n",
+        )
+
+    def _suggestion(self, message: str) -> str:
+        """`` (did you mean --concurrency?)`` for a misspelt option of any subcommand."""
+        from pytest_llmslo.suggest import closest
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known: set[str] = set(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    known.update(sub._option_string_actions)
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if flag.startswith("--") and (match := closest(flag, known)):
+                return f" (did you mean {match}?)"
+        return ""
 
 
 def _tolerances(text: str) -> Any:
@@ -158,6 +179,12 @@ def _add_outputs(p: argparse.ArgumentParser) -> None:
     )
     _add_append(p)
     p.add_argument("--svg", metavar="PATH", help="also write an SVG chart to PATH")
+    p.add_argument(
+        "--html",
+        metavar="PATH",
+        help="also write the self-contained HTML report of NEW with OLD beside it, each level "
+        "compared (the report --slo-html and llmslo report --html write)",
+    )
 
 
 def _add_formats(p: argparse.ArgumentParser) -> None:
@@ -173,11 +200,17 @@ def _add_formats(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
-        description="Reports and regression comparisons of pytest-llmslo run documents.",
+        description="SLO sweeps of LLM serving engines without a test file (run, with load "
+        "from other hosts: worker), and the reports and regression comparisons of their "
+        "results (report, compare). The same sweeps run as pytest tests: pytest -m slo "
+        "(see README.md).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    runargs.add_run(sub, _width)
+    _add_worker(sub)
+    runargs.add_config(sub)
 
     rep = sub.add_parser(
         "report",
@@ -201,12 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="width of the text tables in columns (default: the terminal's, 80 to 160)",
     )
 
-    _add_run(sub)
     _add_history(sub)
     _add_export(sub)
-    _add_render(sub)
     _add_check(sub)
-    _add_worker(sub)
 
     cmp_ = sub.add_parser(
         "compare",
@@ -246,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run history that latest, latest~N and run ids name (default: .llmslo/runs)",
     )
     _add_outputs(cmp_)
+    _add_render(sub)
     return parser
 
 
@@ -391,6 +422,12 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
 
         svg = render_svg(new, baseline=old, title=f"{labels[0]} -> {labels[1]}")
     _emit(args, result.format(), markdown, svg, out)
+    if args.html:
+        from pytest_llmslo.report.formats import FORMATS
+
+        render_runs = FORMATS["html"].render_runs
+        if render_runs is not None:
+            _write_text(args.html, render_runs(new, [old]), append=False)
     if args.svg and not result.comparable:
         print(f"{PROG}: no chart written: the runs are not comparable", file=sys.stderr)
     if result.regressed:
@@ -551,40 +588,29 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
 # --------------------------------------------------------------------------- run
 
 
-def _add_run(sub: Any) -> None:
+def _sources(args: argparse.Namespace) -> Any:
+    """The sources of ``llmslo run``'s settings (``runargs.sources``); a bad run file is a
+    usage error."""
+    from pytest_llmslo import runargs
+
+    try:
+        return runargs.sources(args)
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+
+
+def _config(args: argparse.Namespace, out: TextIO) -> int:
+    """``llmslo config``: the resolved settings with their sources, then their check."""
     from pytest_llmslo import settings as S
 
-    run = sub.add_parser(
-        "run",
-        help="run an SLO sweep without a test file",
-        description="Start the engines, run the sweep (or the capacity search), judge each "
-        "level against the SLO and print the sweep tables, the knee and the Pareto summary, "
-        "as `pytest -m slo` does for a test. Every option has the name and meaning of the "
-        "plugin's (README 'Options'); LLMSLO_* environment variables apply as they do there. "
-        "Its defaults suit a run at a terminal: 30 s of measurement per level after 20 "
-        "warm-up requests (the plugin's: 200 warm-up and 500 measured requests per level). "
-        "Exit status: 0 every level met the SLO, 1 a level did not (or errored, or was "
-        "inconclusive), 2 a usage error, 130 interrupted (the results so far are written).",
-    )
-    run.add_argument(
-        "--name",
-        default="llmslo-run",
-        help="the test name the sweep is recorded under (default: llmslo-run)",
-    )
-    run.add_argument(
-        "--width", type=_width, default=None, help="table width (default: the terminal's)"
-    )
-    # One group per topic (settings.TOPICS); the defaults shown are those that apply here.
-    for topic, title in {**S.TOPICS, "": "other"}.items():
-        specs = [
-            sp for sp in S.SPECS if sp.cli and (sp.topic if sp.topic in S.TOPICS else "") == topic
-        ]
-        if not specs:
-            continue
-        group = run.add_argument_group(title)
-        for spec in specs:
-            flag, kw = S.argparse_option(spec, ini=False, defaults=S.RUN_DEFAULTS)
-            group.add_argument(flag, **kw)
+    sources = _sources(args)
+    out.write("\n".join(S.explain(sources)) + "\n")
+    try:
+        S.resolve_session(sources)
+        S.resolve_test(sources, S.split_marker((), {}, "llmslo-run"), "llmslo-run")
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    return EXIT_OK
 
 
 def _add_worker(sub: Any) -> None:
@@ -625,8 +651,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     guard = Interrupts()
     guard.install()
     try:
-        cli = S.given_cli(lambda d: getattr(args, d, S.UNSET))
-        sources = S.Sources.from_environ(cli, {}, defaults=S.RUN_DEFAULTS)
+        sources = _sources(args)
         cwd = Path.cwd()
         try:
             settings = S.resolve_session(sources)
@@ -647,6 +672,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise _UsageError(str(exc)) from None
         for text in settings.warnings:
             print(f"{PROG}: warning: {text}", file=err)
+        if not any(S.lookup(S.SPEC_BY_NAME[n], sources, None, "")[2] for n in runargs.ENGINE_SPECS):
+            print(f"{PROG}: {runargs.NO_ENGINE_NOTE}", file=err)
         contexts = _contexts(state, args.name)
         for line in [*core.tests_overview(state), *plan_lines(state.contexts.values())]:
             print(line, file=err, flush=True)
@@ -787,6 +814,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _history(args, out)
         if args.command == "export":
             return _export(args, out)
+        if args.command == "config":
+            return _config(args, out)
         if args.command == "worker":
             from pytest_llmslo.load.remote_worker import command
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import shlex
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,20 +57,99 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    # One section of --help per topic (settings.TOPICS), in the topics' order.
-    for topic, title in {**S.TOPICS, "": "other"}.items():
-        group = parser.getgroup(f"llmslo-{topic or 'other'}", f"pytest-llmslo {title}")
-        for spec in S.SPECS:
-            if spec.cli and (spec.topic if spec.topic in S.TOPICS else "") == topic:
-                flag, kw = S.argparse_option(spec)
-                group.addoption(flag, **kw)
+    # --help: the options most runs need in full, then one section per topic
+    # (settings.TOPICS) with each option's default; --slo-help-all prints them all in full.
+    # An old spelling (--duration) is taken, not shown, and warned about (pytest_configure).
+    for topic, title, specs in S.help_sections():
+        group = parser.getgroup(f"llmslo-{topic}", f"pytest-llmslo {title}")
+        if topic == "common":
+            group.addoption(
+                "--slo-help-all",
+                action="store_true",
+                dest="llmslo_help_all",
+                help="Print every option in full and exit.",
+            )
+            group.addoption(
+                "--slo-config",
+                dest="llmslo_config",
+                metavar="FILE",
+                help="A run file (TOML or YAML) of settings. Default: pyproject.toml "
+                "[tool.llmslo].",
+            )
+        for spec in specs:
+            flag, kw = S.argparse_option(spec, brief=topic != "common")
+            group.addoption(flag, **kw)
+            alias = S.alias_option(spec)
+            if alias:
+                group.addoption(alias[0], **alias[1])
     for spec in S.SPECS:
-        parser.addini(spec.ini, help=spec.help, type="string", default="")
+        parser.addini(spec.ini, help=S.ini_help(spec), type="string", default="")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    """A misspelt ``--slo-`` option is a usage error that names the closest one, before
+    pytest's own "unrecognized arguments" (which names none)."""
+    text = S.misspelt_option(args)
+    if text:
+        raise pytest.UsageError(text)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if config.getoption("llmslo_help_all", False):
+        print(S.reference_text())
+        return 0
+    return None
+
+
+def _hide_ini_help(config: pytest.Config) -> None:
+    """For ``pytest --help`` alone, once the settings are read: leave out the ninety ini
+    keys, one per option (``--slo-help-all`` and docs/options.md list each with its
+    option). pytest keeps them in a private table; where it has another shape, every key
+    stays listed."""
+    table = getattr(getattr(config, "_parser", None), "_inidict", None)
+    if not isinstance(table, dict):
+        return
+    for spec in S.SPECS:
+        table.pop(spec.ini, None)
+
+
+def _warn_deprecated(config: pytest.Config) -> None:
+    """A deprecation warning for each old spelling of an option given (``--duration``) on
+    the command line, in PYTEST_ADDOPTS or in the ini file's addopts."""
+    args = [
+        *config.getini("addopts"),
+        *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+        *config.invocation_params.args,
+    ]
+    for text in S.deprecated_used(args):
+        config.issue_config_time_warning(pytest.PytestDeprecationWarning(text), stacklevel=2)
+
+
+RUN_FILE_KEY = pytest.StashKey[tuple[S.RunFile | None]]()
+
+
+def _run_file(config: pytest.Config) -> S.RunFile | None:
+    """The session's run file (``--slo-config``, else ``[tool.llmslo]`` of the rootdir's
+    pyproject.toml), read once."""
+    if RUN_FILE_KEY not in config.stash:
+        path = config.getoption("llmslo_config", None)
+        file: S.RunFile | None
+        if path:
+            file = S.read_run_file(config.invocation_params.dir / path)
+        else:
+            file = S.pyproject_run_file(config.rootpath)
+        config.stash[RUN_FILE_KEY] = (file,)
+    return config.stash[RUN_FILE_KEY][0]
 
 
 def _sources(config: pytest.Config) -> S.Sources:
     cli = S.given_cli(lambda dest: config.getoption(dest, S.UNSET))
-    return S.Sources.from_environ(cli, {s.ini: config.getini(s.ini) for s in S.SPECS})
+    ini = {s.ini: config.getini(s.ini) for s in S.SPECS}
+    return S.Sources.from_environ(cli, ini, file=_run_file(config))
 
 
 # --------------------------------------------------------------------------------- state
@@ -108,6 +189,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "...): an SLO test of LLM serving engines, parametrized over engine x load level "
         "(pytest-llmslo; see README.md).",
     )
+    _warn_deprecated(config)
     try:
         session = S.resolve_session(_sources(config))
         state = core.Session(
@@ -136,6 +218,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_llmslo.report.junit import SystemOutCollector
 
     config.pluginmanager.register(SystemOutCollector(), JUNIT_PLUGIN)
+    if config.getoption("help", False):
+        _hide_ini_help(config)
     if _xdist_active(config):
         _refuse_xdist(config, state)
     try:
@@ -203,7 +287,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     engines = core.engines_text(state, state.session.engines)
     line = "llmslo: " + S.describe(state.session, state.defaults, engines=engines)
-    line += f" (CLI > env > ini > marker; json={state.session.json_path or 'off'})"
+    line += f" (CLI > env > run file > ini > marker; json={state.session.json_path or 'off'})"
     marked = state.session.sources.get("engine", "default") == "default"
     if marked or state.defaults.sources.get("concurrency", "default") == "default":
         line += "; a test's marker may set its own: see each test's line after collection"
@@ -386,7 +470,7 @@ def slo_level(request: pytest.FixtureRequest) -> LoadLevel:
 
 @pytest.fixture
 def slo_settings(request: pytest.FixtureRequest) -> S.TestSettings:
-    """The resolved settings of the current test (CLI > env > ini > marker > default)."""
+    """The resolved settings of the current test (CLI > env > run file > ini > marker > default)."""
     state = _state(request.config)
     ctx = state.contexts.get(request.node.nodeid)
     return ctx.settings if ctx is not None else state.defaults

@@ -131,10 +131,10 @@ def _tiny_args(url: str, *extra: str) -> list[str]:
     """Command line of a tiny SLO session against ``url`` (a few requests per level)."""
     return [
         "-p", "no:cacheprovider",
-        "--engine=external", f"--engine-url={url}",
-        "--warmup=1", "--requests=12", "--isl=16", "--osl=8",
+        "--slo-engine=external", f"--slo-engine-url={url}",
+        "--slo-warmup=1", "--slo-requests=12", "--slo-isl=16", "--slo-osl=8",
         # This machine is shared and loaded: client health must not flip these tests.
-        "--client-max-lag=2000", "--client-max-cpu=1.5", "--client-min-load=0.5",
+        "--slo-client-max-lag=2000", "--slo-client-max-cpu=1.5", "--slo-client-min-load=0.5",
         *extra,
     ]  # fmt: skip
 

@@ -447,3 +447,17 @@ def test_several_runs_in_a_format_that_shows_one_is_a_usage_error(
     (line,) = err.strip().splitlines()
     assert line.startswith("llmslo: error: ") and message in line
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_compare_writes_the_html_report_of_both_runs(docs, tmp_path, capsys):
+    out = tmp_path / "cmp.html"
+    code, _, _ = run(["compare", docs["base"], docs["slow"], "--html", out], capsys)
+    assert code == 1  # a regression; the report is written all the same
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<h3>Runs side by side</h3>" in page and 'data-compared="' in page
+
+
+def test_compare_help_names_html(capsys):
+    code, out, _ = run(["compare", "--help"], capsys)
+    assert code == 0 and "--html PATH" in out

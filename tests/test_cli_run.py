@@ -79,6 +79,7 @@ def test_run_exits_1_when_a_level_misses_the_slo(fixed_server, in_tmp, capsys) -
     assert code == cli.EXIT_FAILED
     assert "FAIL" in out
     assert "FAILED external c1: SLO not met: ttft_p99 < 1 ms" in err
+    assert "no SLO was asserted" not in out
 
 
 def test_run_judges_quality_objectives_on_the_eval_answers(fixed_server, in_tmp, capsys) -> None:
@@ -169,6 +170,10 @@ def test_run_with_an_engine_url_alone_measures_that_url(fixed_server, in_tmp, ca
     assert code == cli.EXIT_OK, err
     assert f"llmslo: llmslo-run: external ({fixed_server}) x c1,c2;" in err
     assert "external | llmslo-run | concurrency sweep, 2 levels" in out
+    # Measured, judged by no SLO: it says so, and how to add one.
+    assert "llmslo: no SLO was asserted: the levels were measured and judged by their" in out
+    assert "--slo 'ttft_p99<500,itl_p50<30'" in out
+    assert "measuring the built-in simulator" not in err
     doc = json.loads((in_tmp / "run.json").read_text())
     assert doc["engines"]["external"]["metadata"]["base_url"] == fixed_server
 
@@ -205,6 +210,7 @@ def test_run_defaults_bound_each_level_in_time(in_tmp, capsys) -> None:
         (["run", "--sim-profile", "llama-9000"], "'llama-9000' is not a sim profile. Profiles: "),
         (["run", "--slo-json", "/proc/llmslo-run.json"], "/proc/llmslo-run.json cannot be written"),
         (["run", "--slo-markdown", "/proc/x/run.md"], "/proc/x/run.md cannot be written"),
+        (["run", "--tokenizer", "/nonexistent/tok"], "--tokenizer: tokenizer file not found"),
     ],
 )
 def test_run_refuses_a_typo_before_anything_starts(argv, message, in_tmp, capsys) -> None:
@@ -224,21 +230,44 @@ def test_run_names_the_setting_a_mistyped_variable_meant(in_tmp, capsys, monkeyp
     )
 
 
-def test_run_help_groups_options_by_topic_and_shows_its_defaults(capsys) -> None:
+def test_run_help_shows_the_common_options_then_each_topic_by_name(capsys) -> None:
     assert cli.main(["run", "--help"]) == cli.EXIT_OK
     out, _err = capsys.readouterr()
     from pytest_llmslo import settings as S
 
-    titles = [line[:-1] for line in out.splitlines() if line.endswith(":") and line[0] != " "]
-    assert [t for t in titles if t in S.TOPICS.values()] == list(S.TOPICS.values())
+    assert len(out.splitlines()) <= 120
     assert "Default: None" not in out
     assert "llmslo_" not in out and "Ini:" not in out  # run reads no ini file
+    assert "Without --engine it measures the built-in" in out
     flat = " ".join(out.split())
-    assert "--duration S Time bound of the measurement per level" in flat
+    assert "--duration DURATION Time bound of each level's measurement (90s, 5m" in flat
     assert "Env: LLMSLO_DURATION. Default: 30." in flat
-    assert "Env: LLMSLO_WARMUP. Default: 20." in flat
-    assert "Env: LLMSLO_MIN_ATTAINMENT. Default: 0.9." in flat
-    assert "Env: LLMSLO_CLIENT_MAX_LAG. Default: 10 ms." in flat
+    # Every other option is named under its topic.
+    for _topic, title, specs in S.help_sections("run"):
+        if _topic != "common":
+            assert title in flat
+            assert all(f" {spec.cli}" in flat for spec in specs), title
+    assert "llmslo run --help-all" in flat
+
+
+def test_run_help_all_shows_every_option_in_full(capsys) -> None:
+    assert cli.main(["run", "--help-all"]) == cli.EXIT_OK
+    out, _err = capsys.readouterr()
+    flat = " ".join(out.split())
+    assert "env LLMSLO_WARMUP; also --slo-warmup; default 20." in flat
+    assert "env LLMSLO_MIN_ATTAINMENT; default 0.9." in flat
+    assert "env LLMSLO_CLIENT_MAX_LAG; also --slo-client-max-lag; default 10 ms." in flat
+
+
+def test_run_takes_the_plugins_spelling_too() -> None:
+    from pytest_llmslo import settings as S
+
+    args = cli.build_parser().parse_args(
+        ["run", "--slo-duration", "1m", "--slo-engine", "a", "--engine", "b"]
+    )
+    given = S.given_cli(lambda d: getattr(args, d, S.UNSET))
+    assert given["duration"] == 60.0
+    assert [name for names in given["engine"] for name in names] == ["a", "b"]
 
 
 def test_run_refuses_a_baseline_that_cannot_be_saved(in_tmp, capsys) -> None:
@@ -307,3 +336,19 @@ def test_a_crash_in_the_sweep_still_writes_what_was_measured(
     doc = json.loads((in_tmp / "run.json").read_text())
     assert doc["complete"] is False
     assert [p["level"]["value"] for p in doc["points"]] == [1.0]
+
+
+def test_a_misspelt_option_or_engine_names_the_closest(capsys) -> None:
+    assert cli.main(["run", "--concurency", "2"]) == cli.EXIT_USAGE
+    _out, err = capsys.readouterr()
+    assert "unrecognized arguments: --concurency 2 (did you mean --concurrency?)" in err
+    assert cli.main(["run", "--engine", "vlm", "--concurrency", "1"]) == cli.EXIT_USAGE
+    _out, err = capsys.readouterr()
+    assert "'vlm' is not a known engine (did you mean 'vllm'?)" in err
+
+
+def test_run_without_an_engine_says_it_measures_the_sim(in_tmp, capsys) -> None:
+    argv = ["run", "--concurrency", "1", "--requests", "1", "--warmup", "0", "--osl", "1"]
+    cli.main([*argv, "--isl", "8", "--client-max-lag", "5000", "--client-min-load", "0"])
+    _out, err = capsys.readouterr()
+    assert "llmslo: no --engine given: measuring the built-in simulator (sim, no GPU)" in err

@@ -30,6 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "choices",
         "arrivals",
         "levelpoint",
+        "units",
+        "suggest",
     ),
     ("evals", "signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),
@@ -40,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("report", "exports"),
     # The session core, a package: its modules are in this layer (SESSION orders them).
     ("session",),
+    ("runargs",),
     ("plugin", "cli", "hookspecs"),
 )
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..suggest import did_you_mean
 from .base import ENGINE_KINDS, EngineConfig
 from .runtimes import RUNTIMES
 from .runtimes.k8s.settings import check_kind, kube_settings
@@ -217,8 +218,9 @@ def resolve_engine(name: str, configs: Mapping[str, EngineConfig] | None = None)
         return configs[name]
     if name in ENGINE_KINDS:
         return EngineConfig(kind=name, name=name)
+    hint = did_you_mean(name, [*configs, *ENGINE_KINDS])
     raise ConfigError(
-        f"unknown engine {name!r}. Configured engines: {_valid(configs) or '(none)'}; "
+        f"unknown engine {name!r}{hint}. Configured engines: {_valid(configs) or '(none)'}; "
         f"kinds usable with their defaults: {_valid(ENGINE_KINDS)}"
     )
 

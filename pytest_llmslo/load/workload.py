@@ -361,7 +361,10 @@ def _words(rng: np.random.Generator, n: int) -> list[str]:
 def check_workload(spec: WorkloadSpec) -> int:
     """Read the workload's dataset (if any) as a run would and return its usable rows (0 for
     a synthetic kind). ``WorkloadError`` names the file, the line and what is wrong: called
-    before any engine starts, so a bad file fails the session at once, not every test."""
+    before any engine starts, so a bad file fails the session at once, not every test.
+    A tokenizer that cannot be read is a ``WorkloadError`` too."""
+    if spec.tokenizer:
+        _Tokenizer(spec.tokenizer)
     if spec.kind == "trace":
         return len(_read_trace(spec))
     if spec.kind not in ("sharegpt", "jsonl"):

@@ -88,6 +88,11 @@ def check_test_inputs(state: Session, ts: S.TestSettings, where: str) -> None:
         )
     except ConfigError as exc:
         raise ConfigError(f"request shaping{on}: {exc}") from None
+    if ts.tokenizer:
+        try:
+            load.check_workload(load.WorkloadSpec(tokenizer=ts.tokenizer))
+        except WorkloadError as exc:
+            raise ConfigError(f"{ts.sources.get('tokenizer') or 'tokenizer'}{on}: {exc}") from None
     try:
         load.check_workload(load.WorkloadSpec(**fields))
     except (WorkloadError, ValueError, TypeError) as exc:

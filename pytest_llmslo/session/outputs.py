@@ -3,6 +3,7 @@ the saved baseline (``finish``), and the JUnit properties of its tests and suite
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,8 @@ def write_reports(
                 out = fmt.render(results)
             if isinstance(out, bytes):
                 write_atomic_bytes(path, out)
+            elif fmt.summary and is_step_summary(path):
+                append_text(path, redact(out))
             else:
                 write_atomic_text(path, redact(out))
             note = f"{fmt.label} report written to {path}"
@@ -116,6 +119,24 @@ def write_reports(
             state.write_errors.append(
                 f"ERROR: could not write the {fmt.label} report to {path}: {exc!r}"
             )
+
+
+def is_step_summary(path: Path) -> bool:
+    """Whether ``path`` is ``$GITHUB_STEP_SUMMARY``: the file where every step of a GitHub
+    Actions job appends its summary, so a summary written there is appended, not replaced
+    (as ``llmslo compare --markdown`` does)."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary:
+        return False
+    return os.path.abspath(summary) == os.path.abspath(path)
+
+
+def append_text(path: Path, text: str) -> None:
+    """``text`` appended to ``path``, after a blank line when the file holds something."""
+    with path.open("a", encoding="utf-8") as f:
+        if f.tell() > 0:
+            f.write("\n")
+        f.write(text)
 
 
 def write_json(state: Session, *, complete: bool) -> bool:

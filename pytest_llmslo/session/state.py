@@ -49,8 +49,8 @@ __all__ = [
     "resolve_path",
 ]
 
-#: The README's "### Under pytest-xdist" heading, as GitHub anchors it.
-README_XDIST = "README.md#under-pytest-xdist"
+#: The guide's "### Under pytest-xdist" heading (docs/guide.md), as GitHub anchors it.
+README_XDIST = "docs/guide.md#under-pytest-xdist"
 XDIST_REASON = (
     "pytest-llmslo: SLO tests cannot run under pytest-xdist (-n): each worker would start "
     "its own engine and the loads would run at the same time, corrupting every number. "

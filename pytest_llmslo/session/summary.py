@@ -80,6 +80,26 @@ def tests_overview(state: Session, limit: int = 20) -> list[str]:
     return lines
 
 
+#: The closing line of a session that measured levels but judged none against an SLO: its
+#: tests passed on the error gate alone, which is easy to mistake for meeting an SLO.
+NO_SLO_NOTE = (
+    "no SLO was asserted: the levels were measured and judged by their error rate alone. "
+    "Add objectives with --slo 'ttft_p99<500,itl_p50<30' (or the ini key llmslo_slo, or "
+    "assert_goodput(ttft_p99 < 500, itl_p50 < 30) in the test)."
+)
+
+
+def _asserted_no_slo(state: Session) -> bool:
+    """Whether the session measured levels, judged some, and none against an objective,
+    none being configured either (an inconclusive level was judged by nothing at all)."""
+    judged = [p for p in state.points if p.outcome != "inconclusive"]
+    return (
+        bool(judged)
+        and not any(p.verdict and p.verdict.results for p in state.points)
+        and not any(ctx.settings.objectives for ctx in state.contexts.values())
+    )
+
+
 def summary_report(state: Session, width: int, *, detail: bool = True) -> list[tuple[str, str]]:
     """The session's closing report as ``(kind, text)``: kind ``=`` or ``-`` is a section
     heading, ``line`` a line, ``error`` a line to show in red (a lost result). The verdicts,
@@ -107,6 +127,8 @@ def summary_report(state: Session, width: int, *, detail: bool = True) -> list[t
             out.extend(("line", "  " + ln) for ln in str(comp.format()).splitlines())
         out.extend(("line", ln) for ln in state.mismatches)
     out.extend(("line", f"llmslo: {note}") for note in state.notes)
+    if _asserted_no_slo(state):
+        out.append(("line", f"llmslo: {NO_SLO_NOTE}"))
     out.extend(("error", f"llmslo: {err}") for err in state.write_errors)
     path = json_path(state)
     if path is not None and path.exists() and not state.write_errors:

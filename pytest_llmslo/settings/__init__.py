@@ -22,6 +22,7 @@ a line). Every public name is here: ``from pytest_llmslo import settings as S; S
 
 from __future__ import annotations
 
+from .explain import explain
 from .groups import (
     GROUPS,
     ClientOptions,
@@ -32,8 +33,25 @@ from .groups import (
     SweepOptions,
     WorkloadOptions,
 )
+from .helptext import (
+    help_sections,
+    ini_help,
+    reference_markdown,
+    reference_text,
+    run_epilog,
+)
 from .levels import LEVEL_SPECS, LOAD_KINDS, level_ids, resolve_levels
-from .options import UNSET, argparse_option, cli_given, cli_type, default_text, given_cli
+from .options import (
+    UNSET,
+    alias_option,
+    argparse_option,
+    cli_given,
+    cli_type,
+    default_text,
+    deprecated_used,
+    given_cli,
+    misspelt_option,
+)
 from .parsers import (
     choice_parser,
     coerce_bool,
@@ -72,10 +90,12 @@ from .parsers import (
 )
 from .resolve import check_engine_names, check_marker, resolve_session, resolve_test, split_marker
 from .resolved import SessionSettings, TestSettings
+from .runfile import RunFile, pyproject_run_file, read_run_file
 from .sources import OTHER_ENV, Sources, check_environment, lookup, parse_from
 from .specs import (
     ARRIVALS,
     CAPACITY_MODES,
+    COMMON,
     DEFAULT_CONCURRENCY,
     DISTRIBUTIONS,
     EARLY_STOP_MODES,
@@ -86,6 +106,7 @@ from .specs import (
     MARKER_KWARGS,
     MARKER_ONLY,
     MAX_EXTEND_LEVELS,
+    OPTION_PREFIX,
     RECEIVE_STAMPS,
     RESET_CACHE_MODES,
     RUN_DEFAULTS,
@@ -104,6 +125,7 @@ from .text import describe, describe_workload
 __all__ = [
     "ARRIVALS",
     "CAPACITY_MODES",
+    "COMMON",
     "DEFAULT_CONCURRENCY",
     "DISTRIBUTIONS",
     "EARLY_STOP_MODES",
@@ -117,6 +139,7 @@ __all__ = [
     "MARKER_KWARGS",
     "MARKER_ONLY",
     "MAX_EXTEND_LEVELS",
+    "OPTION_PREFIX",
     "OTHER_ENV",
     "RECEIVE_STAMPS",
     "RESET_CACHE_MODES",
@@ -133,6 +156,7 @@ __all__ = [
     "GateOptions",
     "HealthOptions",
     "LoadOptions",
+    "RunFile",
     "Scope",
     "SessionSettings",
     "SignalsOptions",
@@ -141,6 +165,7 @@ __all__ = [
     "SweepOptions",
     "TestSettings",
     "WorkloadOptions",
+    "alias_option",
     "argparse_option",
     "check_engine_names",
     "check_environment",
@@ -155,11 +180,16 @@ __all__ = [
     "coerce_objectives",
     "coerce_with",
     "default_text",
+    "deprecated_used",
     "describe",
     "describe_workload",
+    "explain",
     "given_cli",
+    "help_sections",
+    "ini_help",
     "level_ids",
     "lookup",
+    "misspelt_option",
     "parse_bool",
     "parse_confidence",
     "parse_engine_opt",
@@ -187,9 +217,14 @@ __all__ = [
     "parse_request_count",
     "parse_steps",
     "parse_str",
+    "pyproject_run_file",
+    "read_run_file",
+    "reference_markdown",
+    "reference_text",
     "resolve_levels",
     "resolve_session",
     "resolve_test",
+    "run_epilog",
     "shown_url",
     "split_marker",
 ]

@@ -112,6 +112,7 @@ class WorkloadOptions:
     history_turns: int = 0
     #: Eval items inside the traffic (``--slo-eval``): the task and the share carrying one.
     evals: EvalChoice | None = None
+    tokenizer: str | None = None
 
     def workload_fields(self) -> dict[str, Any]:
         """Keyword arguments of ``load.WorkloadSpec`` for this test."""
@@ -141,6 +142,7 @@ class WorkloadOptions:
             "eval_task": self.evals.task if self.evals else None,
             "eval_share": self.evals.share if self.evals else 1.0,
             "eval_path": self.evals.path if self.evals else None,
+            "tokenizer": self.tokenizer,
         }
 
     def workload_spec(self, salt: str) -> WorkloadSpec:

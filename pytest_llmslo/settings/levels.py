@@ -11,6 +11,7 @@ from pytest_llmslo import arrivals
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.records import LoadLevel
 
+from .runfile import LABEL_PREFIX
 from .specs import DEFAULT_CONCURRENCY, ENV_PREFIX
 
 #: The settings that give the load, one way each; the highest source giving one wins.
@@ -19,7 +20,8 @@ LOAD_KINDS = ("concurrency", "rate", "ramp", "steps", "trace_speed")
 #: into ``TestSettings.levels``.
 LEVEL_SPECS = (*LOAD_KINDS, "arrival")
 # The sources in precedence order, as ``sources.lookup`` checks them.
-_ORDER = ("cli", "env", "ini", "marker", "default")
+_ORDER = ("cli", "env", "file", "ini", "marker", "default")
+_DEFAULT = _ORDER.index("default")
 
 
 def _rank(label: str) -> int:
@@ -28,11 +30,13 @@ def _rank(label: str) -> int:
         return 0
     if label.startswith(ENV_PREFIX):
         return 1
-    if label.startswith("ini "):
+    if label.startswith(LABEL_PREFIX):
         return 2
-    if label.startswith("@pytest"):
+    if label.startswith("ini "):
         return 3
-    return 4
+    if label.startswith("@pytest"):
+        return _ORDER.index("marker")
+    return _DEFAULT
 
 
 def resolve_levels(
@@ -47,7 +51,7 @@ def resolve_levels(
     ranks = {k: _rank(where_from[k]) for k in LOAD_KINDS}
     best = min(ranks.values())
     given = [k for k in LOAD_KINDS if ranks[k] == best]
-    if best < 4 and len(given) > 1:
+    if best < _DEFAULT and len(given) > 1:
         src = _ORDER[best]
         what = " and ".join(given) if len(given) > 2 else f"both {given[0]} and {given[1]}"
         raise ConfigError(
@@ -65,7 +69,7 @@ def resolve_levels(
             f"{where_from['burstiness']}: burstiness shapes gamma arrivals; "
             "give --arrival=gamma with it"
         )
-    kind = given[0] if best < 4 else ("trace_speed" if vals["trace"] else "concurrency")
+    kind = given[0] if best < _DEFAULT else ("trace_speed" if vals["trace"] else "concurrency")
     where_from["load"] = where_from[kind]
     if vals["trace"] and kind in ("ramp", "steps", "rate"):
         raise ConfigError(

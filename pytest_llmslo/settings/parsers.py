@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from pytest_llmslo import units
 from pytest_llmslo.errors import ConfigError
 
 
@@ -73,10 +74,19 @@ def parse_float_list(text: str) -> tuple[float, ...]:
 
 
 def parse_int(text: str) -> int:
+    """A whole number >= 0: ``4096``, or a size as a person types it (``4Ki``, ``2k``,
+    ``2k tokens``; ``units.parse_size``)."""
     try:
         v = int(str(text).strip())
     except ValueError:
-        raise ValueError(f"Could not parse value: {text!r}. Expected an integer.") from None
+        if str(text).strip().startswith("-"):
+            raise ValueError(f"Could not parse value: {text!r}. Must be >= 0.") from None
+        try:
+            v = units.parse_size(text)
+        except ValueError:
+            raise ValueError(
+                f"Could not parse value: {text!r}. Expected an integer ({units.SIZE_FORMS})."
+            ) from None
     if v < 0:
         raise ValueError(f"Could not parse value: {text!r}. Must be >= 0.")
     return v
@@ -107,6 +117,43 @@ def parse_positive_float(text: str) -> float:
     return v
 
 
+def parse_seconds(text: str) -> float:
+    """A duration > 0 in seconds, as a person types it (``90``, ``90s``, ``5m``, ``1h30m``,
+    ``250ms``; ``units.parse_duration``): a timeout of 0 would fail every request at once."""
+    v = units.parse_duration(text)
+    if v == 0:
+        raise ValueError(f"Could not parse value: {text!r}. Must be > 0.")
+    return v
+
+
+def parse_seconds_or_zero(text: str) -> float:
+    """A duration >= 0 in seconds (``units.parse_duration``)."""
+    return units.parse_duration(text)
+
+
+def parse_rate_list(text: str) -> tuple[float, ...]:
+    """Open-loop rates, one level each: ``"1,2.5,4"`` (requests per second) or with a unit
+    (``"2.5/s,150/m"``; ``units.parse_rate``); every rate > 0."""
+    parts = _split_items(text, "1,2.5/s,150/m")
+    if not parts:
+        raise ValueError(f"Could not parse value: {text!r}. Expected a comma list like 1,2,4.")
+    out = []
+    for p in parts:
+        v = units.parse_rate(p)
+        if v <= 0:
+            raise ValueError(f"Could not parse value: {text!r}. Rates must be > 0.")
+        out.append(v)
+    return tuple(out)
+
+
+def parse_optional_load(text: str) -> float | None:
+    """A load (concurrency or requests/s) > 0, or ``0``/``none`` for no bound."""
+    s = str(text).strip().lower()
+    if s in ("", "0", "none", "off"):
+        return None
+    return parse_float(s.removesuffix("/s")) or None
+
+
 def parse_request_count(text: str) -> int | None:
     """A request count > 0, or ``none``/``0`` for none (the level is bounded by
     ``--duration`` alone)."""
@@ -124,7 +171,7 @@ def parse_level_timeout(text: str) -> float | None:
         return None
     if s in ("none", "off"):
         return math.inf
-    return parse_positive_float(s)
+    return parse_seconds(s)
 
 
 def parse_records_memory(text: str) -> float | None:
@@ -157,13 +204,12 @@ def parse_optional_request_cap(text: str) -> int | None:
 
 
 def parse_optional_duration(text: str) -> float | None:
-    """Seconds; ``0``/``none``/empty mean no duration bound."""
+    """Seconds as a person types them (``90``, ``90s``, ``5m``, ``1h30m``;
+    ``units.parse_duration``); ``0``/``none``/empty mean no duration bound."""
     s = str(text).strip().lower()
     if s in ("", "0", "none", "off"):
         return None
-    s = s.removesuffix("s")
-    v = parse_float(s)
-    return v or None
+    return units.parse_duration(s) or None
 
 
 def parse_confidence(text: str) -> float:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pytest_llmslo.engines.base import ENGINE_KINDS
 from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.suggest import did_you_mean
 
 from .levels import resolve_levels
 from .resolved import SessionSettings, TestSettings
@@ -108,4 +109,7 @@ def check_engine_names(names: Sequence[str], configured: Iterable[str], label: s
     known = list(dict.fromkeys([*configured, *ENGINE_KINDS]))
     for n in names:
         if n not in known:
-            raise ConfigError(f"{label}: {n!r} is not a known engine. Known: {', '.join(known)}.")
+            raise ConfigError(
+                f"{label}: {n!r} is not a known engine{did_you_mean(n, known)}. "
+                f"Known: {', '.join(known)}."
+            )

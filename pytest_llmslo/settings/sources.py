@@ -1,6 +1,7 @@
 """Where a setting's value comes from: ``Sources`` holds what each source gave, and
 ``lookup`` applies the one precedence rule: the command line, then the environment, then the
-ini files, then the test's marker, then the default (``Sources.defaults`` over the spec's).
+run file, then the ini files, then the test's marker, then the default (``Sources.defaults``
+over the spec's).
 A value that does not parse is a ``ConfigError`` naming its source. ``check_environment``
 refuses an ``LLMSLO_*`` variable that is a near miss of a setting's own."""
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from pytest_llmslo.errors import ConfigError
 
+from .runfile import RunFile
 from .specs import ENV_PREFIX, SPECS, Spec
 
 
@@ -28,6 +30,8 @@ class Sources:
     ini: Mapping[str, Any] = field(default_factory=dict)
     #: Parsed values that replace the specs' defaults (``llmslo run``: ``RUN_DEFAULTS``).
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: The run file's settings (``runfile.py``), between the environment and the ini keys.
+    file: RunFile | None = None
 
     @classmethod
     def from_environ(
@@ -36,12 +40,14 @@ class Sources:
         ini: Mapping[str, Any],
         env: Mapping[str, str] | None = None,
         defaults: Mapping[str, Any] | None = None,
+        file: RunFile | None = None,
     ) -> Sources:
         return cls(
             cli=cli,
             env=dict(os.environ if env is None else env),
             ini=ini,
             defaults=dict(defaults or {}),
+            file=file,
         )
 
 
@@ -65,6 +71,8 @@ def lookup(
     raw = sources.env.get(spec.env)
     if raw is not None and raw.strip() != "":
         return parse_from(spec, raw, spec.env), spec.env, True
+    if sources.file is not None and spec.name in sources.file.values:
+        return sources.file.values[spec.name], sources.file.label(spec.name), True
     raw = sources.ini.get(spec.ini)
     if isinstance(raw, list):  # ini "args"/"linelist" types
         raw = " ".join(raw)
@@ -131,7 +139,7 @@ def check_environment(env: Mapping[str, str], also: Iterable[str] = ()) -> list[
         if close:
             raise ConfigError(
                 f"{name} is set, but no setting reads it: did you mean {suffixes[close[0]]}? "
-                "(README 'Options' lists every variable.)"
+                "(docs/options.md lists every variable.)"
             )
         out.append(f"{name} is set, but no pytest-llmslo setting reads it; it is ignored")
     return out

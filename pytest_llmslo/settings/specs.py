@@ -12,8 +12,7 @@ resolution are all generated from this table: a new setting is one row here and 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pytest_llmslo import arrivals
 from pytest_llmslo.choices import (
@@ -59,6 +58,7 @@ from .parsers import (
     parse_name_list,
     parse_objectives,
     parse_optional_duration,
+    parse_optional_load,
     parse_optional_request_cap,
     parse_optional_str,
     parse_optional_url,
@@ -66,15 +66,20 @@ from .parsers import (
     parse_positive_int,
     parse_prompt_salt,
     parse_ramp,
+    parse_rate_list,
     parse_records_memory,
     parse_request_count,
+    parse_seconds,
+    parse_seconds_or_zero,
     parse_steps,
     parse_str,
 )
+from .spec import ENV_PREFIX, INI_PREFIX, OPTION_PREFIX, Scope, Spec
 
 __all__ = [
     "ARRIVALS",
     "CAPACITY_MODES",
+    "COMMON",
     "DEFAULT_CONCURRENCY",
     "DISTRIBUTIONS",
     "EARLY_STOP_MODES",
@@ -85,6 +90,7 @@ __all__ = [
     "MARKER_KWARGS",
     "MARKER_ONLY",
     "MAX_EXTEND_LEVELS",
+    "OPTION_PREFIX",
     "RECEIVE_STAMPS",
     "RESET_CACHE_MODES",
     "RUN_DEFAULTS",
@@ -99,8 +105,6 @@ __all__ = [
     "Spec",
 ]
 
-ENV_PREFIX = "LLMSLO_"
-INI_PREFIX = "llmslo_"
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 4, 8, 16, 32, 48, 64)
 #: The ``--arrival`` choices: the processes of the arrivals registry (``arrivals.py``).
 ARRIVALS: tuple[str, ...] = arrivals.names()
@@ -110,64 +114,37 @@ WORKLOADS = WORKLOAD_KINDS
 # curve that never drops (an engine far from saturation) cannot extend a session forever.
 MAX_EXTEND_LEVELS = 6
 
-Scope = Literal["session", "test"]
-
-
-@dataclass(frozen=True, slots=True)
-class Spec:
-    """One setting on every source. ``cli`` is the flag (``None``: not on the command line),
-    ``marker`` the marker keyword (``None``: session-wide only)."""
-
-    name: str
-    parse: Callable[[str], Any]
-    default: Any
-    help: str
-    #: The attribute of the resolved settings it fills: a ``TestSettings`` field for a
-    #: per-test setting, a ``SessionSettings`` one for a session-wide setting; ``None`` for
-    #: the settings that only shape the load levels (``levels.LEVEL_SPECS``).
-    field: str | None = None
-    cli: str | None = None
-    marker: str | None = None
-    coerce: Callable[[Any], Any] | None = None
-    metavar: str | None = None
-    flag: bool = False  # a CLI switch without a value
-    repeatable: bool = False  # the CLI flag may be given several times
-    choices: tuple[str, ...] = ()
-    #: The ``TOPICS`` key its option is listed under in ``--help``.
-    topic: str = ""
-    #: What the default means where the value does not say it (``None`` that stands for
-    #: 0.9, 10 ms, ``auto`` or a sim profile): ``--help`` shows this.
-    shown_default: str | None = None
-
-    @property
-    def ini(self) -> str:
-        return INI_PREFIX + self.name
-
-    @property
-    def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
-
-    @property
-    def scope(self) -> Scope:
-        return "test" if self.marker else "session"
-
-    def coerce_marker(self, value: Any) -> Any:
-        return (self.coerce or coerce_with(self.parse))(value)
-
 
 #: The topics the options are grouped by in ``--help`` (``Spec.topic``), in their order.
 TOPICS: dict[str, str] = {
     "engines": "engines (what is measured)",
     "load": "load (levels, arrivals, request counts)",
-    "workload": "workload (prompts and their lengths)",
-    "traffic": "traffic (traces, conversations)",
+    "workload": "workload (prompts, lengths, datasets, traces, conversations)",
     "requests": "requests (endpoint, shaping, deadlines, TLS)",
     "slo": "SLO (objectives, gates, extension, capacity)",
     "client": "client health (when the load generator was the bottleneck)",
+    "workers": "remote workers (the load sent from other hosts)",
+    "kubernetes": "Kubernetes (worker pods)",
     "signals": "engine signals",
-    "outputs": "outputs (results document, reports)",
+    "outputs": "reports (results document, HTML, Markdown, CSV, SVG)",
     "regression": "regression (baselines)",
 }
+
+#: The options most runs need: ``--help`` shows them first and in full, the others by topic
+#: (``--help-all`` in full). Names of ``SPECS`` rows.
+COMMON: tuple[str, ...] = (
+    "engine",
+    "engine_url",
+    "model",
+    "concurrency",
+    "rate",
+    "duration",
+    "requests",
+    "isl",
+    "osl",
+    "slo",
+    "slo_html",
+)
 
 #: ``llmslo run``'s own defaults, where an interactive run wants another than a suite of SLO
 #: tests: each level ends after 30 s of measurement (or its --requests, whichever comes
@@ -187,11 +164,11 @@ SPECS: tuple[Spec, ...] = (
               f"({', '.join(ENGINE_KINDS)}); comma list or repeated."),
     Spec("engine_url", parse_optional_url, None, field="engine_url",
          cli="--engine-url", topic="engines", metavar="URL",
-         help="Base URL of an already running OpenAI-compatible server (engine kind "
-              "'external'); without --engine it means --engine=external."),
+         help="Base URL of a running OpenAI-compatible server (engine kind 'external', the "
+              "default with it)."),
     Spec("engine_config", parse_optional_str, None, field="engine_config",
          cli="--engine-config", topic="engines", metavar="PATH",
-         shown_default="the rootdir's pyproject.toml [tool.llmslo.engines.*]",
+         shown_default="pyproject.toml [tool.llmslo.engines]",
          help="TOML file with [engines.NAME] tables (or [tool.llmslo.engines.NAME])."),
     Spec("engine_opt", parse_engine_opts, (), field="engine_opts",
          cli="--engine-opt", topic="engines", metavar="NAME.KEY=VALUE", repeatable=True,
@@ -219,8 +196,8 @@ SPECS: tuple[Spec, ...] = (
               "goodput, outcome, knee) to PATH."),
     Spec("slo_html", parse_optional_str, None, field="html_path",
          cli="--slo-html", topic="outputs", metavar="PATH",
-         help="Write the session's self-contained HTML report (charts, tables, each level's "
-              "distributions and signals; with --slo-compare the baseline beside) to PATH."),
+         help="Write the self-contained HTML report (charts, tables, each level's "
+              "distributions and signals, a --slo-compare baseline beside) to PATH."),
     Spec("slo_save", parse_optional_str, None, field="save",
          cli="--slo-save", topic="regression", metavar="NAME",
          help="Save the session's results as the named baseline (under .llmslo/baselines)."),
@@ -249,15 +226,15 @@ SPECS: tuple[Spec, ...] = (
     Spec("concurrency", parse_int_list, None, cli="--concurrency",
          marker="concurrency", topic="load", metavar="N[,N]",
          help="Closed-loop sweep: concurrent requests per level."),
-    Spec("rate", parse_float_list, None, cli="--rate",
+    Spec("rate", parse_rate_list, None, cli="--rate",
          marker="rate", topic="load", metavar="R[,R]",
-         help="Open-loop sweep: requests per second per level (instead of --concurrency)."),
+         help="Open-loop sweep: requests/s per level (2,4 or 2.5/s,150/m), not --concurrency."),
     Spec("arrival", choice_parser("arrival", ARRIVALS), "poisson", cli="--arrival",
          marker="arrival", topic="load", choices=ARRIVALS,
          help="Arrivals of an open-loop (--rate) level."),
     Spec("model", parse_str, "", field="model",
          cli="--model", marker="model", topic="engines", metavar="NAME",
-         shown_default="the engine config's",
+         shown_default="the engine's",
          help="Model to serve and request."),
     Spec("isl", parse_positive_int, 512, field="isl",
          cli="--isl", marker="isl", topic="workload", metavar="N",
@@ -309,10 +286,11 @@ SPECS: tuple[Spec, ...] = (
          help="Measured requests per level; 'none' with --duration for a level bounded by time "
               "alone (its prompts are built as they are needed)."),
     Spec("duration", parse_optional_duration, None, field="duration_s",
-         cli="--duration", marker="duration", topic="load", metavar="S",
-         help="Time bound of the measurement per level in seconds (0: none): the window in "
-              "which requests are sent; the level ends at --requests or here, and the requests "
-              "sent in it run to their end (bounded by their deadlines) and are measured."),
+         cli="--duration", marker="duration", topic="load", metavar="DURATION",
+         help="Time bound of each level's measurement (90s, 5m, 1h30m; bare: seconds; 0: "
+              "none): the window in which requests are sent; the level ends here or at "
+              "--requests, and the requests sent in it run to their end (bounded by their "
+              "deadlines) and are measured."),
     Spec("endpoint", choice_parser("endpoint", ENDPOINTS), "chat", field="endpoint",
          cli="--endpoint", marker="endpoint", topic="requests", choices=ENDPOINTS,
          help="OpenAI endpoint: chat (/v1/chat/completions) or completions (/v1/completions)."),
@@ -334,7 +312,7 @@ SPECS: tuple[Spec, ...] = (
          help="Instead of the sweep, search each SLO test's capacity: the highest load meeting "
               "its objectives (exponential probe from the first level, then bisection; one "
               "test per engine, id ENGINE-capacity)."),
-    Spec("capacity_max", parse_optional_duration, None, field="capacity_max",
+    Spec("capacity_max", parse_optional_load, None, field="capacity_max",
          cli="--slo-capacity-max", marker="capacity_max", topic="slo", metavar="N",
          shown_default="none (12 levels at most)",
          help="Highest load a capacity search probes (concurrency or rate)."),
@@ -375,17 +353,17 @@ SPECS: tuple[Spec, ...] = (
          shown_default="0.9",
          help="Client health: CPU share of a core (e.g. 0.9) above which a run is marked "
               "invalid."),
-    Spec("request_timeout", parse_positive_float, 600.0, field="request_timeout_s",
+    Spec("request_timeout", parse_seconds, 600.0, field="request_timeout_s",
          cli="--request-timeout", marker="request_timeout", topic="requests", metavar="S",
          help="Total deadline of one request in seconds, from send to its last byte."),
-    Spec("connect_timeout", parse_positive_float, 10.0, field="connect_timeout_s",
+    Spec("connect_timeout", parse_seconds, 10.0, field="connect_timeout_s",
          cli="--connect-timeout", marker="connect_timeout", topic="requests", metavar="S",
          help="Deadline of a connection (TCP and TLS) in seconds."),
-    Spec("first_byte_timeout", parse_positive_float, 300.0, field="first_byte_timeout_s",
+    Spec("first_byte_timeout", parse_seconds, 300.0, field="first_byte_timeout_s",
          cli="--first-byte-timeout", marker="first_byte_timeout", topic="requests", metavar="S",
          help="Deadline of a request's first response data in seconds (a loaded engine may "
               "queue a request for minutes before its prefill)."),
-    Spec("idle_timeout", parse_positive_float, 60.0, field="idle_timeout_s",
+    Spec("idle_timeout", parse_seconds, 60.0, field="idle_timeout_s",
          cli="--idle-timeout", marker="idle_timeout", topic="requests", metavar="S",
          help="A stream that sends no data for this many seconds has stalled and fails as a "
               "timeout; SSE comments and keep-alives do not count as data."),
@@ -478,47 +456,47 @@ SPECS: tuple[Spec, ...] = (
               "arrival that finds it reached waits for a slot (vLLM bench's "
               "--max-concurrency)."),
     Spec("trace", parse_optional_str, None, field="trace",
-         cli="--trace-file", marker="trace", topic="traffic", metavar="PATH",
+         cli="--trace-file", marker="trace", topic="workload", metavar="PATH",
          help="Replay a timestamped trace (Mooncake JSONL, Azure or BurstGPT CSV, JSONL with "
               "'timestamp'): its rows are the requests, sent at their times (see "
               "--trace-speed)."),
     Spec("trace_format", choice_parser("trace_format", TRACE_FORMATS), "auto",
-         field="trace_format", cli="--trace-format", marker="trace_format", topic="traffic",
+         field="trace_format", cli="--trace-format", marker="trace_format", topic="workload",
          choices=TRACE_FORMATS,
          help="The trace's format (auto: by its header or first line)."),
     Spec("trace_speed", parse_float_list, None, cli="--trace-speed",
-         marker="trace_speed", topic="traffic", metavar="X[,X]",
+         marker="trace_speed", topic="workload", metavar="X[,X]",
          shown_default="1 with --trace-file",
          help="Replay speed-ups, one level each: 2 sends the trace twice as fast (a "
               "concurrency or rate instead sends its rows as a dataset)."),
-    Spec("trace_start", parse_float, 0.0, field="trace_start_s",
-         cli="--trace-start", marker="trace_start", topic="traffic", metavar="SECONDS",
+    Spec("trace_start", parse_seconds_or_zero, 0.0, field="trace_start_s",
+         cli="--trace-start", marker="trace_start", topic="workload", metavar="SECONDS",
          help="Start of the trace window, in seconds from its first request."),
     Spec("trace_window", parse_optional_duration, None, field="trace_window_s",
-         cli="--trace-window", marker="trace_window", topic="traffic", metavar="SECONDS",
+         cli="--trace-window", marker="trace_window", topic="workload", metavar="SECONDS",
          shown_default="to the end of the trace",
          help="Length of the trace window in seconds."),
     Spec("block_tokens", parse_positive_int, 512, field="block_tokens",
-         cli="--block-tokens", marker="block_tokens", topic="traffic", metavar="N",
+         cli="--block-tokens", marker="block_tokens", topic="workload", metavar="N",
          help="Tokens per hash id of a Mooncake trace (its release uses 512)."),
     Spec("turns", parse_positive_int, 1, field="turns",
-         cli="--turns", marker="turns", topic="traffic", metavar="N",
+         cli="--turns", marker="turns", topic="workload", metavar="N",
          help="Turns per conversation: above 1 each request is a conversation's turn, its "
               "prompt the history (earlier messages and the replies streamed) plus --isl new "
               "tokens; with ShareGPT, up to this many of each conversation's human turns."),
-    Spec("think_time", parse_float, 0.0, field="think_time_s",
-         cli="--think-time", marker="think_time", topic="traffic", metavar="SECONDS",
+    Spec("think_time", parse_seconds_or_zero, 0.0, field="think_time_s",
+         cli="--think-time", marker="think_time", topic="workload", metavar="SECONDS",
          help="Seconds a user thinks between a reply and the next turn (mean, see "
               "--think-distribution)."),
     Spec("think_distribution", choice_parser("think_distribution", THINK_DISTRIBUTIONS), "fixed",
          field="think_distribution", cli="--think-distribution", marker="think_distribution",
-         topic="traffic", choices=THINK_DISTRIBUTIONS,
+         topic="workload", choices=THINK_DISTRIBUTIONS,
          help="Think times: fixed, exponential or uniform over [0, 2 x mean], seeded."),
     Spec("history_turns", parse_int, 0, field="history_turns",
-         cli="--history-turns", marker="history_turns", topic="traffic", metavar="N",
+         cli="--history-turns", marker="history_turns", topic="workload", metavar="N",
          help="Turns of history each prompt carries (0: all of them)."),
     Spec("session_header", parse_optional_str, None, field="session_header",
-         cli="--session-header", marker="session_header", topic="traffic", metavar="NAME",
+         cli="--session-header", marker="session_header", topic="workload", metavar="NAME",
          help="Header that carries each conversation's id on its turns (sticky routing), e.g. "
               "X-Session-ID."),
     Spec("header", parse_headers, (), field="headers",
@@ -531,7 +509,7 @@ SPECS: tuple[Spec, ...] = (
          metavar="JSON",
          help="JSON object merged into every request body, e.g. '{\"top_k\": 20}'."),
     Spec("models", parse_models, None, field="models",
-         cli="--models", marker="models", topic="traffic", coerce=coerce_models,
+         cli="--models", marker="models", topic="workload", coerce=coerce_models,
          metavar="NAME[:W],...",
          help="Each request asks for one of these models, drawn by weight: NAME[:WEIGHT],... "
               "(LoRA adapters an engine serves beside its base model)."),
@@ -541,7 +519,7 @@ SPECS: tuple[Spec, ...] = (
          help="Scrape each engine's /metrics (and NVML or --dcgm-url) before, during and after "
               "each level: queue, KV cache, preemptions, engine-side latencies, GPU; a failed "
               "objective names the signal that explains it."),
-    Spec("signals_interval", parse_positive_float, 1.0, field="signals_interval_s",
+    Spec("signals_interval", parse_seconds, 1.0, field="signals_interval_s",
          cli="--signals-interval", marker="signals_interval", topic="signals", metavar="SECONDS",
          help="Seconds between /metrics scrapes during a level."),
     Spec("dcgm_url", parse_optional_url, None, field="dcgm_url",
@@ -549,55 +527,55 @@ SPECS: tuple[Spec, ...] = (
          help="A DCGM exporter's /metrics URL: GPU utilisation, memory, power and energy "
               "(J/token) per level instead of NVML."),
     # Bounded auxiliaries and honest caches.
-    Spec("signals_timeout", parse_positive_float, 5.0, field="signals_timeout_s",
+    Spec("signals_timeout", parse_seconds, 5.0, field="signals_timeout_s",
          cli="--signals-timeout", marker="signals_timeout", topic="signals", metavar="SECONDS",
          help="Total deadline of one /metrics scrape (connect, headers, the whole body): a "
               "body that does not end in time is given up, and not scraped again in that "
               "level."),
     Spec("worker_listen", parse_optional_str, None, field="worker_listen",
-         cli="--worker-listen", marker=None, topic="client", metavar="HOST:PORT",
+         cli="--worker-listen", marker=None, topic="workers", metavar="HOST:PORT",
          help="Run each level on remote load workers: listen here for the --remote-workers "
               "started anywhere with `llmslo worker --connect HOST:PORT` (port 0: any free "
               "port, printed). Without it the load runs in local worker processes."),
     Spec("remote_workers", parse_positive_int, 1, field="remote_workers",
-         cli="--remote-workers", marker=None, topic="client", metavar="N",
+         cli="--remote-workers", marker=None, topic="workers", metavar="N",
          help="How many remote load workers the session waits for (with --worker-listen); "
               "every level is split over them."),
-    Spec("worker_wait", parse_positive_float, 120.0, field="worker_wait_s",
-         cli="--worker-wait", marker=None, topic="client", metavar="S",
+    Spec("worker_wait", parse_seconds, 120.0, field="worker_wait_s",
+         cli="--worker-wait", marker=None, topic="workers", metavar="S",
          help="How long the session waits for its remote load workers to connect before it "
               "fails, naming how many came."),
     Spec("worker_image", parse_optional_str, None, field="worker_image",
-         cli="--worker-image", marker=None, topic="client", metavar="IMAGE",
+         cli="--worker-image", marker=None, topic="kubernetes", metavar="IMAGE",
          help="Start the --remote-workers in Kubernetes: an Indexed Job of that many pods of "
               "this image (holding this version of pytest-llmslo) in the current context's "
               "namespace (in a pod: its own), created for the session and deleted with it."),
     Spec("worker_advertise", parse_optional_str, None, field="worker_advertise",
-         cli="--worker-advertise", marker=None, topic="client", metavar="HOST:PORT",
+         cli="--worker-advertise", marker=None, topic="kubernetes", metavar="HOST:PORT",
          shown_default="the --worker-listen address (this host's address for 0.0.0.0)",
          help="The address the worker pods of --worker-image connect to (a Service's, or "
               "this pod's)."),
     # Remote workers on a shared network: the key every worker must prove it holds.
     Spec("worker_key_file", parse_optional_str, None, field="worker_key_file",
-         cli="--slo-worker-key-file", marker=None, topic="client", metavar="PATH",
-         shown_default="LLMSLO_WORKER_KEY, else LLMSLO_WORKER_KEY_FILE, else "
-                       "~/.config/llmslo/worker.key (made, 0600, when missing)",
+         cli="--slo-worker-key-file", marker=None, topic="workers", metavar="PATH",
+         shown_default="~/.config/llmslo/worker.key (made, 0600)",
          help="The file of the key remote load workers must prove they hold before the "
               "session reads a message of theirs (with --worker-listen; readable by its "
-              "owner alone). Hand the same file to each worker (`llmslo worker --key-file`)."),
+              "owner alone; LLMSLO_WORKER_KEY or LLMSLO_WORKER_KEY_FILE first). Hand the "
+              "same file to each worker (`llmslo worker --key-file`)."),
     Spec("worker_tls_cert", parse_optional_str, None, field="worker_tls_cert",
-         cli="--slo-worker-tls-cert", marker=None, topic="client", metavar="PATH",
+         cli="--slo-worker-tls-cert", marker=None, topic="workers", metavar="PATH",
          help="TLS on the remote workers' link (with --worker-listen): the session's "
               "certificate (PEM); workers check it with `llmslo worker --tls-ca`."),
     Spec("worker_tls_key", parse_optional_str, None, field="worker_tls_key",
-         cli="--slo-worker-tls-key", marker=None, topic="client", metavar="PATH",
+         cli="--slo-worker-tls-key", marker=None, topic="workers", metavar="PATH",
          help="The key of --slo-worker-tls-cert (PEM)."),
     Spec("worker_tls_ca", parse_optional_str, None, field="worker_tls_ca",
-         cli="--slo-worker-tls-ca", marker=None, topic="client", metavar="PATH",
+         cli="--slo-worker-tls-ca", marker=None, topic="workers", metavar="PATH",
          help="Mutual TLS: the CA (PEM) the workers' certificates must be signed by "
               "(`llmslo worker --tls-cert/--tls-key`); without it any worker may connect "
               "and must still prove the key."),
-    Spec("external_ready_timeout", parse_positive_float, 60.0, field="external_ready_timeout_s",
+    Spec("external_ready_timeout", parse_seconds, 60.0, field="external_ready_timeout_s",
          cli="--external-ready-timeout", topic="engines", metavar="SECONDS",
          help="How long an external engine (already running) may take to answer ready "
               "(/v1/models listing the model) before the session says what it saw and stops."),
@@ -625,6 +603,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("quality", parse_quality, (), field="quality", cli="--slo-quality", marker="quality",
          topic="slo", metavar="SPEC", help="Objectives on the eval answers, with a Wilson "
          "bound: accuracy>=0.95 (inconclusive when too few items show it). docs/quality.md"),
+    # The tokenizer of the prompts, on every surface (--slo-tokenizer, marker, run file).
+    Spec("tokenizer", parse_optional_str, None, field="tokenizer",
+         cli="--tokenizer", marker="tokenizer", topic="workload", metavar="PATH",
+         help="The model's tokenizer: a local tokenizer.json or a model folder holding one "
+              "(needs the 'tokenizers' package); built prompts are then exactly --isl tokens "
+              "of it, the server's own additions measured once (none: prompt lengths are "
+              "calibrated against the server)."),
 )
 # fmt: on
 

@@ -52,6 +52,7 @@ and ``topology``, or ``tp``, ``max_model_len``, ``num_blocks``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
@@ -402,7 +403,9 @@ def get_profile(name: str) -> Profile:
         return PROFILES[name]
     except KeyError:
         valid = ", ".join(sorted(PROFILES))
-        raise ValueError(f"{name!r} is not a sim profile. Valid profiles: {valid}.") from None
+        close = difflib.get_close_matches(name, list(PROFILES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{name!r} is not a sim profile{hint}. Valid profiles: {valid}.") from None
 
 
 def _override(obj: Any, values: Mapping[str, Any], what: str) -> Any:

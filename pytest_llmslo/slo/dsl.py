@@ -20,6 +20,7 @@ from typing import Any, Literal, cast
 
 from pytest_llmslo.catalog import CATALOGUE, DSL_STATS, Stat, parse_stat, stat_name
 from pytest_llmslo.errors import ConfigError
+from pytest_llmslo.suggest import did_you_mean
 
 __all__ = [
     "OPS",
@@ -263,9 +264,10 @@ def parse_objectives(text: str | Iterable[str], *, source: str = "") -> tuple[Ob
                 )
             metric = m["metric"].lower()
             if metric not in CATALOGUE:
+                hint = did_you_mean(metric, CATALOGUE)
                 raise ConfigError(
                     f"unknown metric {m['metric']!r} in SLO objective {part.strip()!r}"
-                    f"{where}; {_valid_names()}"
+                    f"{where}{hint}; {_valid_names()}"
                 )
             stat_text = m["stat"]
             if stat_text is None:

@@ -162,3 +162,27 @@ def test_a_markdown_path_that_cannot_be_written_is_a_usage_error(
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--slo-markdown" in result.stderr.str() + result.stdout.str()
+
+
+def test_markdown_appends_to_the_step_summary_and_no_slo_is_named(
+    suite: pytest.Pytester, fixed_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GitHub Actions collects every step's summary in one file: ours goes after the others'.
+    summary = suite.path / "step_summary.md"
+    summary.write_text("## an earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = suite.runpytest_subprocess(
+        *_args(fixed_server, "--slo-engine=green", f"--slo-markdown={summary}", "-k", "default")
+    )
+    result.assert_outcomes(passed=1)
+    text = summary.read_text()
+    assert text.startswith("## an earlier step\n\n") and "green" in text
+    # The test measured, but asserted no SLO: the session says so, and how to add one.
+    result.stdout.fnmatch_lines(["llmslo: no SLO was asserted: *"])
+    assert "--slo 'ttft_p99<500,itl_p50<30'" in result.stdout.str()
+
+
+def test_a_session_with_an_slo_has_no_such_note(suite: pytest.Pytester, fixed_server: str):
+    result = suite.runpytest_subprocess(*_args(fixed_server, "--slo-engine=green", "-k", "compare"))
+    result.assert_outcomes(passed=2)
+    assert "no SLO was asserted" not in result.stdout.str()

@@ -19,28 +19,75 @@ def test_plain():
 """
 
 
-def test_help_lists_the_options_by_topic(slo_pytester: pytest.Pytester) -> None:
+def test_help_lists_the_common_options_first_then_each_topic(
+    slo_pytester: pytest.Pytester,
+) -> None:
     result = slo_pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(
         [
+            "pytest-llmslo the options most runs need (every option in full: "
+            "pytest --slo-help-all):",
+            "*--slo-help-all*",
+            "*--slo-engine=NAME*",
+            "*--slo-concurrency=N*",
             "pytest-llmslo engines (what is measured):",
-            "*--engine=NAME*",
-            "*--sim-profile=NAME*",
-            "*llama3-70b-fp8-4xh100-vllm.",
+            "*--slo-sim-profile=NAME*",
+            "*Default: llama3-70b-fp8-4xh100-vllm.",
             "pytest-llmslo load (levels, arrivals, request counts):",
-            "*--concurrency=N*",
+            "*--slo-warmup=N*Default: 200.",
             "pytest-llmslo client health (when the load generator was the bottleneck):",
-            "*--client-max-lag=MS*",
+            "*--slo-client-max-lag=MS*",
             "pytest-llmslo regression (baselines):",
             "*--slo-compare-fail=SPEC*",
-            "*llmslo_concurrency (string)*",
         ]
     )
-    text = " ".join(result.stdout.str().split())
+    out = result.stdout.str()
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("pytest-llmslo "))
+    last = max(i for i, line in enumerate(lines) if "--slo" in line or "pytest-llmslo" in line)
+    # The plugin's part of pytest --help: the groups and their options, no ini key.
+    assert last - first < 200, lines[first : last + 1]
+    assert "llmslo_concurrency (string)" not in out
+    text = " ".join(out.split())
     assert "Default: None" not in text
-    assert "Ini: llmslo_min_attainment, env: LLMSLO_MIN_ATTAINMENT. Default: 0.9." in text
-    # The plugin keeps the defaults of a suite of SLO tests (llmslo run has its own).
-    assert "Ini: llmslo_warmup, env: LLMSLO_WARMUP. Default: 200." in text
+    # Every option is under the one prefix (--slo itself is the objectives').
+    flags = {w.split("=")[0] for w in text.split() if w.startswith("--") and "slo" in w}
+    assert all(f == "--slo" or f.startswith("--slo-") for f in flags), flags
+    assert "--duration=" not in text and "--engine=" not in text
+
+
+def test_help_all_prints_every_option_with_its_names(slo_pytester: pytest.Pytester) -> None:
+    from pytest_llmslo import settings as S
+
+    result = slo_pytester.runpytest_subprocess("--slo-help-all")
+    assert result.ret == 0
+    text = " ".join(result.stdout.str().split())
+    for spec in S.SPECS:
+        if spec.cli:
+            assert f"{spec.option} " in text and f"ini {spec.ini};" in text, spec.name
+    assert "ini llmslo_min_attainment; env LLMSLO_MIN_ATTAINMENT; marker min_attainment=; " in text
+    assert "old spelling --duration (deprecated); default none." in text
+
+
+def test_an_old_spelling_works_and_warns_with_the_new_one(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(test_ids=CHAT)
+    result = slo_pytester.runpytest_subprocess(
+        "--collect-only", "-q", "--engine=sim", "--slo-engine=vllm", "--concurrency=2",
+        "--slo-osl=16", "--osl=9",
+    )  # fmt: skip
+    # Either spelling, the last one given wins, as with one spelling.
+    assert " osl=9 " in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "test_ids.py::test_chat[[]sim-c2]",
+            "test_ids.py::test_chat[[]vllm-c2]",
+            "*PytestDeprecationWarning: --engine is deprecated: use --slo-engine*",
+            "*PytestDeprecationWarning: --concurrency is deprecated: use --slo-concurrency*",
+        ]
+    )
+    new = slo_pytester.runpytest_subprocess("--collect-only", "-q", "--slo-concurrency=2")
+    new.stdout.fnmatch_lines(["test_ids.py::test_chat[[]sim-c2]"])
+    assert "deprecated" not in new.stdout.str()
 
 
 def test_ids_are_engine_and_level(slo_pytester: pytest.Pytester) -> None:
@@ -157,7 +204,8 @@ def test_client_settings_reach_the_load_generator(slo_pytester: pytest.Pytester)
         (
             ["--engine=sglng"],
             {},
-            "ERROR: --engine: 'sglng' is not a known engine. Known: sim, vllm, sglang, trtllm,*",
+            "ERROR: --engine: 'sglng' is not a known engine (did you mean 'sglang'?). Known: sim, "
+            "vllm, sglang, trtllm,*",
         ),
         ([], {"LLMSLO_ENGINE": "nope"}, "ERROR: LLMSLO_ENGINE: 'nope' is not a known engine.*"),
         (["--concurrency=1,x"], {}, "*--concurrency: Could not parse value: '1,x'*"),
@@ -274,3 +322,31 @@ def test_duration_zero_on_the_command_line_lifts_the_ini_duration(
     result = slo_pytester.runpytest_subprocess("--collect-only", "--duration=0")
     result.stdout.fnmatch_lines(["llmslo: engines=sim*"])
     result.stdout.no_fnmatch_line("*duration=*")
+
+
+def test_a_misspelt_option_names_the_closest(slo_pytester: pytest.Pytester) -> None:
+    result = slo_pytester.runpytest_subprocess("--slo-concurency=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unknown option --slo-concurency (did you mean '--slo-concurrency'?)" in (
+        result.stderr.str()
+    )
+
+
+def test_a_run_file_gives_the_session_its_settings(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(test_ids=CHAT)
+    slo_pytester.makefile(".toml", slo='engine = "sim"\n[load]\nconcurrency = [2, 3]\n')
+    result = slo_pytester.runpytest_subprocess("--collect-only", "-q", "--slo-config=slo.toml")
+    result.stdout.fnmatch_lines(
+        ["test_ids.py::test_chat[[]sim-c2]", "test_ids.py::test_chat[[]sim-c3]"]
+    )
+    # The command line overrides the file; a misspelt key is a usage error naming the line.
+    result = slo_pytester.runpytest_subprocess(
+        "--collect-only", "-q", "--slo-config=slo.toml", "--slo-concurrency=5"
+    )
+    result.stdout.fnmatch_lines(["test_ids.py::test_chat[[]sim-c5]"])
+    slo_pytester.makefile(".toml", bad="[load]\nconcurency = [2]\n")
+    result = slo_pytester.runpytest_subprocess("--collect-only", "--slo-config=bad.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "bad.toml:2: unknown key 'concurency' (did you mean 'concurrency'?)" in (
+        result.stderr.str()
+    )

@@ -135,7 +135,7 @@ def test_save_and_compare(slo_pytester: pytest.Pytester, tiny_args, slow_fixed_s
     # A slower engine (TTFT 20 -> 60 ms): the test that regressed fails, old vs new shown
     # (within the tolerance, or with constants that differ: tests/session/test_baseline.py).
     slow = tiny_args("--slo-compare=base", "--slo-compare-fail=ttft_p50:20%", "--junitxml=x.xml")
-    slow = [a if not a.startswith("--engine-url=") else f"--engine-url={slow_fixed_server}"
+    slow = [a if not a.startswith("--slo-engine-url=") else f"--slo-engine-url={slow_fixed_server}"
             for a in slow]  # fmt: skip
     result = slo_pytester.runpytest_subprocess(*slow)
     result.assert_outcomes(failed=1)

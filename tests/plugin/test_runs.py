@@ -185,11 +185,11 @@ def test_unavailable_and_failing_engines(slo_pytester: pytest.Pytester, tiny_arg
         """
     )
     args = tiny_args()
-    url = next(a for a in args if a.startswith("--engine-url="))
+    url = next(a for a in args if a.startswith("--slo-engine-url="))
     cfg = (slo_pytester.path / "engines.toml").read_text()
     cfg += f'\n[engines.good]\nkind = "external"\nurl = "{url.split("=", 1)[1]}"\n'
     (slo_pytester.path / "engines.toml").write_text(cfg)
-    args = [a for a in args if not a.startswith("--engine")]
+    args = [a for a in args if not a.startswith("--slo-engine")]
     result = slo_pytester.runpytest_subprocess(
         *args, "--engine-config=engines.toml", "--engine=broken,gpu,good", "-rA"
     )
@@ -275,7 +275,7 @@ def test_engine_gone_is_an_error_and_results_are_kept(
     # Restarts off: the engine's later tests error, with a message and no traceback.
     slo_pytester.makepyfile(test_die=DIE_AT_C1)
     result = slo_pytester.runpytest_subprocess(
-        *tiny_args("--slo-json=out.json", "--engine-restarts=0")
+        *tiny_args("--slo-json=out.json", "--slo-engine-restarts=0")
     )
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(

@@ -98,7 +98,10 @@ def test_marker_objectives_positional_and_text() -> None:
 
 def test_engine_names_checked() -> None:
     S.check_engine_names(["sim", "mine"], ["mine"], "--engine")
-    with pytest.raises(ConfigError, match=r"--engine: 'sglng' is not a known engine. Known: mine"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--engine: 'sglng' is not a known engine \(did you mean 'sglang'\?\). Known: mine",
+    ):
         S.check_engine_names(["sglng"], ["mine"], "--engine")
 
 
@@ -186,13 +189,12 @@ def test_a_cli_value_that_parses_to_none_overrides_the_ini() -> None:
     assert ts.requests is None and ts.duration_s == 5.0
 
 
-def test_every_option_is_in_the_readme_options_table() -> None:
+def test_every_option_is_in_the_options_page() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `--"))
-    missing = [sp.cli for sp in S.SPECS if sp.cli and f"`{sp.cli}" not in table]
-    assert not missing, f"options not in the README's options table: {missing}"
+    page = (Path(__file__).parents[2] / "docs" / "options.md").read_text()
+    missing = [sp.option for sp in S.SPECS if sp.cli and f"### `{sp.option}" not in page]
+    assert not missing, f"options not in docs/options.md: {missing}"
 
 
 def test_receive_stamps_reach_the_client() -> None:
@@ -449,7 +451,19 @@ def test_pytest_help_groups_the_options_by_topic_with_the_defaults_that_apply(
     result = pytester.runpytest_subprocess("--help")
     out = result.stdout.str()
     groups = [line for line in out.splitlines() if line.startswith("pytest-llmslo ")]
-    assert len(groups) == len({spec.topic for spec in S.SPECS if spec.cli}), groups
+    # The options most runs need, then one group per topic.
+    assert len(groups) == 1 + len({spec.topic for spec in S.SPECS if spec.cli}), groups
     assert "pytest-llmslo engines (what is measured):" in groups
     assert "Default: None" not in out
-    assert re.search(r"--concurrency=\S+\s.*?Default:\s+1,4,8,16,32,48,64", out, re.S)
+    assert re.search(r"--slo-concurrency=\S+\s.*?Default:\s+1,4,8,16,32,48,64", out, re.S)
+
+
+def test_the_tokenizer_reaches_the_workload_from_every_surface() -> None:
+    assert resolve().workload_fields()["tokenizer"] is None
+    ts = resolve(marker={"tokenizer": "models/llama"})
+    assert ts.workload_fields()["tokenizer"] == "models/llama"
+    ts = resolve(cli={"tokenizer": "a/tokenizer.json"}, marker={"tokenizer": "models/llama"})
+    assert ts.workload_fields()["tokenizer"] == "a/tokenizer.json"
+    assert ts.sources["tokenizer"] == "--tokenizer"
+    ts = resolve(env={"LLMSLO_TOKENIZER": "b"}, ini={"llmslo_tokenizer": "c"})
+    assert ts.tokenizer == "b"
