@@ -24,6 +24,7 @@ from .state import (
 __all__ = [
     "finish",
     "json_path",
+    "junit_outcomes",
     "junit_properties",
     "output_flags",
     "output_path",
@@ -219,6 +220,28 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
         props.append(("llmslo.compare.status", "not_compared"))
         props.append(("llmslo.compare.reason", ctx.compare_skip))
     return [(k, redact(str(v))) for k, v in props]
+
+
+def junit_outcomes(state: Session) -> dict[str, list[tuple[str, str]]]:
+    """Each test case's outcome as its finished sweep judges it (``judged.level_outcome``
+    against the sweep's knee), by node id: a test case is judged before its sweep's knee
+    exists, so the JUnit file gets these once the session is done, as every other output
+    prints them."""
+    from pytest_llmslo.judged import level_outcome
+    from pytest_llmslo.report import junit
+    from pytest_llmslo.sweep import Knee
+
+    knees: dict[int, Knee] = {}
+    for sweep in state.results().sweeps():
+        knees.update(dict.fromkeys(sweep.indices, sweep.knee))
+    out: dict[str, list[tuple[str, str]]] = {}
+    for nodeid, ctx in state.contexts.items():
+        idx = primary(ctx)
+        if idx is None or idx >= len(state.points):
+            continue
+        outcome = level_outcome(state.points[idx], knees.get(idx))
+        out[nodeid] = [(k, redact(v)) for k, v in junit.outcome_properties(outcome)]
+    return out
 
 
 def suite_properties(state: Session) -> list[tuple[str, str]]:

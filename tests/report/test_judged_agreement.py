@@ -229,6 +229,7 @@ def test_svg_agrees(results: Results) -> None:
 def test_junit_and_json_agree(results: Results) -> None:
     doc = json.loads(json.dumps(build_document(results)))
     want = _expected(results)
+    knees = {i: s.knee for s in results.sweeps() for i in s.indices}
     for i, p in enumerate(results.points):
         outcome, ttft99 = want[(p.test, p.level.label)]
         judged = doc["points"][i]["judged"]
@@ -238,16 +239,22 @@ def test_junit_and_json_agree(results: Results) -> None:
             assert "ttft_p99_ms" in judged["infinite"]
         else:
             assert fmt_judged(judged["figures"]["ttft_p99_ms"]) == ttft99
+        # The session writes the JUnit file with the outcome against the sweep's knee
+        # (``session.junit_outcomes``): the properties a test case gets at the end.
         props = dict(
             junit.testcase_properties(
-                p.summary, p.verdict, engine=p.engine, test=p.test, interrupted=p.interrupted
+                p.summary,
+                p.verdict,
+                engine=p.engine,
+                test=p.test,
+                interrupted=p.interrupted,
+                knee=knees[i],
             )
         )
         shown = props.get("llmslo.ttft_p99_ms")
         assert ("∞" if shown == "inf" else f"{float(shown or 'nan'):.1f}") == ttft99
-        # A test case is judged before its sweep's knee exists: only the knee turns a miss
-        # into an expected one.
-        assert props["llmslo.outcome"] == ("fail" if outcome == "expected_miss" else outcome)
+        assert props["llmslo.outcome"] == outcome
+        assert props["llmslo.outcome_reason"] == level_outcome(p, knees[i]).reason
 
 
 def test_a_tail_percentile_from_too_few_samples_says_so(results: Results) -> None:
