@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.catalog import CATALOGUE, parse_stat
-from pytest_llmslo.judged import LevelOutcome, judged_stat, level_outcome
+from pytest_llmslo.judged import (
+    LevelOutcome,
+    judged_stat,
+    level_outcome,
+    stat_count,
+    weight_note,
+)
 from pytest_llmslo.sweep import Knee, SweepPoint, run_status
 
 if TYPE_CHECKING:
@@ -113,7 +119,9 @@ def testcase_properties(
     Keys: ``engine``, ``test``, ``level``, ``level_mode``, ``level_value``, ``requests``,
     ``completed``, ``failed``, ``error_rate``, ``failures.<kind>``, ``duration_s``, the
     latency percentiles (``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``, ``tpot_p50_ms``,
-    ``e2e_p99_ms``, ...), ``output_tok_s``, ``total_tok_s``, ``req_s``,
+    ``e2e_p99_ms``, ...) each with its sample count (``ttft_p99_n``) and, for a tail
+    percentile from fewer samples than it needs, how the gate judged it
+    (``ttft_p99_too_few``: ``judged.weight_note``), ``output_tok_s``, ``total_tok_s``, ``req_s``,
     ``goodput_tok_s``, ``goodput_req_s``, ``attainment``, ``valid``, ``invalid_reasons``,
     the most frequent error messages (``errors.<n>.{kind,count,message}``), the client's
     health (``client.{schedule_lag_p99_ms,schedule_lag_max_ms,loop_lag_p99_ms,
@@ -198,6 +206,10 @@ def _level(out: _Properties, point: SweepPoint, engine: str | None, test: str | 
         # The figure as the gate judged it, as every other report prints it; ``inf`` where
         # failed requests decide it.
         add(property_name(name), _judged(judged_stat(point, metric, stat)))
+        # Its weight: the samples behind it, and how the gate judged it when they are fewer
+        # than the percentile needs.
+        add(property_name(name.removesuffix("_ms") + "_n"), stat_count(point, metric, stat))
+        add(property_name(name.removesuffix("_ms") + "_too_few"), weight_note(point, metric, stat))
     add(property_name("output_tok_s"), summary.output_tok_s)
     add(property_name("total_tok_s"), summary.total_tok_s)
     add(property_name("req_s"), summary.req_s)

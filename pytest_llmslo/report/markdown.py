@@ -35,6 +35,8 @@ from pytest_llmslo.judged import (
     OUTCOME_WORDS,
     OUTCOMES,
     RED_OUTCOMES,
+    THIN_LEGEND,
+    THIN_MARK,
     fmt_judged,
     judged_stat,
     knee_miss_text,
@@ -90,6 +92,7 @@ __all__ = [
 _SWEEP_HEADERS = (
     "",
     "load",
+    "n",
     "TTFT p50 (ms)",
     "TTFT p99 (ms)",
     "ITL p50 (ms)",
@@ -99,7 +102,7 @@ _SWEEP_HEADERS = (
     "attainment",
     "verdict",
 )
-_RIGHT = {1, 2, 3, 4, 5, 6, 7, 8}
+_RIGHT = {1, 2, 3, 4, 5, 6, 7, 8, 9}
 KNEE_MARK = "◆"
 
 
@@ -322,6 +325,8 @@ def render_sweeps(
                 lines.extend(table(heads, rows, right))
             else:
                 lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
+            if any(THIN_MARK in c for r in rows for c in r):
+                lines.extend(["", THIN_LEGEND])
             lines.append("")
             lines.append(_knee_sentence(knee, unjudged(pts)))
             traffic = [

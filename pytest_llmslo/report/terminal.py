@@ -31,10 +31,14 @@ from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import Results
 from pytest_llmslo.judged import (
     OUTCOME_WORDS,
+    THIN_LEGEND,
+    THIN_MARK,
     fmt_judged,
+    judged_cell,
     judged_stat,
     knee_miss_text,
     level_outcome,
+    stat_count,
     weight_notes,
 )
 from pytest_llmslo.report.coldstart import cold_start_line
@@ -92,6 +96,7 @@ INVALID_MARK = "!"
 # column takes what is left of the line.
 _COLUMNS: tuple[tuple[str, int], ...] = (
     ("load", 8),
+    ("n", 6),
     ("TTFT p50", 10),
     ("TTFT p99", 10),
     ("ITL p50", 9),
@@ -105,8 +110,8 @@ _GAP = 2  # before the verdict
 _VERDICT_MIN = 14  # room for "inconclusive" and a short FAIL list
 # On a narrower terminal the signal columns go first (their line under each level stays),
 # then the columns lose a space each, then these go, in this order (the SLO figures, TTFT
-# P99 and goodput, always stay).
-_DROP_ORDER = ("TPOT p50", "TTFT p50", "ITL p50")
+# P99 and goodput, always stay; without ``n`` a figure from too few samples keeps its mark).
+_DROP_ORDER = ("n", "TPOT p50", "TTFT p50", "ITL p50")
 
 
 def fmt_ms(value: float | None) -> str:
@@ -218,6 +223,8 @@ def _render_one(
         cells = sweep_row_cells(p) + (signal_cells(p) if signals else [])
         row = mark + " " + "".join(_cell(cells[j], w) for j, _, w in cols)
         lines.append(_clip(row + " " * _GAP + _verdict_cell(p, verdict_w, knee), width))
+    if any(THIN_MARK in line for line in lines[2:]):
+        lines.extend(_wrap(f"  {THIN_LEGEND}", width))
     lines.extend(_wrap(_knee_line(sweep, knee), width))
     invalid = [sweep[i] for i in order if point_status(sweep[i]) == "invalid"]
     if invalid:
@@ -342,22 +349,26 @@ def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
     return None if p is None else next(i for i, q in enumerate(sweep) if q is p)
 
 
-def _latency(p: SweepPoint, metric: str, q: float) -> str:
-    """A latency cell: the judged figure (``judged.judged_stat``): the gate's observed value,
+def _latency(p: SweepPoint, metric: str, q: float | str) -> str:
+    """A latency cell: the judged figure (``judged.judged_cell``): the gate's observed value,
     else over every request, failed ones as +∞, so a P99 that failed on the failures reads
-    ∞, not the survivors' figure."""
-    return fmt_judged(judged_stat(p, metric, q))
+    ∞, not the survivors' figure; marked ``THIN_MARK`` when it rests on fewer samples than
+    its percentile needs."""
+    return judged_cell(p, metric, q)
 
 
 def sweep_row_cells(p: SweepPoint) -> list[str]:
-    """The sweep table's cells for one point (the Markdown report's table has the same).
-    Latencies are over every request, a failed one counted as +∞, as the gates take them."""
+    """The sweep table's cells for one point (the Markdown report's table has the same):
+    the level, ``n`` (the requests behind its latencies, a failed one counted as the gate
+    counts it), then the latencies over every request, a failed one counted as +∞, as the
+    gates take them."""
     s = p.summary
     tpot = _latency(p, "tpot", 50)
     if tpot == "-":
-        tpot = fmt_judged(judged_stat(p, "tpot", "mean"))
+        tpot = _latency(p, "tpot", "mean")
     return [
         p.level.label,
+        str(stat_count(p, "ttft", 99)),
         _latency(p, "ttft", 50),
         _latency(p, "ttft", 99),
         _latency(p, "itl", 50),
