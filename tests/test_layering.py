@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),
-    ("sweep", "capacity", "settings", "judged"),
+    ("sweep", "sweepextend", "capacity", "settings", "judged"),
     ("document",),
     ("regression",),
     ("history",),

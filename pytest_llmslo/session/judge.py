@@ -120,7 +120,7 @@ def extend(state: Session, node: str, ctx: TestContext) -> None:
     goodput falls below half its best; the extra points join the sweep, not the verdict."""
     if not (ctx.settings.extend and ctx.last_level and ctx.point_keys):
         return
-    from pytest_llmslo import slo, sweep
+    from pytest_llmslo import slo, sweepextend
 
     factory = state.factory
     if factory is None:
@@ -151,7 +151,7 @@ def extend(state: Session, node: str, ctx: TestContext) -> None:
     added: list[str] = []
     for _ in range(S.MAX_EXTEND_LEVELS):
         pts = [p for p in state.points if p.engine == ctx.engine and p.test == ctx.test]
-        nxt = sweep.extend_sweep(pts)
+        nxt = sweepextend.extend_sweep(pts)
         if nxt is None:
             break
         # A level is only that load when it holds at least two rounds of requests.
