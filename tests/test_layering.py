@@ -46,7 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 SESSION: tuple[tuple[str, ...], ...] = (
     ("factory", "constants", "scaleup", "faults"),
     ("state",),
-    ("engines", "baseline", "outputs", "level"),
+    ("engines", "baseline", "outputs", "level", "faultgate"),
     ("inputs", "judge", "summary"),
 )
 

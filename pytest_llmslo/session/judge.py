@@ -17,6 +17,7 @@ from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .baseline import compare_with_baseline
+from .faultgate import fault_gate
 from .level import harness_cut, inconclusive, measure_level, point_notes
 from .state import Session, TestContext, primary
 
@@ -50,7 +51,8 @@ def gate_kwargs(ts: S.TestSettings) -> dict[str, Any]:
 
 def configured_gate(state: Session, ctx: TestContext) -> None:
     """After the body: the configured SLO (``--slo``, ini, marker ``objectives=``) when the
-    body asserted none itself, and without objectives the error gate (a level where every
+    body asserted none itself (on a level with a fault, over its steady part:
+    ``faultgate``), and without objectives the error gate (a level where every
     request failed, or more than ``--slo-max-error-rate`` did, never passes); and the
     session's ``--slo-strict``/``--slo-confidence`` on what the body asserted with the
     defaults, so a CI gate made strict on the command line cannot pass on a point
@@ -63,6 +65,8 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
     if idx is None:
         return
     run = state.point_runs[idx]
+    if fault_gate(state, ctx, idx, run) is not None:
+        return
     if not ctx.verdicts and not ctx.recoveries:
         if ts.objectives:
             slo.assert_goodput(run, *ts.objectives, **gate_kwargs(ts))
@@ -268,6 +272,12 @@ def after_test(state: Session, node: str, ctx: TestContext, *, body_error: bool 
     ``RegressionError`` for the test."""
     __tracebackhide__ = True
     if body_error:
+        idx = primary(ctx)
+        if idx is not None:
+            # A fault level's recovery failed in the body: its steady part is judged all
+            # the same, and the level reports both.
+            with contextlib.suppress(Exception):
+                fault_gate(state, ctx, idx, state.point_runs[idx], judge=False)
         extend_safely(state, node, ctx)
         return
     try:
