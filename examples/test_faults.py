@@ -6,8 +6,11 @@ the frontend sends the new ones to the other replica. The test asserts the recov
 goodput back to 80 % of its level before the kill (one replica alone runs twice the
 batch, each step a little slower: it gives about 88 % of what two gave), no error and the
 TTFT objective met, for 3 s in a row, within 5 s of the kill, and at most 8 requests lost
-(the concurrency: all a replica could hold). The level's JSON point holds the per-second
-series and the fault's record; the sim's own log of the kill is at GET /admin/events."""
+(the concurrency: all a replica could hold). The marker's TTFT objective judges the
+level's steady part, the requests that ran outside the kill's impact window (from the kill
+to the recovery): the report says how many each verdict judged (docs/faults.md). The
+level's JSON point holds the per-second series and the fault's record; the sim's own log
+of the kill is at GET /admin/events."""
 
 import httpx
 import pytest

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_llmslo.records import Arrival, LoadLevel, LoadMode
-from pytest_llmslo.sweep import finite_or_none, round_significant
+from pytest_llmslo.sweep import finite_or_none
+from pytest_llmslo.sweepextend import round_significant
 
 __all__ = ["DEFAULT_MAX_PROBES", "CapacityResult", "CapacitySearch", "CapacitySpec"]
 

@@ -37,9 +37,12 @@ __all__ = [
     "OUTCOMES",
     "OUTCOME_WORDS",
     "RED_OUTCOMES",
+    "THIN_LEGEND",
+    "THIN_MARK",
     "LevelOutcome",
     "Outcome",
     "fmt_judged",
+    "judged_cell",
     "judged_entry",
     "judged_result",
     "judged_stat",
@@ -49,6 +52,7 @@ __all__ = [
     "samples_needed_for",
     "stat_count",
     "sweep_outcomes",
+    "thin",
     "too_few",
     "weight_note",
     "weight_notes",
@@ -157,6 +161,30 @@ def too_few(count: int, stat: float | str) -> bool:
     """Whether ``count`` samples are fewer than the ``stat`` percentile needs: a P99 from
     24 requests is the largest of them, not a P99."""
     return count < samples_needed_for(stat)
+
+
+#: The mark a table puts on a tail percentile from fewer samples than it needs, and the
+#: legend under a table that shows one.
+THIN_MARK = "†"
+THIN_LEGEND = (
+    f"{THIN_MARK} from fewer samples than the percentile needs (a P99 needs 100, a P90 10): "
+    "the largest sample, not a percentile; the note under the level says how the gate "
+    "judged it"
+)
+
+
+def thin(point: SweepPoint, metric: str, stat: float | str) -> bool:
+    """Whether ``metric``'s ``stat`` at ``point`` rests on fewer samples than it needs
+    (and on at least one): the figure a table marks with ``THIN_MARK``."""
+    count = stat_count(point, metric, stat)
+    return bool(count) and too_few(count, stat)
+
+
+def judged_cell(point: SweepPoint, metric: str, stat: float | str, digits: int = 1) -> str:
+    """``judged_stat`` as a table cell (``fmt_judged``), with ``THIN_MARK`` when it rests
+    on fewer samples than its percentile needs."""
+    text = fmt_judged(judged_stat(point, metric, stat), digits)
+    return text + THIN_MARK if text != "-" and thin(point, metric, stat) else text
 
 
 def weight_note(point: SweepPoint, metric: str, stat: float | str) -> str | None:

@@ -276,6 +276,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     xmlpath = config.getoption("xmlpath", None)
     if collector is not None and xmlpath and not hasattr(config, "workerinput"):
         prefix = config.getoption("junitprefix", None)
+        collector.properties.update(core.junit_outcomes(state))
         error = collector.write(xmlpath, config.invocation_params.dir, prefix=prefix)
         if error:
             _say(config, f"llmslo: {error}")

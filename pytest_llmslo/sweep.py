@@ -10,8 +10,8 @@ it come:
   than 10 % while latency still rises;
 - the **Pareto frontier** (``pareto_front``): across engines and configs, throughput up and
   TTFT P99 down; use it on the knee points (``knee_points``) or on every point;
-- the **extension** (``extend_levels``, ``extend_sweep``): the next concurrency or rate
-  past the last level, until goodput falls below half of its best.
+- the **extension** (``sweepextend``): the next concurrency or rate past the last level,
+  until goodput falls below half of its best.
 
 Everything here is pure and depends only on the fields of ``RunSummary`` and ``Verdict``
 that the contract names, so it can be fed synthetic summaries.
@@ -31,15 +31,11 @@ if TYPE_CHECKING:
     from pytest_llmslo.slo import Verdict
 
 __all__ = [
-    "EXTEND_DROP",
-    "EXTEND_FACTOR",
     "SATURATION_GAIN",
     "Knee",
     "KneeStatus",
     "PointStatus",
     "SweepPoint",
-    "extend_levels",
-    "extend_sweep",
     "find_knee",
     "finite_or_none",
     "frontier_points",
@@ -53,7 +49,6 @@ __all__ = [
     "point_attainment",
     "point_goodput",
     "point_status",
-    "round_significant",
     "run_status",
     "split_sweeps",
     "summary_stat",
@@ -544,72 +539,3 @@ def frontier_points(points: Sequence[SweepPoint]) -> list[SweepPoint]:
     Pareto table and chart marks these."""
     eligible = [p for p in points if point_status(p) in ("pass", "unchecked")]
     return [p for p, on in zip(eligible, pareto_front(eligible), strict=True) if on]
-
-
-# --------------------------------------------------------------------------- extension
-
-#: Growth of an extended sweep: x1.5 per step (48 -> 72 -> 108 -> 162 for concurrency,
-#: rounded up). Finer than doubling, so the knee is not overshot by a whole power of two,
-#: while a 50 % goodput drop is still reached in a few steps.
-EXTEND_FACTOR = 1.5
-
-#: The extension stops once goodput at the last level falls below this fraction of its best.
-EXTEND_DROP = 0.5
-
-
-def extend_levels(
-    levels: Sequence[LoadLevel],
-    best_goodput: float | None,
-    last_goodput: float | None,
-    *,
-    factor: float = EXTEND_FACTOR,
-    drop: float = EXTEND_DROP,
-    max_value: float | None = None,
-) -> LoadLevel | None:
-    """The next level past the last of ``levels``, or None when the sweep should stop.
-
-    Stops when goodput at the last level is below ``drop`` (50 %) of the best goodput seen,
-    when the best goodput is zero or unknown (no level produced good requests: there is no
-    knee to go past), when the last level has no goodput (its client run was invalid or no
-    objective was evaluated: a higher load would be invalid too), or when ``max_value`` is
-    reached. The next value is ``last * factor``: for concurrency rounded up to an integer
-    (at least +1); for a rate rounded to 3 significant digits. A rate level keeps its arrival
-    process and seed.
-    """
-    if not levels:
-        raise ValueError("extend_levels needs the levels run so far")
-    if not factor > 1:
-        raise ValueError(f"factor must be > 1, got {factor!r}")
-    last = max(levels, key=lambda lv: lv.value)
-    best, cur = finite_or_none(best_goodput), finite_or_none(last_goodput)
-    if best is None or best <= 0 or cur is None or cur < drop * best:
-        return None
-    if max_value is not None and last.value >= max_value:
-        return None
-    if last.mode == "concurrency":
-        value = float(max(math.ceil(last.value * factor - 1e-9), int(last.value) + 1))
-    else:
-        value = round_significant(last.value * factor, 3)
-    if max_value is not None:
-        value = min(value, float(max_value))
-    return last.scaled(value)
-
-
-def extend_sweep(points: Sequence[SweepPoint], **kwargs: Any) -> LoadLevel | None:
-    """``extend_levels`` for one sweep's points: best goodput over its valid points, last
-    goodput at its highest level. Keyword arguments go to ``extend_levels``."""
-    if not points:
-        return None
-    order = level_order(points)
-    valid = [point_goodput(points[i]) for i in order if points[i].summary.valid]
-    best = max((g for g in valid if g is not None), default=None)
-    top = points[order[-1]]
-    last = point_goodput(top) if top.summary.valid else None
-    return extend_levels([p.level for p in points], best, last, **kwargs)
-
-
-def round_significant(x: float, digits: int) -> float:
-    """``x`` rounded to ``digits`` significant digits (a rounder level reads better)."""
-    if x == 0:
-        return 0.0
-    return round(x, digits - 1 - math.floor(math.log10(abs(x))))

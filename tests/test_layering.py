@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("evals", "signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),
-    ("sweep", "capacity", "settings", "judged"),
+    ("sweep", "sweepextend", "capacity", "settings", "judged"),
     ("document",),
     ("regression",),
     ("history",),
@@ -50,7 +50,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 SESSION: tuple[tuple[str, ...], ...] = (
     ("factory", "constants", "scaleup", "faults"),
     ("state",),
-    ("engines", "baseline", "outputs", "level", "quality", "asked"),
+    ("engines", "baseline", "outputs", "level", "quality", "asked", "faultgate"),
     ("inputs", "judge", "summary"),
 )
 

@@ -80,9 +80,9 @@ SESSION = [
     "README_XDIST", "XDIST_REASON", "EngineFactory", "EngineRef", "NullProgress", "Progress",
     "RunMeta", "Session", "SessionHooks", "TestContext", "Voice", "add_test", "bound",
     "call_test", "check_inputs", "engine_factory", "engines_text", "finish", "json_path",
-    "junit_properties", "load_test", "measure_level", "other_load", "output_flags",
-    "plan_test", "prepare", "run_level", "run_test", "search_capacity", "suite_properties",
-    "summary_lines_of_test", "summary_report", "tests_overview", "write_json",
+    "junit_outcomes", "junit_properties", "load_test", "measure_level", "other_load",
+    "output_flags", "plan_test", "prepare", "run_level", "run_test", "search_capacity",
+    "suite_properties", "summary_lines_of_test", "summary_report", "tests_overview", "write_json",
     "write_reports",
 ]  # fmt: skip
 

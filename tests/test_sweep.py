@@ -14,8 +14,6 @@ from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.sweep import (
     Knee,
     SweepPoint,
-    extend_levels,
-    extend_sweep,
     find_knee,
     group_sweeps,
     knee_of,
@@ -27,6 +25,7 @@ from pytest_llmslo.sweep import (
     summary_stat,
     sweep_knees,
 )
+from pytest_llmslo.sweepextend import extend_levels, extend_sweep
 
 # --------------------------------------------------------------------------- builders
 

@@ -5,7 +5,9 @@
 - ``injector``: doing a fault to a running engine (the sim's admin endpoint, the runtime,
   the proxy);
 - ``recovery``: the level's per-second series and each fault's cost: requests failed,
-  the dip in goodput and attainment, the recovery time.
+  the dip in goodput and attainment, the recovery time;
+- ``steady``: a fault level split into its steady part (judged by the latency objectives)
+  and the fault's impact window (judged by the recovery).
 """
 
 from .injector import inject, pick_unit

@@ -7,7 +7,10 @@ label), how it ended (``outcome``: one of ``judged.OUTCOMES``; ``knee``: 1 on
 the sweep's knee level; ``interrupted``, ``valid``), the counts and rates (requests,
 completed, failed, error rate, output/total tok/s, req/s, goodput tok/s, attainment) and,
 per latency metric of the catalogue, P50, P90, P99 and the mean in ms as the gate judged
-them (``judged.judged_stat``: ``inf`` where failed requests decide it). An empty cell is a
+them (``judged.judged_stat``: ``inf`` where failed requests decide it), each metric's
+sample count (``ttft_n``: requests, failed ones counted as the gate counts them; token gaps
+for itl) and ``too_few``: the figures, space-separated (``ttft_p99_ms ttft_p90_ms``), from
+fewer samples than their percentile needs (a P99 needs 100). An empty cell is a
 value that does not exist (no goodput without objectives, no ITL for one-token answers).
 Numbers are written as Python writes floats, with no unit in the cell: the unit is in
 the column name.
@@ -23,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo.catalog import METRICS
 from pytest_llmslo.document.jsonable import jsonable
 from pytest_llmslo.document.results import Results
-from pytest_llmslo.judged import judged_stat, level_outcome
+from pytest_llmslo.judged import judged_stat, level_outcome, stat_count
+from pytest_llmslo.judged import thin as judged_thin
 
 if TYPE_CHECKING:
     from pytest_llmslo.sweep import Knee, SweepPoint
@@ -59,6 +63,8 @@ COLUMNS: tuple[str, ...] = (
     "goodput_tok_s",
     "attainment",
     *(f"{m}_{name}_ms" for m in METRICS for name, _ in _STATS),
+    *(f"{m}_n" for m in METRICS),
+    "too_few",
 )
 
 
@@ -96,9 +102,14 @@ def _row(results: Results, p: SweepPoint, knee: bool, sweep_knee: Knee | None) -
         "goodput_tok_s": judged.goodput_tok_s,
         "attainment": judged.attainment,
     }
+    thin: list[str] = []
     for m in METRICS:
         for name, stat in _STATS:
             values[f"{m}_{name}_ms"] = _stat(p, m, stat)
+            if values[f"{m}_{name}_ms"] is not None and judged_thin(p, m, stat):
+                thin.append(f"{m}_{name}_ms")
+        values[f"{m}_n"] = stat_count(p, m, 99.0)
+    values["too_few"] = " ".join(thin)
     cells = (jsonable(values[c]) for c in COLUMNS)  # NaN and infinities: no value
     return ["" if v is None else v for v in cells]
 

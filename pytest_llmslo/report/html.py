@@ -52,8 +52,9 @@ from pytest_llmslo.report.htmlcells import (
     cell,
     kv_table,
     lines,
-    point_value,
+    point_cell,
     slug,
+    thin_legend,
 )
 from pytest_llmslo.report.htmlcharts import (
     PALETTE,
@@ -592,7 +593,7 @@ def _sweep_table(
     rows = []
     for p in points:
         i = every.index(p)
-        cells = "".join(cell(point_value(p, key), d) for _h, key, d in _COLUMNS)
+        cells = "".join(point_cell(p, key, d) for _h, key, d in _COLUMNS)
         rows.append(
             f'<tr data-point="{i}"><td>{escape(p.engine)}</td>'
             f'<td><a href="#p{i}">{escape(p.level.label)}</a></td>'
@@ -605,4 +606,5 @@ def _sweep_table(
         f"<th>level</th><th>outcome</th><th>requests</th><th>failed</th>{head}</tr>"
         + "".join(rows)
         + "</table></div>"
+        + thin_legend("".join(rows))
     )

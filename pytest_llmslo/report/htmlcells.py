@@ -11,7 +11,14 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from pytest_llmslo.judged import fmt_judged, judged_stat
+from pytest_llmslo.judged import (
+    THIN_LEGEND,
+    THIN_MARK,
+    fmt_judged,
+    judged_stat,
+    stat_count,
+    thin,
+)
 from pytest_llmslo.report.htmlcharts import Threshold
 from pytest_llmslo.sweep import (
     SweepPoint,
@@ -28,8 +35,10 @@ __all__ = [
     "cell",
     "kv_table",
     "lines",
+    "point_cell",
     "point_value",
     "slug",
+    "thin_legend",
 ]
 
 #: The outcomes as the page names them (``judged.OUTCOMES``, and the point statuses of
@@ -82,6 +91,26 @@ def cell(value: float | None, digits: int) -> str:
         # Failed requests decide the figure (``judged.judged_stat``).
         return f'<td class="n" data-v="{value!r}">{fmt_judged(value)}</td>'
     return f'<td class="n" data-v="{value!r}">{value:,.{digits}f}</td>'
+
+
+def point_cell(p: SweepPoint, key: str, digits: int) -> str:
+    """The cell of figure ``key`` of a point (``point_value``); a percentile's carries its
+    sample count (``data-n`` and its title) and ``THIN_MARK`` when it rests on fewer
+    samples than it needs."""
+    text = cell(point_value(p, key), digits)
+    if ":" not in key:
+        return text
+    metric, stat = key.split(":")
+    n = stat_count(p, metric, float(stat))
+    mark = THIN_MARK if thin(p, metric, float(stat)) and "na" not in text else ""
+    head, body = text.split(">", 1)
+    title = f"from {n} samples" + (" (fewer than this percentile needs)" if mark else "")
+    return f'{head} data-n="{n}" title="{title}">{body.replace("</td>", mark + "</td>")}'
+
+
+def thin_legend(table: str) -> str:
+    """The legend of ``THIN_MARK`` when the table's HTML shows one, else nothing."""
+    return f'<p class="sub">{escape(THIN_LEGEND)}</p>' if THIN_MARK in table else ""
 
 
 def badge(status: str) -> str:

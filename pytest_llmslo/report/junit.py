@@ -23,8 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.catalog import CATALOGUE, parse_stat
-from pytest_llmslo.judged import judged_stat, level_outcome
-from pytest_llmslo.sweep import SweepPoint, run_status
+from pytest_llmslo.judged import (
+    LevelOutcome,
+    judged_stat,
+    level_outcome,
+    stat_count,
+    weight_note,
+)
+from pytest_llmslo.sweep import Knee, SweepPoint, run_status
 
 if TYPE_CHECKING:
     from pytest_llmslo.metrics import RunSummary
@@ -34,9 +40,11 @@ __all__ = [
     "PREFIX",
     "cold_start_properties",
     "fault_properties",
+    "outcome_properties",
     "property_name",
     "quality_properties",
     "scale_up_properties",
+    "set_properties",
     "suite_properties",
     "testcase_properties",
 ]
@@ -103,13 +111,18 @@ def testcase_properties(
     engine: str | None = None,
     test: str | None = None,
     interrupted: bool = False,
+    knee: Knee | None = None,
 ) -> list[tuple[str, str]]:
-    """The flat properties of one test case's run (and its verdict, when it evaluated one).
+    """The flat properties of one test case's run (and its verdict, when it evaluated one);
+    ``knee``, its sweep's knee once the sweep is done, makes a miss above it the expected
+    miss every other output calls it (``outcome_properties``).
 
     Keys: ``engine``, ``test``, ``level``, ``level_mode``, ``level_value``, ``requests``,
     ``completed``, ``failed``, ``error_rate``, ``failures.<kind>``, ``duration_s``, the
     latency percentiles (``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``, ``tpot_p50_ms``,
-    ``e2e_p99_ms``, ...), ``output_tok_s``, ``total_tok_s``, ``req_s``,
+    ``e2e_p99_ms``, ...) each with its sample count (``ttft_p99_n``) and, for a tail
+    percentile from fewer samples than it needs, how the gate judged it
+    (``ttft_p99_too_few``: ``judged.weight_note``), ``output_tok_s``, ``total_tok_s``, ``req_s``,
     ``goodput_tok_s``, ``goodput_req_s``, ``attainment``, ``valid``, ``invalid_reasons``,
     the most frequent error messages (``errors.<n>.{kind,count,message}``), the client's
     health (``client.{schedule_lag_p99_ms,schedule_lag_max_ms,loop_lag_p99_ms,
@@ -133,10 +146,17 @@ def testcase_properties(
     _signals(out, summary)
     _health(out, summary, verdict)
     _verdict(out, summary, verdict)
-    outcome = level_outcome(point)
-    out.add(property_name("outcome"), outcome.outcome)
-    out.add(property_name("outcome_reason"), outcome.reason)
+    out.items.extend(outcome_properties(level_outcome(point, knee)))
     return out.items
+
+
+def outcome_properties(outcome: LevelOutcome) -> list[tuple[str, str]]:
+    """``llmslo.outcome`` and ``llmslo.outcome_reason``: the level's outcome as
+    ``judged.level_outcome`` gives it, the one every output prints."""
+    return [
+        (property_name("outcome"), outcome.outcome),
+        (property_name("outcome_reason"), outcome.reason),
+    ]
 
 
 def _judged(v: float | None) -> float | str | None:
@@ -187,6 +207,10 @@ def _level(out: _Properties, point: SweepPoint, engine: str | None, test: str | 
         # The figure as the gate judged it, as every other report prints it; ``inf`` where
         # failed requests decide it.
         add(property_name(name), _judged(judged_stat(point, metric, stat)))
+        # Its weight: the samples behind it, and how the gate judged it when they are fewer
+        # than the percentile needs.
+        add(property_name(name.removesuffix("_ms") + "_n"), stat_count(point, metric, stat))
+        add(property_name(name.removesuffix("_ms") + "_too_few"), weight_note(point, metric, stat))
     add(property_name("output_tok_s"), summary.output_tok_s)
     add(property_name("total_tok_s"), summary.total_tok_s)
     add(property_name("req_s"), summary.req_s)
@@ -447,10 +471,49 @@ def add_system_out(xml_path: str | os.PathLike[str], texts: Mapping[str, str], *
             node = ET.SubElement(case, "system-out")
             node.text = text
         done += 1
+    _write_tree(tree, xml_path)
+    return done
+
+
+def set_properties(
+    xml_path: str | os.PathLike[str],
+    props: Mapping[str, Sequence[tuple[str, str]]],
+    *,
+    prefix: str | None = None,
+) -> int:
+    """Set test cases' properties (``props`` by node id) in a JUnit XML file pytest wrote:
+    a property of the same name takes the new value, another one is added. A test case is
+    judged before its sweep's knee exists, so the session sets its final outcome here once
+    the sweep is done. The file is rewritten atomically; returns how many test cases
+    changed."""
+    if not props:
+        return 0
+    tree = ET.parse(xml_path)
+    by_address = {testcase_address(n, prefix): p for n, p in props.items() if p}
+    done = 0
+    for case in tree.getroot().iter("testcase"):
+        wanted = by_address.get((case.get("classname", ""), case.get("name", "")))
+        if not wanted:
+            continue
+        node = case.find("properties")
+        if node is None:
+            node = ET.Element("properties")
+            case.insert(0, node)
+        have = {p.get("name"): p for p in node.findall("property")}
+        for name, value in wanted:
+            prop = have.get(name)
+            if prop is None:
+                prop = have[name] = ET.SubElement(node, "property", name=name)
+            prop.set("value", value)
+        done += 1
+    _write_tree(tree, xml_path)
+    return done
+
+
+def _write_tree(tree: ET.ElementTree[ET.Element], xml_path: str | os.PathLike[str]) -> None:
     tmp = f"{os.fspath(xml_path)}.llmslo.tmp"
     tree.write(tmp, encoding="utf-8", xml_declaration=True)
     os.replace(tmp, xml_path)
-    return done
 
 
 class SystemOutCollector:
@@ -458,10 +521,12 @@ class SystemOutCollector:
     says (pytest writes there only captured output, never a plugin's report section).
     Registered as a pytest plugin object by the plugin: it keeps each test's "llmslo"
     report section as the test reports, and ``write`` adds them to the file pytest wrote
-    (at ``pytest_unconfigure``, after pytest wrote it)."""
+    (at ``pytest_unconfigure``, after pytest wrote it), with each test case's final
+    ``properties`` (its outcome against its sweep's knee: ``set_properties``)."""
 
     def __init__(self) -> None:
         self.texts: dict[str, str] = {}
+        self.properties: dict[str, list[tuple[str, str]]] = {}
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when != "call":
@@ -477,10 +542,12 @@ class SystemOutCollector:
         expanded, relative to ``base``); returns an error message instead of raising."""
         path = Path(base) / os.path.expanduser(os.path.expandvars(xmlpath))
         try:
-            if self.texts and path.exists():
+            if path.exists():
                 add_system_out(path, self.texts, prefix=prefix)
+                set_properties(path, self.properties, prefix=prefix)
         except Exception as exc:  # reporting must never break the run
             return f"could not add the SLO numbers to {path}: {exc!r}"
         finally:
             self.texts.clear()
+            self.properties.clear()
         return None

@@ -27,7 +27,7 @@ import html
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import EngineEntry, Results, Sweep
@@ -35,6 +35,8 @@ from pytest_llmslo.judged import (
     OUTCOME_WORDS,
     OUTCOMES,
     RED_OUTCOMES,
+    THIN_LEGEND,
+    THIN_MARK,
     fmt_judged,
     judged_stat,
     knee_miss_text,
@@ -43,6 +45,8 @@ from pytest_llmslo.judged import (
 )
 from pytest_llmslo.report.coldstart import cold_start_table
 from pytest_llmslo.report.faults import fault_lines
+from pytest_llmslo.report.mdcompare import render_comparison
+from pytest_llmslo.report.mdtable import escape_cell, table
 from pytest_llmslo.report.paths import relative_paths
 from pytest_llmslo.report.scaleup import scale_up_text
 from pytest_llmslo.report.signaltext import (
@@ -72,9 +76,6 @@ from pytest_llmslo.sweep import (
     unjudged,
 )
 
-if TYPE_CHECKING:
-    from pytest_llmslo.regression import Comparison, DocumentComparison
-
 __all__ = [
     "escape_cell",
     "render_comparison",
@@ -90,6 +91,7 @@ __all__ = [
 _SWEEP_HEADERS = (
     "",
     "load",
+    "n",
     "TTFT p50 (ms)",
     "TTFT p99 (ms)",
     "ITL p50 (ms)",
@@ -99,28 +101,8 @@ _SWEEP_HEADERS = (
     "attainment",
     "verdict",
 )
-_RIGHT = {1, 2, 3, 4, 5, 6, 7, 8}
+_RIGHT = {1, 2, 3, 4, 5, 6, 7, 8, 9}
 KNEE_MARK = "◆"
-
-
-def escape_cell(text: object) -> str:
-    """Text safe inside a Markdown table cell: pipes escaped, newlines as spaces."""
-    s = str(text).replace("\\", "\\\\").replace("|", "\\|")
-    return " ".join(s.splitlines())
-
-
-def table(
-    headers: Sequence[str], rows: Sequence[Sequence[object]], right: set[int] | None = None
-) -> list[str]:
-    """A GitHub-flavoured Markdown table; columns in ``right`` are right-aligned."""
-    right = right or set()
-    align = ["---:" if i in right else ":---" for i in range(len(headers))]
-    lines = [
-        "| " + " | ".join(escape_cell(h) for h in headers) + " |",
-        "| " + " | ".join(align) + " |",
-    ]
-    lines.extend("| " + " | ".join(escape_cell(c) for c in r) + " |" for r in rows)
-    return lines
 
 
 def _constants_items(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -322,6 +304,8 @@ def render_sweeps(
                 lines.extend(table(heads, rows, right))
             else:
                 lines.extend(table(_SWEEP_HEADERS, rows, _RIGHT))
+            if any(THIN_MARK in c for r in rows for c in r):
+                lines.extend(["", THIN_LEGEND])
             lines.append("")
             lines.append(_knee_sentence(knee, unjudged(pts)))
             traffic = [
@@ -563,107 +547,3 @@ def render_report(results: Results, *, title: str | None = None) -> str:
     text = "\n".join(lines).rstrip() + "\n"
     base = os.path.dirname(os.path.abspath(results.source)) if results.source else None
     return relative_paths(text, base)
-
-
-def _comparison_block(c: Comparison) -> list[str]:
-    from pytest_llmslo.regression import ROW_HEADERS, row_cells
-
-    level = "-" if c.level is None else c.level.label
-    head = f"### {escape_cell(c.engine)} · `{escape_cell(c.test)}` · {level} · {c.status}"
-    old, new = c.versions
-    if old is not None or new is not None:
-        head += f" · engine {escape_cell(old or '?')} → {escape_cell(new or '?')}"
-    lines = [head, ""]
-    if not c.comparable:
-        lines.append("Not compared, the runs differ:")
-        lines.append("")
-        lines.extend(f"- {escape_cell(p)}" for p in c.problems)
-        return lines
-    headers = list(ROW_HEADERS)
-    headers[1], headers[2] = c.labels
-    rows = []
-    for r in c.rows:
-        cells = row_cells(r)
-        if r.status == "regressed":
-            cells = [f"**{x}**" for x in cells]
-        rows.append(cells)
-    lines.extend(table(headers, rows, {1, 2, 3, 4, 5}))
-    notes = [r for r in c.rows if r.status in ("noise", "regressed") and r.noise is not None]
-    details = []
-    for r in notes:
-        n = r.noise
-        if n is None or n.noise is None:
-            continue
-        if n.method in ("bootstrap", "order-statistic"):
-            low = "-∞" if n.low is None else f"{n.low:+.1f}"
-            high = "+∞" if n.high is None else f"{n.high:+.1f}"
-            text = (
-                f"change in [{low}, {high}] ms ({100 * n.confidence:g}% {n.method} interval), "
-                f"rank test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
-            )
-        else:
-            text = f"{n.method.removesuffix('-test')} test p={n.p_value:.3g}, n={n.n_old}/{n.n_new}"
-        if n.note:
-            text += f"; {n.note}"
-        details.append(f"- `{r.metric}` ({r.status}): {escape_cell(text)}")
-    if details:
-        lines.append("")
-        lines.extend(details)
-    if c.notes:
-        lines.append("")
-        lines.extend(f"_{escape_cell(note)}_" for note in c.notes)
-    return lines
-
-
-def render_comparison(result: DocumentComparison, *, title: str | None = None) -> str:
-    """A document comparison as Markdown (see the module docstring)."""
-    from pytest_llmslo.regression import RULE
-
-    status = result.status
-    icon = {"regressed": "❌", "not comparable": "⚠️"}.get(status, "✅")
-    heading = title or f"pytest-llmslo comparison: {result.labels[0]} → {result.labels[1]}"
-    lines = [f"## {escape_cell(heading)}", "", f"{icon} **{status}**"]
-    if result.mismatch:
-        lines.append("")
-        lines.append("Not compared: the pinned constants differ.")
-        lines.append("")
-        lines.extend(f"- {escape_cell(m)}" for m in result.mismatch)
-        return relative_paths("\n".join(lines) + "\n")
-    if result.tolerances:
-        tol = ", ".join(f"`{k}` {t.label}" for k, t in result.tolerances.items())
-        lines.append("")
-        lines.append(f"Tolerances: {tol}")
-    for note in result.notes:
-        lines.append("")
-        lines.append(f"_{escape_cell(note)}_")
-    counts: dict[str, int] = {}
-    for c in result.comparisons:
-        counts[c.status] = counts.get(c.status, 0) + 1
-    if result.comparisons:
-        lines.append("")
-        n = len(result.comparisons)
-        lines.append(
-            f"{n} point{'s' if n != 1 else ''} compared: "
-            + ", ".join(f"{k} {s}" for s, k in counts.items())
-        )
-        # Regressions first: the reader of a red CI run looks for them.
-        order = sorted(result.comparisons, key=lambda c: (not c.regressed, c.comparable))
-        for c in order:
-            lines.append("")
-            lines.extend(_comparison_block(c))
-    else:
-        lines.append("")
-        lines.append("No point (engine, test, load level) is in both documents.")
-    if result.only_old:
-        lines.append("")
-        lines.append(
-            f"Only in {escape_cell(result.labels[0])}: " + escape_cell(", ".join(result.only_old))
-        )
-    if result.only_new:
-        lines.append("")
-        lines.append(
-            f"Only in {escape_cell(result.labels[1])}: " + escape_cell(", ".join(result.only_new))
-        )
-    lines.append("")
-    lines.append(f"<sub>{escape_cell(RULE)}</sub>")
-    return relative_paths("\n".join(lines) + "\n")

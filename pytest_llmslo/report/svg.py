@@ -40,7 +40,15 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from pytest_llmslo.document.results import Results
-from pytest_llmslo.judged import fmt_judged, judged_stat, level_outcome, plotted_stat
+from pytest_llmslo.judged import (
+    fmt_judged,
+    judged_cell,
+    judged_stat,
+    level_outcome,
+    plotted_stat,
+    stat_count,
+    thin,
+)
 from pytest_llmslo.report import chartkit as kit
 from pytest_llmslo.report.chartkit import nice_ticks, text_box, text_width
 from pytest_llmslo.report.paths import relative_paths
@@ -217,7 +225,9 @@ def _point_title(engine: str, p: SweepPoint, tag: str, knee: Knee | None = None)
     good = point_goodput(p)
     parts = [f"{engine}{tag} {p.level.label}", f"{p.summary.output_tok_s:.0f} output tok/s"]
     if ttft is not None:
-        parts.append(f"TTFT P99 {fmt_judged(ttft)} ms")
+        n = stat_count(p, "ttft", 99)
+        few = ", fewer than a P99 needs" if thin(p, "ttft", 99) else ""
+        parts.append(f"TTFT P99 {judged_cell(p, 'ttft', 99)} ms ({n} samples{few})")
     if itl is not None:
         parts.append(f"ITL P50 {fmt_judged(itl)} ms")
     if good is not None:
@@ -400,9 +410,9 @@ def _table_cells(p: SweepPoint) -> list[str]:
     return [
         p.level.label,
         fmt_tok(finite_or_none(s.output_tok_s)),
-        fmt_judged(judged_stat(p, "ttft", 50)),
-        fmt_judged(judged_stat(p, "ttft", 99)),
-        fmt_judged(judged_stat(p, "itl", 50)),
+        judged_cell(p, "ttft", 50),
+        judged_cell(p, "ttft", 99),
+        judged_cell(p, "itl", 50),
         fmt_tok(point_goodput(p)),
         level_outcome(p).word,
     ]

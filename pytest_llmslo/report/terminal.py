@@ -31,22 +31,29 @@ from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import Results
 from pytest_llmslo.judged import (
     OUTCOME_WORDS,
+    THIN_LEGEND,
+    THIN_MARK,
     fmt_judged,
+    judged_cell,
     judged_stat,
     knee_miss_text,
     level_outcome,
-    weight_notes,
+    stat_count,
 )
 from pytest_llmslo.report.coldstart import cold_start_line
-from pytest_llmslo.report.faults import fault_lines
-from pytest_llmslo.report.scaleup import scale_up_text
+from pytest_llmslo.report.levellines import (
+    failure_lines,
+    fmt_ms,
+    level_lines,
+    request_failure_lines,
+    traffic_lines,
+)
 from pytest_llmslo.report.signaltext import (
     CLIENT_LEGEND,
     SIGNAL_COLUMNS,
     has_client_delta,
     has_signals,
     signal_cells,
-    signal_lines,
 )
 from pytest_llmslo.sweep import (
     Knee,
@@ -92,6 +99,7 @@ INVALID_MARK = "!"
 # column takes what is left of the line.
 _COLUMNS: tuple[tuple[str, int], ...] = (
     ("load", 8),
+    ("n", 6),
     ("TTFT p50", 10),
     ("TTFT p99", 10),
     ("ITL p50", 9),
@@ -105,12 +113,8 @@ _GAP = 2  # before the verdict
 _VERDICT_MIN = 14  # room for "inconclusive" and a short FAIL list
 # On a narrower terminal the signal columns go first (their line under each level stays),
 # then the columns lose a space each, then these go, in this order (the SLO figures, TTFT
-# P99 and goodput, always stay).
-_DROP_ORDER = ("TPOT p50", "TTFT p50", "ITL p50")
-
-
-def fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+# P99 and goodput, always stay; without ``n`` a figure from too few samples keeps its mark).
+_DROP_ORDER = ("n", "TPOT p50", "TTFT p50", "ITL p50")
 
 
 def fmt_tok(value: float | None) -> str:
@@ -218,6 +222,8 @@ def _render_one(
         cells = sweep_row_cells(p) + (signal_cells(p) if signals else [])
         row = mark + " " + "".join(_cell(cells[j], w) for j, _, w in cols)
         lines.append(_clip(row + " " * _GAP + _verdict_cell(p, verdict_w, knee), width))
+    if any(THIN_MARK in line for line in lines[2:]):
+        lines.extend(_wrap(f"  {THIN_LEGEND}", width))
     lines.extend(_wrap(_knee_line(sweep, knee), width))
     invalid = [sweep[i] for i in order if point_status(sweep[i]) == "invalid"]
     if invalid:
@@ -228,103 +234,6 @@ def _render_one(
         for line in level_lines(sweep[i]) if detail else request_failure_lines(sweep[i]):
             lines.extend(_wrap(line, width))
     return lines
-
-
-def level_lines(p: SweepPoint) -> list[str]:
-    """The lines under a level's row: its traffic, its engine's signals, its failures and
-    notes (the terminal shows all of them with ``-v``, the failed requests without)."""
-    scale = scale_up_text(p.scale_up)
-    return traffic_lines(p) + signal_lines(p) + failure_lines(p) + ([scale] if scale else [])
-
-
-def _rate(v: Any) -> str:
-    return "-" if v is None else f"{float(v):.3g}"
-
-
-def traffic_lines(p: SweepPoint) -> list[str]:
-    """What a level's traffic was, under its row: the offered against the sent rate (an
-    open loop, a trace), the waits of a cap on requests in flight, and, for multi-turn
-    conversations, TTFT by turn (where a prefix cache shows) and the conversations'
-    durations. None for a plain closed loop."""
-    t = p.summary.traffic
-    if not t:
-        return []
-    label = p.level.label
-    out: list[str] = []
-    unit = "conv" if t.get("unit") == "conversation" else "req"
-    if "offered_req_s" in t:
-        text = f"  {label}: offered {_rate(t.get('offered_req_s'))} {unit}/s, "
-        text += f"sent {_rate(t.get('sent_req_s'))} {unit}/s"
-        trace = t.get("trace")
-        if isinstance(trace, Mapping):
-            name = str(trace.get("path", "")).rsplit("/", 1)[-1]
-            text += (
-                f" (trace {trace.get('format')} {name}: {trace.get('requests')} requests "
-                f"over {float(trace.get('span_s') or 0):.1f} s"
-            )
-            if trace.get("skipped"):
-                text += f", {trace['skipped']} failed rows skipped"
-            text += ")"
-        cap = t.get("cap")
-        if isinstance(cap, Mapping) and cap.get("delayed"):
-            text += (
-                f"; the cap of {cap.get('max_concurrency')} in flight held back "
-                f"{cap['delayed']} requests (mean {float(cap.get('wait_mean_ms', 0)):.0f} ms, "
-                f"max {float(cap.get('wait_max_ms', 0)):.0f} ms)"
-            )
-        out.append(text)
-    turns = t.get("turns")
-    if turns:
-        shown = turns if len(turns) <= 6 else [*turns[:3], *turns[-2:]]
-        parts = [f"t{d['turn'] + 1} {fmt_ms(d.get('ttft_p50_ms'))}" for d in shown]
-        if len(turns) > 6:
-            parts.insert(3, "…")
-        text = f"  {label}: TTFT p50 by turn " + " → ".join(parts) + " ms"
-        ses = t.get("sessions")
-        if isinstance(ses, Mapping):
-            text += (
-                f"; {ses.get('completed')} of {ses.get('started')} conversations completed, "
-                f"duration p50 {_secs(ses.get('duration_p50_s'))}, "
-                f"p99 {_secs(ses.get('duration_p99_s'))}"
-            )
-        out.append(text)
-    return out
-
-
-def _secs(v: Any) -> str:
-    return "-" if v is None else f"{float(v):.2f} s"
-
-
-def failure_lines(p: SweepPoint) -> list[str]:
-    """Why a level's requests failed (``request_failure_lines``) and its notes, one line
-    each; none for a clean level."""
-    out = request_failure_lines(p)
-    out.extend(f"  {p.level.label}: {note}" for note in weight_notes(p))
-    out.extend(f"  {p.level.label}: {note}" for note in p.notes)
-    if p.verdict is not None:
-        out.extend(f"  {p.level.label}: why: {why}" for why in p.verdict.attribution)
-    return out
-
-
-def request_failure_lines(p: SweepPoint) -> list[str]:
-    """The level's faults and what they cost (``report.faults``), then why its requests
-    failed: its most frequent error message, with the count of the others; none when
-    there was no fault and none failed."""
-    s = p.summary
-    out: list[str] = [f"  {p.level.label}: {line}" for line in fault_lines(p.faults)]
-    if s.failed:
-        text = f"  {p.level.label}: {s.failed} of {s.requests} requests failed"
-        if s.errors:
-            text += f": {s.errors[0]}"
-            others = s.failed - s.errors[0].count
-            if others > 0:
-                text += (
-                    f" (and {others} more: "
-                    + ", ".join(f"{k} {v}" for k, v in sorted(s.failures.items()))
-                    + ")"
-                )
-        out.append(text)
-    return out
 
 
 def _cell(text: str, width: int) -> str:
@@ -342,22 +251,26 @@ def _knee_position(sweep: Sequence[SweepPoint], knee: Knee) -> int | None:
     return None if p is None else next(i for i, q in enumerate(sweep) if q is p)
 
 
-def _latency(p: SweepPoint, metric: str, q: float) -> str:
-    """A latency cell: the judged figure (``judged.judged_stat``): the gate's observed value,
+def _latency(p: SweepPoint, metric: str, q: float | str) -> str:
+    """A latency cell: the judged figure (``judged.judged_cell``): the gate's observed value,
     else over every request, failed ones as +∞, so a P99 that failed on the failures reads
-    ∞, not the survivors' figure."""
-    return fmt_judged(judged_stat(p, metric, q))
+    ∞, not the survivors' figure; marked ``THIN_MARK`` when it rests on fewer samples than
+    its percentile needs."""
+    return judged_cell(p, metric, q)
 
 
 def sweep_row_cells(p: SweepPoint) -> list[str]:
-    """The sweep table's cells for one point (the Markdown report's table has the same).
-    Latencies are over every request, a failed one counted as +∞, as the gates take them."""
+    """The sweep table's cells for one point (the Markdown report's table has the same):
+    the level, ``n`` (the requests behind its latencies, a failed one counted as the gate
+    counts it), then the latencies over every request, a failed one counted as +∞, as the
+    gates take them."""
     s = p.summary
     tpot = _latency(p, "tpot", 50)
     if tpot == "-":
-        tpot = fmt_judged(judged_stat(p, "tpot", "mean"))
+        tpot = _latency(p, "tpot", "mean")
     return [
         p.level.label,
+        str(stat_count(p, "ttft", 99)),
         _latency(p, "ttft", 50),
         _latency(p, "ttft", 99),
         _latency(p, "itl", 50),

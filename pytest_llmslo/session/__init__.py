@@ -35,6 +35,7 @@ from .level import RunMeta, measure_level, other_load, run_level
 from .outputs import (
     finish,
     json_path,
+    junit_outcomes,
     junit_properties,
     output_flags,
     suite_properties,
@@ -64,6 +65,7 @@ __all__ = [
     "engines_text",
     "finish",
     "json_path",
+    "junit_outcomes",
     "junit_properties",
     "load_test",
     "measure_level",

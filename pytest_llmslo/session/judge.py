@@ -18,6 +18,7 @@ from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .asked import asked_workload_gate
 from .baseline import compare_with_baseline
+from .faultgate import fault_gate
 from .level import harness_cut, inconclusive, measure_level, point_notes
 from .quality import quality_gate, record_quality
 from .state import Session, TestContext, primary
@@ -52,7 +53,8 @@ def gate_kwargs(ts: S.TestSettings) -> dict[str, Any]:
 
 def configured_gate(state: Session, ctx: TestContext) -> None:
     """After the body: the configured SLO (``--slo``, ini, marker ``objectives=``) when the
-    body asserted none itself, and without objectives the error gate (a level where every
+    body asserted none itself (on a level with a fault, over its steady part:
+    ``faultgate``), and without objectives the error gate (a level where every
     request failed, or more than ``--slo-max-error-rate`` did, never passes); and the
     session's ``--slo-strict``/``--slo-confidence`` on what the body asserted with the
     defaults, so a CI gate made strict on the command line cannot pass on a point
@@ -65,6 +67,8 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
     if idx is None:
         return
     run = state.point_runs[idx]
+    if fault_gate(state, ctx, idx, run) is not None:
+        return
     if not ctx.verdicts and not ctx.recoveries:
         if ts.objectives:
             slo.assert_goodput(run, *ts.objectives, **gate_kwargs(ts))
@@ -122,7 +126,7 @@ def extend(state: Session, node: str, ctx: TestContext) -> None:
     goodput falls below half its best; the extra points join the sweep, not the verdict."""
     if not (ctx.settings.extend and ctx.last_level and ctx.point_keys):
         return
-    from pytest_llmslo import slo, sweep
+    from pytest_llmslo import slo, sweepextend
 
     factory = state.factory
     if factory is None:
@@ -153,7 +157,7 @@ def extend(state: Session, node: str, ctx: TestContext) -> None:
     added: list[str] = []
     for _ in range(S.MAX_EXTEND_LEVELS):
         pts = [p for p in state.points if p.engine == ctx.engine and p.test == ctx.test]
-        nxt = sweep.extend_sweep(pts)
+        nxt = sweepextend.extend_sweep(pts)
         if nxt is None:
             break
         # A level is only that load when it holds at least two rounds of requests.
@@ -270,6 +274,12 @@ def after_test(state: Session, node: str, ctx: TestContext, *, body_error: bool 
     ``RegressionError`` for the test."""
     __tracebackhide__ = True
     if body_error:
+        idx = primary(ctx)
+        if idx is not None:
+            # A fault level's recovery failed in the body: its steady part is judged all
+            # the same, and the level reports both.
+            with contextlib.suppress(Exception):
+                fault_gate(state, ctx, idx, state.point_runs[idx], judge=False)
         extend_safely(state, node, ctx)
         return
     try:

@@ -27,6 +27,7 @@ from .state import (
 __all__ = [
     "finish",
     "json_path",
+    "junit_outcomes",
     "junit_properties",
     "output_flags",
     "output_path",
@@ -209,6 +210,15 @@ def _run_record(state: Session) -> dict[str, Any] | None:
     return provenance.run_record(state.document(complete=True), state.rootpath)
 
 
+def _shown(path: Path) -> str:
+    """``path`` as a note shows it: relative to the working directory when it is under it
+    (``.llmslo/runs``, not the whole absolute path), else as it is."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (OSError, ValueError):
+        return str(path)
+
+
 def remember_run(
     state: Session, *, interrupted: bool, record: Mapping[str, Any] | None = None
 ) -> None:
@@ -224,7 +234,7 @@ def remember_run(
         doc = state.document(complete=not interrupted)
         record = record or provenance.run_record(doc, state.rootpath)
         path = store.save_run(doc, record, root)
-        state.notes.append(f"run {path.stem} kept in the run history ({root})")
+        state.notes.append(f"run {path.stem} kept in the run history ({_shown(root)})")
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         state.notes.append(
@@ -284,6 +294,33 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
         props.append(("llmslo.compare.status", "not_compared"))
         props.append(("llmslo.compare.reason", ctx.compare_skip))
     return [(k, redact(str(v))) for k, v in props]
+
+
+def junit_outcomes(state: Session) -> dict[str, list[tuple[str, str]]]:
+    """Each test case's outcome as its finished sweep judges it (``judged.level_outcome``
+    against the sweep's knee), by node id: a test case is judged before its sweep's knee
+    exists, so the JUnit file gets these once the session is done, as every other output
+    prints them. Empty, with a note, when they cannot be had: reporting never breaks the
+    run."""
+    from pytest_llmslo.judged import level_outcome
+    from pytest_llmslo.report import junit
+    from pytest_llmslo.sweep import Knee
+
+    knees: dict[int, Knee] = {}
+    try:
+        for sweep in state.results().sweeps():
+            knees.update(dict.fromkeys(sweep.indices, sweep.knee))
+    except Exception as exc:
+        state.notes.append(f"warning: the JUnit outcomes were not set against the knee: {exc!r}")
+        return {}
+    out: dict[str, list[tuple[str, str]]] = {}
+    for nodeid, ctx in state.contexts.items():
+        idx = primary(ctx)
+        if idx is None or idx >= len(state.points):
+            continue
+        outcome = level_outcome(state.points[idx], knees.get(idx))
+        out[nodeid] = [(k, redact(v)) for k, v in junit.outcome_properties(outcome)]
+    return out
 
 
 def suite_properties(state: Session) -> list[tuple[str, str]]:

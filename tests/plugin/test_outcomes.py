@@ -147,3 +147,46 @@ def test_a_level_bounded_by_time_alone(slo_pytester, tiny_args) -> None:
     result = slo_pytester.runpytest_subprocess(*tiny_args("--requests=none"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--requests: a level without a request count needs a duration*"])
+
+
+SIM_ONE_SLOT = """
+[engines.one]
+kind = "sim"
+extra_args = ["--max-num-seqs", "1"]
+"""
+
+KNEE = """
+import pytest
+
+# One request at a time: at c1 TTFT is a prefill, at c8 a request waits for the seven
+# ahead of it, far past 150 ms.
+@pytest.mark.slo("ttft_p99 < 150", concurrency=[1, 8])
+def test_chat(slo_run):
+    pass
+"""
+
+
+def test_junit_says_expected_miss_above_the_knee(slo_pytester: pytest.Pytester) -> None:
+    # A test case is judged before its sweep's knee exists; the JUnit file written at the
+    # end carries the outcome every other output prints.
+    slo_pytester.makefile(".toml", engines=SIM_ONE_SLOT)
+    slo_pytester.makepyfile(test_chat=KNEE)
+    result = slo_pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--engine-config=engines.toml", "--engine=one",
+        "--warmup=1", "--requests=12", "--isl=16", "--osl=16", "--slo-retries=0",
+        "--client-max-lag=2000", "--client-max-cpu=1.5", "--client-min-load=0.5",
+        "--slo-json=r.json", "--junitxml=j.xml",
+        timeout=180,
+    )  # fmt: skip
+    result.assert_outcomes(passed=1, failed=1)
+    doc = json.loads((slo_pytester.path / "r.json").read_text())
+    assert [p["judged"]["outcome"] for p in doc["points"]] == ["pass", "expected_miss"]
+    root = ET.parse(slo_pytester.path / "j.xml").getroot()
+    got = {}
+    for case in root.iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert [p.get("name") for p in case.iter("property")].count("llmslo.outcome") == 1
+        got[props["llmslo.level"]] = (props["llmslo.outcome"], props["llmslo.outcome_reason"])
+    assert got["c1"] == ("pass", "every objective held")
+    assert got["c8"][0] == "expected_miss"
+    assert got["c8"][1].startswith("above the knee (c1): missed ttft_p99")

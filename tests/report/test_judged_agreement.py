@@ -17,10 +17,13 @@ from pytest_llmslo.document import Results
 from pytest_llmslo.document.build import build_document
 from pytest_llmslo.judged import (
     OUTCOME_WORDS,
+    THIN_LEGEND,
+    THIN_MARK,
     Outcome,
     fmt_judged,
     judged_stat,
     level_outcome,
+    stat_count,
     weight_note,
 )
 from pytest_llmslo.report import csvexport, html, junit, markdown, svg, terminal
@@ -82,14 +85,17 @@ def test_the_document_has_one_level_of_every_outcome(results: Results) -> None:
     assert judged_stat(cut, "ttft", 99) == float("inf")
 
 
-def _expected(results: Results) -> dict[tuple[str, str], tuple[Outcome, str]]:
-    """(test, level) -> (outcome, TTFT P99 as the reports write it)."""
-    out: dict[tuple[str, str], tuple[Outcome, str]] = {}
+def _expected(results: Results) -> dict[tuple[str, str], tuple[Outcome, str, int]]:
+    """(test, level) -> (outcome, TTFT P99 as the tables write it, with ``THIN_MARK`` when
+    it rests on fewer than the 100 samples a P99 needs, and its sample count)."""
+    out: dict[tuple[str, str], tuple[Outcome, str, int]] = {}
     for s in results.sweeps():
         for p in s.points:
+            count = stat_count(p, "ttft", 99)
             out[(p.test, p.level.label)] = (
                 level_outcome(p, s.knee).outcome,
-                fmt_judged(judged_stat(p, "ttft", 99)),
+                fmt_judged(judged_stat(p, "ttft", 99)) + (THIN_MARK if count < 100 else ""),
+                count,
             )
     return out
 
@@ -106,9 +112,9 @@ def test_terminal_agrees(results: Results) -> None:
         fields = line[1:].split()
         if not (fields and re.fullmatch(r"c\d+", fields[0])):
             continue
-        outcome, ttft99 = want[(test, fields[0])]
-        assert fields[2] == ttft99, line
-        verdict = line[line.index(fields[8], len(fields[0])) :]
+        outcome, ttft99, count = want[(test, fields[0])]
+        assert fields[1] == str(count) and fields[3] == ttft99, line
+        verdict = line[line.index(fields[9], len(fields[0])) :]
         word = {"fail": "FAIL", "expected_miss": "exp. miss", "no_slo": "-"}.get(
             outcome,
             OUTCOME_WORDS[outcome],
@@ -131,12 +137,13 @@ def test_markdown_agrees(results: Results) -> None:
         if len(cells) < 10 or not re.fullmatch(r"c\d+", cells[1]):
             continue
         test = "test_free" if cells[-1] == "-" else "test_chat"
-        outcome, ttft99 = want[(test, cells[1])]
-        assert cells[3] == ttft99, line
+        outcome, ttft99, count = want[(test, cells[1])]
+        assert cells[2] == str(count) and cells[4] == ttft99, line
         word = {"no_slo": "-"}.get(outcome, OUTCOME_WORDS[outcome])
         assert cells[-1].startswith(word), line
         seen += 1
     assert seen == len(want)
+    assert THIN_LEGEND in text
     verdict = next(line for line in text.splitlines() if line.startswith("**Verdict: "))
     assert verdict.startswith(
         "**Verdict: ❌ 2 of 4 judged levels met their SLO, 1 failed, 1 missed above their "
@@ -151,10 +158,14 @@ def test_csv_agrees(results: Results) -> None:
     want = _expected(results)
     assert len(rows) == len(want)
     for row in rows:
-        outcome, ttft99 = want[(row["test"], row["label"])]
+        outcome, ttft99, count = want[(row["test"], row["label"])]
         assert row["outcome"] == outcome
         shown = "∞" if row["ttft_p99_ms"] == "inf" else f"{float(row['ttft_p99_ms']):.1f}"
-        assert shown == ttft99, row["label"]
+        # A CSV cell stays a number: the count and the figures from too few samples have
+        # columns of their own.
+        assert int(row["ttft_n"]) == count
+        thin = "ttft_p99_ms" in row["too_few"].split()
+        assert shown + (THIN_MARK if thin else "") == ttft99, row["label"]
 
 
 class _Table(HTMLParser):
@@ -197,13 +208,15 @@ def test_html_agrees(results: Results) -> None:
     assert len(parser.rows) == len(want)
     for row in parser.rows:
         p = results.points[int(row[0])]
-        outcome, ttft99 = want[(p.test, p.level.label)]
+        outcome, ttft99, count = want[(p.test, p.level.label)]
         assert row[3] == OUTCOME[outcome]
         assert row[at].replace(",", "") == ttft99, row
+        assert f'data-n="{count}" title="from {count} samples' in page
     # The banner: red only for the failure below the knee.
     banner = re.search(r'<p class="verdict (\w+)"[^>]*>([^<]*)</p>', page)
     assert banner is not None
     assert banner.group(1) == "fail" and banner.group(2) == "1 of 8 levels missed their SLO"
+    assert THIN_LEGEND in page
 
 
 def test_html_banner_is_not_red_for_misses_above_the_knee() -> None:
@@ -218,36 +231,52 @@ def test_html_banner_is_not_red_for_misses_above_the_knee() -> None:
 def test_svg_agrees(results: Results) -> None:
     image = svg.render_svg(results)
     want = _expected(results)
-    titles = re.findall(r"<title>sim (c\d+), [^<]*?TTFT P99 ([^ ]+) ms, ([^<]*)</title>", image)
+    titles = re.findall(
+        r"<title>sim (c\d+), [^<]*?TTFT P99 ([^ ]+) ms \((\d+) samples([^)]*)\), ([^<]*)</title>",
+        image,
+    )
     assert titles, "no point of the sweep was drawn"
-    for label, shown, rest in titles:
-        outcome, ttft99 = want[("test_chat", label)]
-        assert (shown if shown == "∞" else f"{float(shown):.1f}") == ttft99
+    for label, shown, n, few, rest in titles:
+        outcome, ttft99, count = want[("test_chat", label)]
+        assert shown == ttft99 and int(n) == count
+        assert (few == ", fewer than a P99 needs") is ttft99.endswith(THIN_MARK)
         assert OUTCOME_WORDS[outcome] in rest
 
 
 def test_junit_and_json_agree(results: Results) -> None:
     doc = json.loads(json.dumps(build_document(results)))
     want = _expected(results)
+    knees = {i: s.knee for s in results.sweeps() for i in s.indices}
     for i, p in enumerate(results.points):
-        outcome, ttft99 = want[(p.test, p.level.label)]
+        outcome, ttft99, count = want[(p.test, p.level.label)]
+        ttft99, thin = ttft99.removesuffix(THIN_MARK), ttft99.endswith(THIN_MARK)
         judged = doc["points"][i]["judged"]
+        assert judged["counts"]["ttft_p99_ms"] == count
+        assert ("ttft_p99_ms" in judged["too_few"]) is thin
         assert judged["outcome"] == outcome
         if ttft99 == "∞":
             assert judged["figures"]["ttft_p99_ms"] is None
             assert "ttft_p99_ms" in judged["infinite"]
         else:
             assert fmt_judged(judged["figures"]["ttft_p99_ms"]) == ttft99
+        # The session writes the JUnit file with the outcome against the sweep's knee
+        # (``session.junit_outcomes``): the properties a test case gets at the end.
         props = dict(
             junit.testcase_properties(
-                p.summary, p.verdict, engine=p.engine, test=p.test, interrupted=p.interrupted
+                p.summary,
+                p.verdict,
+                engine=p.engine,
+                test=p.test,
+                interrupted=p.interrupted,
+                knee=knees[i],
             )
         )
         shown = props.get("llmslo.ttft_p99_ms")
         assert ("∞" if shown == "inf" else f"{float(shown or 'nan'):.1f}") == ttft99
-        # A test case is judged before its sweep's knee exists: only the knee turns a miss
-        # into an expected one.
-        assert props["llmslo.outcome"] == ("fail" if outcome == "expected_miss" else outcome)
+        assert props["llmslo.ttft_p99_n"] == str(count)
+        assert props.get("llmslo.ttft_p99_too_few") == judged["too_few"].get("ttft_p99_ms")
+        assert props["llmslo.outcome"] == outcome
+        assert props["llmslo.outcome_reason"] == level_outcome(p, knees[i]).reason
 
 
 def test_a_tail_percentile_from_too_few_samples_says_so(results: Results) -> None:

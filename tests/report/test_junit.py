@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,3 +138,42 @@ def test_testcase_properties_is_not_collected_as_a_test() -> None:
 def test_property_name_sanitises() -> None:
     assert property_name("hardware", "gpu name (0)") == "llmslo.hardware.gpu_name_0"
     assert property_name("a/b", "", "c") == "llmslo.a_b.c"
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest">
+<testcase classname="test_chat" name="test_chat[sim-c16]">
+<properties><property name="llmslo.level" value="c16"/>
+<property name="llmslo.outcome" value="fail"/></properties></testcase>
+<testcase classname="test_chat" name="test_chat[sim-c1]"/>
+<testcase classname="test_chat" name="test_other"/>
+</testsuite></testsuites>
+"""
+
+
+def test_set_properties_replaces_and_adds(tmp_path: Path) -> None:
+    path = tmp_path / "j.xml"
+    path.write_text(JUNIT)
+    outcome = [("llmslo.outcome", "expected_miss"), ("llmslo.outcome_reason", "above the knee")]
+    done = junit.set_properties(
+        path,
+        {
+            "test_chat.py::test_chat[sim-c16]": outcome,
+            "test_chat.py::test_chat[sim-c1]": [("llmslo.outcome", "pass")],
+        },
+    )
+    assert done == 2
+    cases = {c.get("name"): c for c in ET.parse(path).getroot().iter("testcase")}
+
+    def got(name: str) -> dict[str | None, str | None]:
+        return {p.get("name"): p.get("value") for p in cases[name].iter("property")}
+
+    # Replaced in place, not duplicated; the other properties kept.
+    assert got("test_chat[sim-c16]") == {
+        "llmslo.level": "c16",
+        "llmslo.outcome": "expected_miss",
+        "llmslo.outcome_reason": "above the knee",
+    }
+    assert len(cases["test_chat[sim-c16]"].findall("properties/property")) == 3
+    assert got("test_chat[sim-c1]") == {"llmslo.outcome": "pass"}
+    assert got("test_other") == {}

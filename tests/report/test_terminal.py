@@ -67,10 +67,14 @@ def test_sweep_table_columns_and_formats(point_factory: Callable[..., SweepPoint
     row = table_rows(lines)["c4"]
     fields = row[1:].split()
     ttft_p99 = p.summary.distributions["ttft"].p(99)
-    assert fields[2] == f"{ttft_p99:.1f}"
-    assert fields[3] == "12.5"  # ITL P50, ms with one decimal
-    assert fields[5] == str(round(p.summary.output_tok_s))
-    assert fields[7] == "100.0%"
+    # The requests behind the latencies, then the TTFT P99 from fewer than the 100 samples
+    # a P99 needs: marked, with the legend under the table.
+    assert fields[1] == str(p.summary.requests) and p.summary.requests < 100
+    assert fields[3] == f"{ttft_p99:.1f}†"
+    assert fields[4] == "12.5"  # ITL P50, ms with one decimal
+    assert fields[6] == str(round(p.summary.output_tok_s))
+    assert fields[8] == "100.0%"
+    assert any(line.strip().startswith("† from fewer samples than") for line in lines)
 
 
 def test_invalid_rows_are_flagged(
@@ -234,7 +238,7 @@ def test_narrow_terminals_drop_columns_not_the_knee(
     rows = table_rows(sim)
     assert rows["c8"].startswith("*") and rows["c48"].startswith("!")
     assert "TTFT p99" in sim[1] and "good tok/s" in sim[1]
-    # Columns lose a space each below 96, then TPOT goes below 88.
+    # Columns lose a space each below 102, then the sample count goes, then TPOT below 88.
     assert ("TPOT p50" in sim[1]) is (width >= 88)
     assert ("TTFT p50" in sim[1]) is (width >= 79)
     assert "miss" in rows["c16"] and rows["c48"].endswith("inconclusive")
@@ -309,11 +313,11 @@ def test_sweep_table_golden() -> None:
     ]
     assert render_sweep("vllm", pts) == [
         "vllm | test_chat | concurrency sweep, 4 levels",
-        "      load  TTFT p50  TTFT p99  ITL p50  TPOT p50  out tok/s  good tok/s  attain  verdict",
-        "        c1      40.0      50.0     10.0      11.2        100         100  100.0%  pass",
-        "*       c8     200.0     300.0     10.0      11.2        701         690   98.5%  pass",
-        "       c16     450.0     700.0     10.0      11.2       1200         300   25.0%  exp. miss ttft_p99",  # noqa: E501
-        "!      c32     900.0    1500.0     10.0      11.2       1250           0    0.0%  inconclusive",  # noqa: E501
+        "     load    n TTFT p50 TTFT p99 ITL p50 TPOT p50 out tok/s good tok/s attain  verdict",
+        "       c1  100     40.0     50.0    10.0     11.2       100        100 100.0%  pass",
+        "*      c8  100    200.0    300.0    10.0     11.2       701        690  98.5%  pass",
+        "      c16  100    450.0    700.0    10.0     11.2      1200        300  25.0%  exp. miss ttft_p99",  # noqa: E501
+        "!     c32  100    900.0   1500.0    10.0     11.2      1250          0   0.0%  inconclusive",  # noqa: E501
         "* knee: c8, goodput 690 tok/s, attainment 98.5% (c16 missed above it, as expected past the knee)",  # noqa: E501
         "! inconclusive (no verdict; excluded from knee and Pareto): c32: the load generator, not the engine,",  # noqa: E501
         "    was the bottleneck: loop lag p99 80.0 ms",
@@ -352,7 +356,7 @@ def test_signal_columns_and_line(point_factory: Callable[..., SweepPoint]) -> No
     wide = render_sweep("sim", [p], width=130)
     assert "queue p99" in wide[1] and "preempt" in wide[1]
     fields = table_rows(wide)["c48"][1:].split()
-    assert fields[8:11] == ["530.0", "97%", "38"]
+    assert fields[9:12] == ["530.0", "97%", "38"]
     text = " ".join(line.strip() for line in wide)  # the line wraps at the width
     assert (
         "c48: sim signals (vLLM-style /metrics): queue P99 530.0 ms, 14.0 waiting, "
@@ -400,18 +404,18 @@ def test_the_table_shows_the_latencies_the_gates_compared() -> None:
     s = summarize(run)
     point = SweepPoint("sim", "t", run.level, s, verdict)
     cells = sweep_row_cells(point)
-    assert cells[2] == "∞" and verdict.results[0].observed == float("inf")
+    assert cells[3] == "∞†" and verdict.results[0].observed == float("inf")
     # P50 over all ten, the failure as the highest: the gate's P50, not the survivors' 30.
     gate_p50 = slo.evaluate(run, [slo.ttft_p50 < 500]).results[0].observed
-    assert cells[1] == f"{gate_p50:.1f}" and gate_p50 != s.distributions["ttft"].p(50)
+    assert cells[2] == f"{gate_p50:.1f}" and gate_p50 != s.distributions["ttft"].p(50)
     # The same after the JSON round trip (null stands for +inf there).
     again = RunSummary.from_dict(s.to_dict())
-    assert sweep_row_cells(SweepPoint("sim", "t", run.level, again, verdict))[1:3] == cells[1:3]
+    assert sweep_row_cells(SweepPoint("sim", "t", run.level, again, verdict))[1:4] == cells[1:4]
     # Without failures: the distributions, as before.
     clean = summarize(make_run(recs[:9]))
     assert clean.with_failures is None
-    shown = sweep_row_cells(SweepPoint("sim", "t", run.level, clean, None))[2]
-    assert shown == f"{clean.distributions['ttft'].p(99):.1f}"
+    shown = sweep_row_cells(SweepPoint("sim", "t", run.level, clean, None))[3]
+    assert shown == f"{clean.distributions['ttft'].p(99):.1f}†"  # 9 requests for a P99
 
 
 def test_signals_are_named_for_the_engine_measured() -> None:

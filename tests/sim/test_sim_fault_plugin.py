@@ -6,6 +6,7 @@ drop through the proxy; a fault that cannot be done is recorded, not raised."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -151,3 +152,34 @@ def test_a_drop_through_the_proxy_and_a_fault_that_cannot_be_done(
         *ext, "--engine=external", f"--engine-url={fixed_server}", "-k", "cannot", timeout=180
     )
     second.assert_outcomes(passed=1)
+
+
+STEADY = """
+import pytest
+
+# As RESTART: while replica1 restarts, half the requests queue past 600 ms. The body
+# asserts nothing: the configured objective judges the level's steady part.
+@pytest.mark.slo(concurrency=[8], duration=10, requests=None, objectives="ttft_p99 < 600",
+                 fault="restart at=3s,replica=replica1,startup_s=1.5")
+def test_steady(slo_run):
+    pass
+"""
+
+
+def test_a_fault_levels_slo_is_judged_over_its_steady_part(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makefile(".toml", engines=ENGINES)
+    slo_pytester.makepyfile(test_steady=STEADY)
+    result = slo_pytester.runpytest_subprocess(*ARGS, timeout=180)
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*no SLO judged*")
+    (point,) = json.loads((slo_pytester.path / "out.json").read_text())["points"]
+    (fault,) = point["faults"]
+    assert fault["recovered_at_s"] is not None, fault
+    (judged,) = point["verdict"]["results"]
+    note = next(n for n in point["notes"] if n.startswith("a fault level:"))
+    steady, impact = (int(w) for w in re.findall(r"the (\d+) ", note))
+    # The objective judged the steady part alone, and the report says how many each judged.
+    assert judged["count"] == steady and steady + impact == point["summary"]["requests"]
+    assert impact > 0 and judged["passed"] is True
+    assert point["judged"]["outcome"] == "pass"
+    assert f"({fault['asked_s']:.1f} s to {float(fault['recovered_at_s']):.1f} s)" in note
