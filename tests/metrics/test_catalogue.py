@@ -108,7 +108,8 @@ def test_a_registered_metric_is_gated(tt2t: Metric) -> None:
         "undefined for them and they are not good" in v.format()
     )
     props = dict(testcase_properties(metrics.summarize(run), v))
-    assert float(props["llmslo.tt2t_p50_ms"]) == pytest.approx(30.0)
+    # JUnit prints the judged figure, the verdict's own (the failed request as +inf).
+    assert float(props["llmslo.tt2t_p50_ms"]) == pytest.approx(35.0)
     assert "llmslo.tt2t_p99_ms" in props
 
 
