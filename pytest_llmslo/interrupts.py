@@ -21,7 +21,9 @@ takes both signals over:
 - a third ends the process at once (``os._exit``, status 128 + the signal's number, as a
   shell reports a killed process), after the results document is flushed where it is
   being written (``writing``): a way out should the shutdown hang. Engines in a process
-  die with the session (parent-death signal); nothing else is waited for.
+  die with the session: the hooks of ``on_hard_exit`` (the engines' lifecycle registers
+  one that SIGKILLs every process group it started, grandchildren included) run first,
+  and the parent-death signal backs them up; nothing else is waited for.
 
 One exception: the code of a test itself (its setup, body and teardown, ``foreign``: the
 plugin marks them) is not the session's and may block anywhere (``time.sleep(600)``);
@@ -51,7 +53,16 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "Interrupts", "active", "checkpoint", "owned", "pause"]
+__all__ = [
+    "STOP_SIGNALS",
+    "Interrupts",
+    "active",
+    "checkpoint",
+    "hard_exit",
+    "on_hard_exit",
+    "owned",
+    "pause",
+]
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 
@@ -60,6 +71,25 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 POLL_S = 0.05
 
 _active: Interrupts | None = None
+
+# What must happen even on a third signal, before ``os._exit``: fast, signal-safe steps
+# only (a SIGKILL to a process group), registered by the layers above (engines/lifecycle).
+_hard_exit_hooks: list[Callable[[], None]] = []
+
+
+def on_hard_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` (fast, no waiting) when a third signal ends the process at once."""
+    if hook not in _hard_exit_hooks:
+        _hard_exit_hooks.append(hook)
+
+
+def hard_exit(code: int) -> None:
+    """End the process now with ``code``, after the ``on_hard_exit`` hooks (whose failures
+    are ignored: the exit must happen)."""
+    for hook in list(_hard_exit_hooks):
+        with contextlib.suppress(Exception):
+            hook()
+    os._exit(code)
 
 
 def active() -> Interrupts | None:
@@ -141,9 +171,9 @@ def _ignore_at_exit() -> None:
 class Interrupts:
     """The stop signals one session received (``received``: their names, in order).
 
-    ``exit`` ends the process on the third signal (``os._exit``; a test passes its own)."""
+    ``exit`` ends the process on the third signal (``hard_exit``; a test passes its own)."""
 
-    def __init__(self, *, exit: Callable[[int], object] = os._exit) -> None:
+    def __init__(self, *, exit: Callable[[int], object] = hard_exit) -> None:
         self.received: list[str] = []
         self._previous: dict[int, Any] = {}
         self._shielded = 0

@@ -176,3 +176,60 @@ def test_after_a_session_with_the_default_handler_two_late_signals_are_absorbed(
         assert g.received == []
     finally:
         signal.signal(signal.SIGTERM, outer)
+
+
+def test_a_hard_exit_runs_its_hooks_then_ends_with_the_code(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    mark = tmp_path / "hooked"
+    code = (
+        "from pytest_llmslo import interrupts\n"
+        f"interrupts.on_hard_exit(lambda: open({str(mark)!r}, 'w').write('x'))\n"
+        "interrupts.on_hard_exit(lambda: 1 / 0)  # a failing hook keeps nothing from exiting\n"
+        "interrupts.hard_exit(137)\n"
+        "print('not reached')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 137 and "not reached" not in proc.stdout
+    assert mark.read_text() == "x"
+
+
+def test_a_third_signal_kills_the_engine_process_groups_before_the_exit(tmp_path) -> None:
+    # A ProcessUnit's group (a shell and the sleep it starts) is SIGKILLed by the hook the
+    # engines' lifecycle registers, even though os._exit runs no atexit handler.
+    import os
+    import subprocess
+    import sys
+
+    pids = tmp_path / "pids"
+    code = (
+        "import os, signal, sys, time\n"
+        "from pytest_llmslo.engines.runtimes.process import ManagedProcess\n"
+        "from pytest_llmslo.engines.units import ProcessUnit\n"
+        "from pytest_llmslo.interrupts import Interrupts\n"
+        f"unit = ManagedProcess(ProcessUnit(argv=('sh', '-c', 'sleep 300 & echo $! > {pids}; "
+        "wait'), role='sleeper'))\n"
+        f"while not os.path.exists({str(pids)!r}) or not open({str(pids)!r}).read(): "
+        "time.sleep(0.05)\n"
+        "g = Interrupts()\n"
+        "g.install()\n"
+        "for _ in range(3):\n"
+        "    signal.raise_signal(signal.SIGTERM)\n"
+        "print('not reached')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stdout + proc.stderr
+    grandchild = int(pids.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            status = open(f"/proc/{grandchild}/status").read()
+        except FileNotFoundError:
+            break
+        if "\nState:\tZ" in status:  # killed, not yet reaped by whoever adopted it
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(grandchild, signal.SIGKILL)
+        pytest.fail("the engine's process group outlived a third signal")

@@ -25,25 +25,46 @@ from pytest_llmslo import interrupts
 
 _lock = threading.RLock()
 _stops: dict[int, Callable[[], None]] = {}
+# The fast kills (no waiting) of the units that have one, run on a third stop signal.
+_kills: dict[int, Callable[[], None]] = {}
 _next_id = 0
 _installed = False
 _sigterm_installed = False
 _previous_sigterm: Any = None
 
 
-def register(stop: Callable[[], None]) -> int:
-    """Remember ``stop`` until :func:`unregister`; returns a token."""
+def register(stop: Callable[[], None], kill: Callable[[], None] | None = None) -> int:
+    """Remember ``stop`` until :func:`unregister`; returns a token. ``kill``: a fast way
+    to end the unit without waiting (a SIGKILL to its process group), run instead when a
+    third stop signal ends the process at once (``interrupts.hard_exit``)."""
     global _next_id
     _install()
     with _lock:
         _next_id += 1
         _stops[_next_id] = stop
+        if kill is not None:
+            _kills[_next_id] = kill
         return _next_id
 
 
 def unregister(token: int) -> None:
     with _lock:
         _stops.pop(token, None)
+        _kills.pop(token, None)
+
+
+def kill_all_now() -> None:
+    """The registered fast kills, each once, failures ignored (a signal handler's step:
+    no lock, no wait; another thread changing the table is a reason to try it again)."""
+    for _ in range(3):
+        try:
+            kills = list(_kills.values())
+        except RuntimeError:  # changed while copied
+            continue
+        for kill in kills:
+            with contextlib.suppress(Exception):
+                kill()
+        return
 
 
 def stop_all() -> None:
@@ -52,6 +73,7 @@ def stop_all() -> None:
     with _lock:
         items = sorted(_stops.items(), reverse=True)
         _stops.clear()
+        _kills.clear()
     for _, stop in items:
         with contextlib.suppress(Exception):
             stop()
@@ -73,6 +95,7 @@ def stop(token: int) -> None:
     """Run and forget one registered stop callback (a no-op for an unknown token)."""
     with _lock:
         fn = _stops.pop(token, None)
+        _kills.pop(token, None)
     if fn is not None:
         with contextlib.suppress(Exception):
             fn()
@@ -98,6 +121,7 @@ def _install() -> None:
         if not _installed:
             _installed = True
             atexit.register(stop_all)
+            interrupts.on_hard_exit(kill_all_now)
         # In a session its own handler (interrupts.py) takes SIGTERM: it stops the engines
         # at a safe point. Signal handlers can only be set from the main thread; elsewhere
         # atexit remains.

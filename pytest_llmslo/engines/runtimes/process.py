@@ -96,7 +96,7 @@ class ManagedProcess:
         self._spawn()
         self._stopped = False
         self._lock = threading.Lock()
-        self._token = lifecycle.register(self.stop)
+        self._token = lifecycle.register(self.stop, kill=self._kill_now)
         self._resume: threading.Timer | None = None
 
     def _spawn(self) -> None:
@@ -150,6 +150,10 @@ class ManagedProcess:
         except PermissionError:
             return True
         return True
+
+    def _kill_now(self) -> None:
+        """SIGKILL the group, waiting for nothing (the process ends at once after it)."""
+        self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
