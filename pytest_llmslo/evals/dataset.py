@@ -45,7 +45,7 @@ def _row(obj: Any, where: str) -> EvalRow:
     if not isinstance(prompt, str) or not prompt or len(prompt) > MAX_PROMPT_CHARS:
         raise WorkloadError(f"{where}: 'prompt' must be a non-empty string (at most 1M chars)")
     scorer = obj.get("scorer", "exact")
-    if scorer == "json" and isinstance(ref, dict):
+    if scorer in ("json", "schema") and isinstance(ref, dict):
         ref = json.dumps(ref)
     if ref is None and scorer == "json":
         ref = ""

@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..errors import WorkloadError
 from .columns import DataError
 from .drive import WorkerResult
 from .plan import WorkerPlan
@@ -117,7 +118,14 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         raise WireError(f"a message of unknown kind {kind!r:.40}")
     try:
         msg: Message = dec.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError, DataError, ValueError, TypeError) as exc:
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        DataError,
+        WorkloadError,  # a workload the peer sent that its own checks refuse
+        ValueError,
+        TypeError,
+    ) as exc:
         raise WireError(f"a malformed {kind!r} message ({exc})") from None
     if isinstance(msg, _ResultBody):
         msg = Result(WorkerResult(**msgspec.structs.asdict(msg)))

@@ -599,7 +599,8 @@ SPECS: tuple[Spec, ...] = (
               "replica=, window=3s and share=90% (recovery). See docs/faults.md."),
     Spec("eval", parse_eval, None, field="evals", cli="--slo-eval", marker="eval",  # quality
          topic="workload", metavar="TASK[:SHARE]", help="Eval items in the traffic (quality): "
-         "arithmetic or retrieval, on a share of the requests (retrieval:20%; default all)."),
+         "arithmetic, retrieval, ordering, schema or an eval file PATH.jsonl, on a share "
+         "of the requests (retrieval:20%; default all). docs/quality.md"),
     Spec("quality", parse_quality, (), field="quality", cli="--slo-quality", marker="quality",
          topic="slo", metavar="SPEC", help="Objectives on the eval answers, with a Wilson "
          "bound: accuracy>=0.95 (inconclusive when too few items show it). docs/quality.md"),

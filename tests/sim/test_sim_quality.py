@@ -126,3 +126,27 @@ def test_a_users_eval_file_is_sent_and_scored_under_load(tmp_path: Path) -> None
     answerable = sum(source.item(i).answer != "Paris" for i in range(40))
     assert answerable - 3 <= q["correct"] <= answerable < 40
     assert all(s["correct"] is False for s in q["samples"] if s["expected"] == "Paris")
+
+
+def test_ordering_and_schema_items_are_answered_through_the_stream(tmp_path: Path) -> None:
+    # The sim says the sorted list and a JSON object valid against the schema; with a
+    # penalty of 1 it says a wrong one of each, which the scorers reject.
+    correct: dict[tuple[str, str], tuple[int, int]] = {}
+    for penalty in ("0", "1"):
+        with start_sim(tmp_path, *SIM_ARGS, "--quant-penalty", penalty) as sim:
+            for task in ("ordering", "schema"):
+                run = run_load_sync(
+                    LoadJob(
+                        ClientSettings(sim.url, MODEL, processes=1),
+                        WorkloadSpec(isl=64, osl=16, calibrate=False, seed=4, eval_task=task),
+                        LoadLevel.concurrency(2),
+                        requests=30,
+                        warmup=0,
+                    )
+                )
+                q = run.meta["quality"]
+                correct[(task, penalty)] = (q["correct"], q["items"])
+    for task in ("ordering", "schema"):
+        right, items = correct[(task, "0")]
+        assert items == 30 and right >= 27, (task, right)
+        assert correct[(task, "1")] == (0, 30), task
