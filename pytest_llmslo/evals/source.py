@@ -73,7 +73,16 @@ class EvalSource:
     def _item(self, index: int) -> EvalItem:
         if not self._rows:
             return make_item(self.task, self.seed, index, self.context_words)
-        prompt, reference, scorer, tolerance, max_tokens = self._rows[
-            int(self._order[index % len(self._rows)])
-        ]
-        return EvalItem("jsonl", index, prompt, reference, max_tokens, None, scorer, tolerance)
+        row = self._rows[int(self._order[index % len(self._rows)])]
+        return EvalItem(
+            "jsonl",
+            index,
+            row.prompt,
+            row.reference,
+            row.max_tokens,
+            None,
+            row.scorer,
+            row.tolerance,
+            row.history,
+            row.system,
+        )

@@ -113,10 +113,14 @@ class EvalItem:
     depth: float | None = None
     scorer: str = "integer"
     tolerance: float = 0.0
+    #: A chat row's earlier turns, as (user, assistant) pairs, and its system message.
+    history: tuple[tuple[str, str], ...] = ()
+    system: str | None = None
 
     @property
     def words(self) -> int:
-        return len(self.prompt.split())
+        turns = [t for pair in self.history for t in pair] + [self.system or ""]
+        return len(self.prompt.split()) + sum(len(t.split()) for t in turns)
 
 
 class EvalChoice(NamedTuple):

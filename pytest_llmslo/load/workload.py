@@ -237,6 +237,10 @@ class Prompt:
     text: str
     isl: int
     osl: int
+    #: Earlier turns sent before ``text`` (an eval file's chat row), as (user, assistant)
+    #: pairs, and a system message.
+    history: tuple[tuple[str, str], ...] = ()
+    system: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -598,7 +602,7 @@ class PromptSource:
             return self._trace_prompt(i)
         if self._evals is not None and is_eval_index(spec.seed, i, spec.eval_share):
             item = self._evals.item(i)
-            return Prompt(item.prompt, item.words, item.max_tokens)
+            return Prompt(item.prompt, item.words, item.max_tokens, item.history, item.system)
         tok = self._tok
         lm = self.lm
         rng = np.random.default_rng([spec.seed, i])

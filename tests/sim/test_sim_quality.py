@@ -95,9 +95,10 @@ def test_a_quantisation_penalty_turns_answers_wrong(tmp_path: Path) -> None:
 
 
 def test_a_users_eval_file_is_sent_and_scored_under_load(tmp_path: Path) -> None:
-    # Rows the sim's "model" can answer (arithmetic in the built-in form) and rows it
-    # cannot (it answers those with filler words).
-    rows = [
+    # Rows the sim's "model" can answer (arithmetic in the built-in form, half of them chat
+    # rows whose last user message asks it) and rows it cannot (it answers those with
+    # filler words).
+    rows: list[dict[str, Any]] = [
         {
             "prompt": make_item("arithmetic", 5, i).prompt,
             "reference": make_item("arithmetic", 5, i).answer,
@@ -105,6 +106,13 @@ def test_a_users_eval_file_is_sent_and_scored_under_load(tmp_path: Path) -> None
         }
         for i in range(6)
     ] + [{"prompt": "Capital of France?", "reference": "Paris", "scorer": "exact"}] * 2
+    for row in rows[::2]:
+        row["messages"] = [
+            {"role": "system", "content": "You are a calculator."},
+            {"role": "user", "content": "Calculate 1 + 1."},
+            {"role": "assistant", "content": "2"},
+            {"role": "user", "content": row.pop("prompt")},
+        ]
     path = tmp_path / "evals.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     with start_sim(tmp_path, *SIM_ARGS) as sim:
