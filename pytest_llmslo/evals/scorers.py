@@ -114,8 +114,13 @@ def _json_matches(text: str, reference: str) -> bool:
 
 def check_reference(scorer: str, reference: str) -> None:
     """Raise ``ValueError`` saying what is wrong with a reference for ``scorer``."""
+    if scorer == "custom":
+        return  # the configured function's (``custom.py``) to judge
     if scorer not in SCORERS:
-        raise ValueError(f"unknown scorer {scorer!r}; scorers: {', '.join(SCORERS)}")
+        raise ValueError(
+            f"unknown scorer {scorer!r}; scorers: {', '.join(SCORERS)}, or custom (a "
+            "function named by --slo-eval-scorer)"
+        )
     if scorer == "regex":
         if len(reference) > MAX_PATTERN:
             raise ValueError(f"a regex reference is at most {MAX_PATTERN} characters")

@@ -148,6 +148,9 @@ class WorkloadSpec:
     eval_task: EvalTask | None = None
     eval_share: float = 1.0
     eval_path: str | None = None
+    #: The ``module:function`` that scores the eval file's ``custom`` rows
+    #: (``evals.custom``).
+    eval_scorer: str | None = None
 
     def __post_init__(self) -> None:
         bad = eval_problem(self.eval_task, self.eval_share, self.eval_path, self.kind, self.turns)
@@ -199,7 +202,9 @@ class WorkloadSpec:
         """Where a level's eval answers are scored (None: the workload has no eval)."""
         if self.eval_task is None:
             return None
-        return AnswerBook(self.eval_task, self.seed, self.eval_share, self.isl, self.eval_path)
+        return AnswerBook(
+            self.eval_task, self.seed, self.eval_share, self.isl, self.eval_path, self.eval_scorer
+        )
 
     @property
     def needs_calibration(self) -> bool:
@@ -494,7 +499,14 @@ class PromptSource:
         self._evals = (
             None
             if spec.eval_task is None
-            else EvalSource(spec.eval_task, spec.seed, spec.isl, spec.eval_path, spec.eval_share)
+            else EvalSource(
+                spec.eval_task,
+                spec.seed,
+                spec.isl,
+                spec.eval_path,
+                spec.eval_share,
+                spec.eval_scorer,
+            )
         )
         if spec.kind in ("sharegpt", "jsonl"):
             path = os.fspath(spec.path or "")

@@ -31,6 +31,7 @@ from pytest_llmslo.engines.base import ENGINE_KINDS
 from pytest_llmslo.engines.scaling import parse_scale_up
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
 from pytest_llmslo.evals import parse_eval
+from pytest_llmslo.evals.custom import parse_scorer_ref
 from pytest_llmslo.faults.spec import parse_faults
 from pytest_llmslo.slo.quality import parse_quality
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
@@ -601,6 +602,11 @@ SPECS: tuple[Spec, ...] = (
          topic="workload", metavar="TASK[:SHARE]", help="Eval items in the traffic (quality): "
          "arithmetic, retrieval, ordering, schema or an eval file PATH.jsonl, on a share "
          "of the requests (retrieval:20%; default all). docs/quality.md"),
+    # Quality: the user's function scoring an eval file's "custom" rows.
+    Spec("eval_scorer", parse_scorer_ref, None, field="eval_scorer", cli="--slo-eval-scorer",
+         marker="eval_scorer", topic="workload", metavar="MODULE:FUNCTION",
+         help="A Python function scoring the eval file's rows whose scorer is 'custom': "
+         "judge(reply, reference) -> bool. Named here, never in the data. docs/quality.md"),
     Spec("quality", parse_quality, (), field="quality", cli="--slo-quality", marker="quality",
          topic="slo", metavar="SPEC", help="Objectives on the eval answers, with a Wilson "
          "bound: accuracy>=0.95 (inconclusive when too few items show it). docs/quality.md"),

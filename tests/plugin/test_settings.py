@@ -467,3 +467,13 @@ def test_the_tokenizer_reaches_the_workload_from_every_surface() -> None:
     assert ts.sources["tokenizer"] == "--tokenizer"
     ts = resolve(env={"LLMSLO_TOKENIZER": "b"}, ini={"llmslo_tokenizer": "c"})
     assert ts.tokenizer == "b"
+
+
+def test_the_eval_scorer_reaches_the_workload_from_the_marker_and_the_cli() -> None:
+    ts = resolve(marker={"eval": "evals.jsonl", "eval_scorer": "mypkg.scoring:judge"})
+    assert ts.workload_fields()["eval_scorer"] == "mypkg.scoring:judge"
+    ts = resolve(cli={"eval_scorer": "other:judge"}, marker={"eval": "evals.jsonl"})
+    assert ts.workload_fields()["eval_scorer"] == "other:judge"
+    assert resolve(marker={"eval_scorer": "a:b"}).workload_fields()["eval_scorer"] is None
+    with pytest.raises(ConfigError, match="module:function"):
+        resolve(marker={"eval": "evals.jsonl", "eval_scorer": "judge"})
