@@ -297,7 +297,8 @@ SPECS: tuple[Spec, ...] = (
          help="OpenAI endpoint: chat (/v1/chat/completions) or completions (/v1/completions)."),
     Spec("slo", parse_objectives, (), field="objectives",
          cli="--slo", marker="objectives", topic="slo", coerce=coerce_objectives, metavar="SPEC",
-         help='SLO of every SLO test, e.g. "ttft_p99<500,itl_p50<30" (ms).'),
+         help='SLO of every SLO test, e.g. "ttft_p99<500,itl_p50<30" (ms); a quality '
+         "objective (accuracy>=0.95) may ride along, as --slo-quality."),
     Spec("slo_strict", parse_bool, False, field="strict",
          cli="--slo-strict", marker="strict", topic="slo", coerce=coerce_bool, flag=True,
          help="Gate on the upper confidence bound of each percentile, not the point estimate."),
