@@ -101,9 +101,10 @@ def resolve_test(
     engines: tuple[str, ...] = ()
     if "engines" in marker:
         engines = tuple(dict.fromkeys(MARKER_ONLY["engines"](marker["engines"])))
-    fields["objectives"], fields["quality"] = _split_quality(
-        fields["objectives"], fields["quality"]
-    )
+    if isinstance(fields["objectives"], tuple) and isinstance(fields["quality"], tuple):
+        fields["objectives"], fields["quality"] = _split_quality(
+            fields["objectives"], fields["quality"]
+        )
     return TestSettings(**fields, levels=levels, engines=engines, sources=where_from)
 
 
@@ -116,6 +117,8 @@ def _split_quality(
     from pytest_llmslo.slo.quality import QualityObjective
 
     moved = tuple(o for o in objectives if isinstance(o, QualityObjective))
+    if not moved:
+        return tuple(objectives), tuple(quality)
     latency = tuple(o for o in objectives if not isinstance(o, QualityObjective))
     return latency, tuple(dict.fromkeys((*quality, *moved)))
 
