@@ -26,8 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_llmslo.answered import asked_reason, quality_outcome, quality_text
 from pytest_llmslo.catalog import parse_stat, stat_name
-from pytest_llmslo.sweep import Knee, SweepPoint, point_status, summary_stat
+from pytest_llmslo.sweep import (
+    Knee,
+    SweepPoint,
+    point_status,
+    summary_stat,
+)
 
 if TYPE_CHECKING:
     from pytest_llmslo.slo import ObjectiveResult
@@ -245,13 +251,7 @@ def level_outcome(point: SweepPoint, knee: Knee | None = None) -> LevelOutcome:
             "(raise --level-timeout, or lower --duration or --warmup)",
         )
     if status == "invalid":
-        reasons = point.summary.invalid_reasons or (
-            point.verdict.invalid_reasons if point.verdict is not None else ()
-        )
-        why = "; ".join(reasons) or "the client was the bottleneck"
-        return LevelOutcome(
-            "inconclusive", f"the load generator, not the engine, was the bottleneck: {why}"
-        )
+        return LevelOutcome("inconclusive", _inconclusive_reason(point))
     if status == "unchecked":
         return LevelOutcome("no_slo", "no objective was judged")
     if status == "pass":
@@ -321,6 +321,21 @@ def sweep_outcomes(sweep: Sequence[SweepPoint], knee: Knee | None) -> list[Level
     return [level_outcome(p, knee) for p in sweep]
 
 
+def _inconclusive_reason(point: SweepPoint) -> str:
+    """Why an ``invalid`` level showed nothing: another workload than asked, too few eval
+    items for its quality objectives, or the client as the bottleneck."""
+    asked = asked_reason(point)
+    if asked is not None:
+        return asked
+    if quality_outcome(point) == "inconclusive" and point.summary.valid:
+        return "too few eval items to show " + quality_text(point, "inconclusive")
+    reasons = point.summary.invalid_reasons or (
+        point.verdict.invalid_reasons if point.verdict is not None else ()
+    )
+    why = "; ".join(reasons) or "the client was the bottleneck"
+    return f"the load generator, not the engine, was the bottleneck: {why}"
+
+
 def _engine_failures(point: SweepPoint) -> bool:
     """Whether requests failed for another reason than the harness's cut."""
     failures = dict(point.summary.failures or {})
@@ -338,13 +353,15 @@ def _above(point: SweepPoint, knee: Knee) -> bool:
 def _missed(point: SweepPoint) -> str:
     v = point.verdict
     if v is None:
-        return "its SLO"
+        return quality_text(point, "fail") if quality_outcome(point) == "fail" else "its SLO"
     names = [
         f"{r.objective.name} ({fmt_judged(r.observed)} ms, {r.count} samples)"
         for r in v.results
         if not r.passed
     ]
     names += list(v.problems)
+    if quality_outcome(point) == "fail":
+        names.append(quality_text(point, "fail"))
     return ", ".join(names) or "its SLO"
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_llmslo.answered import asked_reason, quality_outcome
 from pytest_llmslo.records import LoadLevel
 
 if TYPE_CHECKING:
@@ -171,8 +172,21 @@ class SweepPoint:
 
 
 def point_status(point: SweepPoint) -> PointStatus:
-    """Classify a point (see ``run_status``)."""
-    return run_status(point.summary, point.verdict)
+    """Classify a point (see ``run_status``), with what its answers showed: a level that
+    answered another workload than asked (``answered.asked_reason``) is ``invalid`` unless
+    failed requests decide it; its quality verdict (``answered.quality_outcome``) fails a
+    level, and makes ``invalid`` one whose latency held but whose eval items were too few."""
+    status = run_status(point.summary, point.verdict)
+    if point.verdict is not None and point.verdict.failures_decide:
+        return status
+    if asked_reason(point) is not None:
+        return "invalid"
+    quality = quality_outcome(point)
+    if status == "invalid" or quality is None:
+        return status
+    if quality == "fail" or status == "fail":
+        return "fail"
+    return "invalid" if quality == "inconclusive" else "pass"
 
 
 def run_status(summary: RunSummary, verdict: Verdict | None) -> PointStatus:
@@ -397,7 +411,7 @@ def find_knee(points: Sequence[SweepPoint], *, min_gain: float = SATURATION_GAIN
             first_fail = i
 
     invalid = [points[i].level.label for i in order if point_status(points[i]) == "invalid"]
-    skipped = f"; skipped invalid client runs: {', '.join(invalid)}" if invalid else ""
+    skipped = f"; skipped inconclusive levels: {', '.join(invalid)}" if invalid else ""
     if checked == 0:
         status_: KneeStatus = "unchecked"
         note = "no level was checked against an SLO on a valid run: no knee" + skipped

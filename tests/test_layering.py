@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "levelpoint",
         "units",
         "suggest",
+        "answered",
     ),
     ("evals", "signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .custom import CUSTOM, load_scorer
 from .scorers import score
 from .source import EvalSource
 from .tasks import EvalItem, EvalTask, is_eval_index
@@ -58,20 +59,37 @@ class AnswerBook:
     share: float
     context_words: int = 512
     path: str | None = None
+    #: The ``module:function`` scoring the eval file's ``custom`` rows (``custom.py``).
+    scorer: str | None = None
     rows: dict[int, tuple[bool, str]] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
     failed: int = 0
+    #: The first error the custom scorer raised, if it raised one.
+    scorer_error: str | None = None
 
     def __post_init__(self) -> None:
-        self._source = EvalSource(self.task, self.seed, self.context_words, self.path, self.share)
+        self._source = EvalSource(
+            self.task, self.seed, self.context_words, self.path, self.share, self.scorer
+        )
+        self._custom = None if self.scorer is None else load_scorer(self.scorer)
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent back from a worker process without its items (rebuilt from the seed).
-        return {k: v for k, v in self.__dict__.items() if k != "_source"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_source", "_custom")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__post_init__()
+
+    def _score(self, item: EvalItem, text: str) -> bool:
+        if item.scorer != CUSTOM or self._custom is None:
+            return score(item.scorer, text, item.answer, item.tolerance)
+        try:
+            return self._custom(text, item.answer) is True
+        except Exception as exc:  # the user's function: a reply it raises on is wrong
+            if self.scorer_error is None:
+                self.scorer_error = f"{self.scorer} raised {exc!r:.300} on item {item.index}"
+            return False
 
     def wants(self, index: int) -> bool:
         return is_eval_index(self.seed, index, self.share)
@@ -84,7 +102,7 @@ class AnswerBook:
         item = self.item(index)
         if text is not None:
             text = text[:ANSWER_CHARS]
-        right = text is not None and score(item.scorer, text, item.answer, item.tolerance)
+        right = text is not None and self._score(item, text)
         if text is None:
             self.failed += 1
         self.rows[index] = (right, digest(text))
@@ -136,6 +154,8 @@ class AnswerBook:
         return {
             "task": self.task,
             **({"path": self.path} if self.path else {}),
+            **({"scorer": self.scorer} if self.scorer else {}),
+            **({"scorer_error": self.scorer_error} if self.scorer_error else {}),
             "seed": self.seed,
             "share": self.share,
             "items": len(self.rows),
@@ -151,5 +171,6 @@ class AnswerBook:
         """Take the answers of another book of the same level (another worker's)."""
         self.rows.update(other.rows)
         self.failed += other.failed
+        self.scorer_error = self.scorer_error or other.scorer_error
         for sample in other.samples:
             self._sample(sample)

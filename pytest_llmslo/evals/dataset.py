@@ -1,10 +1,17 @@
-"""A user's eval file: one JSON object per line, a prompt, its reference and its scorer.
+"""A user's eval file: one JSON object per line, a prompt (or chat messages), its reference
+and its scorer.
 
     {"prompt": "Capital of France?", "reference": "Paris", "scorer": "exact"}
+    {"messages": [{"role": "system", "content": "Answer in one word."},
+                  {"role": "user", "content": "Capital of Italy?"}], "reference": "Rome"}
     {"prompt": "2.5 * 4 =", "reference": 10, "scorer": "numeric", "tolerance": 0.01}
     {"prompt": "Give a JSON user", "reference": {"name": "string"}, "scorer": "json"}
 
-``scorer`` is one of ``scorers.SCORERS`` (default ``exact``); ``tolerance`` is for
+``messages`` (instead of ``prompt``): an optional ``system`` message, then ``user`` and
+``assistant`` messages in turn, the last one the user's; the earlier turns travel as the
+request's history (chat messages, or the texts joined for the completions endpoint), the
+last user message is the item's prompt. ``scorer`` is one of ``scorers.SCORERS`` (default
+``exact``); ``tolerance`` is for
 ``numeric``; ``max_tokens`` (default ``DEFAULT_MAX_TOKENS``) is the output the item asks
 for. A ``json`` reference may be the object of key types itself. The file is data from
 outside: it is read up to ``MAX_FILE_BYTES``, ``MAX_ROWS`` rows of at most
@@ -19,7 +26,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,18 +41,81 @@ MAX_PROMPT_CHARS = 1_000_000
 MAX_REFERENCE_CHARS = 10_000
 DEFAULT_MAX_TOKENS = 64
 
-#: (prompt, reference, scorer, tolerance, max_tokens)
-EvalRow = tuple[str, str, str, float, int]
+#: Messages a ``messages`` row may hold.
+MAX_MESSAGES = 64
+
+
+class EvalRow(NamedTuple):
+    """One row of an eval file, validated."""
+
+    prompt: str
+    reference: str
+    scorer: str
+    tolerance: float
+    max_tokens: int
+    #: The earlier turns of a ``messages`` row, as (user, assistant) pairs.
+    history: tuple[tuple[str, str], ...] = ()
+    #: The system message of a ``messages`` row.
+    system: str | None = None
+
+
+def _messages(obj: Any, where: str) -> tuple[str, tuple[tuple[str, str], ...], str | None]:
+    """The last user message, the turns before it and the system message of a row's
+    ``messages``; a ``WorkloadError`` saying what is wrong otherwise."""
+    msgs = obj.get("messages")
+    if not isinstance(msgs, list) or not 1 <= len(msgs) <= MAX_MESSAGES:
+        raise WorkloadError(
+            f"{where}: 'messages' must be a list of 1 to {MAX_MESSAGES} messages, each "
+            '{"role": "system"|"user"|"assistant", "content": "..."}'
+        )
+    pairs: list[tuple[str, str]] = []
+    for m in msgs:
+        role = m.get("role") if isinstance(m, dict) else None
+        content = m.get("content") if isinstance(m, dict) else None
+        if role not in ("system", "user", "assistant") or not isinstance(content, str):
+            raise WorkloadError(
+                f"{where}: every message is an object with a role (system, user or assistant) "
+                "and a string content"
+            )
+        if len(content) > MAX_PROMPT_CHARS:
+            raise WorkloadError(f"{where}: a message is longer than 1M chars")
+        pairs.append((role, content))
+    system = pairs.pop(0)[1] if pairs and pairs[0][0] == "system" else None
+    roles = [r for r, _ in pairs]
+    if (
+        not roles
+        or roles[-1] != "user"
+        or roles != ["user", "assistant"] * (len(roles) // 2) + ["user"]
+    ):
+        raise WorkloadError(
+            f"{where}: after an optional system message, 'messages' alternate user and "
+            "assistant and end with the user's (the question the reference answers)"
+        )
+    texts = [c for _, c in pairs]
+    history = tuple(zip(texts[:-1:2], texts[1:-1:2], strict=True))
+    return texts[-1], history, system
 
 
 def _row(obj: Any, where: str) -> EvalRow:
     if not isinstance(obj, dict):
         raise WorkloadError(f"{where}: expected a JSON object with prompt and reference")
-    prompt, ref = obj.get("prompt"), obj.get("reference")
+    if "messages" in obj and "prompt" in obj:
+        raise WorkloadError(f"{where}: a row has 'prompt' or 'messages', not both")
+    history: tuple[tuple[str, str], ...] = ()
+    system = None
+    prompt: Any
+    if "messages" in obj:
+        prompt, history, system = _messages(obj, where)
+    else:
+        prompt = obj.get("prompt")
+    ref = obj.get("reference")
     if not isinstance(prompt, str) or not prompt or len(prompt) > MAX_PROMPT_CHARS:
-        raise WorkloadError(f"{where}: 'prompt' must be a non-empty string (at most 1M chars)")
+        raise WorkloadError(
+            f"{where}: 'prompt' (or the last user message) must be a non-empty string "
+            "(at most 1M chars)"
+        )
     scorer = obj.get("scorer", "exact")
-    if scorer == "json" and isinstance(ref, dict):
+    if scorer in ("json", "schema") and isinstance(ref, dict):
         ref = json.dumps(ref)
     if ref is None and scorer == "json":
         ref = ""
@@ -64,7 +134,7 @@ def _row(obj: Any, where: str) -> EvalRow:
         check_reference(str(scorer), reference)
     except (ValueError, TypeError, re.error) as e:
         raise WorkloadError(f"{where}: bad reference for the {scorer} scorer: {e}") from None
-    return prompt, reference, str(scorer), abs(float(tol)), max_tokens
+    return EvalRow(prompt, reference, str(scorer), abs(float(tol)), max_tokens, history, system)
 
 
 def read_eval_file(path: str) -> list[EvalRow]:

@@ -12,7 +12,11 @@
 - ``json``: the reply (or the first ``{...}``/``[...]`` in it) is valid JSON, and, when the
   reference is a JSON object of ``"key": "type"`` pairs (``string``, ``number``,
   ``integer``, ``boolean``, ``array``, ``object``), an object with those keys of those
-  types.
+  types;
+- ``schema``: the reply's JSON value is valid against the reference, a JSON schema in the
+  subset ``schema.py`` supports (the ``schema`` task);
+- ``sequence``: the reference is a list of integers (``7, 12, 41``) and the reply's first
+  integers are those, in that order (the ``ordering`` task).
 
 A reply is data: it is bounded (``answers.ANSWER_CHARS``), compared and parsed as JSON,
 never run.
@@ -24,16 +28,29 @@ import json
 import re
 from typing import Any, Literal
 
+from .schema import check_schema, validate
+
 __all__ = ["MAX_PATTERN", "REGEX_CHARS", "SCORERS", "Scorer", "check_reference", "score"]
 
-Scorer = Literal["integer", "exact", "contains", "numeric", "regex", "json"]
-SCORERS: tuple[Scorer, ...] = ("integer", "exact", "contains", "numeric", "regex", "json")
+Scorer = Literal["integer", "exact", "contains", "numeric", "regex", "json", "schema", "sequence"]
+SCORERS: tuple[Scorer, ...] = (
+    "integer",
+    "exact",
+    "contains",
+    "numeric",
+    "regex",
+    "json",
+    "schema",
+    "sequence",
+)
 REGEX_CHARS = 1024
 MAX_PATTERN = 300
 
 _INT_RE = re.compile(r"-?\d[\d,]*")
 _NUM_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+")
 _SPACE_RE = re.compile(r"\s+")
+_SEQ_RE = re.compile(r"-?\d+")
+_SEQ_REF_RE = re.compile(r"\s*-?\d+(?:\s*,\s*-?\d+){0,999}\s*")
 _TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "number": (int, float),
@@ -42,6 +59,10 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "array": (list,),
     "object": (dict,),
 }
+
+
+def _sequence(reference: str) -> list[str]:
+    return _SEQ_RE.findall(reference)
 
 
 def normalise(text: str) -> str:
@@ -93,14 +114,23 @@ def _json_matches(text: str, reference: str) -> bool:
 
 def check_reference(scorer: str, reference: str) -> None:
     """Raise ``ValueError`` saying what is wrong with a reference for ``scorer``."""
+    if scorer == "custom":
+        return  # the configured function's (``custom.py``) to judge
     if scorer not in SCORERS:
-        raise ValueError(f"unknown scorer {scorer!r}; scorers: {', '.join(SCORERS)}")
+        raise ValueError(
+            f"unknown scorer {scorer!r}; scorers: {', '.join(SCORERS)}, or custom (a "
+            "function named by --slo-eval-scorer)"
+        )
     if scorer == "regex":
         if len(reference) > MAX_PATTERN:
             raise ValueError(f"a regex reference is at most {MAX_PATTERN} characters")
         re.compile(reference)
     elif scorer in ("numeric", "integer"):
         float(reference)
+    elif scorer == "schema":
+        check_schema(json.loads(reference))
+    elif scorer == "sequence" and not _SEQ_REF_RE.fullmatch(reference):
+        raise ValueError("a sequence reference is integers separated by commas: 7, 12, 41")
     elif scorer == "json" and reference.strip():
         shape = json.loads(reference)
         if not isinstance(shape, dict) or not all(t in _TYPES for t in shape.values()):
@@ -124,4 +154,13 @@ def score(scorer: str, text: str, reference: str, tolerance: float = 0.0) -> boo
         return re.search(reference, text[:REGEX_CHARS]) is not None
     if scorer == "json":
         return _json_matches(text, reference)
+    if scorer == "schema":
+        try:
+            value = _json_value(text)
+        except ValueError:
+            return False
+        return validate(value, json.loads(reference))
+    if scorer == "sequence":
+        want = _sequence(reference)
+        return _SEQ_RE.findall(text)[: len(want)] == want
     raise ValueError(f"unknown scorer {scorer!r}; scorers: {', '.join(SCORERS)}")

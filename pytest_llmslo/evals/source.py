@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..errors import WorkloadError
+from .custom import CUSTOM
 from .dataset import EvalRow, read_eval_file, row_order
 from .tasks import EVAL_TASKS, EvalItem, EvalTask, make_item, repeat_of
 
@@ -39,7 +41,8 @@ def eval_problem(
 class EvalSource:
     """Item ``index`` of ``task`` for a level seeded ``seed`` (``path``: the eval file of
     the ``jsonl`` task; ``context_words``: the retrieval task's context; ``share``: the
-    share of requests that carry an item, which says which ones a repeat repeats)."""
+    share of requests that carry an item, which says which ones a repeat repeats;
+    ``scorer``: the ``module:function`` that scores the file's ``custom`` rows)."""
 
     def __init__(
         self,
@@ -48,6 +51,7 @@ class EvalSource:
         context_words: int = 512,
         path: str | None = None,
         share: float = 1.0,
+        scorer: str | None = None,
     ) -> None:
         self.task = task
         self.seed = seed
@@ -59,6 +63,12 @@ class EvalSource:
                 raise ValueError("the jsonl eval needs the path of its file")
             self._rows = read_eval_file(path)
             self._order = row_order(len(self._rows), seed)
+            if scorer is None and any(r.scorer == CUSTOM for r in self._rows):
+                raise WorkloadError(
+                    f"eval file {path}: rows ask for the custom scorer, and none is named: "
+                    "name the function with --slo-eval-scorer module:function (or "
+                    "eval_scorer= in the marker or the run file)"
+                )
 
     def repeat_of(self, index: int) -> int | None:
         """The index whose item request ``index`` asks again (``tasks.repeat_of``)."""
@@ -73,7 +83,16 @@ class EvalSource:
     def _item(self, index: int) -> EvalItem:
         if not self._rows:
             return make_item(self.task, self.seed, index, self.context_words)
-        prompt, reference, scorer, tolerance, max_tokens = self._rows[
-            int(self._order[index % len(self._rows)])
-        ]
-        return EvalItem("jsonl", index, prompt, reference, max_tokens, None, scorer, tolerance)
+        row = self._rows[int(self._order[index % len(self._rows)])]
+        return EvalItem(
+            "jsonl",
+            index,
+            row.prompt,
+            row.reference,
+            row.max_tokens,
+            None,
+            row.scorer,
+            row.tolerance,
+            row.history,
+            row.system,
+        )

@@ -7,12 +7,18 @@
   question; the answer is the key. The context is ``context_words`` words long (the
   workload's ``isl``), so a level's eval items load the engine's prefill as its other
   requests do.
+- ``ordering``: ``Sort these numbers from smallest to largest: 41, 7, 93.`` with 5 to 8
+  distinct numbers; the answer is the sorted list, scored by ``sequence`` (the reply's
+  first integers, in order).
+- ``schema``: a small seeded JSON schema (an object of 2 to 4 properties, each an integer
+  between bounds, a string from an enum, a boolean or a constant) and the request to reply
+  with a JSON object valid against it; scored by ``schema`` (``evals.schema.validate``).
 
 Item ``i`` of a seed depends on the seed and ``i`` alone (like the workload's prompts), so
 a run's answers can be scored after it by rebuilding the items, and a later run against a
-bumped engine asks the very same questions. Both answers are integers: the scorer reads the
-first integer of the reply (``answers.first_integer``), which tolerates an engine that
-says more than the number.
+bumped engine asks the very same questions. The arithmetic and retrieval answers are integers:
+the scorer reads the first integer of the reply (``answers.first_integer``), which
+tolerates an engine that says more than the number.
 
 Which requests of a level are eval items: ``is_eval_index`` draws it from the seed and the
 index, so a share of 0.2 puts about one request in five through the eval, spread over the
@@ -22,17 +28,20 @@ whether the engine is deterministic at that load.
 
 ``solve`` is what the sim engine's "model" does: it reads an item back from a prompt and
 returns the right answer (None for a prompt that is no eval item); the sim's error model
-then decides whether it says it. A real engine sees a plain prompt.
+then decides whether it says it, or ``wrong_answer``. A real engine sees a plain prompt.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
+
+from .schema import example
 
 __all__ = [
     "EVAL_TASKS",
@@ -44,11 +53,14 @@ __all__ = [
     "parse_eval",
     "repeat_of",
     "solve",
+    "wrong_answer",
 ]
 
-EvalTask = Literal["arithmetic", "retrieval", "jsonl"]
+EvalTask = Literal["arithmetic", "retrieval", "ordering", "schema", "jsonl"]
 #: The built-in tasks, and ``jsonl``: a user's eval file (``dataset.py``).
-EVAL_TASKS: tuple[EvalTask, ...] = ("arithmetic", "retrieval", "jsonl")
+EVAL_TASKS: tuple[EvalTask, ...] = ("arithmetic", "retrieval", "ordering", "schema", "jsonl")
+#: The built-in tasks alone.
+BUILT_IN: tuple[EvalTask, ...] = EVAL_TASKS[:-1]
 
 #: Output tokens an eval request asks for: enough for the number and a few words.
 ANSWER_TOKENS = 16
@@ -76,6 +88,15 @@ _FILLER = (
 
 _ARITH_RE = re.compile(r"Calculate (\d{1,12}) ([+\-*]) (\d{1,12})\." + re.escape(_TAIL))
 _QUESTION_RE = re.compile(r"What is the key of the (\w{1,20} \w{1,20})\?" + re.escape(_TAIL))
+_ORDER_TAIL = " Reply with the numbers only, separated by commas."
+_ORDER_RE = re.compile(
+    r"Sort these numbers from smallest to largest: ((?:\d{1,6}, ){1,20}\d{1,6})\."
+    + re.escape(_ORDER_TAIL)
+)
+_SCHEMA_HEAD = "Reply with only a JSON object valid against this JSON schema: "
+_SCHEMA_RE = re.compile(re.escape(_SCHEMA_HEAD) + r"(\{.{1,1500}\})\Z", re.S)
+#: Output tokens an ordering or schema item asks for.
+LONG_ANSWER_TOKENS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +113,14 @@ class EvalItem:
     depth: float | None = None
     scorer: str = "integer"
     tolerance: float = 0.0
+    #: A chat row's earlier turns, as (user, assistant) pairs, and its system message.
+    history: tuple[tuple[str, str], ...] = ()
+    system: str | None = None
 
     @property
     def words(self) -> int:
-        return len(self.prompt.split())
+        turns = [t for pair in self.history for t in pair] + [self.system or ""]
+        return len(self.prompt.split()) + sum(len(t.split()) for t in turns)
 
 
 class EvalChoice(NamedTuple):
@@ -138,7 +163,7 @@ def parse_eval(value: Any) -> EvalChoice | None:
     task = name.lower()
     if task not in EVAL_TASKS or task == "jsonl":
         raise ValueError(
-            f"{name!r} is not an eval task. Valid: arithmetic, retrieval or an eval file "
+            f"{name!r} is not an eval task. Valid: {', '.join(BUILT_IN)} or an eval file "
             "PATH.jsonl (optionally with the share of requests that carry an item: "
             "retrieval:20%), or none."
         )
@@ -195,6 +220,44 @@ def _retrieval(rng: np.random.Generator, index: int, context_words: int) -> Eval
     return EvalItem("retrieval", index, prompt, key, depth=round(depth, 4))
 
 
+def _ordering(rng: np.random.Generator, index: int) -> EvalItem:
+    n = int(rng.integers(5, 9))
+    values = [int(v) for v in rng.choice(np.arange(1, 1000), size=n, replace=False)]
+    shown = ", ".join(map(str, values))
+    prompt = f"Sort these numbers from smallest to largest: {shown}.{_ORDER_TAIL}"
+    answer = ", ".join(map(str, sorted(values)))
+    return EvalItem("ordering", index, prompt, answer, LONG_ANSWER_TOKENS, scorer="sequence")
+
+
+_FIELDS = ("id", "name", "colour", "count", "active", "level", "animal")
+
+
+def _property(rng: np.random.Generator) -> dict[str, Any]:
+    kind = int(rng.integers(4))
+    if kind == 0:
+        lo = int(rng.integers(0, 500))
+        return {"type": "integer", "minimum": lo, "maximum": lo + int(rng.integers(1, 100))}
+    if kind == 1:
+        picks = rng.choice(len(_COLOURS), size=3, replace=False)
+        return {"type": "string", "enum": [_COLOURS[int(i)] for i in picks]}
+    if kind == 2:
+        return {"type": "boolean"}
+    return {"type": "string", "const": _ANIMALS[int(rng.integers(len(_ANIMALS)))]}
+
+
+def _schema(rng: np.random.Generator, index: int) -> EvalItem:
+    n = int(rng.integers(2, 5))
+    names = [_FIELDS[int(i)] for i in rng.choice(len(_FIELDS), size=n, replace=False)]
+    schema = {
+        "type": "object",
+        "properties": {k: _property(rng) for k in names},
+        "required": names,
+        "additionalProperties": False,
+    }
+    text = json.dumps(schema, separators=(",", ":"))
+    return EvalItem("schema", index, _SCHEMA_HEAD + text, text, LONG_ANSWER_TOKENS, scorer="schema")
+
+
 def make_item(task: EvalTask, seed: int, index: int, context_words: int = 512) -> EvalItem:
     """Item ``index`` of ``task`` for ``seed`` (see the module docstring)."""
     rng = np.random.default_rng([_ITEM_STREAM, seed & 0xFFFFFFFF, index])
@@ -202,13 +265,26 @@ def make_item(task: EvalTask, seed: int, index: int, context_words: int = 512) -
         return _arithmetic(rng, index)
     if task == "retrieval":
         return _retrieval(rng, index, context_words)
-    raise ValueError(f"{task!r} is not a built-in eval task: arithmetic or retrieval")
+    if task == "ordering":
+        return _ordering(rng, index)
+    if task == "schema":
+        return _schema(rng, index)
+    raise ValueError(f"{task!r} is not a built-in eval task: {', '.join(BUILT_IN)}")
 
 
 def solve(prompt: str) -> str | None:
     """The right answer to an eval item read back from its prompt, or None when the prompt
     is no eval item (what the sim engine's "model" knows)."""
     tail = prompt[-200:]
+    order = _ORDER_RE.search(tail)
+    if order is not None:
+        return ", ".join(map(str, sorted(int(v) for v in order.group(1).split(", "))))
+    shape = _SCHEMA_RE.search(prompt[-1600:])
+    if shape is not None:
+        try:
+            return json.dumps(example(json.loads(shape.group(1))))
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            return None
     m = _ARITH_RE.search(tail)
     if m is not None:
         a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
@@ -218,3 +294,16 @@ def solve(prompt: str) -> str | None:
         return None
     fact = re.search(r"The key of the " + re.escape(q.group(1)) + r" is (\d{1,12})\.", prompt)
     return fact.group(1) if fact else None
+
+
+def wrong_answer(right: str, shift: int) -> str:
+    """A wrong answer beside ``right`` (what the sim says when its error model draws an
+    error): an integer moved by ``shift``, a list whose first number is, or a JSON object
+    without its first property."""
+    if re.fullmatch(r"-?\d+", right):
+        return str(int(right) + shift)
+    if right.startswith("{"):
+        obj = json.loads(right)
+        return json.dumps({k: v for k, v in list(obj.items())[1:]})
+    head, sep, rest = right.partition(", ")
+    return f"{int(head) + shift}{sep}{rest}" if head.isdigit() else right + " no"

@@ -269,21 +269,26 @@ def request_body(
     *,
     model: str | None = None,
     history: Sequence[tuple[str, str]] = (),
+    system: str | None = None,
 ) -> bytes:
     """The JSON body of one streaming request, encoded once before the run starts (or, for
     a later turn of a conversation, when the turn is due). ``history`` holds the earlier
     turns as (user message, assistant reply) pairs: chat messages, or, for the completions
-    endpoint, the texts joined in order."""
+    endpoint, the texts joined in order; ``system``, a system message first (for the
+    completions endpoint, the first text)."""
     body: dict[str, Any] = {"model": model or settings.model}
     if settings.endpoint == "chat":
         messages: list[dict[str, str]] = []
+        if system is not None:
+            messages.append({"role": "system", "content": system})
         for user, reply in history:
             messages.append({"role": "user", "content": user})
             messages.append({"role": "assistant", "content": reply})
         messages.append({"role": "user", "content": prompt})
         body["messages"] = messages
     else:
-        body["prompt"] = "\n".join([*(f"{u}\n{r}" for u, r in history), prompt])
+        head = [] if system is None else [system]
+        body["prompt"] = "\n".join([*head, *(f"{u}\n{r}" for u, r in history), prompt])
     body["max_tokens"] = int(max_tokens)
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}

@@ -159,7 +159,9 @@ class JobSource:
         spec = self.spec
         p = self._prompts.prompt(i)
         model = spec.settings.model_for(spec.workload.seed, i)
-        body = request_body(spec.settings, p.text, p.osl, model=model)
+        body = request_body(
+            spec.settings, p.text, p.osl, model=model, history=p.history, system=p.system
+        )
         return Job(i, body, p.isl, p.osl, i < spec.warmup, offset)
 
     def _push(self, job: Job) -> None:
@@ -228,7 +230,10 @@ class JobSource:
         self._spares += 1
         p = self._prompts.prompt(i)
         model = spec.settings.model_for(spec.workload.seed, i)
-        return Job(i, request_body(spec.settings, p.text, p.osl, model=model), p.isl, p.osl, True)
+        body = request_body(
+            spec.settings, p.text, p.osl, model=model, history=p.history, system=p.system
+        )
+        return Job(i, body, p.isl, p.osl, True)
 
     # -- multi-turn ----------------------------------------------------------------------
 

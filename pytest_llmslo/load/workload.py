@@ -148,6 +148,9 @@ class WorkloadSpec:
     eval_task: EvalTask | None = None
     eval_share: float = 1.0
     eval_path: str | None = None
+    #: The ``module:function`` that scores the eval file's ``custom`` rows
+    #: (``evals.custom``).
+    eval_scorer: str | None = None
 
     def __post_init__(self) -> None:
         bad = eval_problem(self.eval_task, self.eval_share, self.eval_path, self.kind, self.turns)
@@ -199,7 +202,9 @@ class WorkloadSpec:
         """Where a level's eval answers are scored (None: the workload has no eval)."""
         if self.eval_task is None:
             return None
-        return AnswerBook(self.eval_task, self.seed, self.eval_share, self.isl, self.eval_path)
+        return AnswerBook(
+            self.eval_task, self.seed, self.eval_share, self.isl, self.eval_path, self.eval_scorer
+        )
 
     @property
     def needs_calibration(self) -> bool:
@@ -237,6 +242,10 @@ class Prompt:
     text: str
     isl: int
     osl: int
+    #: Earlier turns sent before ``text`` (an eval file's chat row), as (user, assistant)
+    #: pairs, and a system message.
+    history: tuple[tuple[str, str], ...] = ()
+    system: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,7 +499,14 @@ class PromptSource:
         self._evals = (
             None
             if spec.eval_task is None
-            else EvalSource(spec.eval_task, spec.seed, spec.isl, spec.eval_path, spec.eval_share)
+            else EvalSource(
+                spec.eval_task,
+                spec.seed,
+                spec.isl,
+                spec.eval_path,
+                spec.eval_share,
+                spec.eval_scorer,
+            )
         )
         if spec.kind in ("sharegpt", "jsonl"):
             path = os.fspath(spec.path or "")
@@ -598,7 +614,7 @@ class PromptSource:
             return self._trace_prompt(i)
         if self._evals is not None and is_eval_index(spec.seed, i, spec.eval_share):
             item = self._evals.item(i)
-            return Prompt(item.prompt, item.words, item.max_tokens)
+            return Prompt(item.prompt, item.words, item.max_tokens, item.history, item.system)
         tok = self._tok
         lm = self.lm
         rng = np.random.default_rng([spec.seed, i])

@@ -402,7 +402,7 @@ def _test_section(
     parts.append("<h3>Levels</h3>")
     for p in points:
         i = results.points.index(p)
-        parts.append(level_details(p, i, objectives, runs.level_lines(p), outs[id(p)].outcome))
+        parts.append(level_details(p, i, objectives, runs.level_lines(p), outs[id(p)]))
     parts.append("</section>")
     return "\n".join(parts)
 

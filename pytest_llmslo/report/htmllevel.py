@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from pytest_llmslo.judged import LevelOutcome
 from pytest_llmslo.metrics.timeseries import SecondSeries, per_second
 from pytest_llmslo.report.faults import fault_lines
 from pytest_llmslo.report.htmlcells import badge, bounds, cell, lines, point_value
@@ -238,10 +239,15 @@ def _level_charts(p: SweepPoint, objectives: Sequence[Any], lid: str) -> str:
 
 
 def level_details(
-    p: SweepPoint, i: int, objectives: Sequence[Any], compared: str = "", outcome: str = ""
+    p: SweepPoint,
+    i: int,
+    objectives: Sequence[Any],
+    compared: str = "",
+    outcome: LevelOutcome | None = None,
 ) -> str:
     """Level ``p`` (index ``i`` in the results) folded; ``compared``: its comparisons with
-    other runs, as HTML."""
+    other runs, as HTML; ``outcome``: the level as judged, whose reason heads its problems
+    when it did not pass."""
     lid = f"p{i}"
     figures = []
     for label, key, digits in (("out tok/s", "output_tok_s", 1), ("TTFT P99", "ttft:99", 1)):
@@ -250,6 +256,8 @@ def level_details(
             shown = "∞" if v == float("inf") else f"{v:,.{digits}f}"
             figures.append(f"{label} {shown}")
     reasons = [*p.summary.invalid_reasons]
+    if outcome is not None and outcome.outcome not in ("pass", "no_slo"):
+        reasons.insert(0, f"{outcome.word}: {outcome.reason}")
     if p.verdict is not None:
         reasons.extend(p.verdict.problems)
     body = [
@@ -262,9 +270,10 @@ def level_details(
         _level_charts(p, objectives, lid),
         compared,
     ]
+    word = outcome.outcome if outcome else p.status
     return (
         f'<details class="level" id="{lid}" data-point="{i}"><summary>'
-        f"<b>{escape(p.engine)}</b> {escape(p.level.label)} {badge(outcome or p.status)} "
+        f"<b>{escape(p.engine)}</b> {escape(p.level.label)} {badge(word)} "
         f'<span class="sub">{escape(" · ".join(figures))}</span></summary>'
         + "".join(body)
         + "</details>"

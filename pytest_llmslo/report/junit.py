@@ -112,10 +112,12 @@ def testcase_properties(
     test: str | None = None,
     interrupted: bool = False,
     knee: Knee | None = None,
+    point: SweepPoint | None = None,
 ) -> list[tuple[str, str]]:
     """The flat properties of one test case's run (and its verdict, when it evaluated one);
     ``knee``, its sweep's knee once the sweep is done, makes a miss above it the expected
-    miss every other output calls it (``outcome_properties``).
+    miss every other output calls it (``outcome_properties``); ``point``, the level as
+    kept, brings its quality verdict and whether it ran the workload asked to its outcome.
 
     Keys: ``engine``, ``test``, ``level``, ``level_mode``, ``level_value``, ``requests``,
     ``completed``, ``failed``, ``error_rate``, ``failures.<kind>``, ``duration_s``, the
@@ -138,7 +140,7 @@ def testcase_properties(
     ``slo.<metric_stat>.{objective,op,threshold_ms,observed_ms,bound_ms,count,samples_needed,passed}``.
     """
     out = _Properties()
-    point = SweepPoint(
+    point = point or SweepPoint(
         engine or "", test or "", summary.level, summary, verdict, interrupted=interrupted
     )
     _level(out, point, engine, test)

@@ -29,6 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_llmslo.answered import quality_failed
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import EngineEntry, Results, Sweep
 from pytest_llmslo.judged import (
@@ -224,8 +225,9 @@ def _verdict(p: SweepPoint, knee: Knee) -> str:
     out = level_outcome(p, knee)
     if out.outcome == "no_slo":
         return "-"
-    if out.outcome in ("fail", "expected_miss") and p.verdict is not None:
-        failed = [r.objective.label for r in p.verdict.results if not r.passed]
+    if out.outcome in ("fail", "expected_miss"):
+        failed = [r.objective.label for r in p.verdict.results if not r.passed] if p.verdict else []
+        failed += quality_failed(p)
         word = "**FAIL**" if out.red else out.word
         return word + " " + ", ".join(failed) if failed else word
     return out.word
@@ -322,8 +324,8 @@ def render_sweeps(
             if any(point_status(p) == "invalid" for p in pts):
                 lines.append("")
                 lines.append(
-                    "! inconclusive: the load generator, not the engine, was the "
-                    "bottleneck (excluded from knee and Pareto)"
+                    "! inconclusive: nothing shown about the engine, for the reason in the "
+                    "level's note (excluded from knee and Pareto)"
                 )
             lines.extend(["", "</details>"])
     return lines
@@ -469,7 +471,7 @@ def render_verdict(results: Results) -> list[str]:
         ("fail", "failed"),
         ("expected_miss", "missed above their sweep's knee, as expected"),
         ("cut", "cut by the level's time bound (inconclusive)"),
-        ("inconclusive", "inconclusive (the client was the bottleneck)"),
+        ("inconclusive", "inconclusive (nothing shown about the engine)"),
         ("interrupted", "interrupted"),
     ):
         if count[outcome]:

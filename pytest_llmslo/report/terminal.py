@@ -27,6 +27,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_llmslo.answered import quality_failed
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.results import Results
 from pytest_llmslo.judged import (
@@ -285,10 +286,10 @@ def _verdict_cell(p: SweepPoint, width: int, knee: Knee | None = None) -> str:
     out = level_outcome(p, knee)
     if out.outcome == "no_slo":
         return "-"
-    if out.outcome == "fail" and p.verdict is not None:
-        return _clip("FAIL " + ", ".join(_failed_names(p.verdict)), width)
-    if out.outcome == "expected_miss" and p.verdict is not None:
-        return _clip("exp. miss " + ", ".join(_failed_names(p.verdict)), width)
+    if out.outcome in ("fail", "expected_miss"):
+        names = _failed_names(p.verdict) if p.verdict is not None else []
+        head = "FAIL " if out.outcome == "fail" else "exp. miss "
+        return _clip(head + ", ".join(names + quality_failed(p)), width)
     return _clip(out.word, width)
 
 

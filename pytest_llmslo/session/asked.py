@@ -20,6 +20,8 @@ named. Not asking for temperature 0 is the opt-out.
 
 from __future__ import annotations
 
+import dataclasses
+
 from pytest_llmslo.errors import Inconclusive
 
 from .state import Session, TestContext, primary
@@ -28,27 +30,30 @@ __all__ = ["asked_workload_gate"]
 
 
 def asked_workload_gate(state: Session, ctx: TestContext) -> None:
-    """Raise ``Inconclusive`` when the test's level ran another workload than asked."""
+    """Raise ``Inconclusive`` when the test's level ran another workload than asked; the
+    reason is kept on the point (``judged.asked_reason``), so every report shows the level
+    inconclusive with it, as the test's exception does."""
+    from pytest_llmslo.answered import asked_reason
+
     __tracebackhide__ = True
     idx = primary(ctx)
     if idx is None:
         return
     point = state.points[idx]
-    if not point.comparable:
-        why = [n for n in point.notes if "not comparable" in n]
-        raise Inconclusive(
-            f"inconclusive at {point.level.label}: the engine answered another workload than "
-            "the one asked, so its numbers gate nothing: "
-            + "; ".join(why or ["the level was flagged not comparable"])
-        )
     quality = point.quality or {}
     unstable = quality.get("unstable")
     greedy = (ctx.settings.extra_body or {}).get("temperature") == 0
-    if greedy and unstable:
+    if point.comparable and greedy and unstable:
         pairs = ", ".join(f"{a}/{b}" for a, b in unstable)
-        raise Inconclusive(
-            f"inconclusive at {point.level.label}: the engine is not deterministic at "
-            f"temperature 0: {len(unstable)} of {quality.get('repeated')} eval items asked "
-            f"twice got two different answers (requests {pairs}), so its answers cannot "
-            "show drift across a bump"
+        why = (
+            "the engine is not deterministic at temperature 0: "
+            f"{len(unstable)} of {quality.get('repeated')} eval items asked twice got two "
+            f"different answers (requests {pairs}), so its answers cannot show drift across "
+            "a bump"
         )
+        point = dataclasses.replace(point, quality={**quality, "nondeterministic": why})
+        state.points[idx] = point
+        state.dirty = True
+    reason = asked_reason(point)
+    if reason is not None:
+        raise Inconclusive(f"inconclusive at {point.level.label}: {reason}")

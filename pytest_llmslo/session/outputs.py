@@ -270,6 +270,7 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
             engine=ctx.engine,
             test=ctx.test,
             interrupted=point.interrupted,
+            point=point,
         )
     except Exception as exc:  # the report must not change a test's outcome
         props = [("llmslo.error", repr(exc))]

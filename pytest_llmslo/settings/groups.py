@@ -112,6 +112,8 @@ class WorkloadOptions:
     history_turns: int = 0
     #: Eval items inside the traffic (``--slo-eval``): the task and the share carrying one.
     evals: EvalChoice | None = None
+    #: The function scoring an eval file's ``custom`` rows (``--slo-eval-scorer``).
+    eval_scorer: str | None = None
     tokenizer: str | None = None
 
     def workload_fields(self) -> dict[str, Any]:
@@ -142,6 +144,7 @@ class WorkloadOptions:
             "eval_task": self.evals.task if self.evals else None,
             "eval_share": self.evals.share if self.evals else 1.0,
             "eval_path": self.evals.path if self.evals else None,
+            "eval_scorer": self.eval_scorer if self.evals else None,
             "tokenizer": self.tokenizer,
         }
 

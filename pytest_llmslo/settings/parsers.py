@@ -9,6 +9,7 @@ every source gets the same checks.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -440,14 +441,21 @@ def coerce_models(value: Any) -> tuple[tuple[str, float], ...]:
 
 
 def parse_objectives(text: str) -> tuple[Any, ...]:
-    """``"ttft_p99<500,itl_p50<30"`` -> Objectives (via ``slo.parse_objectives``)."""
+    """``"ttft_p99<500,itl_p50<30"`` -> Objectives (via ``slo.parse_objectives``); a quality
+    objective among them (``accuracy>=0.95``) is read by ``slo.parse_quality``, and the
+    test's settings move it to the quality objectives (``resolve._split_quality``)."""
     from pytest_llmslo import slo
+    from pytest_llmslo.slo.quality import QUALITY_METRICS
 
     s = str(text).strip()
     if not s:
         return ()
+    parts = [p for p in re.split(r"[,;\n]", s) if p.strip()]
+    quality = [p for p in parts if p.strip().lower().startswith(QUALITY_METRICS)]
+    latency = [p for p in parts if p not in quality]
     try:
-        return tuple(slo.parse_objectives(s))
+        out = tuple(slo.parse_objectives(",".join(latency))) if latency else ()
+        return out + (tuple(slo.parse_quality(",".join(quality))) if quality else ())
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
 

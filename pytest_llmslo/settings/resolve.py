@@ -101,7 +101,26 @@ def resolve_test(
     engines: tuple[str, ...] = ()
     if "engines" in marker:
         engines = tuple(dict.fromkeys(MARKER_ONLY["engines"](marker["engines"])))
+    if isinstance(fields["objectives"], tuple) and isinstance(fields["quality"], tuple):
+        fields["objectives"], fields["quality"] = _split_quality(
+            fields["objectives"], fields["quality"]
+        )
     return TestSettings(**fields, levels=levels, engines=engines, sources=where_from)
+
+
+def _split_quality(
+    objectives: Sequence[Any], quality: Sequence[Any]
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The quality objectives given with the latency ones (``--slo 'ttft_p99<500,
+    accuracy>=0.95'``, ``@pytest.mark.slo(ttft_p99 < 500, accuracy >= 0.95)``) join those
+    of ``--slo-quality``/``quality=``: one SLO in one place, judged by each gate."""
+    from pytest_llmslo.slo.quality import QualityObjective
+
+    moved = tuple(o for o in objectives if isinstance(o, QualityObjective))
+    if not moved:
+        return tuple(objectives), tuple(quality)
+    latency = tuple(o for o in objectives if not isinstance(o, QualityObjective))
+    return latency, tuple(dict.fromkeys((*quality, *moved)))
 
 
 def check_engine_names(names: Sequence[str], configured: Iterable[str], label: str) -> None:

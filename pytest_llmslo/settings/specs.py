@@ -31,6 +31,7 @@ from pytest_llmslo.engines.base import ENGINE_KINDS
 from pytest_llmslo.engines.scaling import parse_scale_up
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
 from pytest_llmslo.evals import parse_eval
+from pytest_llmslo.evals.custom import parse_scorer_ref
 from pytest_llmslo.faults.spec import parse_faults
 from pytest_llmslo.slo.quality import parse_quality
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
@@ -287,16 +288,15 @@ SPECS: tuple[Spec, ...] = (
               "alone (its prompts are built as they are needed)."),
     Spec("duration", parse_optional_duration, None, field="duration_s",
          cli="--duration", marker="duration", topic="load", metavar="DURATION",
-         help="Time bound of each level's measurement (90s, 5m, 1h30m; bare: seconds; 0: "
-              "none): the window in which requests are sent; the level ends here or at "
-              "--requests, and the requests sent in it run to their end (bounded by their "
-              "deadlines) and are measured."),
+         help="The window in which each level's requests are sent (90s, 5m, 1h30m; 0: "
+              "none); those sent in it run to their end and are measured."),
     Spec("endpoint", choice_parser("endpoint", ENDPOINTS), "chat", field="endpoint",
          cli="--endpoint", marker="endpoint", topic="requests", choices=ENDPOINTS,
          help="OpenAI endpoint: chat (/v1/chat/completions) or completions (/v1/completions)."),
     Spec("slo", parse_objectives, (), field="objectives",
          cli="--slo", marker="objectives", topic="slo", coerce=coerce_objectives, metavar="SPEC",
-         help='SLO of every SLO test, e.g. "ttft_p99<500,itl_p50<30" (ms).'),
+         help='SLO of every SLO test, e.g. "ttft_p99<500,itl_p50<30" (ms); a quality '
+         "objective (accuracy>=0.95) may ride along, as --slo-quality."),
     Spec("slo_strict", parse_bool, False, field="strict",
          cli="--slo-strict", marker="strict", topic="slo", coerce=coerce_bool, flag=True,
          help="Gate on the upper confidence bound of each percentile, not the point estimate."),
@@ -599,7 +599,13 @@ SPECS: tuple[Spec, ...] = (
               "replica=, window=3s and share=90% (recovery). See docs/faults.md."),
     Spec("eval", parse_eval, None, field="evals", cli="--slo-eval", marker="eval",  # quality
          topic="workload", metavar="TASK[:SHARE]", help="Eval items in the traffic (quality): "
-         "arithmetic or retrieval, on a share of the requests (retrieval:20%; default all)."),
+         "arithmetic, retrieval, ordering, schema or an eval file PATH.jsonl, on a share "
+         "of the requests (retrieval:20%; default all). docs/quality.md"),
+    # Quality: the user's function scoring an eval file's "custom" rows.
+    Spec("eval_scorer", parse_scorer_ref, None, field="eval_scorer", cli="--slo-eval-scorer",
+         marker="eval_scorer", topic="workload", metavar="MODULE:FUNCTION",
+         help="A Python function scoring the eval file's rows whose scorer is 'custom': "
+         "judge(reply, reference) -> bool. Named here, never in the data. docs/quality.md"),
     Spec("quality", parse_quality, (), field="quality", cli="--slo-quality", marker="quality",
          topic="slo", metavar="SPEC", help="Objectives on the eval answers, with a Wilson "
          "bound: accuracy>=0.95 (inconclusive when too few items show it). docs/quality.md"),

@@ -12,8 +12,10 @@ the request was preempted before its first token. Whether an item is wrong is dr
 ``seed`` and the item's prompt alone: the same item on the same profile under the same
 pressure gets the same answer in every run, and raising the quantisation penalty turns
 exactly the items whose draw falls in the added band wrong (a bump of the engine's
-precision, as ``llmslo compare`` sees it). A wrong answer is the right integer moved by 1
-to 9, drawn the same way. A prompt that is no eval item gets the usual filler words.
+precision, as ``llmslo compare`` sees it). A wrong answer (``evals.tasks.wrong_answer``)
+is the right integer moved by 1 to 9, drawn the same way (an ordering's first number
+moved, a schema's object without its first property). A prompt that is no eval item gets
+the usual filler words.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..evals import solve
+from ..evals.tasks import wrong_answer
 from .scheduler import SimRequest
 
 __all__ = ["Answerer", "QualityModel", "prompt_text", "quality_from_mapping"]
@@ -124,5 +127,5 @@ class Answerer:
         self.asked += 1
         if answer.draw < self.model.error(self.kv_usage(), req.preemptions):
             self.wrong += 1
-            return str(int(answer.right) + answer.shift)
+            return wrong_answer(answer.right, answer.shift)
         return answer.right

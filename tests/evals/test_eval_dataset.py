@@ -88,7 +88,7 @@ def test_a_workload_sends_the_files_prompts(tmp_path: Path) -> None:
     ("line", "message"),
     [
         ("not json", "line 2: not JSON"),
-        ('{"reference": "x"}', "line 2: 'prompt' must be"),
+        ('{"reference": "x"}', "line 2: 'prompt' .*must be"),
         ('{"prompt": "p", "reference": "x", "scorer": "bleu"}', "unknown scorer 'bleu'"),
         ('{"prompt": "p", "reference": "(", "scorer": "regex"}', "line 2"),
         ('{"prompt": "p", "reference": "x", "scorer": "numeric"}', "line 2"),

@@ -41,9 +41,33 @@ def test_thirty_items_at_95_percent_are_inconclusive_not_a_pass(
     assert len(quality["answers"]) == 30
     assert quality["verdict"]["outcome"] == "inconclusive"
     assert any("quality inconclusive" in n for n in point["notes"])
+    # Every output's outcome is the test's: inconclusive, with the objective it cannot show.
+    assert point["judged"]["outcome"] == "inconclusive"
+    assert point["judged"]["reason"].startswith("too few eval items to show accuracy >= 0.95")
     junit = (slo_pytester.path / "j.xml").read_text()
+    assert 'name="llmslo.outcome" value="inconclusive"' in junit
     assert 'name="llmslo.quality.outcome" value="inconclusive"' in junit
     assert 'name="llmslo.quality.0.objective" value="accuracy &gt;= 0.95"' in junit
+
+
+def test_a_quality_objective_rides_in_the_slo_string(slo_pytester: pytest.Pytester) -> None:
+    slo_pytester.makepyfile(
+        test_q="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[2])
+        def test_configured(slo_run):
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(
+        *ARGS, "--slo-eval=arithmetic", "--slo=ttft_p99<60000,accuracy>=0.5"
+    )
+    result.assert_outcomes(passed=1)
+    point = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]
+    assert point["quality"]["verdict"]["objectives"][0]["objective"] == "accuracy >= 0.5"
+    assert [r["objective"]["metric"] for r in point["verdict"]["results"]] == ["ttft"]
+    assert point["judged"]["outcome"] == "pass"
 
 
 def test_a_body_asserts_quality_on_a_share_of_the_traffic(slo_pytester: pytest.Pytester) -> None:

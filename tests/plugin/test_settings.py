@@ -467,3 +467,32 @@ def test_the_tokenizer_reaches_the_workload_from_every_surface() -> None:
     assert ts.sources["tokenizer"] == "--tokenizer"
     ts = resolve(env={"LLMSLO_TOKENIZER": "b"}, ini={"llmslo_tokenizer": "c"})
     assert ts.tokenizer == "b"
+
+
+def test_the_eval_scorer_reaches_the_workload_from_the_marker_and_the_cli() -> None:
+    ts = resolve(marker={"eval": "evals.jsonl", "eval_scorer": "mypkg.scoring:judge"})
+    assert ts.workload_fields()["eval_scorer"] == "mypkg.scoring:judge"
+    ts = resolve(cli={"eval_scorer": "other:judge"}, marker={"eval": "evals.jsonl"})
+    assert ts.workload_fields()["eval_scorer"] == "other:judge"
+    assert resolve(marker={"eval_scorer": "a:b"}).workload_fields()["eval_scorer"] is None
+    with pytest.raises(ConfigError, match="module:function"):
+        resolve(marker={"eval": "evals.jsonl", "eval_scorer": "judge"})
+
+
+def test_quality_objectives_ride_in_the_slo_with_the_latency_ones() -> None:
+    from pytest_llmslo.slo import accuracy, ttft_p99
+
+    ts = resolve(env={"LLMSLO_SLO": "ttft_p99<500,accuracy>=0.95"})
+    assert [o.metric for o in ts.objectives] == ["ttft"]
+    assert [(q.metric, q.threshold) for q in ts.quality] == [("accuracy", 0.95)]
+    # The marker's positional objectives, and --slo-quality beside them, once each.
+    ts = resolve(
+        env={"LLMSLO_QUALITY": "accuracy>=0.95"},
+        marker={"objectives": [ttft_p99 < 500, accuracy >= 0.9]},
+    )
+    assert [o.metric for o in ts.objectives] == ["ttft"]
+    assert sorted(q.threshold for q in ts.quality) == [0.9, 0.95]
+    ts = resolve(marker={"objectives": "accuracy>=95%", "quality": "accuracy>=0.95"})
+    assert ts.objectives == () and len(ts.quality) == 1
+    with pytest.raises(ConfigError, match=r"write accuracy>=0\.95"):
+        resolve(env={"LLMSLO_SLO": "ttft_p99<500,accuracy<0.9"})

@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 import pytest
@@ -60,8 +61,46 @@ def _points() -> list[SweepPoint]:
         _cut(make_point(24, ttft_ms=120.0, failed=2)),
         dataclasses.replace(make_point(32, ttft_ms=130.0), interrupted=True),
         make_point(8, ttft_ms=70.0, test="test_free", objectives=None),
+        *_quality_points(),
     ]
     return pts
+
+
+def _judged_quality(outcome: str, right: int, items: int) -> dict[str, object]:
+    """A level's quality verdict as ``session.quality`` keeps it."""
+    row = {
+        "objective": "accuracy>=0.95",
+        "items": items,
+        "right": right,
+        "accuracy": right / items,
+        "lower": 0.8,
+        "upper": 0.99,
+        "outcome": outcome,
+    }
+    verdict = {"task": "arithmetic", "confidence": 0.95, "outcome": outcome, "objectives": [row]}
+    return {"verdict": verdict}
+
+
+# Outcome of each level of test_quality (engine vllm): every latency objective held, but
+# c1's 30 items cannot show 95 %, c2 missed it, c4 ran another workload than asked, c8's
+# engine was not deterministic at temperature 0.
+QUALITY = {"c1": "inconclusive", "c2": "fail", "c4": "inconclusive", "c8": "inconclusive"}
+NOT_COMPARABLE = "not comparable: 30 of 30 completed requests returned short outputs"
+NONDETERMINISTIC = "the engine is not deterministic at temperature 0: 1 of 2 eval items"
+
+
+def _quality_points() -> list[SweepPoint]:
+    def point(c: int, **kw: object) -> SweepPoint:
+        return dataclasses.replace(
+            make_point(c, ttft_ms=50.0, engine="vllm", test="test_quality"), **kw
+        )
+
+    return [
+        point(1, quality=_judged_quality("inconclusive", 29, 30)),
+        point(2, quality=_judged_quality("fail", 150, 200)),
+        point(4, comparable=False, notes=(NOT_COMPARABLE,)),
+        point(8, quality={"nondeterministic": NONDETERMINISTIC}),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +117,10 @@ def test_the_document_has_one_level_of_every_outcome(results: Results) -> None:
     assert knee.level is not None and knee.level.label == "c8"
     got = {p.level.label: level_outcome(p, knee).outcome for p in _chat(results)}
     assert got == EXPECTED
+    quality = {
+        p.level.label: level_outcome(p).outcome for p in results.points if p.test == "test_quality"
+    }
+    assert quality == QUALITY
     free = next(p for p in results.points if p.test == "test_free")
     assert level_outcome(free).outcome == "no_slo"
     # The cut level's TTFT P99 is infinite (its cut requests), and says so everywhere.
@@ -132,11 +175,14 @@ def test_markdown_agrees(results: Results) -> None:
     text = markdown.render_report(results)
     want = _expected(results)
     seen = 0
+    test = ""
     for line in text.splitlines():
+        title = re.match(r"<details><summary>.*<code>(test_\w+)</code>", line)
+        if title:
+            test = title.group(1)
         cells = [c.strip().strip("*") for c in line.strip("|").split(" | ")]
         if len(cells) < 10 or not re.fullmatch(r"c\d+", cells[1]):
             continue
-        test = "test_free" if cells[-1] == "-" else "test_chat"
         outcome, ttft99, count = want[(test, cells[1])]
         assert cells[2] == str(count) and cells[4] == ttft99, line
         word = {"no_slo": "-"}.get(outcome, OUTCOME_WORDS[outcome])
@@ -146,11 +192,11 @@ def test_markdown_agrees(results: Results) -> None:
     assert THIN_LEGEND in text
     verdict = next(line for line in text.splitlines() if line.startswith("**Verdict: "))
     assert verdict.startswith(
-        "**Verdict: ❌ 2 of 4 judged levels met their SLO, 1 failed, 1 missed above their "
-        "sweep's knee, as expected, 1 cut by the level's time bound (inconclusive), 1 "
-        "inconclusive (the client was the bottleneck), 1 interrupted, 1 without an SLO"
+        "**Verdict: ❌ 2 of 5 judged levels met their SLO, 2 failed, 1 missed above their "
+        "sweep's knee, as expected, 1 cut by the level's time bound (inconclusive), 4 "
+        "inconclusive (nothing shown about the engine), 1 interrupted, 1 without an SLO; "
+        "no level passed on vllm `test_quality`.**"
     )
-    assert "no level passed" not in verdict
 
 
 def test_csv_agrees(results: Results) -> None:
@@ -215,7 +261,7 @@ def test_html_agrees(results: Results) -> None:
     # The banner: red only for the failure below the knee.
     banner = re.search(r'<p class="verdict (\w+)"[^>]*>([^<]*)</p>', page)
     assert banner is not None
-    assert banner.group(1) == "fail" and banner.group(2) == "1 of 8 levels missed their SLO"
+    assert banner.group(1) == "fail" and banner.group(2) == "2 of 12 levels missed their SLO"
     assert THIN_LEGEND in page
 
 
@@ -269,6 +315,7 @@ def test_junit_and_json_agree(results: Results) -> None:
                 test=p.test,
                 interrupted=p.interrupted,
                 knee=knees[i],
+                point=p,
             )
         )
         shown = props.get("llmslo.ttft_p99_ms")
@@ -290,3 +337,36 @@ def test_a_tail_percentile_from_too_few_samples_says_so(results: Results) -> Non
     assert doc["points"][0]["judged"]["too_few"]["ttft_p99_ms"] == note
     assert doc["points"][0]["judged"]["counts"]["ttft_p99_ms"] == 24
     assert weight_note(c1, "ttft", 50) is None
+
+
+def test_quality_and_asked_workload_reasons_show_in_every_format(results: Results) -> None:
+    """A level judged by its quality objectives, or made inconclusive because the engine
+    answered another workload than asked, says so with the same reason everywhere."""
+    quality = {p.level.label: p for p in results.points if p.test == "test_quality"}
+    reasons = {label: level_outcome(p).reason for label, p in quality.items()}
+    assert reasons["c1"] == (
+        "too few eval items to show accuracy>=0.95 (29/30 right, bound 0.800..0.990)"
+    )
+    assert reasons["c2"] == "missed accuracy>=0.95 (150/200 right, bound 0.800..0.990)"
+    assert (
+        NOT_COMPARABLE in reasons["c4"] and "another workload than the one asked" in reasons["c4"]
+    )
+    assert reasons["c8"] == NONDETERMINISTIC
+    # A quality miss fails the sweep's knee as a latency miss does; the inconclusive levels
+    # are left out of it.
+    sweep = next(s for s in results.sweeps() if s.test == "test_quality")
+    assert sweep.knee.level is None
+    term = "\n".join(terminal.render_summary(results, 400))
+    md = markdown.render_report(results)
+    page = unescape(html.render_html(results))
+    doc = build_document(results)
+    for label, why in reasons.items():
+        # The terminal and Markdown name a failed objective in the verdict cell (below),
+        # the reasons of the others under the table.
+        assert label == "c2" or why in term, label
+        assert label == "c2" or why in md, label
+        assert why in page, label
+        i = results.points.index(quality[label])
+        assert doc["points"][i]["judged"]["reason"] == why
+    assert "FAIL accuracy>=0.95" in term
+    assert "**FAIL** accuracy>=0.95" in md

@@ -95,9 +95,10 @@ def test_a_quantisation_penalty_turns_answers_wrong(tmp_path: Path) -> None:
 
 
 def test_a_users_eval_file_is_sent_and_scored_under_load(tmp_path: Path) -> None:
-    # Rows the sim's "model" can answer (arithmetic in the built-in form) and rows it
-    # cannot (it answers those with filler words).
-    rows = [
+    # Rows the sim's "model" can answer (arithmetic in the built-in form, half of them chat
+    # rows whose last user message asks it) and rows it cannot (it answers those with
+    # filler words).
+    rows: list[dict[str, Any]] = [
         {
             "prompt": make_item("arithmetic", 5, i).prompt,
             "reference": make_item("arithmetic", 5, i).answer,
@@ -105,6 +106,13 @@ def test_a_users_eval_file_is_sent_and_scored_under_load(tmp_path: Path) -> None
         }
         for i in range(6)
     ] + [{"prompt": "Capital of France?", "reference": "Paris", "scorer": "exact"}] * 2
+    for row in rows[::2]:
+        row["messages"] = [
+            {"role": "system", "content": "You are a calculator."},
+            {"role": "user", "content": "Calculate 1 + 1."},
+            {"role": "assistant", "content": "2"},
+            {"role": "user", "content": row.pop("prompt")},
+        ]
     path = tmp_path / "evals.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     with start_sim(tmp_path, *SIM_ARGS) as sim:
@@ -126,3 +134,27 @@ def test_a_users_eval_file_is_sent_and_scored_under_load(tmp_path: Path) -> None
     answerable = sum(source.item(i).answer != "Paris" for i in range(40))
     assert answerable - 3 <= q["correct"] <= answerable < 40
     assert all(s["correct"] is False for s in q["samples"] if s["expected"] == "Paris")
+
+
+def test_ordering_and_schema_items_are_answered_through_the_stream(tmp_path: Path) -> None:
+    # The sim says the sorted list and a JSON object valid against the schema; with a
+    # penalty of 1 it says a wrong one of each, which the scorers reject.
+    correct: dict[tuple[str, str], tuple[int, int]] = {}
+    for penalty in ("0", "1"):
+        with start_sim(tmp_path, *SIM_ARGS, "--quant-penalty", penalty) as sim:
+            for task in ("ordering", "schema"):
+                run = run_load_sync(
+                    LoadJob(
+                        ClientSettings(sim.url, MODEL, processes=1),
+                        WorkloadSpec(isl=64, osl=16, calibrate=False, seed=4, eval_task=task),
+                        LoadLevel.concurrency(2),
+                        requests=30,
+                        warmup=0,
+                    )
+                )
+                q = run.meta["quality"]
+                correct[(task, penalty)] = (q["correct"], q["items"])
+    for task in ("ordering", "schema"):
+        right, items = correct[(task, "0")]
+        assert items == 30 and right >= 27, (task, right)
+        assert correct[(task, "1")] == (0, 30), task
