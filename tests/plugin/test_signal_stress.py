@@ -114,6 +114,21 @@ def _processes_in(path: Path) -> list[int]:
     return out
 
 
+def _left_running(path: Path, grace_s: float = 5.0) -> list[str]:
+    """The command lines of the processes still working in ``path`` once ``grace_s`` has
+    passed: a short helper that was finishing as the run ended (a ``git rev-parse`` of the
+    history's provenance) ends by itself; an engine or a load worker left behind does not."""
+    deadline = time.monotonic() + grace_s
+    while (pids := _processes_in(path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+            out.append(f"{pid}: " + " ".join(a.decode(errors="replace") for a in argv)[:200])
+    return out
+
+
 @dataclasses.dataclass
 class Outcome:
     code: int | None
@@ -206,8 +221,10 @@ def _problems(plan: Plan, path: Path, code: int | None, sent: int) -> list[str]:
                 problems.append("a document says it is complete without all its levels")
             if complete is not True and complete is not False:
                 problems.append(f"the document's complete is {complete!r}")
-    if _processes_in(path):
+    left = _left_running(path)
+    if left:
         problems.append("a process was left running")
+        problems.append("left running: " + "; ".join(left))
     if problems:  # what the run said last, to tell why
         problems.append("its output ends:\n    " + "\n    ".join(text.splitlines()[-6:]))
     return problems
