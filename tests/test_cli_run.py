@@ -240,7 +240,7 @@ def test_run_help_shows_the_common_options_then_each_topic_by_name(capsys) -> No
     assert "llmslo_" not in out and "Ini:" not in out  # run reads no ini file
     assert "Without --engine it measures the built-in" in out
     flat = " ".join(out.split())
-    assert "--duration DURATION Time bound of each level's measurement (90s, 5m" in flat
+    assert "--duration DURATION The window in which each level's requests are sent (90s, 5m" in flat
     assert "Env: LLMSLO_DURATION. Default: 30." in flat
     # Every other option is named under its topic.
     for _topic, title, specs in S.help_sections("run"):
