@@ -131,14 +131,23 @@ def _named_file(key_file: str | None) -> str | None:
     return key_file or os.environ.get(KEY_FILE_ENV) or None
 
 
-def session_key(key_file: str | None = None) -> WorkerKey:
-    """The session's key (see the module docstring); the default file is made if need be."""
+def _given_key(key_file: str | None) -> WorkerKey | None:
+    """The key the user gave, session and worker alike: the environment's, else the file
+    named (``key_file`` or ``LLMSLO_WORKER_KEY_FILE``); None when neither is given."""
     env = _from_env()
     if env is not None:
         return env
     named = _named_file(key_file)
     if named is not None:
         return WorkerKey(read_key_file(named), os.path.abspath(named))
+    return None
+
+
+def session_key(key_file: str | None = None) -> WorkerKey:
+    """The session's key (see the module docstring); the default file is made if need be."""
+    given = _given_key(key_file)
+    if given is not None:
+        return given
     path = default_key_path()
     try:
         return WorkerKey(create_key_file(path), str(path))
@@ -153,12 +162,9 @@ def session_key(key_file: str | None = None) -> WorkerKey:
 
 def worker_key(key_file: str | None = None) -> WorkerKey:
     """A worker's key: from the environment, the file named, or the default file."""
-    env = _from_env()
-    if env is not None:
-        return env
-    named = _named_file(key_file)
-    if named is not None:
-        return WorkerKey(read_key_file(named), os.path.abspath(named))
+    given = _given_key(key_file)
+    if given is not None:
+        return given
     path = default_key_path()
     if path.exists():
         return WorkerKey(read_key_file(path), str(path))
