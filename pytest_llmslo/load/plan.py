@@ -250,6 +250,7 @@ def plan_level(job: LoadJob, lm: LengthModel, workers: int | None = None) -> Lev
                 offsets=_worker_offsets(offsets, shards, w, nproc),
                 low_water=max(32, 2 * slots[w], math.ceil(2 * per_worker_rate)),
                 shard=(w, nproc) if workload.multi_turn and nproc > 1 else None,
+                spares=slots[w] if closed else 0,
             ),
             closed=closed,
             slots=slots[w],

@@ -151,6 +151,8 @@ def _check_plan(plan: WorkerPlan) -> None:
         raise WireError("a plan's schedule is not one column of int64 offsets")
     if plan.worker < 0 or plan.slots < 0 or plan.jobs.step < 1:
         raise WireError("a plan with a negative worker, negative slots or a step below 1")
+    if not 0 <= plan.jobs.spares <= plan.slots:
+        raise WireError("a plan whose spare requests are not between 0 and its slots")
 
 
 def _check_result(res: WorkerResult) -> None:

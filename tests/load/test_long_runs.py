@@ -138,6 +138,33 @@ def test_a_worker_builds_its_own_indices() -> None:
     assert [endless.next().index for _ in range(100)] == list(range(100))  # type: ignore[union-attr]
 
 
+def test_a_closed_loop_s_spare_requests_are_built_before_they_are_asked() -> None:
+    client = ClientSettings("http://127.0.0.1:1", "m")
+    spec = WorkloadSpec(isl=16, osl=4)
+    source = JobSource(JobSpec(client, spec, metrics_lm(), start=0, step=1, stop=6, warmup=0,
+                               spares=4))  # fmt: skip
+    source.prefill()
+    # The whole sequence fits before the run, and so do the slots' spares.
+    assert source.exhausted and not source.needs_refill()
+    built = source._prompts.prompt
+    asked: list[int] = []
+    source._prompts.prompt = lambda i: asked.append(i) or built(i)  # type: ignore[method-assign]  # count builds
+    spares = [source.spare() for _ in range(4)]
+    assert asked == []  # nothing built on the spot
+    assert [j.warmup for j in spares] == [True] * 4  # never measured
+    assert len({j.index for j in spares}) == 4 and min(j.index for j in spares) >= 1 << 40
+    # Taken, they are built again in the background (a slice at a time), not when asked.
+    assert source.needs_refill()
+    source.refill()
+    assert not source.needs_refill() and len(asked) == 4
+    # Past what is held, a spare is still built on the spot rather than refused.
+    assert len({source.spare().index for _ in range(6)} | {j.index for j in spares}) == 10
+    # An open loop keeps none.
+    open_ = JobSource(JobSpec(client, spec, metrics_lm(), start=0, step=1, stop=6, warmup=0))
+    open_.prefill()
+    assert open_.exhausted and not open_.needs_refill()
+
+
 def metrics_lm():  # type: ignore[no-untyped-def]
     from pytest_llmslo.load.workload import LengthModel
 
