@@ -33,8 +33,10 @@ the last ~50 ms as columns (``backlog.RawBatch``: a row of fixed fields each, an
 read's time, length and bytes in three flat buffers), so a message costs a few buffer
 copies however many requests and chunks it holds, and the parent keeps it packed until it
 decodes it. Change ``PROTOCOL_VERSION`` whenever a message, a ``WorkerPlan`` or a
-``WorkerResult`` changes shape (version 4: the key handshake and data-only frames, where
-3 pickled; version 2: ``Raw`` carries a ``RawBatch``, version 1 a list of tuples).
+``WorkerResult`` changes shape (version 5: a ``Result`` carries no eval answers, which
+the parent scores from the ``Raw`` streams, and a plan's workload may name a Hugging Face
+eval dataset; version 4: the key handshake and data-only frames, where 3 pickled;
+version 2: ``Raw`` carries a ``RawBatch``, version 1 a list of tuples).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ __all__ = [
 ]
 
 #: The version of the messages below; both sides must speak the same one.
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 
 class ProtocolError(LoadError):

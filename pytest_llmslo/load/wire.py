@@ -67,13 +67,20 @@ class WireError(DataError):
 # -- messages ----------------------------------------------------------------------------
 
 
+#: ``WorkerResult`` fields that never travel: the records go as ``Raw`` batches, and the
+#: eval answers are in them (the parent decodes their streams and scores them itself: a
+#: worker's own ``AnswerBook`` would be a peer naming an eval file to read and a scorer
+#: module to import, so a result that carries one is malformed).
+_NOT_SENT = ("records", "answers")
+
+
 def _result_body() -> type[msgspec.Struct]:
-    """``WorkerResult`` without its records (they travel as ``Raw`` batches), as a
-    typed record of its own: its other fields, their types and defaults."""
+    """``WorkerResult`` without its records and answers (``_NOT_SENT``), as a typed record
+    of its own: its other fields, their types and defaults."""
     hints = typing.get_type_hints(WorkerResult)
     fields: list[tuple[str, Any, Any]] = []
     for f in dataclasses.fields(WorkerResult):
-        if f.name == "records":
+        if f.name in _NOT_SENT:
             continue
         if f.default is not dataclasses.MISSING:
             default: Any = f.default
@@ -101,7 +108,7 @@ _BODIES = {kind: msgspec.msgpack.Decoder(cls, dec_hook=_dec_hook) for kind, cls 
 def encode(msg: Message) -> bytes:
     """``msg`` as a frame's payload."""
     if isinstance(msg, Result):
-        # The records travelled as ``Raw`` batches; the result carries the rest.
+        # The records (and in them the eval answers) travelled as ``Raw`` batches.
         res = msg.result
         return _ENCODER.encode((msg.kind, {name: getattr(res, name) for name in _RESULT_FIELDS}))
     return _ENCODER.encode((msg.kind, msg))
