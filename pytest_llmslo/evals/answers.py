@@ -94,6 +94,11 @@ class AnswerBook:
                 self.scorer_error = f"{self.scorer} raised {exc!r:.300} on item {item.index}"
             return False
 
+    @property
+    def fingerprint(self) -> str:
+        """The eval source's (``EvalSource.fingerprint``): a user's rows, as read here."""
+        return self._source.fingerprint
+
     def wants(self, index: int) -> bool:
         return is_eval_index(self.seed, index, self.share)
 

@@ -8,6 +8,8 @@ alone, so the two, in whatever process, agree on it without shipping it.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 
 from ..errors import WorkloadError
 from .custom import CUSTOM
@@ -77,6 +79,18 @@ class EvalSource:
                     "name the function with --slo-eval-scorer module:function (or "
                     "eval_scorer= in the marker or the run file)"
                 )
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of a user's rows (empty for the built-in tasks, made by the code): two
+        processes whose fingerprints differ read different data under the same name."""
+        if not self._rows:
+            return ""
+        h = hashlib.blake2b(digest_size=16)
+        for row in self._rows:
+            h.update(json.dumps(row, separators=(",", ":")).encode())
+            h.update(b"\n")
+        return h.hexdigest()
 
     def repeat_of(self, index: int) -> int | None:
         """The index whose item request ``index`` asks again (``tasks.repeat_of``)."""

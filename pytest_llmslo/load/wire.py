@@ -23,6 +23,7 @@ outbox thread and its clock answers share it).
 from __future__ import annotations
 
 import dataclasses
+import re
 import socket
 import struct
 import threading
@@ -57,6 +58,7 @@ __all__ = ["MAX_FRAME", "Link", "WireError", "decode", "encode"]
 #: The largest frame read (a plan with a long trace's schedule fits many times over).
 MAX_FRAME = 256 * 1024 * 1024
 _HEADER = struct.Struct("!I")
+_DIGEST = re.compile(r"[0-9a-f]{0,64}")
 _JOIN_BELOW = 64 * 1024  # a frame smaller than this is sent with its header in one write
 
 
@@ -150,6 +152,8 @@ def _check(msg: Message) -> None:
         _check_plan(msg.plan)
     elif isinstance(msg, Result):
         _check_result(msg.result)
+    elif isinstance(msg, Ready) and not _DIGEST.fullmatch(msg.eval_digest):
+        raise WireError("a ready message whose eval digest is not 0 to 64 hex digits")
 
 
 def _check_plan(plan: WorkerPlan) -> None:

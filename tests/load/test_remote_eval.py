@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,12 @@ from typing import Any
 import msgspec
 import pytest
 
+from pytest_llmslo.errors import LoadError
 from pytest_llmslo.evals import AnswerBook, HfReading, make_item
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.load.drive import WorkerResult
 from pytest_llmslo.load.plan import plan_level
-from pytest_llmslo.load.protocol import PROTOCOL_VERSION, Hello, Result
+from pytest_llmslo.load.protocol import PROTOCOL_VERSION, Hello, Ready, Result
 from pytest_llmslo.load.remote import WorkerHub
 from pytest_llmslo.load.wire import WireError, decode, encode
 from pytest_llmslo.load.workload import LengthModel
@@ -49,6 +51,16 @@ def test_a_result_carries_no_answers_and_one_that_does_is_malformed() -> None:
         frame = _reframed(sent, lambda body, a=answers: body.update(answers=a))  # type: ignore[misc]
         with pytest.raises(WireError, match="a malformed 'result' message"):
             decode(frame)
+
+
+def test_a_ready_names_the_eval_rows_by_a_bounded_digest() -> None:
+    assert decode(encode(Ready(PROTOCOL_VERSION, 1, "ab" * 16))) == Ready(
+        PROTOCOL_VERSION, 1, "ab" * 16
+    )
+    assert decode(encode(Ready(PROTOCOL_VERSION, 1))) == Ready(PROTOCOL_VERSION, 1, "")
+    for bad in ("a" * 65, "not hex", "AB"):
+        with pytest.raises(WireError, match="eval digest"):
+            decode(encode(Ready(PROTOCOL_VERSION, 1, bad)))
 
 
 def test_a_plan_whose_dataset_reading_is_malformed_is_refused() -> None:
@@ -143,3 +155,53 @@ def test_remote_workers_answers_are_scored_as_a_local_levels(tmp_path: Path) -> 
         assert local[1]["task"] == "hf" and local[1]["items"] == 48
         # The row the sim cannot answer is wrong wherever it was sent from.
         assert any(not s["correct"] for s in remote[1]["samples"] if s["expected"] == "Paris")
+
+
+def test_workers_score_nothing_and_must_read_the_sessions_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``custom`` scorer importable by the session alone: the workers never import it
+    (the session scores). Workers whose ``evals.jsonl`` (a relative path, read in their
+    own working folder) holds other rows than the session's stop the level before it
+    starts, saying so."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "judge_here.py").write_text(
+        "def judge(reply, reference):\n    return reference in reply\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    for folder, seed in (("a", 1), ("b", 2)):
+        (tmp_path / folder).mkdir()
+        rows = [make_item("arithmetic", seed, i) for i in range(8)]
+        (tmp_path / folder / "evals.jsonl").write_text(
+            "\n".join(
+                json.dumps({"prompt": it.prompt, "reference": it.answer, "scorer": "custom"})
+                for it in rows
+            )
+        )
+    spec = WorkloadSpec(
+        isl=32,
+        osl=8,
+        calibrate=False,
+        eval_task="jsonl",
+        eval_path="evals.jsonl",
+        eval_scorer="judge_here:judge",
+    )
+    with start_sim(tmp_path, "--profile", "llama3-8b-fp8-1xh100-vllm") as sim:
+        monkeypatch.chdir(tmp_path / "a")
+        here = _level(sim.url, spec, None).meta["quality"]
+        for worker_folder in ("a", "b"):
+            monkeypatch.chdir(tmp_path / worker_folder)
+            hub = WorkerHub("127.0.0.1:0", 2, wait_s=60)
+            hub.open()
+            try:
+                with workers(hub.address, [None, None]):
+                    monkeypatch.chdir(tmp_path / "a")  # the session's rows
+                    if worker_folder == "a":
+                        q = _level(sim.url, spec, hub).meta["quality"]
+                        assert q["items"] == 48 and q["failed"] == 0 and "scorer_error" not in q
+                        assert q["answers"] == here["answers"] and q["correct"] > 24
+                    else:
+                        with pytest.raises(LoadError, match="read other rows from the eval file"):
+                            _level(sim.url, spec, hub)
+            finally:
+                hub.close()
