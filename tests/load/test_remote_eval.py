@@ -87,10 +87,10 @@ def _with(jobs: Any, workload: WorkloadSpec) -> Any:
     return dataclasses.replace(jobs, workload=workload)
 
 
-def _level(url: str, spec: WorkloadSpec, hub: WorkerHub | None) -> Run:
+def _level(url: str, spec: WorkloadSpec, hub: WorkerHub | None, processes: int = 1) -> Run:
     return run_load_sync(
         LoadJob(
-            ClientSettings(url, MODEL, processes=1),
+            ClientSettings(url, MODEL, processes=processes),
             spec,
             LoadLevel.concurrency(4),
             requests=48,
@@ -123,11 +123,14 @@ def _specs(tmp_path: Path) -> list[WorkloadSpec]:
 
 
 def test_remote_workers_answers_are_scored_as_a_local_levels(tmp_path: Path) -> None:
-    """The same items on the sim, from this process and from two ``llmslo worker``
-    processes: the same accuracy and the same answers, digest for digest."""
+    """The same items on the sim, from this process, from two local worker processes and
+    from two ``llmslo worker`` processes: the same accuracy and the same answers, digest for
+    digest."""
     specs = _specs(tmp_path)
     with start_sim(tmp_path, "--profile", "llama3-8b-fp8-1xh100-vllm") as sim:
         local = [_level(sim.url, spec, None).meta["quality"] for spec in specs]
+        # Local worker processes ship their streams to this one too.
+        shipped = [_level(sim.url, spec, None, 2).meta["quality"] for spec in specs]
         hub = WorkerHub("127.0.0.1:0", 2, wait_s=60)
         hub.open()
         try:
@@ -140,7 +143,10 @@ def test_remote_workers_answers_are_scored_as_a_local_levels(tmp_path: Path) -> 
         assert sum(w["requests"] for w in run.meta["remote"]["workers"]) == 48
         assert all(w["requests"] for w in run.meta["remote"]["workers"])  # both sent
     remote = [run.meta["quality"] for run in runs]
-    for spec, here, there in zip(specs, local, remote, strict=True):
+    for spec, here, there in [
+        *zip(specs, local, remote, strict=True),
+        *zip(specs, local, shipped, strict=True),
+    ]:
         assert there["items"] == here["items"] > 0 and there["failed"] == 0
         assert there["correct"] == here["correct"]
         # Item for item: right or wrong alike, and the same answer where the sim's "model"
