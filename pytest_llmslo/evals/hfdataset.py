@@ -10,13 +10,14 @@
 - a dataset of the Hub (``gsm8k``, ``openai/gsm8k``), from the local ``datasets`` cache
   alone (``cache_dir=`` of ``--slo-eval-hf``, else ``HF_DATASETS_CACHE``).
 
-Nothing is downloaded while a test runs: the load is made with the library's offline mode
-forced on (``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE``, the library's own flags, for the
-time of the load alone), ``download_mode="reuse_dataset_if_exists"`` and local files only,
-and a dataset that is not there is a ``WorkloadError`` that says what to do: download it
-once where the network is open, save it to disk, or export it to JSONL. ``datasets`` is an
-optional dependency, imported here alone; without it the eval is an error saying to
-install it.
+A dataset is data, never code: a library old enough to run a dataset's loading script
+(before 4.0) is told not to (``trust_remote_code=False``). Nothing is downloaded while a
+test runs: the load is made with the library's offline mode forced on (``HF_HUB_OFFLINE``
+and ``HF_DATASETS_OFFLINE``, the library's own flags, for the time of the load alone),
+``download_mode="reuse_dataset_if_exists"`` and local files only, and a dataset that is
+not there is a ``WorkloadError`` that says what to do: download it once where the network
+is open, save it to disk, or export it to JSONL. ``datasets`` is an optional dependency,
+imported here alone; without it the eval is an error saying to install it.
 
 A dataset's contents are input from outside, like an eval file's: at most ``max_items``
 rows are read (the first ones), in Arrow batches whose text fields are measured before one
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -126,6 +128,9 @@ def _load(datasets: Any, name: str, reading: HfReading) -> Any:
         "download_mode": "reuse_dataset_if_exists",
         "download_config": datasets.DownloadConfig(local_files_only=True),
     }
+    if "trust_remote_code" in inspect.signature(datasets.load_dataset).parameters:
+        # A library before 4.0 can run a dataset's loading script: a dataset is data here.
+        common["trust_remote_code"] = False
     if path.is_dir() and any((path / f).is_file() for f in _SAVED):
         return datasets.load_from_disk(str(path))
     if path.is_dir():

@@ -218,3 +218,40 @@ def _timestamp_parquet(path: Path) -> None:
         {"question": pa.array([datetime.datetime(2026, 1, 1)]), "answer": pa.array(["x"])}
     )
     pq.write_table(table, str(path))
+
+
+def test_the_load_is_offline_local_and_never_runs_a_loading_script(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Against a stand-in for a library before 4.0 (whose ``load_dataset`` can run a
+    dataset's script): what the load was asked, and the flags while it ran."""
+    seen: dict[str, Any] = {}
+
+    def load_dataset(path: str, name: str | None = None, *, trust_remote_code: bool = True,
+                     **kw: Any) -> Any:  # fmt: skip
+        seen.update(kw, path=path, name=name, trust_remote_code=trust_remote_code)
+        seen["offline"] = (fake.config.HF_HUB_OFFLINE, os.environ.get("HF_DATASETS_OFFLINE"))
+        raise FileNotFoundError("not cached")
+
+    class Utils:
+        @staticmethod
+        def are_progress_bars_disabled() -> bool:
+            return False
+
+    fake: Any = type(sys)("datasets")
+    fake.config = type(sys)("datasets.config")
+    fake.config.HF_HUB_OFFLINE = False
+    fake.utils = Utils
+    fake.disable_progress_bars = fake.enable_progress_bars = lambda: None
+    fake.DownloadConfig = lambda **kw: kw
+    fake.load_dataset = load_dataset
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    with pytest.raises(WorkloadError, match=r"cannot be loaded \(FileNotFoundError: not cached\)"):
+        EvalSource("hf", 0, path="openai/gsm8k", hf=HfReading(config="main"))
+    assert seen["trust_remote_code"] is False
+    assert (seen["path"], seen["name"]) == ("openai/gsm8k", "main")
+    assert seen["download_mode"] == "reuse_dataset_if_exists"
+    assert seen["download_config"] == {"local_files_only": True}
+    assert seen["offline"] == (True, "1")
+    assert fake.config.HF_HUB_OFFLINE is False and "HF_DATASETS_OFFLINE" not in os.environ
