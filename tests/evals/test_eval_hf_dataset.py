@@ -255,3 +255,16 @@ def test_the_load_is_offline_local_and_never_runs_a_loading_script(
     assert seen["download_config"] == {"local_files_only": True}
     assert seen["offline"] == (True, "1")
     assert fake.config.HF_HUB_OFFLINE is False and "HF_DATASETS_OFFLINE" not in os.environ
+
+
+def test_a_run_file_names_the_dataset_and_how_to_read_it(tmp_path: Path) -> None:
+    from pytest_llmslo.settings.runfile import read_run_file
+
+    path = tmp_path / "run.toml"
+    path.write_text(
+        'engine = "sim"\n[workload]\neval = "hf:openai/gsm8k:20%"\n'
+        'eval_hf = { config = "main", split = "test", prompt = "question", max_items = 500 }\n'
+    )
+    values = read_run_file(path).values
+    assert values["eval"] == EvalChoice("hf", 0.2, "openai/gsm8k")
+    assert values["eval_hf"] == HfReading("main", "test", "question", max_items=500)
