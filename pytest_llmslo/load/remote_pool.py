@@ -91,10 +91,11 @@ class _RemotePool(Pool):
                 raise LoadError(f"{link.label}: cannot send its plan ({exc})") from None
         ready = 0
         book = self.backlog.answers
+        rows = None if book is None else book.fingerprint
         while ready < len(self.plans):
             msg = await self.next_msg(300.0)
             if isinstance(msg, Ready):
-                if book is not None and msg.eval_digest != book.fingerprint:
+                if book is not None and msg.eval_digest != rows:
                     raise LoadError(_other_evals(self.level.names.get(msg.worker, ""), book))
                 ready += 1
         offsets = await asyncio.gather(

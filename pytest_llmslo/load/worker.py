@@ -6,7 +6,9 @@ TCP connection, level after level: ``remote_worker.py``), it speaks the worker p
 transport, says ``Ready``, waits for ``Go`` and the common start time, runs
 (``drive.Driver``), ships its finished exchanges undecoded as ``Raw`` messages, each a
 columnar batch (``backlog.RawBatch``), and its counts as ``Tally``, and ends with its
-``Result`` (or a ``Failure``).
+``Result`` (or a ``Failure``). The streams of its eval requests are among those exchanges:
+the parent scores them, the worker scores nothing (its ``Ready`` names the eval rows it
+built its requests from by their fingerprint).
 """
 
 from __future__ import annotations
