@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .custom import CUSTOM, load_scorer
+from .hfreading import HfReading
 from .scorers import score
 from .source import EvalSource
 from .tasks import EvalItem, EvalTask, is_eval_index
@@ -61,6 +62,8 @@ class AnswerBook:
     path: str | None = None
     #: The ``module:function`` scoring the eval file's ``custom`` rows (``custom.py``).
     scorer: str | None = None
+    #: How the ``hf`` task reads the dataset ``path`` names (``hfreading.py``).
+    hf: HfReading | None = None
     rows: dict[int, tuple[bool, str]] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
     failed: int = 0
@@ -69,7 +72,7 @@ class AnswerBook:
 
     def __post_init__(self) -> None:
         self._source = EvalSource(
-            self.task, self.seed, self.context_words, self.path, self.share, self.scorer
+            self.task, self.seed, self.context_words, self.path, self.share, self.scorer, self.hf
         )
         self._custom = None if self.scorer is None else load_scorer(self.scorer)
 
@@ -90,6 +93,11 @@ class AnswerBook:
             if self.scorer_error is None:
                 self.scorer_error = f"{self.scorer} raised {exc!r:.300} on item {item.index}"
             return False
+
+    @property
+    def fingerprint(self) -> str:
+        """The eval source's (``EvalSource.fingerprint``): a user's rows, as read here."""
+        return self._source.fingerprint
 
     def wants(self, index: int) -> bool:
         return is_eval_index(self.seed, index, self.share)
@@ -155,6 +163,7 @@ class AnswerBook:
             "task": self.task,
             **({"path": self.path} if self.path else {}),
             **({"scorer": self.scorer} if self.scorer else {}),
+            **({"hf": self.hf.to_dict()} if self.hf is not None else {}),
             **({"scorer_error": self.scorer_error} if self.scorer_error else {}),
             "seed": self.seed,
             "share": self.share,

@@ -5,8 +5,9 @@
 
 The function takes the reply and the row's reference and returns whether the reply is
 right: ``judge(reply: str, reference: str) -> bool``. It is imported where the answers are
-scored (each load process); a reply it raises on counts as wrong, with the error kept on
-the answer book (``AnswerBook.scorer_error``) so a broken scorer is seen, not silent.
+scored (the test run's process: a load worker ships its streams and scores nothing); a
+reply it raises on counts as wrong, with the error kept on the answer book
+(``AnswerBook.scorer_error``) so a broken scorer is seen, not silent.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import WorkloadError
 from .scorers import check_reference
 
-__all__ = ["DEFAULT_MAX_TOKENS", "EvalRow", "read_eval_file"]
+__all__ = ["DEFAULT_MAX_TOKENS", "EvalRow", "read_eval_file", "validate_row"]
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_ROWS = 1_000_000
@@ -96,7 +96,9 @@ def _messages(obj: Any, where: str) -> tuple[str, tuple[tuple[str, str], ...], s
     return texts[-1], history, system
 
 
-def _row(obj: Any, where: str) -> EvalRow:
+def validate_row(obj: Any, where: str) -> EvalRow:
+    """A row (a decoded JSON object, or a dataset's row as a dict) checked as an eval row;
+    a ``WorkloadError`` naming ``where`` and what is wrong otherwise."""
     if not isinstance(obj, dict):
         raise WorkloadError(f"{where}: expected a JSON object with prompt and reference")
     if "messages" in obj and "prompt" in obj:
@@ -160,7 +162,7 @@ def read_eval_file(path: str) -> list[EvalRow]:
             obj = json.loads(line)
         except ValueError as e:
             raise WorkloadError(f"eval file {path}, line {n}: not JSON ({e})") from None
-        rows.append(_row(obj, f"eval file {path}, line {n}"))
+        rows.append(validate_row(obj, f"eval file {path}, line {n}"))
     if not rows:
         raise WorkloadError(f"eval file {path} has no rows: one JSON object per line")
     return rows

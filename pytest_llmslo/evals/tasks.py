@@ -45,6 +45,7 @@ from .schema import example
 
 __all__ = [
     "EVAL_TASKS",
+    "USER_TASKS",
     "EvalChoice",
     "EvalItem",
     "EvalTask",
@@ -56,11 +57,21 @@ __all__ = [
     "wrong_answer",
 ]
 
-EvalTask = Literal["arithmetic", "retrieval", "ordering", "schema", "jsonl"]
-#: The built-in tasks, and ``jsonl``: a user's eval file (``dataset.py``).
-EVAL_TASKS: tuple[EvalTask, ...] = ("arithmetic", "retrieval", "ordering", "schema", "jsonl")
+EvalTask = Literal["arithmetic", "retrieval", "ordering", "schema", "jsonl", "hf"]
+#: The built-in tasks, ``jsonl``: a user's eval file (``dataset.py``), and ``hf``: a Hugging
+#: Face dataset (``hfdataset.py``).
+EVAL_TASKS: tuple[EvalTask, ...] = (
+    "arithmetic",
+    "retrieval",
+    "ordering",
+    "schema",
+    "jsonl",
+    "hf",
+)
 #: The built-in tasks alone.
-BUILT_IN: tuple[EvalTask, ...] = EVAL_TASKS[:-1]
+BUILT_IN: tuple[EvalTask, ...] = EVAL_TASKS[:4]
+#: The tasks whose items are a user's rows: ``EvalChoice.path`` names their source.
+USER_TASKS: tuple[EvalTask, ...] = EVAL_TASKS[4:]
 
 #: Output tokens an eval request asks for: enough for the number and a few words.
 ANSWER_TOKENS = 16
@@ -128,11 +139,13 @@ class EvalChoice(NamedTuple):
 
     task: EvalTask
     share: float = 1.0
-    #: The eval file of the ``jsonl`` task.
+    #: The eval file of the ``jsonl`` task, the dataset of the ``hf`` task.
     path: str | None = None
 
     def __str__(self) -> str:
         name = self.path if self.task == "jsonl" and self.path else self.task
+        if self.task == "hf":
+            name = f"hf:{self.path}"
         return name if self.share >= 1.0 else f"{name}:{self.share:.0%}"
 
 
@@ -149,23 +162,29 @@ def _share(text: str, whole: str) -> float:
 
 def parse_eval(value: Any) -> EvalChoice | None:
     """``arithmetic`` (every request), ``retrieval:20%`` or ``retrieval:0.2`` (that share of
-    them), a user's eval file ``PATH.jsonl`` (``PATH.jsonl:20%``), ``none`` (no eval)."""
+    them), a user's eval file ``PATH.jsonl`` (``PATH.jsonl:20%``), a Hugging Face dataset
+    ``hf:NAME`` (``hf:openai/gsm8k:20%``, ``hf:PATH``), ``none`` (no eval)."""
     if value is None or isinstance(value, EvalChoice):
         return value
     text = str(value).strip()
     if text.lower() in ("", "none", "off"):
         return None
     head, sep, tail = text.rpartition(":")
-    name, share_text = (head, tail) if sep and tail[:1].isdigit() else (text, "")
+    is_share = sep and tail[:1].isdigit() and head.lower() != "hf"
+    name, share_text = (head, tail) if is_share else (text, "")
     share = _share(share_text, text) if share_text else 1.0
+    if name[:3].lower() == "hf:":
+        if not name[3:].strip():
+            raise ValueError(f"{text!r}: name the dataset, hf:NAME or hf:PATH")
+        return EvalChoice("hf", share, name[3:].strip())
     if name.lower().endswith(".jsonl"):
         return EvalChoice("jsonl", share, name)
     task = name.lower()
-    if task not in EVAL_TASKS or task == "jsonl":
+    if task not in BUILT_IN:
         raise ValueError(
-            f"{name!r} is not an eval task. Valid: {', '.join(BUILT_IN)} or an eval file "
-            "PATH.jsonl (optionally with the share of requests that carry an item: "
-            "retrieval:20%), or none."
+            f"{name!r} is not an eval task. Valid: {', '.join(BUILT_IN)}, an eval file "
+            "PATH.jsonl or a Hugging Face dataset hf:NAME (optionally with the share of "
+            "requests that carry an item: retrieval:20%), or none."
         )
     return EvalChoice(task, share)
 

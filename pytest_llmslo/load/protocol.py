@@ -6,7 +6,7 @@ serves level after level on its connection:
 
     parent                                  worker
     Hello(version, plan)          ──────▶   builds its requests, makes its transport
-                                  ◀──────   Ready(version, worker)
+                                  ◀──────   Ready(version, worker, eval digest)
     Ping(seq)  (remote, 16 times) ──────▶   stamps its receipt and its answer
                                   ◀──────   Pong(seq, received_ns, sent_ns)
     Go(t0_ns, limits)             ──────▶   runs from the shared t0 (on its own clock)
@@ -33,8 +33,11 @@ the last ~50 ms as columns (``backlog.RawBatch``: a row of fixed fields each, an
 read's time, length and bytes in three flat buffers), so a message costs a few buffer
 copies however many requests and chunks it holds, and the parent keeps it packed until it
 decodes it. Change ``PROTOCOL_VERSION`` whenever a message, a ``WorkerPlan`` or a
-``WorkerResult`` changes shape (version 4: the key handshake and data-only frames, where
-3 pickled; version 2: ``Raw`` carries a ``RawBatch``, version 1 a list of tuples).
+``WorkerResult`` changes shape (version 5: a ``Result`` carries no eval answers, which
+the parent scores from the ``Raw`` streams, ``Ready`` the fingerprint of the worker's eval
+rows, and a plan's workload may name a Hugging Face eval dataset; version 4: the key
+handshake and data-only frames, where 3 pickled; version 2: ``Raw`` carries a
+``RawBatch``, version 1 a list of tuples).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ __all__ = [
 ]
 
 #: The version of the messages below; both sides must speak the same one.
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 
 class ProtocolError(LoadError):
@@ -131,11 +134,15 @@ class Ping:
 
 @dataclass(frozen=True)
 class Ready:
-    """The worker built its requests and its transport, and waits for ``Go``."""
+    """The worker built its requests and its transport, and waits for ``Go``;
+    ``eval_digest``: the fingerprint of the eval rows it builds its eval requests from (a
+    user's file or dataset, ``EvalSource.fingerprint``; empty for none or a built-in task),
+    which a session of remote workers compares with its own copy's."""
 
     kind: ClassVar[str] = "ready"
     version: int
     worker: int
+    eval_digest: str = ""
 
 
 @dataclass(frozen=True)

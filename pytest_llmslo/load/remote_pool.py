@@ -9,6 +9,10 @@ offset is measured again. Their records, stall windows and side flights are then
 the parent's clock, by the offset interpolated at each one's time, before anything reads
 them: one merged set of raw records.
 
+A worker whose eval rows (a user's file or dataset, read where it builds its requests) are
+not the session's, by their fingerprint in its ``Ready``, stops the level before it starts:
+the session scores every answer against its own rows.
+
 A worker lost during the level (its connection ended, or it failed) is not the level's end:
 the others run on, what it shipped before is kept, and ``RemoteLevel.lost`` names it (the
 runner makes the level invalid, saying so). A worker lost before the start is an error.
@@ -22,11 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import LoadError
+from ..evals import AnswerBook
 from .clock import ClockLink, ClockOffset, shift_record, shift_spans
 from .drive import WorkerResult
 from .plan import Limits, WorkerPlan
 from .pool import Gone, Interrupted, Pool, Report, Watch, drive_pool
-from .protocol import PROTOCOL_VERSION, Failure, Go, Hello, Message, Stop
+from .protocol import PROTOCOL_VERSION, Failure, Go, Hello, Message, Ready, Stop
 from .remote import Lost, RemoteLink
 
 __all__ = ["RemoteLevel", "run_remote"]
@@ -85,9 +90,13 @@ class _RemotePool(Pool):
             except OSError as exc:
                 raise LoadError(f"{link.label}: cannot send its plan ({exc})") from None
         ready = 0
+        book = self.backlog.answers
+        rows = None if book is None else book.fingerprint
         while ready < len(self.plans):
             msg = await self.next_msg(300.0)
-            if msg.kind == "ready":
+            if isinstance(msg, Ready):
+                if book is not None and msg.eval_digest != rows:
+                    raise LoadError(_other_evals(self.level.names.get(msg.worker, ""), book))
                 ready += 1
         offsets = await asyncio.gather(
             *(self.loop.run_in_executor(None, link.measure) for link in self.links)
@@ -166,6 +175,9 @@ class _RemotePool(Pool):
                 )
                 self.partial[plan.worker].records = list(shipped)
         results = sorted([*results, *self.partial.values()], key=lambda r: r.worker)
+        if results and all(r.answers is None for r in results):
+            # Every worker lost: the answers they shipped were scored all the same.
+            results[0].answers = self.backlog.answers
         for res in results:
             clock = self.level.clocks.get(res.worker)
             if clock is not None:
@@ -177,6 +189,16 @@ class _RemotePool(Pool):
             self.send_all(Stop())  # a level that did not start: the workers wait for Go
         for link in self.links:
             link.detach()
+
+
+def _other_evals(label: str, book: AnswerBook) -> str:
+    """Why a level cannot start on a worker whose eval rows are not the session's."""
+    where = f"eval file {book.path}" if book.task == "jsonl" else f"eval dataset hf:{book.path}"
+    return (
+        f"{label or 'a remote load worker'} read other rows from the {where} than this "
+        "session did, and the session scores the answers against its own: give every worker "
+        "the same file or dataset, at the same path (or in its cache)"
+    )
 
 
 def _to_parent(res: WorkerResult, clock: ClockLink) -> None:

@@ -23,6 +23,7 @@ outbox thread and its clock answers share it).
 from __future__ import annotations
 
 import dataclasses
+import re
 import socket
 import struct
 import threading
@@ -57,6 +58,7 @@ __all__ = ["MAX_FRAME", "Link", "WireError", "decode", "encode"]
 #: The largest frame read (a plan with a long trace's schedule fits many times over).
 MAX_FRAME = 256 * 1024 * 1024
 _HEADER = struct.Struct("!I")
+_DIGEST = re.compile(r"[0-9a-f]{0,64}")
 _JOIN_BELOW = 64 * 1024  # a frame smaller than this is sent with its header in one write
 
 
@@ -67,13 +69,20 @@ class WireError(DataError):
 # -- messages ----------------------------------------------------------------------------
 
 
+#: ``WorkerResult`` fields that never travel: the records go as ``Raw`` batches, and the
+#: eval answers are in them (the parent decodes their streams and scores them itself: a
+#: worker's own ``AnswerBook`` would be a peer naming an eval file to read and a scorer
+#: module to import, so a result that carries one is malformed).
+_NOT_SENT = ("records", "answers")
+
+
 def _result_body() -> type[msgspec.Struct]:
-    """``WorkerResult`` without its records (they travel as ``Raw`` batches), as a
-    typed record of its own: its other fields, their types and defaults."""
+    """``WorkerResult`` without its records and answers (``_NOT_SENT``), as a typed record
+    of its own: its other fields, their types and defaults."""
     hints = typing.get_type_hints(WorkerResult)
     fields: list[tuple[str, Any, Any]] = []
     for f in dataclasses.fields(WorkerResult):
-        if f.name == "records":
+        if f.name in _NOT_SENT:
             continue
         if f.default is not dataclasses.MISSING:
             default: Any = f.default
@@ -101,7 +110,7 @@ _BODIES = {kind: msgspec.msgpack.Decoder(cls, dec_hook=_dec_hook) for kind, cls 
 def encode(msg: Message) -> bytes:
     """``msg`` as a frame's payload."""
     if isinstance(msg, Result):
-        # The records travelled as ``Raw`` batches; the result carries the rest.
+        # The records (and in them the eval answers) travelled as ``Raw`` batches.
         res = msg.result
         return _ENCODER.encode((msg.kind, {name: getattr(res, name) for name in _RESULT_FIELDS}))
     return _ENCODER.encode((msg.kind, msg))
@@ -143,6 +152,8 @@ def _check(msg: Message) -> None:
         _check_plan(msg.plan)
     elif isinstance(msg, Result):
         _check_result(msg.result)
+    elif isinstance(msg, Ready) and not _DIGEST.fullmatch(msg.eval_digest):
+        raise WireError("a ready message whose eval digest is not 0 to 64 hex digits")
 
 
 def _check_plan(plan: WorkerPlan) -> None:

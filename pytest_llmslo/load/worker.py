@@ -6,7 +6,9 @@ TCP connection, level after level: ``remote_worker.py``), it speaks the worker p
 transport, says ``Ready``, waits for ``Go`` and the common start time, runs
 (``drive.Driver``), ships its finished exchanges undecoded as ``Raw`` messages, each a
 columnar batch (``backlog.RawBatch``), and its counts as ``Tally``, and ends with its
-``Result`` (or a ``Failure``).
+``Result`` (or a ``Failure``). The streams of its eval requests are among those exchanges:
+the parent scores them, the worker scores nothing (its ``Ready`` names the eval rows it
+built its requests from by their fingerprint).
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import signal
 import socket
 import sys
 import threading
+from dataclasses import dataclass, fields, replace
 from time import perf_counter_ns
 
+from ..evals import AnswerBook, EvalSource
+from ..evals.tasks import USER_TASKS
 from .backlog import BatchBuilder
 from .client import RawExchange, Transport, new_event_loop
 from .drive import Counter, Driver, WorkerResult
@@ -43,6 +48,7 @@ from .protocol import (
 )
 from .transports import make_transport
 from .wire import Link, WireError
+from .workload import WorkloadSpec
 
 __all__ = ["pong", "serve_level", "worker_main"]
 
@@ -76,16 +82,38 @@ class _Outbox:
         self._thread.join(timeout)
 
 
+@dataclass(frozen=True, slots=True)
+class _Shipped(WorkloadSpec):
+    """A worker's workload: its eval answers are not scored here but by the parent, from
+    the streams the worker ships (``Raw``), so the worker makes no answer book: it neither
+    imports the ``--slo-eval-scorer`` function nor reads the eval rows a second time."""
+
+    def answer_book(self) -> AnswerBook | None:
+        return None
+
+
+def _eval_digest(spec: WorkloadSpec) -> str:
+    """The fingerprint of the user's eval rows this worker builds its requests from."""
+    if spec.eval_task is None or spec.eval_task not in USER_TASKS:
+        return ""
+    asked = (spec.eval_task, spec.seed, spec.isl, spec.eval_path, spec.eval_share)
+    return EvalSource(*asked, spec.eval_scorer, spec.eval_hf).fingerprint
+
+
 def _handshake(conn: Link, hello: object) -> tuple[WorkerPlan, JobSource, Transport]:
     """Take the plan, build the requests and the transport, say ready."""
     check_version(getattr(hello, "version", None), ours_side="worker", their_side="parent")
     if not isinstance(hello, Hello):
         raise ProtocolError(f"a load worker expected Hello first, got {hello!r:.80}")
     plan = hello.plan
+    workload = _Shipped(
+        **{f.name: getattr(plan.jobs.workload, f.name) for f in fields(WorkloadSpec)}
+    )
+    plan = replace(plan, jobs=replace(plan.jobs, workload=workload))
     source = JobSource(plan.jobs)
     source.prefill()
     transport = make_transport(plan.settings, plan.max_connections)
-    conn.send(Ready(PROTOCOL_VERSION, plan.worker))
+    conn.send(Ready(PROTOCOL_VERSION, plan.worker, _eval_digest(workload)))
     return plan, source, transport
 
 

@@ -82,7 +82,7 @@ from ..choices import (
 )
 from ..choices import LengthDistribution as Distribution
 from ..errors import WorkloadError
-from ..evals import AnswerBook, EvalSource, EvalTask, eval_problem, is_eval_index
+from ..evals import AnswerBook, EvalSource, EvalTask, HfReading, eval_problem, is_eval_index
 from .traces import Trace, json_lines, read_trace
 
 #: Kinds whose prompts are built here from words (so a calibration can fit them).
@@ -151,6 +151,8 @@ class WorkloadSpec:
     #: The ``module:function`` that scores the eval file's ``custom`` rows
     #: (``evals.custom``).
     eval_scorer: str | None = None
+    #: How the ``hf`` eval reads the dataset ``eval_path`` names (``evals.hfreading``).
+    eval_hf: HfReading | None = None
 
     def __post_init__(self) -> None:
         bad = eval_problem(self.eval_task, self.eval_share, self.eval_path, self.kind, self.turns)
@@ -202,9 +204,8 @@ class WorkloadSpec:
         """Where a level's eval answers are scored (None: the workload has no eval)."""
         if self.eval_task is None:
             return None
-        return AnswerBook(
-            self.eval_task, self.seed, self.eval_share, self.isl, self.eval_path, self.eval_scorer
-        )
+        asked = (self.eval_task, self.seed, self.eval_share, self.isl, self.eval_path)
+        return AnswerBook(*asked, self.eval_scorer, self.eval_hf)
 
     @property
     def needs_calibration(self) -> bool:
@@ -506,6 +507,7 @@ class PromptSource:
                 spec.eval_path,
                 spec.eval_share,
                 spec.eval_scorer,
+                spec.eval_hf,
             )
         )
         if spec.kind in ("sharegpt", "jsonl"):

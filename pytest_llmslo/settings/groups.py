@@ -37,7 +37,7 @@ from pytest_llmslo.choices import (
     TransportName,
     WorkloadKind,
 )
-from pytest_llmslo.evals import EvalChoice
+from pytest_llmslo.evals import EvalChoice, HfReading
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
@@ -114,6 +114,8 @@ class WorkloadOptions:
     evals: EvalChoice | None = None
     #: The function scoring an eval file's ``custom`` rows (``--slo-eval-scorer``).
     eval_scorer: str | None = None
+    #: How the ``hf`` eval reads its dataset (``--slo-eval-hf``).
+    eval_hf: HfReading | None = None
     tokenizer: str | None = None
 
     def workload_fields(self) -> dict[str, Any]:
@@ -145,6 +147,7 @@ class WorkloadOptions:
             "eval_share": self.evals.share if self.evals else 1.0,
             "eval_path": self.evals.path if self.evals else None,
             "eval_scorer": self.eval_scorer if self.evals else None,
+            "eval_hf": self.eval_hf if self.evals and self.evals.task == "hf" else None,
             "tokenizer": self.tokenizer,
         }
 

@@ -30,7 +30,7 @@ from pytest_llmslo.choices import (
 from pytest_llmslo.engines.base import ENGINE_KINDS
 from pytest_llmslo.engines.scaling import parse_scale_up
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
-from pytest_llmslo.evals import parse_eval
+from pytest_llmslo.evals import parse_eval, parse_hf_reading
 from pytest_llmslo.evals.custom import parse_scorer_ref
 from pytest_llmslo.faults.spec import parse_faults
 from pytest_llmslo.slo.quality import parse_quality
@@ -599,8 +599,16 @@ SPECS: tuple[Spec, ...] = (
               "replica=, window=3s and share=90% (recovery). See docs/faults.md."),
     Spec("eval", parse_eval, None, field="evals", cli="--slo-eval", marker="eval",  # quality
          topic="workload", metavar="TASK[:SHARE]", help="Eval items in the traffic (quality): "
-         "arithmetic, retrieval, ordering, schema or an eval file PATH.jsonl, on a share "
-         "of the requests (retrieval:20%; default all). docs/quality.md"),
+         "arithmetic, retrieval, ordering, schema, an eval file PATH.jsonl or a Hugging Face "
+         "dataset hf:NAME, on a share of the requests (retrieval:20%; default all). "
+         "docs/quality.md"),
+    # Quality: how the Hugging Face dataset of --slo-eval=hf:NAME is read.
+    Spec("eval_hf", parse_hf_reading, None, field="eval_hf", cli="--slo-eval-hf",
+         marker="eval_hf", coerce=parse_hf_reading, topic="workload", metavar="KEY=VALUE,...",
+         help="How --slo-eval=hf:NAME is read (offline, from the datasets cache or a local "
+         "folder): config=, split=, prompt= (or messages=) and reference= columns, "
+         "reference_after=, scorer=, tolerance=, max_tokens=, max_items=, cache_dir=. "
+         "docs/quality.md"),
     # Quality: the user's function scoring an eval file's "custom" rows.
     Spec("eval_scorer", parse_scorer_ref, None, field="eval_scorer", cli="--slo-eval-scorer",
          marker="eval_scorer", topic="workload", metavar="MODULE:FUNCTION",

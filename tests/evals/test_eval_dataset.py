@@ -80,7 +80,7 @@ def test_a_workload_sends_the_files_prompts(tmp_path: Path) -> None:
     spec = WorkloadSpec(isl=16, osl=8, eval_task="jsonl", eval_path=path)
     prompts = {PromptSource(spec).prompt(i).text for i in range(4)}
     assert prompts == {r["prompt"] for r in ROWS}  # type: ignore[misc]
-    with pytest.raises(WorkloadError, match="jsonl eval task alone"):
+    with pytest.raises(WorkloadError, match="jsonl and hf eval tasks alone"):
         WorkloadSpec(eval_task="arithmetic", eval_path=path)
 
 

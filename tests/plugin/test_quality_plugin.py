@@ -3,6 +3,7 @@ configured objective and ``assert_quality`` in a body, in the outcome and the JS
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -128,3 +129,49 @@ def test_an_engine_not_deterministic_at_temperature_0_is_inconclusive(
     # Without temperature 0 nothing asked for determinism: the level is not held to it.
     result = slo_pytester.runpytest_subprocess(*common)
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("datasets") is None, reason="the datasets library is not installed"
+)
+def test_a_hugging_face_dataset_is_sent_and_scored_under_load(
+    slo_pytester: pytest.Pytester,
+) -> None:
+    from datasets import Dataset, DatasetDict
+
+    from pytest_llmslo.evals import make_item
+
+    # Rows the sim's "model" can answer (arithmetic in the built-in form) and rows it
+    # cannot (it answers those with filler words); the references as GSM8K has them.
+    items = [make_item("arithmetic", 11, i) for i in range(6)]
+    questions = [it.prompt for it in items] + ["Capital of France?"] * 2
+    answers = [f"Steps.\n#### {it.answer}" for it in items] + ["Paris.\n#### Paris"] * 2
+    DatasetDict(
+        {"test": Dataset.from_dict({"question": questions, "answer": answers})}
+    ).save_to_disk(str(slo_pytester.path / "evals_ds"))
+    slo_pytester.makepyfile(
+        test_q="""
+        import pytest
+
+        @pytest.mark.slo(concurrency=[2], eval="hf:evals_ds")
+        def test_dataset(slo_run):
+            pass
+        """
+    )
+    result = slo_pytester.runpytest_subprocess(
+        *ARGS,
+        "--slo-eval-hf=prompt=question,reference=answer,reference_after=####,scorer=contains",
+        "--slo-quality=accuracy>=0.1",
+    )
+    result.assert_outcomes(passed=1)
+    quality = json.loads((slo_pytester.path / "r.json").read_text())["points"][0]["quality"]
+    assert quality["task"] == "hf" and quality["path"] == "evals_ds"
+    assert quality["hf"]["reference_after"] == "####" and quality["hf"]["scorer"] == "contains"
+    assert quality["items"] == 30 and quality["failed"] == 0
+    samples = quality["samples"]
+    assert {s["expected"] for s in samples} <= {it.answer for it in items} | {"Paris"}
+    # What the sim cannot answer is wrong; nearly all of what it can is right.
+    assert all(not s["correct"] for s in samples if s["expected"] == "Paris")
+    answerable = [s for s in samples if s["expected"] != "Paris"]
+    assert answerable and sum(s["correct"] for s in answerable) >= len(answerable) - 2
+    assert quality["verdict"]["outcome"] == "pass"

@@ -479,6 +479,32 @@ def test_the_eval_scorer_reaches_the_workload_from_the_marker_and_the_cli() -> N
         resolve(marker={"eval": "evals.jsonl", "eval_scorer": "judge"})
 
 
+def test_a_hugging_face_eval_and_how_it_is_read_reach_the_workload() -> None:
+    from pytest_llmslo.evals import HfReading, parse_hf_reading
+
+    ts = resolve(
+        marker={"eval": "hf:openai/gsm8k:20%", "eval_hf": {"config": "main", "split": "test"}}
+    )
+    fields = ts.workload_fields()
+    assert (fields["eval_task"], fields["eval_path"], fields["eval_share"]) == (
+        "hf",
+        "openai/gsm8k",
+        0.2,
+    )
+    assert fields["eval_hf"] == HfReading(config="main", split="test")
+    ts = resolve(
+        cli={"eval_hf": parse_hf_reading("prompt=question,reference=answer")},
+        env={"LLMSLO_EVAL": "hf:data/x"},
+    )
+    assert ts.workload_fields()["eval_hf"] == HfReading(prompt="question", reference="answer")
+    assert ts.sources["eval_hf"] == "--slo-eval-hf"
+    # Beside another eval it reads nothing.
+    ts = resolve(marker={"eval": "arithmetic", "eval_hf": "split=test"})
+    assert ts.workload_fields()["eval_hf"] is None
+    with pytest.raises(ConfigError, match="unknown key"):
+        resolve(marker={"eval": "hf:x", "eval_hf": "colour=red"})
+
+
 def test_quality_objectives_ride_in_the_slo_with_the_latency_ones() -> None:
     from pytest_llmslo.slo import accuracy, ttft_p99
 
