@@ -142,12 +142,13 @@ def _ok_count(records: Sequence[RequestRecord]) -> int:
     return sum(r.ok for r in records)
 
 
-def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Link]:
-    """Start one worker as ``python -m pytest_llmslo.load.worker`` on a socketpair.
+def _spawn_worker() -> tuple[subprocess.Popen[bytes], Link]:
+    """Start one worker as ``python -m pytest_llmslo.load.worker FD PPID`` on a socketpair.
 
     A plain subprocess rather than ``multiprocessing``: spawn would re-import the caller's
     ``__main__`` (breaking any script without a main guard) and fork is unsafe in a
-    process that runs threads or an event loop.
+    process that runs threads or an event loop. The worker dies with the thread that
+    calls this (its parent-death signal, ``parentdeath.py``).
     """
     parent_sock, child_sock = socket.socketpair()
     fd = child_sock.fileno()
@@ -157,7 +158,7 @@ def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Link]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest_llmslo.load.worker", str(fd)],
+            [sys.executable, "-m", "pytest_llmslo.load.worker", str(fd), str(os.getpid())],
             pass_fds=(fd,),
             env=env,
             stdin=subprocess.DEVNULL,
@@ -165,9 +166,7 @@ def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Link]:
         )
     finally:
         child_sock.close()
-    conn = Link(parent_sock)
-    conn.send(Hello(PROTOCOL_VERSION, plan))
-    return proc, conn
+    return proc, Link(parent_sock)
 
 
 class Pool:
@@ -243,16 +242,26 @@ class Pool:
             self.results[msg.result.worker] = msg.result
 
     async def start(self) -> None:
-        """Start every worker at once; each builds its requests before it says ready."""
-        started = await asyncio.gather(
-            *(self.loop.run_in_executor(None, _spawn_worker, plan) for plan in self.plans),
+        """Start every worker at once; each builds its requests before it says ready.
+
+        The processes are started from this thread, the one that runs the level (it
+        outlives them): a worker's parent-death signal follows the thread that started it,
+        and an executor's thread may end first. Their plans go out in parallel."""
+        try:
+            for _ in self.plans:
+                proc, conn = _spawn_worker()
+                self.procs.append(proc)
+                self.conns.append(conn)
+        except OSError as exc:
+            raise LoadError(f"cannot start a load worker process: {exc!r}") from None
+        sent = await asyncio.gather(
+            *(
+                self.loop.run_in_executor(None, conn.send, Hello(PROTOCOL_VERSION, plan))
+                for plan, conn in zip(self.plans, self.conns, strict=True)
+            ),
             return_exceptions=True,
         )
-        for item in started:
-            if not isinstance(item, BaseException):
-                self.procs.append(item[0])
-                self.conns.append(item[1])
-        errors = [x for x in started if isinstance(x, BaseException)]
+        errors = [x for x in sent if isinstance(x, BaseException)]
         if errors:
             raise LoadError(f"cannot start a load worker process: {errors[0]!r}")
         for plan, conn in zip(self.plans, self.conns, strict=True):
