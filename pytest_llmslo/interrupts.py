@@ -20,10 +20,11 @@ takes both signals over:
   (engines get a grace period, then SIGKILL) and writes what was measured;
 - a third ends the process at once (``os._exit``, status 128 + the signal's number, as a
   shell reports a killed process), after the results document is flushed where it is
-  being written (``writing``): a way out should the shutdown hang. Engines in a process
-  die with the session: the hooks of ``on_hard_exit`` (the engines' lifecycle registers
-  one that SIGKILLs every process group it started, grandchildren included) run first,
-  and the parent-death signal backs them up; nothing else is waited for.
+  being written (``writing``): a way out should the shutdown hang. Engines die with the
+  session: the hooks of ``on_hard_exit`` run first (the engines' lifecycle registers one
+  that SIGKILLs every process group it started, grandchildren included, and force-removes
+  the session's containers, within a few seconds), and the parent-death signal backs up
+  the processes (engines, load workers); nothing else is waited for.
 
 One exception: the code of a test itself (its setup, body and teardown, ``foreign``: the
 plugin marks them) is not the session's and may block anywhere (``time.sleep(600)``);

@@ -54,11 +54,12 @@ def unregister(token: int) -> None:
 
 
 def kill_all_now() -> None:
-    """The registered fast kills, each once, failures ignored (a signal handler's step:
-    no lock, no wait; another thread changing the table is a reason to try it again)."""
+    """The registered fast kills, each once (one registered by several units runs once),
+    failures ignored (a signal handler's step: no lock, no unbounded wait; another thread
+    changing the table is a reason to try it again)."""
     for _ in range(3):
         try:
-            kills = list(_kills.values())
+            kills = list(dict.fromkeys(_kills.values()))
         except RuntimeError:  # changed while copied
             continue
         for kill in kills:

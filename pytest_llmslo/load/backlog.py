@@ -200,6 +200,16 @@ class Backlog:
         self.slices += 1
         self.longest_slice_ns = max(self.longest_slice_ns, perf_counter_ns() - t0)
 
+    def decode_for(self, slice_ns: int) -> None:
+        """Decode the oldest requests for at most ``slice_ns`` (at least one), whatever the
+        budget (after the run: not counted as decoding during it): an interrupted level
+        gets ahead on its decoding while its streams are cut."""
+        end = perf_counter_ns() + slice_ns
+        while self._raw:
+            self._decode_one()
+            if perf_counter_ns() >= end:
+                break
+
     def drain(self) -> RecordStore:
         """Decode everything left (after the run); the records, sorted by index. The
         memory the raw bytes held goes back to the system (``trim_heap``): otherwise the

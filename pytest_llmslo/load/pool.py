@@ -28,7 +28,7 @@ from time import perf_counter_ns
 from ..errors import LoadError
 from ..records import RequestRecord
 from ..recordstore import RecordStore
-from .backlog import Backlog, pin_mmap_threshold
+from .backlog import SLICE_NS, Backlog, pin_mmap_threshold
 from .drive import Counter, Driver, WorkerResult
 from .jobs import JobSource
 from .plan import Limits, WorkerPlan
@@ -64,7 +64,11 @@ PROGRESS_S = 0.25
 _EARLY_STOP_EVERY_S = 0.5
 _START_MARGIN_NS = 50_000_000  # t0 this far after every worker said ready
 _READY_TIMEOUT_S = 300.0  # workers build their requests before saying ready
-_RESULT_TIMEOUT_S = 60.0  # after cancelling, how long to wait for workers' partial results
+# After a stop (an interrupt), how long to wait for the workers' partial results: a worker
+# cuts its streams and answers within a fraction of a second; one that does not answer in
+# this time is not waited for (what it shipped before is kept: ``finish``).
+_STOP_RESULTS_S = 5.0
+_CLOSE_S = 5.0  # how long the worker processes get to exit, all together, then SIGKILL
 
 #: Gets the counts so far: done, failed, warm-up done.
 Report = Callable[[int, int, int], None]
@@ -138,12 +142,13 @@ def _ok_count(records: Sequence[RequestRecord]) -> int:
     return sum(r.ok for r in records)
 
 
-def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Link]:
-    """Start one worker as ``python -m pytest_llmslo.load.worker`` on a socketpair.
+def _spawn_worker() -> tuple[subprocess.Popen[bytes], Link]:
+    """Start one worker as ``python -m pytest_llmslo.load.worker FD PPID`` on a socketpair.
 
     A plain subprocess rather than ``multiprocessing``: spawn would re-import the caller's
     ``__main__`` (breaking any script without a main guard) and fork is unsafe in a
-    process that runs threads or an event loop.
+    process that runs threads or an event loop. The worker dies with the thread that
+    calls this (its parent-death signal, ``parentdeath.py``).
     """
     parent_sock, child_sock = socket.socketpair()
     fd = child_sock.fileno()
@@ -153,7 +158,7 @@ def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Link]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest_llmslo.load.worker", str(fd)],
+            [sys.executable, "-m", "pytest_llmslo.load.worker", str(fd), str(os.getpid())],
             pass_fds=(fd,),
             env=env,
             stdin=subprocess.DEVNULL,
@@ -161,9 +166,7 @@ def _spawn_worker(plan: WorkerPlan) -> tuple[subprocess.Popen[bytes], Link]:
         )
     finally:
         child_sock.close()
-    conn = Link(parent_sock)
-    conn.send(Hello(PROTOCOL_VERSION, plan))
-    return proc, conn
+    return proc, Link(parent_sock)
 
 
 class Pool:
@@ -179,6 +182,7 @@ class Pool:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.results: dict[int, WorkerResult] = {}
         self.tallies = {p.worker: (0, 0, 0) for p in plans}
+        self.stop_decode_s = 0.0  # decoded after a stop, while the workers cut
         # The workers' finished exchanges, decoded here: past the budget during the run
         # (or all of them at once with early stop, which needs the values), the rest at
         # the end. The budget is the parent's: the batches it holds are its memory.
@@ -238,16 +242,26 @@ class Pool:
             self.results[msg.result.worker] = msg.result
 
     async def start(self) -> None:
-        """Start every worker at once; each builds its requests before it says ready."""
-        started = await asyncio.gather(
-            *(self.loop.run_in_executor(None, _spawn_worker, plan) for plan in self.plans),
+        """Start every worker at once; each builds its requests before it says ready.
+
+        The processes are started from this thread, the one that runs the level (it
+        outlives them): a worker's parent-death signal follows the thread that started it,
+        and an executor's thread may end first. Their plans go out in parallel."""
+        try:
+            for _ in self.plans:
+                proc, conn = _spawn_worker()
+                self.procs.append(proc)
+                self.conns.append(conn)
+        except OSError as exc:
+            raise LoadError(f"cannot start a load worker process: {exc!r}") from None
+        sent = await asyncio.gather(
+            *(
+                self.loop.run_in_executor(None, conn.send, Hello(PROTOCOL_VERSION, plan))
+                for plan, conn in zip(self.plans, self.conns, strict=True)
+            ),
             return_exceptions=True,
         )
-        for item in started:
-            if not isinstance(item, BaseException):
-                self.procs.append(item[0])
-                self.conns.append(item[1])
-        errors = [x for x in started if isinstance(x, BaseException)]
+        errors = [x for x in sent if isinstance(x, BaseException)]
         if errors:
             raise LoadError(f"cannot start a load worker process: {errors[0]!r}")
         for plan, conn in zip(self.plans, self.conns, strict=True):
@@ -297,11 +311,29 @@ class Pool:
         else:
             return True
         self.send_all(Stop())
-        with contextlib.suppress(asyncio.TimeoutError, TimeoutError, LoadError):
-            t_end = time.monotonic() + _RESULT_TIMEOUT_S
-            while len(self.results) < self.expected():
-                self.handle(await self.next_msg(max(t_end - time.monotonic(), 0.01)))
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await self._partial_results(time.monotonic() + _STOP_RESULTS_S)
         return False
+
+    async def _partial_results(self, t_end: float) -> None:
+        """The workers' messages after a ``Stop``, until every result came or ``t_end``;
+        while they cut their streams, what came before is decoded here, a slice at a
+        time (the decoding is most of what an interrupted level has left to do)."""
+        backlog, inbox = self.backlog, self.inbox
+        ended = 0  # workers that failed or went away instead: not waited for
+        while len(self.results) + ended < self.expected():
+            if len(backlog) and inbox.empty():
+                c0 = time.thread_time()
+                backlog.decode_for(SLICE_NS)
+                self.stop_decode_s += time.thread_time() - c0
+                await asyncio.sleep(0)
+                if time.monotonic() >= t_end:
+                    return
+                continue
+            try:
+                self.handle(await self.next_msg(max(t_end - time.monotonic(), 0.01)))
+            except LoadError:
+                ended += 1
 
     def finish(self) -> list[WorkerResult]:
         """Decode what is left and hand each worker its records and its share of the
@@ -309,7 +341,17 @@ class Pool:
         backlog, results = self.backlog, self.results
         d0 = time.process_time()
         store = backlog.drain()
-        after_s = time.process_time() - d0
+        after_s = time.process_time() - d0 + self.stop_decode_s
+        for plan in self.plans:
+            if plan.worker not in results and len(store.where(plan.worker)):
+                # Stopped before its result came (it failed, or did not answer in time):
+                # what it shipped before is kept, under a result of its own.
+                results[plan.worker] = WorkerResult(
+                    plan.worker,
+                    closed=plan.closed,
+                    slots=plan.slots,
+                    multi_turn=plan.jobs.workload.multi_turn,
+                )
         for w, res in results.items():
             res.records = store.where(w)
             # What the parent decoded is each worker's share of the decoding.
@@ -322,10 +364,12 @@ class Pool:
         return [results[w] for w in sorted(results)]
 
     def close(self) -> None:
+        """Stop the workers; those not gone within ``_CLOSE_S`` (all together) are killed."""
         self.send_all(Stop())
+        t_end = time.monotonic() + _CLOSE_S
         for p in self.procs:
             try:
-                p.wait(timeout=5)
+                p.wait(timeout=max(t_end - time.monotonic(), 0.01))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=5)

@@ -1,14 +1,17 @@
-"""The worker side: ``python -m pytest_llmslo.load.worker FD``, one load-generator process.
+"""The worker side: ``python -m pytest_llmslo.load.worker FD PPID``, one load-generator
+process.
 
-Started by ``pool.py`` with one end of a socketpair as FD (or, for a remote worker, on a
-TCP connection, level after level: ``remote_worker.py``), it speaks the worker protocol
+Started by ``pool.py`` with one end of a socketpair as FD and its parent's pid as PPID
+(or, for a remote worker, on a TCP connection, level after level: ``remote_worker.py``),
+it speaks the worker protocol
 (``protocol.py``): it receives ``Hello`` with its plan, builds its requests and its
 transport, says ``Ready``, waits for ``Go`` and the common start time, runs
 (``drive.Driver``), ships its finished exchanges undecoded as ``Raw`` messages, each a
 columnar batch (``backlog.RawBatch``), and its counts as ``Tally``, and ends with its
 ``Result`` (or a ``Failure``). The streams of its eval requests are among those exchanges:
 the parent scores them, the worker scores nothing (its ``Ready`` names the eval rows it
-built its requests from by their fingerprint).
+built its requests from by their fingerprint). It dies with its parent
+(``parentdeath.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .backlog import BatchBuilder
 from .client import RawExchange, Transport, new_event_loop
 from .drive import Counter, Driver, WorkerResult
 from .jobs import Job, JobSource
+from .parentdeath import die_with_parent
 from .plan import WorkerPlan
 from .protocol import (
     PROTOCOL_VERSION,
@@ -171,8 +175,11 @@ def serve_level(conn: Link, hello: object) -> None:
         control.join()
 
 
-def worker_main(fd: int) -> None:
-    """Entry point of one worker process (``python -m pytest_llmslo.load.worker FD``)."""
+def worker_main(fd: int, parent_pid: int | None = None) -> None:
+    """Entry point of one worker process (``python -m pytest_llmslo.load.worker FD PPID``):
+    it dies with ``parent_pid``, where the platform allows (``parentdeath.py``)."""
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     # The parent turns Ctrl-C and SIGTERM into a ``Stop`` message; a handler here would cut
     # requests before the parent could collect them (a CI runner signals the whole group).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -241,4 +248,4 @@ async def _worker_async(
 
 
 if __name__ == "__main__":
-    worker_main(int(sys.argv[1]))
+    worker_main(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)

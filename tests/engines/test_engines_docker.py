@@ -204,6 +204,57 @@ def test_sigterm_to_harness_removes_its_containers(client: Any, tmp_path) -> Non
     assert port_is_free(port)
 
 
+def test_a_third_signal_removes_the_containers_before_the_process_ends(
+    client: Any, tmp_path
+) -> None:
+    """In a session (its handler installed), a third SIGTERM ends the process at once
+    (status 128 + 15): its container is gone by then, without a shutdown of the session."""
+    port = pick_free_port()
+    script = tmp_path / "harness.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(HERE)!r})
+        from engines_helpers import fake_docker_plan as _fake_plan
+        from pytest_llmslo import interrupts
+        from pytest_llmslo.engines.launch import launch
+        from pytest_llmslo.engines.runtimes import docker as dk
+        guard = interrupts.Interrupts()
+        assert guard.install()
+        h = launch(_fake_plan({port}))
+        print(dk.SESSION_ID, flush=True)
+        seen = 0
+        print(seen, flush=True)
+        while True:  # each signal is noted, nothing more, until the third
+            time.sleep(0.01)
+            if len(guard.received) != seen:
+                seen = len(guard.received)
+                print(seen, flush=True)
+    """)
+    )
+    harness = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    flt: dict[str, str] = {}
+    try:
+        assert harness.stdout is not None
+        session = harness.stdout.readline().strip()
+        assert session, "harness did not start its container"
+        flt = {"label": f"{dk.LABEL_SESSION}={session}"}
+        assert client.containers.list(all=True, filters=flt)
+        assert harness.stdout.readline().strip() == "0"
+        for noted in ("1", "2"):
+            harness.send_signal(signal.SIGTERM)
+            assert harness.stdout.readline().strip() == noted
+        harness.send_signal(signal.SIGTERM)
+        assert harness.wait(timeout=30) == 128 + signal.SIGTERM
+        assert not client.containers.list(all=True, filters=flt)
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait(10)
+        for c in client.containers.list(all=True, filters=flt) if flt else ():
+            c.remove(force=True)
+
+
 @pytest.mark.skipif(not HAVE_SIM, reason="pytest_llmslo.sim server is not installed yet")
 def test_sim_image_end_to_end(client: Any, no_leftovers: None) -> None:
     handle = start_engine(EngineConfig(kind="sim", runtime="docker", startup_timeout_s=120))

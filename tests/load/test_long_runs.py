@@ -189,6 +189,26 @@ def test_backlog_decodes_past_its_budget_in_slices() -> None:
     assert len(backlog.records) == 20 and all(r.ok for r in backlog.records)
 
 
+def test_backlog_decodes_for_a_slice_whatever_its_budget() -> None:
+    """After a stop the parent decodes while the workers cut: a slice at a time, under the
+    budget too, at least one exchange a slice, oldest first."""
+    body = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n' * 50
+    body += b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
+    backlog = Backlog(0, budget=len(body) * 100)
+    for i in range(5):
+        raw = RawExchange()
+        raw.sent_ns, raw.status, raw.end_ns = 1, 200, 2
+        raw.times, raw.pieces = [1], [body]
+        backlog.add(Job(i, b"", 8, 50, False), 0, raw)
+    assert not backlog.over_budget
+    backlog.decode_for(0)
+    assert [r.index for r in backlog.records] == [0] and len(backlog) == 4
+    backlog.decode_for(10**12)
+    assert len(backlog) == 0 and [r.index for r in backlog.records] == list(range(5))
+    assert backlog.decode_cpu_ns == 0  # not decoding during the run
+    assert len(backlog.drain()) == 5
+
+
 def test_a_level_bounded_by_time_alone(fixed_url: str) -> None:
     client = ClientSettings(fixed_url, "fixed", processes=1)
     wl = WorkloadSpec(isl=8, osl=20, calibrate=False)

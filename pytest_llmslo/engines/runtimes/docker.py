@@ -6,7 +6,9 @@ Containers use host networking (the engine binds the configured host and port, l
 by default), ``--ipc=host`` (PyTorch's shared-memory tensors between workers), GPUs through
 device requests, and the Hugging Face cache mounted so weights are downloaded once. Every
 container carries ``io.llmslo.*`` labels naming the session and the owning pid, so that
-:func:`reap_stale_containers` can remove what a crashed session left behind.
+:func:`reap_stale_containers` can remove what a crashed session left behind. A third stop
+signal, which ends the process at once, removes this session's containers first
+(``dockerkill.py``: bounded, through a client of its own).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..base import EngineConfig
 from ..plan import LaunchPlan
 from ..units import ImageUnit
 from .base import HostNetwork, Started, StartedUnit
+from .dockerkill import HARD_REMOVE_S, remove_now
 
 LABEL_PREFIX = "io.llmslo"
 LABEL_SESSION = f"{LABEL_PREFIX}.session"
@@ -228,7 +231,26 @@ def docker_client() -> Any:
             f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); start dockerd or set "
             'runtime = "process"'
         ) from None
+    global _api_version
+    _api_version = getattr(getattr(client, "api", None), "api_version", None)
     return client
+
+
+_api_version: str | None = None  # the daemon's, once a client talked to it
+
+
+def _connect_for_kill() -> Any:
+    """A client of its own for a hard exit, with a short timeout and the API version known
+    (no probe of the daemon first)."""
+    import docker
+
+    return docker.from_env(timeout=int(HARD_REMOVE_S) + 1, version=_api_version or "auto")
+
+
+def kill_session_containers() -> None:
+    """Remove this session's containers now, within ``dockerkill.HARD_REMOVE_S``: the fast
+    kill a third stop signal runs before the process ends (``lifecycle.kill_all_now``)."""
+    remove_now(f"{LABEL_SESSION}={SESSION_ID}", _connect_for_kill)
 
 
 def gpu_unavailable_reason(info: Mapping[str, Any]) -> str | None:
@@ -284,7 +306,7 @@ class ManagedContainer:
         self.container: Any = None
         # Registered before the container exists, and found by its name until create
         # returns: a Ctrl-C or SIGTERM between the two leaves nothing behind.
-        self._token = lifecycle.register(self.stop)
+        self._token = lifecycle.register(self.stop, kill=kill_session_containers)
         #: When its image was on the host, the container created and started
         #: (``time.monotonic()``): the marks of its cold start (``coldstart.py``).
         self.image_ready_at: float | None = None
