@@ -523,7 +523,7 @@ def slo_load(
     def load(level: LoadLevel | int | float | None = None, **overrides: Any) -> Run:
         lv, ts = core.other_load(slo_settings, level, overrides)
         run = core.run_level(state, request.node.nodeid, slo_engine, lv, ts)
-        slo.bind_run(run, on_verdict=state.on_verdict)
+        slo.bind_run(run)
         return run
 
     yield load
@@ -550,7 +550,7 @@ def slo_capacity(
             state, request.node.nodeid, slo_engine, slo_settings, objs, spec
         )
         if run is not None:
-            slo.bind_run(run, on_verdict=state.on_verdict)
+            slo.bind_run(run)
         return result
 
     yield search

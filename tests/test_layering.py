@@ -17,6 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "_version",
         "errors",
+        "runmeta",
         "records",
         "recordfile",
         "recordstore",
@@ -51,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 SESSION: tuple[tuple[str, ...], ...] = (
     ("factory", "constants", "scaleup", "faults"),
     ("state",),
+    ("levelplan",),
     ("engines", "baseline", "outputs", "level", "quality", "asked", "faultgate"),
     ("inputs", "judge", "summary"),
 )

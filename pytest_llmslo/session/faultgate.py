@@ -33,7 +33,7 @@ def fault_gate(
 
     __tracebackhide__ = True
     ts = ctx.settings
-    faults = run.meta.get("faults") or state.points[idx].faults or ()
+    faults = run.meta.faults or state.points[idx].faults or ()
     if ctx.verdicts or not ts.objectives or not faults:
         return None
     split = steady_split(run, faults)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pytest_llmslo import settings as S
@@ -25,6 +25,7 @@ from .state import Session, TestContext, primary
 
 if TYPE_CHECKING:
     from pytest_llmslo.slo import Objective
+    from pytest_llmslo.slo.judging import Judgement
 
 __all__ = [
     "after_test",
@@ -37,6 +38,7 @@ __all__ = [
     "inconclusive",
     "inconclusive_message",
     "load_test",
+    "record_judgement",
     "run_test",
     "run_test_load",
     "search_capacity",
@@ -60,6 +62,7 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
     defaults, so a CI gate made strict on the command line cannot pass on a point
     estimate."""
     from pytest_llmslo import slo
+    from pytest_llmslo.slo.assertions import enforce
 
     __tracebackhide__ = True
     ts = ctx.settings
@@ -71,7 +74,11 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
         return
     if not ctx.verdicts and not ctx.recoveries:
         if ts.objectives:
-            slo.assert_goodput(run, *ts.objectives, **gate_kwargs(ts))
+            # As ``assert_goodput`` judges, the verdict recorded before it is raised.
+            verdict = slo.evaluate(run, ts.objectives, **gate_kwargs(ts))
+            ctx.verdicts.append(verdict)
+            state.set_verdict(idx, verdict, ts.confidence)
+            enforce(verdict)
             return
         verdict = slo.evaluate(run, (), max_error_rate=ts.max_error_rate, allow_no_objectives=True)
         # Only the error gates judge here: a test without objectives asked nothing else.
@@ -247,8 +254,8 @@ def run_test_load(
 def inconclusive_message(state: Session, run: Run) -> str:
     """Why a level whose client run stayed invalid through the retries shows nothing
     about the engine (the ``Inconclusive`` error of its test)."""
-    cut = run.meta.get("level_timeout")
-    if harness_cut(run) and isinstance(cut, Mapping):
+    cut = run.meta.level_timeout
+    if harness_cut(run) and cut is not None:
         cancelled = sum(1 for r in run.records if not r.ok)
         return (
             f"inconclusive at {run.level.label}: the level's time bound "
@@ -306,50 +313,78 @@ def load_test(
 
 @contextlib.contextmanager
 def bound(state: Session, run: Run) -> Iterator[Run]:
-    """``run`` as the current run of ``assert_goodput``/``assert_slo`` without a run, each
-    of their verdicts recorded on its point (``Session.on_verdict``)."""
-    from pytest_llmslo import slo
+    """``run`` as the current run of ``assert_goodput``/``assert_slo`` without a run, in
+    the judging open in this context (one opened for the block when none is); what was
+    judged and not read back yet when the block ends is recorded on the points of the runs
+    judged (``record_judgement``)."""
+    from pytest_llmslo.slo.judging import judging
 
-    slo.bind_run(run, on_verdict=state.on_verdict)
-    try:
-        yield run
-    finally:
-        slo.unbind_run()
+    with judging(run=run) as (open_judging, _opened):
+        try:
+            yield run
+        finally:
+            open_judging.bind(None)
+            ctx = state.current
+            record_judgement(state, ctx, open_judging.take())
+
+
+def record_judgement(state: Session, ctx: TestContext | None, judgement: Judgement) -> None:
+    """Keep what a test's assertions judged: each verdict on the point of the run it
+    judged (and, for the test ``ctx``, among its verdicts), each recovery among its
+    recoveries, each quality verdict on its point (``record_quality``)."""
+    from pytest_llmslo.slo import QualityVerdict, RecoveryVerdict
+
+    for judged in judgement.verdicts:
+        if ctx is not None:
+            ctx.verdicts.append(judged.verdict)
+        idx = state.point_of(judged.run)
+        if idx is not None:
+            conf = ctx.settings.confidence if ctx is not None else state.defaults.confidence
+            state.set_verdict(idx, judged.verdict, conf)
+    if ctx is None:
+        return
+    ctx.recoveries.extend(judgement.of(RecoveryVerdict))
+    for quality in judgement.of(QualityVerdict):
+        record_quality(state, ctx, quality)
 
 
 def run_test(state: Session, node: str) -> Generator[None, T, T]:
     """The protocol of test ``node`` around its body, which runs where this yields (the
     body's result is sent in, its exception thrown in; what it returned is returned).
 
-    While the body runs the test is the session's current one (the verdicts its body
-    asserts are its own); after the body, ``after_test`` (the configured gate, the
-    extension, the baseline comparison; after a body that raised, the extension alone,
-    and nothing after an engine's death or an interrupt); then every level the test
-    measured is told to ``hooks.level_result``. The plugin's ``pytest_runtest_call``
-    wrapper is ``yield from run_test(...)``; ``call_test`` runs it around a function
-    (``llmslo run``)."""
-    from pytest_llmslo import slo
+    While the body runs the test is the session's current one, and a judging is open
+    (``slo.judging``: the one its load fixture bound the run in, else one of its own,
+    with the test's engine for ``assert_startup``); after the body, what its assertions
+    judged is read back and recorded (``record_judgement``), then ``after_test`` (the
+    configured gate, the extension, the baseline comparison; after a body that raised,
+    the extension alone, and nothing after an engine's death or an interrupt); then every
+    level the test measured is told to ``hooks.level_result``. The plugin's
+    ``pytest_runtest_call`` wrapper is ``yield from run_test(...)``; ``call_test`` runs
+    it around a function (``llmslo run``)."""
+    from pytest_llmslo.slo.judging import judging
 
     __tracebackhide__ = True
     ctx = state.contexts[node]
     state.current = ctx
-    slo.bind_startup(lambda: (ctx.engine, state.engine_meta.get(ctx.engine, {}).get("cold_start")))
-    slo.bind_recovery(ctx.recoveries.append)
-    slo.bind_quality(lambda verdict: record_quality(state, ctx, verdict))
+    cold_start = state.engine_meta.get(ctx.engine, {}).get("cold_start")
     try:
-        try:
-            result = yield
-        except BaseException as exc:
-            if not isinstance(exc, (KeyboardInterrupt, EngineDiedError, GeneratorExit)):
-                after_test(state, node, ctx, body_error=True)
-            raise
-        after_test(state, node, ctx)
-        return result
+        with judging() as (open_judging, _opened):
+            open_judging.bind_engine(ctx.engine, cold_start)
+            try:
+                try:
+                    result = yield
+                finally:
+                    record_judgement(state, ctx, open_judging.take())
+            except BaseException as exc:
+                if not isinstance(exc, (KeyboardInterrupt, EngineDiedError, GeneratorExit)):
+                    after_test(state, node, ctx, body_error=True)
+                raise
+            finally:
+                open_judging.bind_engine(None, None)
+            after_test(state, node, ctx)
+            return result
     finally:
         state.current = None
-        slo.bind_startup(None)
-        slo.bind_recovery(None)
-        slo.bind_quality(None)
         state.report_levels(ctx)
 
 

@@ -206,6 +206,8 @@ class Session:
         self.factory: EngineFactory | None = None
         self.points: list[SweepPoint] = []  # replaced in place when a verdict arrives
         self.point_runs: dict[int, Run] = {}
+        #: The point each recorded run is, by the run's identity (the runs are kept above).
+        self._run_points: dict[int, int] = {}
         self.contexts: dict[str, TestContext] = {}
         self.current: TestContext | None = None
         self.engine_meta: dict[str, dict[str, Any]] = {}
@@ -246,6 +248,7 @@ class Session:
         idx = len(self.points)
         self.points.append(point)
         self.point_runs[idx] = run
+        self._run_points[id(run)] = idx
         if ctx is not None:
             ctx.point_keys.append(idx)
         self.dirty = True
@@ -253,11 +256,9 @@ class Session:
 
     def point_of(self, run: Run) -> int | None:
         """The index of the point ``run`` was recorded as (None: not a level of this
-        session), found by the run itself: the session keeps every run it recorded."""
-        for idx in reversed(self.point_runs):
-            if self.point_runs[idx] is run:
-                return idx
-        return None
+        session; the latest when it was recorded twice)."""
+        idx = self._run_points.get(id(run))
+        return idx if idx is not None and self.point_runs.get(idx) is run else None
 
     def set_verdict(self, idx: int, verdict: Verdict, confidence: float) -> None:
         point = self.points[idx]
@@ -273,15 +274,6 @@ class Session:
             point, summary=summary, verdict=verdict, samples=samples
         )
         self.dirty = True
-
-    def on_verdict(self, run: Run, verdict: Verdict) -> None:
-        idx = self.point_of(run)
-        ctx = self.current
-        if ctx is not None:
-            ctx.verdicts.append(verdict)
-        if idx is not None:
-            conf = ctx.settings.confidence if ctx is not None else self.defaults.confidence
-            self.set_verdict(idx, verdict, conf)
 
     # ---- the document
 
