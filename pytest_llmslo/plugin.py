@@ -520,7 +520,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     try:
         return (yield)
     finally:
-        if state is not None and state.dirty and state.session.json_path:
+        if state is not None and state.book.dirty and state.session.json_path:
             # A signal now is raised once the document is written.
             with state.interrupts.shielded(deferred=True):
                 core.write_json(state, complete=False)

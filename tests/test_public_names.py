@@ -77,7 +77,7 @@ CATALOG = [
 #: What the plugin, ``llmslo run`` and the tests drive a session with; the rest of its
 #: modules' names are imported from the modules themselves.
 SESSION = [
-    "README_XDIST", "XDIST_REASON", "EngineFactory", "EngineRef", "NullProgress", "Progress",
+    "README_XDIST", "XDIST_REASON", "EngineFactory", "EngineRef", "Progress",
     "Session", "SessionHooks", "TestContext", "Voice", "add_test", "bound",
     "call_test", "check_inputs", "engine_factory", "engines_text", "finish", "json_path",
     "junit_outcomes", "junit_properties", "load_test", "measure_level", "other_load",

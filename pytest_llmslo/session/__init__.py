@@ -30,7 +30,7 @@ to a terminal itself.
 from __future__ import annotations
 
 from .engines import engine_factory, engines_text
-from .factory import EngineFactory, EngineRef, NullProgress, Progress
+from .factory import EngineFactory, EngineRef, Progress
 from .inputs import check_inputs, plan_test, prepare
 from .judge import bound, call_test, load_test, run_test, search_capacity
 from .level import measure_level, run_level
@@ -53,7 +53,6 @@ __all__ = [
     "XDIST_REASON",
     "EngineFactory",
     "EngineRef",
-    "NullProgress",
     "Progress",
     "Session",
     "SessionHooks",

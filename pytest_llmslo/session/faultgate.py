@@ -50,11 +50,11 @@ def fault_gate(
         notes=(*steady.notes, split.describe(), *held),
     )
     ctx.verdicts.append(verdict)
-    state.set_verdict(idx, verdict, ts.confidence)
+    state.book.set_verdict(idx, verdict, ts.confidence)
     # Under the level in every report: how many requests each verdict judged.
     point = state.points[idx]
     told = (split.describe(), *held, *recovery)
-    state.points[idx] = dataclasses.replace(point, notes=(*point.notes, *told))
+    state.book.update(idx, notes=(*point.notes, *told))
     if not judge:
         return verdict
     if not verdict.run_valid and not verdict.failures_decide:

@@ -69,7 +69,7 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
     idx = primary(ctx)
     if idx is None:
         return
-    run = state.point_runs[idx]
+    run = state.book.runs[idx]
     if fault_gate(state, ctx, idx, run) is not None:
         return
     if not ctx.verdicts and not ctx.recoveries:
@@ -77,13 +77,13 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
             # As ``assert_goodput`` judges, the verdict recorded before it is raised.
             verdict = slo.evaluate(run, ts.objectives, **gate_kwargs(ts))
             ctx.verdicts.append(verdict)
-            state.set_verdict(idx, verdict, ts.confidence)
+            state.book.set_verdict(idx, verdict, ts.confidence)
             enforce(verdict)
             return
         verdict = slo.evaluate(run, (), max_error_rate=ts.max_error_rate, allow_no_objectives=True)
         # Only the error gates judge here: a test without objectives asked nothing else.
         if verdict.problems:
-            state.set_verdict(idx, verdict, ts.confidence)
+            state.book.set_verdict(idx, verdict, ts.confidence)
             raise SloViolation(
                 verdict.summary_line()
                 + " (no objectives configured: the failure gates alone judged the level)\n"
@@ -105,7 +105,7 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
             min_attainment=verdict.min_attainment,
             min_goodput_tok_s=verdict.min_goodput_tok_s,
         )
-        state.set_verdict(idx, again, ts.confidence)
+        state.book.set_verdict(idx, again, ts.confidence)
         if not again.passed:
             mode = "strict (upper confidence bounds)" if ts.strict else "the point estimates"
             raise SloViolation(
@@ -175,7 +175,7 @@ def extend(state: Session, node: str, ctx: TestContext) -> None:
             state, node, handle, nxt, level_ts, extended=True, stop_early_on=tuple(objectives)
         )
         verdict = slo.evaluate(run, objectives, **gate)
-        state.set_verdict(idx, verdict, gate["confidence"])
+        state.book.set_verdict(idx, verdict, gate["confidence"])
         added.append(nxt.label)
     if added:
         note = f"extended past {ctx.level.label}: {', '.join(added)} (--slo-extend)"
@@ -211,7 +211,7 @@ def search_capacity(
     while (level := search.next_level()) is not None:
         idx, run = measure_level(state, node, handle, level, ts, stop_early_on=ts.objectives)
         verdict = slo.evaluate(run, ts.objectives, **gate_kwargs(ts))
-        state.set_verdict(idx, verdict, ts.confidence)
+        state.book.set_verdict(idx, verdict, ts.confidence)
         decided = run.health.valid or verdict.failures_decide
         passed: bool | None = verdict.passed if decided else None
         search.record(level, passed)
@@ -230,8 +230,7 @@ def search_capacity(
             ctx.primary = chosen[0]
     engine = ctx.engine if ctx is not None else handle.config.display_name
     test = ctx.test if ctx is not None else node
-    state.capacities[(engine, test)] = result
-    state.dirty = True
+    state.book.add_capacity(engine, test, result)
     state.notes.append(f"{node}: {note}")
     return result, (chosen[1] if chosen is not None else None)
 
@@ -286,7 +285,7 @@ def after_test(state: Session, node: str, ctx: TestContext, *, body_error: bool 
             # A fault level's recovery failed in the body: its steady part is judged all
             # the same, and the level reports both.
             with contextlib.suppress(Exception):
-                fault_gate(state, ctx, idx, state.point_runs[idx], judge=False)
+                fault_gate(state, ctx, idx, state.book.runs[idx], judge=False)
         extend_safely(state, node, ctx)
         return
     try:
@@ -337,10 +336,10 @@ def record_judgement(state: Session, ctx: TestContext | None, judgement: Judgeme
     for judged in judgement.verdicts:
         if ctx is not None:
             ctx.verdicts.append(judged.verdict)
-        idx = state.point_of(judged.run)
+        idx = state.book.index_of(judged.run)
         if idx is not None:
             conf = ctx.settings.confidence if ctx is not None else state.defaults.confidence
-            state.set_verdict(idx, judged.verdict, conf)
+            state.book.set_verdict(idx, judged.verdict, conf)
     if ctx is None:
         return
     ctx.recoveries.extend(judgement.of(RecoveryVerdict))

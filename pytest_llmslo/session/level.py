@@ -428,7 +428,10 @@ def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ())
         series=run.meta.series,
         quality=run.meta.quality,
     )
-    return state.add_point(task.ctx, run, point)
+    idx = state.book.add(run, point)
+    if task.ctx is not None:
+        task.ctx.point_keys.append(idx)
+    return idx
 
 
 def usage_note(state: Session, task: LevelTask, summary: RunSummary, notes: list[str]) -> bool:
@@ -493,7 +496,7 @@ def load_text(health: ClientHealth) -> str:
 
 def point_notes(state: Session, run: Run) -> tuple[str, ...]:
     """The notes of the point ``run`` was recorded as."""
-    idx = state.point_of(run)
+    idx = state.book.index_of(run)
     return () if idx is None else state.points[idx].notes
 
 

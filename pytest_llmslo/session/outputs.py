@@ -150,7 +150,7 @@ def write_json(state: Session, *, complete: bool) -> bool:
         # A third stop signal ends the process only once the file is in place.
         with state.interrupts.writing():
             write_atomic(path, state.document(complete=complete))
-        state.dirty = False
+        state.book.dirty = False
     except Exception as exc:
         msg = f"ERROR: could not write the results to {path}: {exc!r}"
         if msg not in state.write_errors:

@@ -1,6 +1,7 @@
 """What a session knows (``Session``): its settings, its tests (``TestContext``), the
-running engines' factory, every measured point with its verdict, the baseline it compares
-with; and how it talks (``Voice``) and where users extend it (``SessionHooks``)."""
+running engines' factory, its measured points (``book``: a ``points.PointBook``, which alone
+changes them), the baseline it compares with; and how it talks (``Voice``) and where users
+extend it (``SessionHooks``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo import settings as S
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document import Results, build_document
-from pytest_llmslo.document.samples import with_good
 from pytest_llmslo.engines.base import EngineConfig
 from pytest_llmslo.interrupts import Interrupts
 from pytest_llmslo.records import LoadLevel, Run
@@ -22,11 +22,11 @@ from pytest_llmslo.redact import redact, redact_obj
 
 from .constants import constants_of_test, session_constants
 from .factory import EngineFactory, NullProgress, Progress
+from .points import PointBook
 
 if TYPE_CHECKING:
     from pytest_llmslo.history.trend import HistoryRun
     from pytest_llmslo.load.remote import WorkerHub
-    from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.regression import Comparison
     from pytest_llmslo.regression.tolerances import Tolerance
     from pytest_llmslo.slo import Verdict
@@ -182,7 +182,6 @@ class Session:
         self.hooks = hooks or SessionHooks()
         self._machine: dict[str, Any] | None = None
         self._commit: dict[str, Any] | None = None
-        self.reported: set[int] = set()  # points told to hooks.level_result
         self.session = session
         self.sources = sources
         self.rootpath = Path(rootpath)
@@ -204,14 +203,11 @@ class Session:
         #: --engine-opt items by engine name.
         self.engine_opts: dict[str, list[str]] = {}
         self.factory: EngineFactory | None = None
-        self.points: list[SweepPoint] = []  # replaced in place when a verdict arrives
-        self.point_runs: dict[int, Run] = {}
-        #: The point each recorded run is, by the run's identity (the runs are kept above).
-        self._run_points: dict[int, int] = {}
+        #: Every measured point with its run and verdict, the capacity searches.
+        self.book = PointBook()
         self.contexts: dict[str, TestContext] = {}
         self.current: TestContext | None = None
         self.engine_meta: dict[str, dict[str, Any]] = {}
-        self.capacities: dict[tuple[str, str], CapacityResult] = {}  # by (engine, test)
         self.test_constants: dict[str, dict[str, Any]] = {}
         self.marker_errors: list[str] = []
         self.notes: list[str] = []
@@ -226,7 +222,6 @@ class Session:
         self.disabled_reason: str | None = None
         self.checked_inputs: set[str] = set()
         self.write_errors: list[str] = []
-        self.dirty = False
         #: SIGINT and SIGTERM of the session (installed by the plugin and ``llmslo run``).
         self.interrupts = Interrupts()
         #: The salt of ``--prompt-salt=auto`` prompts: one per session, so a session's
@@ -244,36 +239,10 @@ class Session:
 
     # ---- points
 
-    def add_point(self, ctx: TestContext | None, run: Run, point: SweepPoint) -> int:
-        idx = len(self.points)
-        self.points.append(point)
-        self.point_runs[idx] = run
-        self._run_points[id(run)] = idx
-        if ctx is not None:
-            ctx.point_keys.append(idx)
-        self.dirty = True
-        return idx
-
-    def point_of(self, run: Run) -> int | None:
-        """The index of the point ``run`` was recorded as (None: not a level of this
-        session; the latest when it was recorded twice)."""
-        idx = self._run_points.get(id(run))
-        return idx if idx is not None and self.point_runs.get(idx) is run else None
-
-    def set_verdict(self, idx: int, verdict: Verdict, confidence: float) -> None:
-        point = self.points[idx]
-        old = point.verdict
-        # A failed verdict is what the point is remembered by; among passing ones the latest.
-        if old is not None and not old.passed and verdict.passed:
-            return
-        run = self.point_runs[idx]
-        summary = judged_summary(point.summary, run, verdict, confidence)
-        # The good flags under the verdict's objectives: goodput's per-window noise bound.
-        samples = with_good(point.samples, run, [r.objective for r in verdict.results])
-        self.points[idx] = dataclasses.replace(
-            point, summary=summary, verdict=verdict, samples=samples
-        )
-        self.dirty = True
+    @property
+    def points(self) -> list[SweepPoint]:
+        """Every measured point, in order (``book.points``; the book changes them)."""
+        return self.book.points
 
     # ---- the document
 
@@ -295,7 +264,7 @@ class Session:
             self.points,
             constants=self.constants(),
             engines=self.engine_meta,
-            capacities=self.capacities,
+            capacities=self.book.capacities,
             complete=complete,
         )
 
@@ -321,35 +290,13 @@ class Session:
         if self.hooks.level_result is None:
             return
         for idx in ctx.point_keys:
-            if idx in self.reported:
+            if idx in self.book.reported:
                 continue
-            self.reported.add(idx)
+            self.book.reported.add(idx)
             try:
-                self.hooks.level_result(self.points[idx], self.point_runs[idx])
+                self.hooks.level_result(self.book.points[idx], self.book.runs[idx])
             except Exception as exc:
                 self.notes.append(f"{ctx.engine} {ctx.test}: the level_result hook failed: {exc!r}")
-
-
-def judged_summary(
-    summary: RunSummary, run: Run, verdict: Verdict, confidence: float
-) -> RunSummary:
-    """The summary of a judged level: its goodput is the verdict's (over the verdict's
-    objectives), its distributions' bounds at ``confidence``. The level was summarised
-    once when it was recorded; only a verdict judged at another confidence than that
-    summary's makes it summarised again."""
-    if summary.confidence != confidence:
-        from pytest_llmslo import metrics
-
-        objectives = [r.objective for r in verdict.results]
-        return metrics.summarize(run, objectives, confidence=confidence)
-    return dataclasses.replace(
-        summary,
-        goodput_tok_s=verdict.goodput_tok_s,
-        goodput_req_s=verdict.goodput_req_s,
-        attainment=verdict.attainment,
-        good=verdict.good,
-        objectives=tuple(r.objective.label for r in verdict.results),
-    )
 
 
 def primary(ctx: TestContext) -> int | None:

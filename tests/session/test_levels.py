@@ -25,8 +25,8 @@ def test_a_level_is_measured_and_recorded_as_a_point(harness: Any) -> None:
     assert (point.engine, point.test, point.level.label) == ("external", ctx.test, "c2")
     assert point.summary.requests == 12 and point.summary.completed == 12
     assert point.verdict is None and point.comparable and point.samples
-    assert h.state.point_of(measured.run) == 0
-    assert h.state.point_runs[0] is measured.run
+    assert h.state.book.index_of(measured.run) == 0
+    assert h.state.book.runs[0] is measured.run
     meta = measured.run.meta
     assert (meta.engine, meta.test, meta.extended) == ("external", ctx.test, False)
     # An engine the harness did not start keeps its cache unless --reset-cache=on.
