@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # The session core's modules, lowest first: each imports only those before it.
 SESSION: tuple[tuple[str, ...], ...] = (
-    ("factory", "constants", "scaleup", "faults", "points"),
+    ("factory", "constants", "scaleup", "faults", "points", "timing", "workers"),
     ("state",),
     ("levelplan",),
     ("engines", "baseline", "outputs", "level", "quality", "asked", "faultgate"),

@@ -115,15 +115,12 @@ def measure_level(
         )
     progress.close(_run_line(run))
     idx = record(state, task, run, tries)
-    state.level_seconds[idx] = time.monotonic() - started
-    if not state.estimated:
-        state.estimated = True
+    seconds = time.monotonic() - started
+    if state.timing.level_took(idx, seconds):
         from pytest_llmslo.report.plan import estimate_basis, estimate_line
 
-        state.estimate_basis = estimate_basis(run, task.warmup, state.level_seconds[idx])
-        line = estimate_line(
-            state.contexts.values(), task.ctx, run, task.warmup, state.level_seconds[idx]
-        )
+        state.timing.basis = estimate_basis(run, task.warmup, seconds)
+        line = estimate_line(state.contexts.values(), task.ctx, run, task.warmup, seconds)
         if line:
             state.say(line)
     if not handle.alive():
@@ -135,7 +132,7 @@ def _where(state: Session, ctx: TestContext) -> Callable[[float], str]:
     """Where the session stands while a level of ``ctx`` runs, given its seconds so far."""
     from pytest_llmslo.report.plan import where_text
 
-    return lambda elapsed: where_text(state.contexts.values(), ctx, state.estimate_basis, elapsed)
+    return lambda elapsed: where_text(state.contexts.values(), ctx, state.timing.basis, elapsed)
 
 
 def _try_level(state: Session, task: LevelTask, progress: Progress, tries: list[str]) -> Run:

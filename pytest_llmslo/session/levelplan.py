@@ -107,7 +107,7 @@ def plan_level(
         workload=workload,
         warmup=ts.warmup_for(level),
         early_stop=_early_stop(ts, level, stop_early_on),
-        workers=state.workers,
+        workers=state.remote.hub,
         say=state.say,
     )
 

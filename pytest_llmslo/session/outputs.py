@@ -18,7 +18,6 @@ from .state import (
     Session,
     TestContext,
     baseline_root,
-    close_workers,
     history_root,
     primary,
     resolve_path,
@@ -189,7 +188,7 @@ def finish(state: Session, *, interrupted: bool = False) -> bool:
     while they were written makes them partial (``complete: false``, the baseline saved
     as ``NAME.partial``). Returns whether the session was interrupted."""
     guard = state.interrupts
-    close_workers(state)
+    state.remote.close()
     with guard.shielded():
         interrupted = interrupted or guard.interrupted
         record = _run_record(state)

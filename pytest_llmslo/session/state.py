@@ -23,10 +23,11 @@ from pytest_llmslo.redact import redact, redact_obj
 from .constants import constants_of_test, session_constants
 from .factory import EngineFactory, NullProgress, Progress
 from .points import PointBook
+from .timing import Timing
+from .workers import RemoteWorkers
 
 if TYPE_CHECKING:
     from pytest_llmslo.history.trend import HistoryRun
-    from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.regression import Comparison
     from pytest_llmslo.regression.tolerances import Tolerance
     from pytest_llmslo.slo import Verdict
@@ -227,15 +228,10 @@ class Session:
         #: The salt of ``--prompt-salt=auto`` prompts: one per session, so a session's
         #: prompts are its own, also against an engine that served an earlier session.
         self.prompt_salt = secrets.token_hex(6)
-        #: Seconds each level took (by point index), calibration and warm-up included.
-        self.level_seconds: dict[int, float] = {}
-        self.estimated = False
-        #: The remote load workers' listener (``--worker-listen``; ``open_workers``).
-        self.workers: WorkerHub | None = None
-        self.worker_job: Any = None  # their Kubernetes Job (--worker-image), if any
-        #: What the estimates of the time left scale from, once the first level ran
-        #: (``report.plan.estimate_basis``).
-        self.estimate_basis: tuple[float | None, float] | None = None
+        #: How long each level took, and what the estimates of the time left scale from.
+        self.timing = Timing()
+        #: The remote load workers (``--worker-listen``): their listener and their Job.
+        self.remote = RemoteWorkers()
 
     # ---- points
 
@@ -339,112 +335,6 @@ def resolve_path(state: Session, text: str, name: str) -> Path:
     if state.session.sources.get(name, "").startswith("ini") and state.inipath is not None:
         return state.inipath.parent / path
     return state.invocation_dir / path
-
-
-def open_workers(state: Session) -> None:
-    """Listen for the session's remote load workers (``--worker-listen``), so that they
-    can join while the engines start; the first level waits for them."""
-    from pytest_llmslo.errors import ConfigError, LoadError
-    from pytest_llmslo.load.remote import WorkerHub
-    from pytest_llmslo.load.workerkey import session_key
-
-    ss = state.session
-    if ss.worker_listen is None or state.workers is not None:
-        return
-    try:
-        key = session_key(ss.worker_key_file)
-        hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s, key, _worker_tls(ss))
-        hub.open()
-    except LoadError as exc:
-        raise ConfigError(str(exc)) from None
-    state.workers = hub
-    state.say(
-        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}"
-        + (" (TLS)" if hub.tls is not None else "")
-        + f", each proving it holds the key in {key.where}: start each with "
-        f"`{hub.worker_command}`"
-    )
-    if ss.worker_image:
-        try:
-            state.worker_job = _start_worker_job(state, hub.host, hub.port)
-        except Exception:
-            close_workers(state)
-            raise
-
-
-def _worker_tls(ss: Any) -> Any:
-    """The TLS context of the workers' link (``load.linktls``), None without a
-    certificate; ``LoadError`` when the options do not go together."""
-    from pytest_llmslo.errors import LoadError
-    from pytest_llmslo.load.linktls import server_context
-
-    if ss.worker_tls_cert is None:
-        if ss.worker_tls_key is not None or ss.worker_tls_ca is not None:
-            raise LoadError(
-                "--slo-worker-tls-key/--slo-worker-tls-ca need --slo-worker-tls-cert (the "
-                "session's certificate)"
-            )
-        return None
-    if ss.worker_tls_key is None:
-        raise LoadError("--slo-worker-tls-cert needs --slo-worker-tls-key (its key)")
-    return server_context(ss.worker_tls_cert, ss.worker_tls_key, ss.worker_tls_ca)
-
-
-def _start_worker_job(state: Session, host: str, port: int) -> Any:
-    """The workers as a Kubernetes Indexed Job (``engines.runtimes.k8s.workerjob``),
-    connecting to ``--worker-advertise`` or, for a wildcard listen address, this host's."""
-    import socket
-
-    from pytest_llmslo.engines.runtimes.k8s.apply import reason_of
-    from pytest_llmslo.engines.runtimes.k8s.client import cluster
-    from pytest_llmslo.engines.runtimes.k8s.settings import KubeSettings
-    from pytest_llmslo.engines.runtimes.k8s.workerjob import WorkerJob, WorkerJobSpec
-    from pytest_llmslo.errors import ConfigError, EngineUnavailable
-
-    ss = state.session
-    address = ss.worker_advertise
-    if address is None:
-        if host in ("", "0.0.0.0", "::"):
-            host = socket.gethostbyname(socket.gethostname())
-        address = f"{host}:{port}"
-    key = os.environ.get("LLMSLO_WORKER_KEY_SECRET")  # "secret/key" of the shared key
-    secret_name, slash, secret_key = (key or "").partition("/")
-    secret = (secret_name, secret_key) if slash else None
-    hub_key = state.workers.key if state.workers is not None else None
-    try:
-        where = cluster(KubeSettings())
-        spec = WorkerJobSpec(
-            workers=ss.remote_workers,
-            image=ss.worker_image or "",
-            address=address,
-            namespace=where.namespace,
-            key_secret=secret,
-            # No Secret named: the launcher makes one of the session's key.
-            key=hub_key.secret if secret is None and hub_key is not None else None,
-        )
-        job = WorkerJob(where, spec)
-        job.start()
-    except EngineUnavailable as exc:
-        raise ConfigError(f"--worker-image: {exc}") from None
-    except Exception as exc:
-        raise ConfigError(
-            f"--worker-image: cannot create the workers' Job: {reason_of(exc)}"
-        ) from None
-    state.say(
-        f"started {spec.workers} load worker pod(s) (Job {spec.name} in {spec.namespace}), "
-        f"connecting to {address}"
-    )
-    return job
-
-
-def close_workers(state: Session) -> None:
-    """Release the remote load workers (they exit), delete their Job, stop listening."""
-    if state.workers is not None:
-        state.workers.close()
-        state.workers = None
-    if state.worker_job is not None:
-        state.worker_job.stop()
-        state.worker_job = None
 
 
 def add_test(state: Session, node: str, ctx: TestContext) -> None:
