@@ -5,7 +5,7 @@ call of the load generator), whose ``Run`` comes back with the session's fields 
 its ``RunMeta`` (the engine's prefix cache and signals, faults, a scale-up), retried while
 the client run is invalid (``measure_level``); it is summarised once and recorded as a
 point of the test's sweep (``record``), which its verdict later completes
-(``Session.set_verdict``). docs/architecture.md, "One level, forward"."""
+(``PointBook.set_verdict``). docs/architecture.md, "One level, forward"."""
 
 from __future__ import annotations
 
@@ -354,7 +354,7 @@ def with_signals(run: Run, scraper: Scraper | None) -> Run:
 
 def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ()) -> int:
     """Record ``run`` as a point of the test's sweep, summarised (the one summary of the
-    level: a verdict brings its goodput, ``Session.set_verdict``) with its samples and
+    level: a verdict brings its goodput, ``PointBook.set_verdict``) with its samples and
     the notes on what makes it less than a clean measurement; returns its index."""
     from pytest_llmslo import metrics
     from pytest_llmslo.document import compact_samples
