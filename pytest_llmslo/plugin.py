@@ -268,9 +268,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is None:
         return
-    if state.factory is not None:
+    if state.roster.factory is not None:
         with state.interrupts.shielded():
-            state.factory.stop_all()
+            state.roster.factory.stop_all()
     state.interrupts.uninstall()
     collector = config.pluginmanager.get_plugin(JUNIT_PLUGIN)
     xmlpath = config.getoption("xmlpath", None)
@@ -545,8 +545,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         interrupted = core.finish(state, interrupted=interrupted)
         # Interrupted, stop the engines now (after the results are safe); otherwise the
         # fixture teardown that follows does it (and pytest_unconfigure as a last resort).
-        if interrupted and state.factory is not None:
-            state.factory.stop_all()
+        if interrupted and state.roster.factory is not None:
+            state.roster.factory.stop_all()
     if interrupted:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.write_errors and session.exitstatus == pytest.ExitCode.OK:

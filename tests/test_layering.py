@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # The session core's modules, lowest first: each imports only those before it.
 SESSION: tuple[tuple[str, ...], ...] = (
     ("factory", "constants", "scaleup", "faults", "points", "timing", "workers"),
+    ("roster",),
     ("state",),
     ("levelplan",),
     ("engines", "baseline", "outputs", "level", "quality", "asked", "faultgate"),

@@ -116,7 +116,7 @@ def prepare(state: Session) -> None:
     """Everything that can be checked before an engine starts: the session's engine
     configs, output paths, datasets and TLS files, and the baseline to compare with.
     Raises ``ConfigError`` naming the option and the fix."""
-    state.engine_configs = resolve_engines(state)
+    state.roster.configs = resolve_engines(state)
     check_inputs(state)
     load_baseline(state)
     state.remote.open(state.session, state.say)

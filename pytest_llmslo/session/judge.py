@@ -135,7 +135,7 @@ def extend(state: Session, node: str, ctx: TestContext) -> None:
         return
     from pytest_llmslo import slo, sweepextend
 
-    factory = state.factory
+    factory = state.roster.factory
     if factory is None:
         return
     handle = factory.running().get(ctx.engine)
@@ -365,7 +365,7 @@ def run_test(state: Session, node: str) -> Generator[None, T, T]:
     __tracebackhide__ = True
     ctx = state.contexts[node]
     state.current = ctx
-    cold_start = state.engine_meta.get(ctx.engine, {}).get("cold_start")
+    cold_start = state.roster.meta.get(ctx.engine, {}).get("cold_start")
     try:
         with judging() as (open_judging, _opened):
             open_judging.bind_engine(ctx.engine, cold_start)

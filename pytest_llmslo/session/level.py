@@ -236,8 +236,8 @@ def _died_during(state: Session, task: LevelTask, run: Run) -> NoReturn:
     engine, handle = task.engine, task.handle
     restart = (
         "it is restarted for the next test"
-        if state.factory is not None
-        and state.factory.restarts.get(engine, 0) < state.factory.max_restarts
+        if state.roster.factory is not None
+        and state.roster.factory.restarts.get(engine, 0) < state.roster.factory.max_restarts
         else "it is not restarted (--engine-restarts)"
     )
     raise EngineDiedError(

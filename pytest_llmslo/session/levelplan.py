@@ -76,9 +76,9 @@ def plan_level(
     ctx = state.contexts.get(node)
     engine = ctx.engine if ctx is not None else handle.config.display_name
     test = ctx.test if ctx is not None else node
-    if state.factory is not None and engine in state.factory.configs:
+    if state.roster.factory is not None and engine in state.roster.factory.configs:
         # The engine running now (restarted when it died during an earlier test).
-        handle = state.factory.get(engine)
+        handle = state.roster.factory.get(engine)
     elif not handle.alive():
         raise EngineDiedError(
             f"engine {engine!r} is not running any more: {exit_reason(handle)}",
@@ -95,7 +95,7 @@ def plan_level(
         workload = ts.workload_spec(prompt_salt(state, ts)).for_level(level.mode, level.value)
     except (TypeError, ValueError, WorkloadError) as exc:
         raise ConfigError(f"{test}: bad workload: {exc}") from None
-    version = state.engine_meta.get(engine, {}).get("version")
+    version = state.roster.meta.get(engine, {}).get("version")
     return LevelTask(
         node=node,
         ctx=ctx,

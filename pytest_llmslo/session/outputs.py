@@ -274,7 +274,7 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
     except Exception as exc:  # the report must not change a test's outcome
         props = [("llmslo.error", repr(exc))]
     props.extend(
-        junit.cold_start_properties(state.engine_meta.get(ctx.engine, {}).get("cold_start"))
+        junit.cold_start_properties(state.roster.meta.get(ctx.engine, {}).get("cold_start"))
     )
     props.extend(junit.scale_up_properties(point.scale_up))
     props.extend(junit.fault_properties(point.faults))
@@ -330,6 +330,6 @@ def suite_properties(state: Session) -> list[tuple[str, str]]:
 
     consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
     props = junit.suite_properties(consts)
-    for name, meta in state.engine_meta.items():
+    for name, meta in state.roster.meta.items():
         props.extend(junit.cold_start_properties(meta.get("cold_start"), name))
     return [(k, redact(str(v))) for k, v in props]

@@ -1,7 +1,9 @@
-"""What a session knows (``Session``): its settings, its tests (``TestContext``), the
-running engines' factory, its measured points (``book``: a ``points.PointBook``, which alone
-changes them), the baseline it compares with; and how it talks (``Voice``) and where users
-extend it (``SessionHooks``)."""
+"""What a session knows (``Session``): its settings and its tests (``TestContext``), and the
+parts it is composed of, each changed through its own methods: its engines (``roster``: a
+``roster.EngineRoster``), its measured points (``book``: a ``points.PointBook``), how long
+its levels took (``timing``: a ``timing.Timing``) and its remote load workers (``remote``:
+a ``workers.RemoteWorkers``); the baseline it compares with; how it talks (``Voice``) and
+where users extend it (``SessionHooks``)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.redact import redact, redact_obj
 
 from .constants import constants_of_test, session_constants
-from .factory import EngineFactory, NullProgress, Progress
+from .factory import NullProgress, Progress
 from .points import PointBook
+from .roster import EngineRoster
 from .timing import Timing
 from .workers import RemoteWorkers
 
@@ -198,17 +201,12 @@ class Session:
         warn_to = voice.warn or (lambda _node, _msg: None)
         self.warn: Callable[[Any, str], None] = lambda node, msg: warn_to(node, redact(msg))
         self.defaults = S.resolve_test(self.sources, {}, "")
-        self.engine_configs: dict[str, EngineConfig] = {}
-        #: Every engine of the engine config file, by name (before the session's settings).
-        self.configured_engines: dict[str, EngineConfig] = {}
-        #: --engine-opt items by engine name.
-        self.engine_opts: dict[str, list[str]] = {}
-        self.factory: EngineFactory | None = None
+        #: The session's engines: configs, the factory that starts them, what they told.
+        self.roster = EngineRoster()
         #: Every measured point with its run and verdict, the capacity searches.
         self.book = PointBook()
         self.contexts: dict[str, TestContext] = {}
         self.current: TestContext | None = None
-        self.engine_meta: dict[str, dict[str, Any]] = {}
         self.test_constants: dict[str, dict[str, Any]] = {}
         self.marker_errors: list[str] = []
         self.notes: list[str] = []
@@ -246,8 +244,8 @@ class Session:
         """The session's pinned constants (``constants.session_constants``)."""
         return session_constants(
             self.defaults,
-            self.engine_configs,
-            self.engine_meta,
+            self.roster.configs,
+            self.roster.meta,
             engines=self.session.engines,
             tests=self.test_constants,
             salt=prompt_salt(self, self.defaults),
@@ -259,7 +257,7 @@ class Session:
         return Results.of(
             self.points,
             constants=self.constants(),
-            engines=self.engine_meta,
+            engines=self.roster.meta,
             capacities=self.book.capacities,
             complete=complete,
         )

@@ -113,7 +113,7 @@ def summary_report(state: Session, width: int, *, detail: bool = True) -> list[t
     out: list[tuple[str, str]] = [("=", "llmslo: SLO sweeps")]
     if state.points:
         try:
-            engines = {n: EngineEntry.of(m) for n, m in state.engine_meta.items()}
+            engines = {n: EngineEntry.of(m) for n, m in state.roster.meta.items()}
             results = Results(
                 tuple(state.points), capacities=state.book.capacities, engines=engines
             )
