@@ -29,14 +29,6 @@ Json = Mapping[str, Any]
 
 #: The field's kind: how a JSON value is checked and converted for it.
 _STR, _INT, _FLOAT, _BOOL, _OBJ, _OBJS = "str", "int", "float", "bool", "obj", "objs"
-_WHAT = {
-    _STR: "a string",
-    _INT: "an integer",
-    _FLOAT: "a number",
-    _BOOL: "true or false",
-    _OBJ: "a JSON object",
-    _OBJS: "a list of JSON objects",
-}
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,9 +83,10 @@ class RunMeta(Mapping[str, Any]):
 
     @classmethod
     def from_dict(cls, meta: Mapping[str, Any]) -> RunMeta:
-        """The ``RunMeta`` of a JSON object: each known key checked against its field's
-        type (a ``ValueError`` naming it when it is not that), the others kept in
-        ``other``."""
+        """The ``RunMeta`` of a JSON object: each known key whose value has its field's type
+        fills that field; the other keys, and a known key with a value of another type
+        (which no reader could use), are kept in ``other`` as given. ``ValueError`` when
+        ``meta`` is not a JSON object."""
         if isinstance(meta, RunMeta):
             return meta
         if not isinstance(meta, Mapping):
@@ -104,12 +97,14 @@ class RunMeta(Mapping[str, Any]):
         for key, value in meta.items():
             key = str(key)
             kind = _KINDS.get(key)
-            if kind is None:
-                other[key] = value
-            elif value is None:
+            if kind is not None and value is None:
                 nulls.add(key)
+                continue
+            checked = None if kind is None else _checked(kind, value)
+            if checked is None:
+                other[key] = value
             else:
-                values[key] = _checked(key, kind, value)
+                values[key] = checked
         return cls(**values, other=other, nulls=frozenset(nulls), order=tuple(map(str, meta)))
 
     def with_(self, **changes: Any) -> RunMeta:
@@ -121,7 +116,8 @@ class RunMeta(Mapping[str, Any]):
         order = self.order + tuple(k for k in changes if k not in self.order)
         given_null = {k for k, v in changes.items() if v is None}
         nulls = (self.nulls - set(changes)) | given_null
-        return dataclasses.replace(self, **changes, nulls=nulls, order=order)
+        other = {k: v for k, v in self.other.items() if k not in changes}
+        return dataclasses.replace(self, **changes, other=other, nulls=nulls, order=order)
 
     def merged(self, other: RunMeta) -> RunMeta:
         """This meta with the fields ``other`` sets (a ``LoadJob``'s meta onto the load
@@ -129,7 +125,7 @@ class RunMeta(Mapping[str, Any]):
         changes = {k: getattr(other, k) for k in _KINDS if getattr(other, k) is not None}
         changes.update({k: None for k in other.nulls})
         merged = self.with_(**changes)
-        extra = {**self.other, **other.other}
+        extra = {**merged.other, **other.other}
         order = merged.order + tuple(k for k in other.order if k not in merged.order)
         return dataclasses.replace(merged, other=extra, order=order)
 
@@ -162,8 +158,8 @@ class RunMeta(Mapping[str, Any]):
         return f"RunMeta({self.to_dict()!r})"
 
 
-def _checked(key: str, kind: str, value: Any) -> Any:
-    """``value`` as field ``key`` of ``kind`` holds it; ``ValueError`` when it is not one."""
+def _checked(kind: str, value: Any) -> Any:
+    """``value`` as a field of ``kind`` holds it; None when it is not of that kind."""
     if kind == _STR and isinstance(value, str):
         return value
     if kind == _BOOL and isinstance(value, bool):
@@ -177,7 +173,7 @@ def _checked(key: str, kind: str, value: Any) -> Any:
     if kind == _OBJS and isinstance(value, (list, tuple)):
         if all(isinstance(v, Mapping) for v in value):
             return tuple(cast(Json, v) for v in value)
-    raise ValueError(f"a run's meta[{key!r}] is not {_WHAT[kind]}: {type(value).__name__}")
+    return None
 
 
 def _kind(annotation: str) -> str:

@@ -65,8 +65,13 @@ def test_run_meta_is_typed_and_reads_as_the_json_object_it_was() -> None:
     assert list(changed)[-2:] == ["cache", "signals"]  # new keys after the old ones
     assert changed["engine_version"] is None and changed.signals == signals
     assert RunMeta.from_dict(changed.to_dict()).to_dict() == changed.to_dict()
-    with pytest.raises(ValueError, match="meta\\['processes'\\] is not an integer"):
-        RunMeta.from_dict({"processes": "two"})
+    # A value no reader could use is kept as given, and the typed field stays unset.
+    odd = RunMeta.from_dict({"processes": "two", "traffic": [1]})
+    assert (odd.processes, odd.traffic) == (None, None)
+    assert dict(odd) == {"processes": "two", "traffic": [1]}
+    assert dict(odd.with_(processes=2)) == {"processes": 2, "traffic": [1]}
+    with pytest.raises(ValueError, match="a JSON object"):
+        RunMeta.from_dict([("engine", "sim")])
     with pytest.raises(TypeError, match="no field 'nope'"):
         meta.with_(nope=1)
 
