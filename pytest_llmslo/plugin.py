@@ -5,7 +5,8 @@ In session order: options and ini keys generated from ``settings.SPECS``; config
 ``slo`` marker, the ``Session`` in ``config.stash``, the xdist refusal); each SLO test
 parametrized over engine x load level (``test_chat[sim-c32]``, the engine parameter
 session-scoped so each engine starts once); the fixtures ``slo_engine``, ``slo_level``,
-``slo_settings``, ``slo_objectives``, ``slo_run``, ``slo_load`` and ``slo_capacity``;
+``slo_settings``, ``slo_objectives``, ``slo_run``, ``slo_load`` and ``slo_capacity``
+(``fixtures.py``, registered here; what they share with the hooks: ``pluginstate.py``);
 each test's body within the session's per-test protocol (``session.run_test``: after it
 the configured gate, the extension and the baseline comparison); JUnit properties and
 system-out, the terminal summary, and the results document after every test (partial) and
@@ -15,10 +16,9 @@ at session end.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shlex
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +26,32 @@ import pytest
 
 from pytest_llmslo import session as core
 from pytest_llmslo import settings as S
-from pytest_llmslo import slo
-from pytest_llmslo.capacity import CapacitySpec
-from pytest_llmslo.engines.base import EngineHandle
 from pytest_llmslo.errors import (
     ConfigError,
     EngineDiedError,
     Inconclusive,
     LlmSloWarning,
 )
-from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.redact import redact
-from pytest_llmslo.session import EngineFactory, EngineRef, TestContext, Voice
+from pytest_llmslo.session import TestContext, Voice
+
+from . import fixtures
+from .fixtures import slo_capacity as slo_capacity
+from .fixtures import slo_engine as slo_engine
+from .fixtures import slo_engine_factory as slo_engine_factory
+from .fixtures import slo_level as slo_level
+from .fixtures import slo_load as slo_load
+from .fixtures import slo_objectives as slo_objectives
+from .fixtures import slo_run as slo_run
+from .fixtures import slo_settings as slo_settings
+from .pluginstate import (
+    ITEMS_KEY,
+    JUNIT_PLUGIN,
+    STATE_KEY,
+    LevelParam,
+    attach_properties,
+    report_test,
+)
 
 SLO_MARKER = "slo"
 ENGINE_ARG = "slo_engine"
@@ -152,20 +166,6 @@ def _sources(config: pytest.Config) -> S.Sources:
     return S.Sources.from_environ(cli, ini, file=_run_file(config))
 
 
-# --------------------------------------------------------------------------------- state
-
-
-STATE_KEY = pytest.StashKey[core.Session]()
-#: The name the JUnit system-out collector is registered under.
-JUNIT_PLUGIN = "llmslo-junit-system-out"
-#: The collected SLO test items by node id (the session names tests by node id).
-ITEMS_KEY = pytest.StashKey[dict[str, pytest.Item]]()
-
-
-def _state(config: pytest.Config) -> core.Session:
-    return config.stash[STATE_KEY]
-
-
 # ----------------------------------------------------------------------------- configure
 
 
@@ -268,9 +268,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is None:
         return
-    if state.factory is not None:
+    if state.roster.factory is not None:
         with state.interrupts.shielded():
-            state.factory.stop_all()
+            state.roster.factory.stop_all()
     state.interrupts.uninstall()
     collector = config.pluginmanager.get_plugin(JUNIT_PLUGIN)
     xmlpath = config.getoption("xmlpath", None)
@@ -349,24 +349,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ids = S.level_ids(levels)
     # The last level is marked so the extension runs in that test.
     values = [
-        pytest.param(_LevelParam(lv, settings, i == len(levels) - 1, ids[i]), id=ids[i])
+        pytest.param(LevelParam(lv, settings, i == len(levels) - 1, ids[i]), id=ids[i])
         for i, lv in enumerate(levels)
     ]
     if settings.capacity:
         # One test per engine: the search picks its own levels, from the first one up.
-        values = [pytest.param(_LevelParam(levels[0], settings, False, "capacity"), id="capacity")]
+        values = [pytest.param(LevelParam(levels[0], settings, False, "capacity"), id="capacity")]
     metafunc.parametrize(LEVEL_ARG, values, indirect=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class _LevelParam:
-    level: LoadLevel
-    settings: S.TestSettings
-    last: bool
-    id: str
-
-    def __repr__(self) -> str:  # shown by --collect-only and in assertion messages
-        return self.level.label
 
 
 def pytest_collection_modifyitems(
@@ -384,7 +373,7 @@ def pytest_collection_modifyitems(
             continue
         if item.get_closest_marker(SLO_MARKER) is None:
             item.add_marker(SLO_MARKER)
-        param: _LevelParam = callspec.params[LEVEL_ARG]
+        param: LevelParam = callspec.params[LEVEL_ARG]
         engine = callspec.params[ENGINE_ARG]
         ctx = TestContext(
             test=_sweep_test_id(item, engine, param.id),
@@ -410,151 +399,6 @@ def _sweep_test_id(item: pytest.Item, engine: str, level_id: str) -> str:
     rest = callspec.id.replace(f"{engine}-{level_id}", "", 1)
     rest = rest.replace("--", "-").strip("-")
     return f"{base}[{rest}]" if rest else base
-
-
-# ------------------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture(scope="session")
-def slo_engine_factory(request: pytest.FixtureRequest) -> Iterator[EngineFactory]:
-    """Starts engines by configured name, once each, lazily; stops them at session end."""
-    state = _state(request.config)
-    if state.suite_property is None:
-        # pytest's own fixture for JUnit suite properties: the run constants are written
-        # with it at session end.
-        state.suite_property = request.getfixturevalue("record_testsuite_property")
-    factory = core.engine_factory(state)
-    try:
-        yield factory
-    finally:
-        with state.interrupts.shielded():
-            factory.stop_all()
-
-
-@pytest.fixture(scope="session")
-def slo_engine(
-    request: pytest.FixtureRequest, slo_engine_factory: EngineFactory
-) -> Iterator[EngineHandle]:
-    """The running engine of the current test (session-scoped per engine name): an
-    ``EngineRef`` whose attributes are those of the engine running now, also after a
-    restart.
-
-    A start failure is an error on each of the engine's tests, with the log tail; an engine
-    that cannot run here (no docker, GPU, package) skips them with the reason."""
-    state = _state(request.config)
-    name = getattr(request, "param", None) or state.session.engines[0]
-    skip, failed = slo_engine_factory.try_start(name)
-    # Outside any except block, so the report shows one message, not a chained traceback.
-    if skip is not None:
-        pytest.skip(skip)
-    if failed is not None:  # an error of each test of this engine, without a traceback
-        pytest.fail(failed, pytrace=False)
-    try:
-        # misc: EngineRef forwards every attribute to the engine's current handle
-        # (__getattr__), which a Protocol check cannot see.
-        yield EngineRef(slo_engine_factory, name)  # type: ignore[misc]
-    finally:
-        # pytest tears this down when the next test uses another engine: one engine runs
-        # at a time, which is what real engines on one set of GPUs need.
-        with state.interrupts.shielded(deferred=True):
-            slo_engine_factory.stop(name)
-
-
-@pytest.fixture
-def slo_level(request: pytest.FixtureRequest) -> LoadLevel:
-    """The load level of the current test (its first level when not parametrized)."""
-    param = getattr(request, "param", None)
-    if isinstance(param, _LevelParam):
-        return param.level
-    return _state(request.config).defaults.levels[0]
-
-
-@pytest.fixture
-def slo_settings(request: pytest.FixtureRequest) -> S.TestSettings:
-    """The resolved settings of the current test (CLI > env > run file > ini > marker > default)."""
-    state = _state(request.config)
-    ctx = state.contexts.get(request.node.nodeid)
-    return ctx.settings if ctx is not None else state.defaults
-
-
-@pytest.fixture
-def slo_objectives(slo_settings: S.TestSettings) -> tuple[Any, ...]:
-    """The configured SLO of the current test (``--slo``, ini, marker ``objectives=``)."""
-    return slo_settings.objectives
-
-
-@pytest.fixture
-def slo_run(
-    request: pytest.FixtureRequest,
-    slo_engine: EngineHandle,
-    slo_level: LoadLevel,
-    slo_settings: S.TestSettings,
-) -> Iterator[Run]:
-    """Runs the current test's load (engine x level x workload) and returns the ``Run``.
-
-    The run is bound as the current run, so ``assert_goodput(ttft_p99 < 500)`` in the test
-    body checks it."""
-    state = _state(request.config)
-    node = request.node.nodeid
-    try:
-        run = core.load_test(state, node, slo_engine, slo_level, slo_settings)
-    except Inconclusive:
-        # The client stayed the bottleneck through the retries: the test errors (not an
-        # SLO failure), and its report and properties say so.
-        ctx = state.contexts.get(node)
-        if ctx is not None:
-            _report_test(state, request.node, ctx, "setup")
-        raise
-    with core.bound(state, run):
-        yield run
-
-
-@pytest.fixture
-def slo_load(
-    request: pytest.FixtureRequest, slo_engine: EngineHandle, slo_settings: S.TestSettings
-) -> Iterator[Callable[..., Run]]:
-    """Run any load against the current engine: ``slo_load(level, **settings)``.
-
-    ``level`` is a ``LoadLevel`` or an int (concurrency); keyword arguments override the
-    test's settings (``isl=``, ``osl=``, ``requests=``, ``warmup=``, ``duration_s=``, ...).
-    The run is recorded in the reports and bound as the current run."""
-    state = _state(request.config)
-
-    def load(level: LoadLevel | int | float | None = None, **overrides: Any) -> Run:
-        lv, ts = core.other_load(slo_settings, level, overrides)
-        run = core.run_level(state, request.node.nodeid, slo_engine, lv, ts)
-        slo.bind_run(run, on_verdict=state.on_verdict)
-        return run
-
-    yield load
-    slo.unbind_run()
-
-
-@pytest.fixture
-def slo_capacity(
-    request: pytest.FixtureRequest, slo_engine: EngineHandle, slo_settings: S.TestSettings
-) -> Iterator[Callable[..., Any]]:
-    """Search the highest load that meets the SLO (``capacity.CapacitySearch``: exponential
-    probe, then bisection). ``slo_capacity(*objectives, mode="concurrency", start=1,
-    max_value=None, max_probes=12)`` (the fields of ``capacity.CapacitySpec``) returns the
-    ``CapacityResult``; every probed level is recorded as a point of this test's sweep (so
-    its knee is the capacity), and the run at the capacity is bound as the current run."""
-    state = _state(request.config)
-
-    def search(*objectives: Any, mode: str = "concurrency", **kw: Any) -> Any:
-        objs = tuple(objectives) or slo_settings.objectives
-        # arg-type: mode is a user's string; CapacitySpec checks it (a ValueError naming the
-        # modes), as it checks the other fields.
-        spec = CapacitySpec(mode, **kw)  # type: ignore[arg-type]
-        result, run = core.search_capacity(
-            state, request.node.nodeid, slo_engine, slo_settings, objs, spec
-        )
-        if run is not None:
-            slo.bind_run(run, on_verdict=state.on_verdict)
-        return result
-
-    yield search
-    slo.unbind_run()
 
 
 # --------------------------------------------------------------------------- running loads
@@ -622,9 +466,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         return (yield from core.run_test(state, item.nodeid))
     finally:
         if ctx.point_keys:
-            _report_test(state, item, ctx, "call")
+            report_test(state, item, ctx, "call")
         else:
-            _attach_properties(state, item, ctx)
+            attach_properties(state, item, ctx)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -639,25 +483,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def _attach_properties(state: core.Session, item: pytest.Item, ctx: TestContext) -> None:
-    # Through user_properties: no record_property warning under xunit2.
-    item.user_properties.extend(core.junit_properties(state, ctx))
-
-
-def _report_test(state: core.Session, item: pytest.Item, ctx: TestContext, when: str) -> None:
-    """A test's JUnit properties, and its lines as the ``llmslo`` section of its report."""
-    _attach_properties(state, item, ctx)
-    lines = core.summary_lines_of_test(state, ctx)
-    item.add_report_section(when, "llmslo", "\n".join(lines))
-
-
 # A test's own code (fixtures, function, teardown) may block anywhere: there a signal
 # interrupts it where it lands, as Python's Ctrl-C does (interrupts.py: ``foreign``).
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
-    if getattr(getattr(fixturedef, "func", None), "__module__", None) == __name__:
+    if getattr(getattr(fixturedef, "func", None), "__module__", None) == fixtures.__name__:
         return (yield)  # the plugin's own fixtures act on signals at their safe points
     with _foreign(request.config):
         return (yield)
@@ -688,7 +520,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     try:
         return (yield)
     finally:
-        if state is not None and state.dirty and state.session.json_path:
+        if state is not None and state.book.dirty and state.session.json_path:
             # A signal now is raised once the document is written.
             with state.interrupts.shielded(deferred=True):
                 core.write_json(state, complete=False)
@@ -713,8 +545,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         interrupted = core.finish(state, interrupted=interrupted)
         # Interrupted, stop the engines now (after the results are safe); otherwise the
         # fixture teardown that follows does it (and pytest_unconfigure as a last resort).
-        if interrupted and state.factory is not None:
-            state.factory.stop_all()
+        if interrupted and state.roster.factory is not None:
+            state.roster.factory.stop_all()
     if interrupted:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif state.write_errors and session.exitstatus == pytest.ExitCode.OK:

@@ -1,4 +1,6 @@
-"""Raw measurements: one ``RequestRecord`` per request and the ``Run`` that holds them.
+"""Stage 3 of a level (records): the ``Run`` a load measured, one record a request.
+
+Raw measurements: one ``RequestRecord`` per request and the ``Run`` that holds them.
 
 Every timestamp is ``time.perf_counter_ns()`` taken by the load generator, stored as an int
 of nanoseconds on one clock (the parent process's; worker processes share the same
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from . import arrivals
+from .runmeta import RunMeta
 
 FailureKind = Literal[
     "http",  # non-2xx status
@@ -478,7 +481,8 @@ class Run:
     send to the last measured request's last byte (or the moment a request still in flight
     was cut). ``records`` holds every measured request that was sent, those the run's end
     cut included (``error_kind="cancelled"``). ``meta`` holds the constants that make the
-    run reproducible (engine, model, workload, endpoint, ...), JSON-serialisable.
+    run reproducible (engine, model, workload, endpoint, ...) and what happened around it,
+    a typed ``runmeta.RunMeta`` (a JSON object given here is read into one).
 
     ``records`` is a sequence sorted by index: a tuple, or, for a run the load generator
     measured, its ``recordstore.RecordStore`` (columns in memory up to a bound and in files
@@ -491,7 +495,11 @@ class Run:
     end_ns: int
     warmup_requests: int = 0
     health: ClientHealth = field(default_factory=ClientHealth)
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: RunMeta = field(default_factory=RunMeta)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.meta, RunMeta):  # a JSON object: read into its fields
+            object.__setattr__(self, "meta", RunMeta.from_dict(self.meta))
 
     @property
     def duration_s(self) -> float:
@@ -531,7 +539,7 @@ class Run:
             "end_ns": self.end_ns,
             "warmup_requests": self.warmup_requests,
             "health": self.health.to_dict(),
-            "meta": dict(self.meta),
+            "meta": self.meta.to_dict(),
         }
         if with_records:
             d["records"] = [r.to_dict() for r in self.records]
@@ -546,5 +554,5 @@ class Run:
             end_ns=int(d["end_ns"]),
             warmup_requests=int(d.get("warmup_requests", 0)),
             health=ClientHealth.from_dict(d.get("health", {})),
-            meta=dict(d.get("meta", {})),
+            meta=RunMeta.from_dict(d.get("meta", {})),
         )

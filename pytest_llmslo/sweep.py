@@ -1,4 +1,6 @@
-"""Sweeps over load levels: the points they produce, the knee, the Pareto frontier and how
+"""Stage 6 of a level (point): ``SweepPoint``, a level as its sweep and reports keep it.
+
+Sweeps over load levels: the points they produce, the knee, the Pareto frontier and how
 far to extend a sweep (the search for the maximum load that meets the SLO is
 ``capacity.py``'s).
 

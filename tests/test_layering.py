@@ -17,6 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "_version",
         "errors",
+        "runmeta",
         "records",
         "recordfile",
         "recordstore",
@@ -44,13 +45,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # The session core, a package: its modules are in this layer (SESSION orders them).
     ("session",),
     ("runargs",),
+    ("pluginstate",),
+    ("fixtures",),
     ("plugin", "cli", "hookspecs"),
 )
 
 # The session core's modules, lowest first: each imports only those before it.
 SESSION: tuple[tuple[str, ...], ...] = (
-    ("factory", "constants", "scaleup", "faults"),
+    ("factory", "constants", "scaleup", "faults", "points", "timing", "workers"),
+    ("roster",),
     ("state",),
+    ("levelplan",),
     ("engines", "baseline", "outputs", "level", "quality", "asked", "faultgate"),
     ("inputs", "judge", "summary"),
 )
@@ -167,9 +172,14 @@ def test_nothing_imports_upward() -> None:
     assert upward == []
 
 
+#: The plugin's modules, the only ones that import pytest (the hookspecs are pytest's hookspec
+#: objects, the fixtures pytest's fixtures, ``pluginstate`` what the plugin keeps in its stash).
+PYTEST_GLUE = ("plugin", "hookspecs", "fixtures", "pluginstate")
+
+
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n))
 def test_only_the_plugin_imports_pytest(name: str) -> None:
-    if name in ("plugin", "hookspecs"):  # the hookspecs are pytest's hookspec objects
+    if name in PYTEST_GLUE:
         return
     tree = ast.parse(MODULES[name].read_text())
     for node in ast.walk(tree):
@@ -182,11 +192,12 @@ def test_only_the_plugin_imports_pytest(name: str) -> None:
             assert m.split(".")[0] not in ("pytest", "_pytest"), f"{name}:{node.lineno} {m}"
 
 
-def test_no_private_pytest_imports() -> None:
-    tree = ast.parse(MODULES["plugin"].read_text())
+@pytest.mark.parametrize("name", PYTEST_GLUE)
+def test_no_private_pytest_imports(name: str) -> None:
+    tree = ast.parse(MODULES[name].read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("_pytest"):
-            raise AssertionError(f"plugin.py:{node.lineno} imports {node.module}")
+            raise AssertionError(f"{name}.py:{node.lineno} imports {node.module}")
 
 
 def test_the_session_core_imports_downward_within_its_package() -> None:

@@ -51,11 +51,11 @@ SLO = [
     "ObjectiveResult", "StatSymbol", "Verdict", "assert_goodput", "assert_slo", "bind_run",
     "current_run", "evaluate", "failures_fail", "parse_objectives", "settled", "unbind_run",
     *DSL,
-    "StartupObjective", "StartupSymbol", "StartupVerdict", "assert_startup", "bind_startup",
+    "StartupObjective", "StartupSymbol", "StartupVerdict", "assert_startup",
     *START_PHASES,
-    "RecoveryResult", "RecoveryVerdict", "assert_recovery", "bind_recovery",
+    "RecoveryResult", "RecoveryVerdict", "assert_recovery",
     "QualityObjective", "QualityResult", "QualityVerdict", "accuracy", "assert_quality",
-    "bind_quality", "judge_quality", "parse_quality", "wilson_interval",
+    "judge_quality", "parse_quality", "wilson_interval",
 ]  # fmt: skip
 
 METRICS_ALL = [
@@ -77,8 +77,8 @@ CATALOG = [
 #: What the plugin, ``llmslo run`` and the tests drive a session with; the rest of its
 #: modules' names are imported from the modules themselves.
 SESSION = [
-    "README_XDIST", "XDIST_REASON", "EngineFactory", "EngineRef", "NullProgress", "Progress",
-    "RunMeta", "Session", "SessionHooks", "TestContext", "Voice", "add_test", "bound",
+    "README_XDIST", "XDIST_REASON", "EngineFactory", "EngineRef", "Progress",
+    "Session", "SessionHooks", "TestContext", "Voice", "add_test", "bound",
     "call_test", "check_inputs", "engine_factory", "engines_text", "finish", "json_path",
     "junit_outcomes", "junit_properties", "load_test", "measure_level", "other_load",
     "output_flags", "plan_test", "prepare", "run_level", "run_test", "search_capacity",

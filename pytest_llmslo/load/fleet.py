@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..records import Run
+from ..runmeta import RunMeta
 from .drive import WorkerResult
 from .health import HealthThresholds, assess
 from .remote_pool import RemoteLevel
@@ -126,4 +127,4 @@ def with_workers(
     health = run.health
     if reasons:
         health = dataclasses.replace(health, valid=False, reasons=(*health.reasons, *reasons))
-    return dataclasses.replace(run, health=health, meta=meta)
+    return dataclasses.replace(run, health=health, meta=RunMeta.from_dict(meta))

@@ -1,4 +1,6 @@
-"""Running a load: closed or open loop, in one or several processes, measured.
+"""Stage 3 of a level (records): ``run_load(job)`` measures the ``LoadJob`` into a ``Run``.
+
+Running a load: closed or open loop, in one or several processes, measured.
 
 ``run_load(job)`` drives a ``LoadJob``'s workload at its level:
 
@@ -92,6 +94,7 @@ from .._version import __version__
 from ..errors import LoadError, LoadInterrupted
 from ..records import LoadLevel, RequestRecord, Run
 from ..recordstore import RecordStore, RecordView
+from ..runmeta import RunMeta
 from .calibrate import calibrate, measure_overhead
 from .client import new_event_loop
 from .drive import WorkerResult
@@ -173,7 +176,7 @@ def _assemble(
         end_ns=end,
         warmup_requests=warmup,
         health=assess(results, th, nproc),
-        meta=meta,
+        meta=RunMeta.from_dict(meta),
     )
 
 

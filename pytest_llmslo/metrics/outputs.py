@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
 from pytest_llmslo.records import Run
@@ -24,8 +22,8 @@ __all__ = ["output_pinned", "short_outputs", "usage_mismatches"]
 def output_pinned(run: Run) -> bool:
     """Whether the run's requests pinned their output length (``ignore_eos`` and
     ``min_tokens``), as recorded in its meta by the load generator."""
-    client = run.meta.get("client") if isinstance(run.meta, Mapping) else None
-    return bool(isinstance(client, Mapping) and client.get("ignore_eos"))
+    client = run.meta.client
+    return bool(client is not None and client.get("ignore_eos"))
 
 
 def usage_mismatches(run: Run) -> tuple[int, int, int]:

@@ -1,4 +1,6 @@
-"""A run's numbers in one record (``RunSummary``, ``summarize``): the distribution of every
+"""Stage 4 of a level (summary): ``summarize(run)`` makes the ``RunSummary`` of a ``Run``.
+
+A run's numbers in one record (``RunSummary``, ``summarize``): the distribution of every
 catalogue metric, throughput over its window, failures and, given objectives, goodput.
 """
 
@@ -309,8 +311,8 @@ def _signals(run: Run, dists: Mapping[str, Distribution], out_tokens: int) -> di
     """The run's engine signals with what needs the client's figures: the client-minus-
     engine TTFT (the network, the client and the API server in between) and the energy per
     output token."""
-    raw = run.meta.get("signals") if isinstance(run.meta, Mapping) else None
-    if not isinstance(raw, Mapping):
+    raw = run.meta.signals
+    if raw is None:
         return None
     out = dict(raw)
     ttft = dists.get("ttft")
@@ -326,12 +328,12 @@ def _signals(run: Run, dists: Mapping[str, Distribution], out_tokens: int) -> di
 
 
 def _early_reason(run: Run) -> str | None:
-    info = run.meta.get("early_stop") if isinstance(run.meta, Mapping) else None
-    return str(info.get("reason")) if isinstance(info, Mapping) else None
+    info = run.meta.early_stop
+    return str(info.get("reason")) if info is not None else None
 
 
 def _timeout_phase(run: Run) -> str | None:
-    info = run.meta.get("level_timeout") if isinstance(run.meta, Mapping) else None
-    if isinstance(info, Mapping):
+    info = run.meta.level_timeout
+    if info is not None:
         return str(info.get("phase") or "measuring")
     return None

@@ -110,7 +110,7 @@ def by_session(run: Run) -> dict[str, Any] | None:
         if all(r.ok for r in recs):
             complete += 1
             durations.append((max(r.end_ns for r in recs) - min(r.sent_ns for r in recs)) / 1e9)
-    meta = run.meta.get("traffic") if isinstance(run.meta, Mapping) else None
+    meta = run.meta.traffic
     planned = None
     if isinstance(meta, Mapping):
         planned = meta.get("sessions_started")
@@ -126,8 +126,7 @@ def by_session(run: Run) -> dict[str, Any] | None:
 
 def summarize(run: Run) -> dict[str, Any] | None:
     """The run's traffic figures (module docstring); None for a plain closed loop."""
-    meta = run.meta.get("traffic") if isinstance(run.meta, Mapping) else None
-    meta = dict(meta) if isinstance(meta, Mapping) else {}
+    meta = dict(run.meta.traffic or {})
     turns = by_turn(run)
     sessions = by_session(run)
     if not meta and not turns:

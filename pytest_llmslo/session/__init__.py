@@ -9,9 +9,11 @@ act on it, each in the order a test needs them:
   each, restarted when they die);
 - ``inputs.py``: paths, datasets, TLS files and the baseline checked before anything
   starts (``prepare``, ``plan_test``: a ``ConfigError`` naming the option and the fix);
+- ``levelplan.py``: what one level runs (``plan_level``: a ``LevelTask``, the first
+  stage of a level's pipeline, docs/architecture.md);
 - ``level.py``: one level of one test on one engine, retried while the client run is
   invalid, with the engine's signals and an early stop, recorded as a point
-  (``run_level``, ``record``; the harness's keys of its ``Run.meta`` are a ``RunMeta``);
+  (``run_level``, ``record``; the session's fields of its ``Run.meta``, a ``RunMeta``);
 - ``judge.py``: the per-test protocol (``load_test`` before the body, ``run_test``
   around it): the configured gate, the sweep extension, the capacity search;
 - ``baseline.py``: the comparison with the baseline (``--slo-compare``);
@@ -28,10 +30,11 @@ to a terminal itself.
 from __future__ import annotations
 
 from .engines import engine_factory, engines_text
-from .factory import EngineFactory, EngineRef, NullProgress, Progress
+from .factory import EngineFactory, EngineRef, Progress
 from .inputs import check_inputs, plan_test, prepare
 from .judge import bound, call_test, load_test, run_test, search_capacity
-from .level import RunMeta, measure_level, other_load, run_level
+from .level import measure_level, run_level
+from .levelplan import other_load
 from .outputs import (
     finish,
     json_path,
@@ -50,9 +53,7 @@ __all__ = [
     "XDIST_REASON",
     "EngineFactory",
     "EngineRef",
-    "NullProgress",
     "Progress",
-    "RunMeta",
     "Session",
     "SessionHooks",
     "TestContext",

@@ -20,8 +20,6 @@ named. Not asking for temperature 0 is the opt-out.
 
 from __future__ import annotations
 
-import dataclasses
-
 from pytest_llmslo.errors import Inconclusive
 
 from .state import Session, TestContext, primary
@@ -51,9 +49,7 @@ def asked_workload_gate(state: Session, ctx: TestContext) -> None:
             f"different answers (requests {pairs}), so its answers cannot show drift across "
             "a bump"
         )
-        point = dataclasses.replace(point, quality={**quality, "nondeterministic": why})
-        state.points[idx] = point
-        state.dirty = True
+        point = state.book.update(idx, quality={**quality, "nondeterministic": why})
     reason = asked_reason(point)
     if reason is not None:
         raise Inconclusive(f"inconclusive at {point.level.label}: {reason}")

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from pytest_llmslo import settings as S
-from pytest_llmslo.engines.base import EngineConfig, EngineHandle
+from pytest_llmslo.engines.base import EngineConfig
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.redact import remember, url_password
 
@@ -23,7 +23,6 @@ __all__ = [
     "engine_target",
     "engines_of_test",
     "engines_text",
-    "record_engine",
     "resolve_engines",
 ]
 
@@ -55,7 +54,7 @@ def resolve_engines(state: Session) -> dict[str, EngineConfig]:
                 doc = {}
             if doc.get("tool", {}).get("llmslo", {}).get("engines"):
                 configured = load_engine_configs(pyproject)
-    state.configured_engines = configured
+    state.roster.configured = configured
     where = session.sources.get("engine", "--engine")
     S.check_engine_names(session.engines, configured, where)
     out = {name: engine_config(state, name, where) for name in session.engines}
@@ -69,7 +68,7 @@ def resolve_engines(state: Session) -> dict[str, EngineConfig]:
                 f"Engines: {', '.join(dict.fromkeys([*out, *configured]))}."
             )
         opts.setdefault(ename, []).append(f"{key}={value}")
-    state.engine_opts = opts
+    state.roster.opts = opts
     for ename, items in opts.items():
         if ename in out:
             out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
@@ -113,7 +112,7 @@ def check_sim_profile(state: Session, name: str, cfg: EngineConfig) -> None:
 def engine_target(state: Session, name: str) -> str:
     """What engine ``name`` measures, in a few words: the URL of an external engine (a
     password in it masked), the built-in sim and its profile, or the kind and runtime."""
-    cfg = state.engine_configs.get(name)
+    cfg = state.roster.configs.get(name)
     if cfg is None:
         return name
     if cfg.kind == "external":
@@ -135,7 +134,7 @@ def engine_config(state: Session, name: str, where: str) -> EngineConfig:
     session's settings applied: model, sim profile (for sim engines whose config names
     none), API key, TLS, the external URL."""
     session = state.session
-    cfg = state.configured_engines.get(name) or EngineConfig(kind=name, name=name)
+    cfg = state.roster.configured.get(name) or EngineConfig(kind=name, name=name)
     if not cfg.name:
         cfg = dataclasses.replace(cfg, name=name)
     model = state.defaults.model
@@ -180,15 +179,15 @@ def engines_of_test(state: Session, ts: S.TestSettings, where: str) -> tuple[lis
     if not ts.engines:
         return list(session.engines), None
     label = f"@pytest.mark.slo(engines=...) on {where}"
-    S.check_engine_names(ts.engines, state.configured_engines, label)
+    S.check_engine_names(ts.engines, state.roster.configured, label)
     for name in ts.engines:
-        if name not in state.engine_configs:
+        if name not in state.roster.configs:
             cfg = engine_config(state, name, label)
-            items = state.engine_opts.get(name)
+            items = state.roster.opts.get(name)
             if items:
                 cfg = apply_overrides(cfg, items, where=f"--engine-opt {name}")
             check_sim_profile(state, name, cfg)
-            state.engine_configs[name] = cfg
+            state.roster.configs[name] = cfg
     src = session.sources.get("engine", "default")
     if not (src.startswith("--") or src.startswith(S.ENV_PREFIX)):
         return list(ts.engines), None
@@ -201,33 +200,17 @@ def engines_of_test(state: Session, ts: S.TestSettings, where: str) -> tuple[lis
     )
 
 
-def record_engine(state: Session, name: str, handle: EngineHandle) -> None:
-    """Keep a started engine's metadata, model, kind and version for the report."""
-    try:
-        meta = dict(handle.metadata())
-    except Exception as exc:  # metadata is for the report: never fail a test over it
-        meta = {"error": repr(exc)}
-    try:
-        version = handle.version()
-    except Exception:
-        version = None
-    meta.setdefault("model", handle.model)
-    meta.setdefault("kind", handle.config.kind)
-    meta["version"] = meta.get("version") or version
-    state.engine_meta[name] = meta
-
-
 def engine_factory(state: Session) -> EngineFactory:
     """The session's engine factory (made on first use): engines start lazily, announce
     themselves through ``state.say``, are recorded for the report, restart up to
     ``--engine-restarts`` times and pass ``hooks.engine_config`` before they start."""
-    if state.factory is None:
-        state.factory = EngineFactory(
-            state.engine_configs,
+    if state.roster.factory is None:
+        state.roster.factory = EngineFactory(
+            state.roster.configs,
             announce=state.say,
-            on_start=lambda name, h: record_engine(state, name, h),
+            on_start=state.roster.started,
             max_restarts=state.session.engine_restarts,
             prepare=state.hooks.engine_config,
             progress=state.progress,
         )
-    return state.factory
+    return state.roster.factory

@@ -33,7 +33,7 @@ def fault_gate(
 
     __tracebackhide__ = True
     ts = ctx.settings
-    faults = run.meta.get("faults") or state.points[idx].faults or ()
+    faults = run.meta.faults or state.points[idx].faults or ()
     if ctx.verdicts or not ts.objectives or not faults:
         return None
     split = steady_split(run, faults)
@@ -50,11 +50,11 @@ def fault_gate(
         notes=(*steady.notes, split.describe(), *held),
     )
     ctx.verdicts.append(verdict)
-    state.set_verdict(idx, verdict, ts.confidence)
+    state.book.set_verdict(idx, verdict, ts.confidence)
     # Under the level in every report: how many requests each verdict judged.
     point = state.points[idx]
     told = (split.describe(), *held, *recovery)
-    state.points[idx] = dataclasses.replace(point, notes=(*point.notes, *told))
+    state.book.update(idx, notes=(*point.notes, *told))
     if not judge:
         return verdict
     if not verdict.run_valid and not verdict.failures_decide:

@@ -92,5 +92,5 @@ def with_faults(
         _record(run, fault, trigger, objectives)
         for fault, trigger in zip(faults, triggers, strict=True)
     ]
-    meta = {**dict(run.meta), "faults": records, "series": level_series(run, objectives)}
+    meta = run.meta.with_(faults=tuple(records), series=level_series(run, objectives))
     return dataclasses.replace(run, meta=meta)

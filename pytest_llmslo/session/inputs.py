@@ -15,7 +15,7 @@ from pytest_llmslo.regression import baselines
 from .baseline import load_baseline
 from .engines import engines_of_test, resolve_engines
 from .outputs import output_flags, output_path
-from .state import Session, baseline_root, open_workers
+from .state import Session, baseline_root
 
 __all__ = ["check_inputs", "check_output_path", "check_test_inputs", "plan_test", "prepare"]
 
@@ -116,10 +116,10 @@ def prepare(state: Session) -> None:
     """Everything that can be checked before an engine starts: the session's engine
     configs, output paths, datasets and TLS files, and the baseline to compare with.
     Raises ``ConfigError`` naming the option and the fix."""
-    state.engine_configs = resolve_engines(state)
+    state.roster.configs = resolve_engines(state)
     check_inputs(state)
     load_baseline(state)
-    open_workers(state)
+    state.remote.open(state.session, state.say)
 
 
 def plan_test(state: Session, ts: S.TestSettings, where: str) -> tuple[list[str], str | None]:

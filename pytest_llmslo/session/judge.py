@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pytest_llmslo import settings as S
@@ -25,6 +25,7 @@ from .state import Session, TestContext, primary
 
 if TYPE_CHECKING:
     from pytest_llmslo.slo import Objective
+    from pytest_llmslo.slo.judging import Judgement
 
 __all__ = [
     "after_test",
@@ -37,6 +38,7 @@ __all__ = [
     "inconclusive",
     "inconclusive_message",
     "load_test",
+    "record_judgement",
     "run_test",
     "run_test_load",
     "search_capacity",
@@ -60,23 +62,28 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
     defaults, so a CI gate made strict on the command line cannot pass on a point
     estimate."""
     from pytest_llmslo import slo
+    from pytest_llmslo.slo.assertions import enforce
 
     __tracebackhide__ = True
     ts = ctx.settings
     idx = primary(ctx)
     if idx is None:
         return
-    run = state.point_runs[idx]
+    run = state.book.runs[idx]
     if fault_gate(state, ctx, idx, run) is not None:
         return
     if not ctx.verdicts and not ctx.recoveries:
         if ts.objectives:
-            slo.assert_goodput(run, *ts.objectives, **gate_kwargs(ts))
+            # As ``assert_goodput`` judges, the verdict recorded before it is raised.
+            verdict = slo.evaluate(run, ts.objectives, **gate_kwargs(ts))
+            ctx.verdicts.append(verdict)
+            state.book.set_verdict(idx, verdict, ts.confidence)
+            enforce(verdict)
             return
         verdict = slo.evaluate(run, (), max_error_rate=ts.max_error_rate, allow_no_objectives=True)
         # Only the error gates judge here: a test without objectives asked nothing else.
         if verdict.problems:
-            state.set_verdict(idx, verdict, ts.confidence)
+            state.book.set_verdict(idx, verdict, ts.confidence)
             raise SloViolation(
                 verdict.summary_line()
                 + " (no objectives configured: the failure gates alone judged the level)\n"
@@ -98,7 +105,7 @@ def configured_gate(state: Session, ctx: TestContext) -> None:
             min_attainment=verdict.min_attainment,
             min_goodput_tok_s=verdict.min_goodput_tok_s,
         )
-        state.set_verdict(idx, again, ts.confidence)
+        state.book.set_verdict(idx, again, ts.confidence)
         if not again.passed:
             mode = "strict (upper confidence bounds)" if ts.strict else "the point estimates"
             raise SloViolation(
@@ -128,7 +135,7 @@ def extend(state: Session, node: str, ctx: TestContext) -> None:
         return
     from pytest_llmslo import slo, sweepextend
 
-    factory = state.factory
+    factory = state.roster.factory
     if factory is None:
         return
     handle = factory.running().get(ctx.engine)
@@ -168,7 +175,7 @@ def extend(state: Session, node: str, ctx: TestContext) -> None:
             state, node, handle, nxt, level_ts, extended=True, stop_early_on=tuple(objectives)
         )
         verdict = slo.evaluate(run, objectives, **gate)
-        state.set_verdict(idx, verdict, gate["confidence"])
+        state.book.set_verdict(idx, verdict, gate["confidence"])
         added.append(nxt.label)
     if added:
         note = f"extended past {ctx.level.label}: {', '.join(added)} (--slo-extend)"
@@ -204,7 +211,7 @@ def search_capacity(
     while (level := search.next_level()) is not None:
         idx, run = measure_level(state, node, handle, level, ts, stop_early_on=ts.objectives)
         verdict = slo.evaluate(run, ts.objectives, **gate_kwargs(ts))
-        state.set_verdict(idx, verdict, ts.confidence)
+        state.book.set_verdict(idx, verdict, ts.confidence)
         decided = run.health.valid or verdict.failures_decide
         passed: bool | None = verdict.passed if decided else None
         search.record(level, passed)
@@ -223,8 +230,7 @@ def search_capacity(
             ctx.primary = chosen[0]
     engine = ctx.engine if ctx is not None else handle.config.display_name
     test = ctx.test if ctx is not None else node
-    state.capacities[(engine, test)] = result
-    state.dirty = True
+    state.book.add_capacity(engine, test, result)
     state.notes.append(f"{node}: {note}")
     return result, (chosen[1] if chosen is not None else None)
 
@@ -247,8 +253,8 @@ def run_test_load(
 def inconclusive_message(state: Session, run: Run) -> str:
     """Why a level whose client run stayed invalid through the retries shows nothing
     about the engine (the ``Inconclusive`` error of its test)."""
-    cut = run.meta.get("level_timeout")
-    if harness_cut(run) and isinstance(cut, Mapping):
+    cut = run.meta.level_timeout
+    if harness_cut(run) and cut is not None:
         cancelled = sum(1 for r in run.records if not r.ok)
         return (
             f"inconclusive at {run.level.label}: the level's time bound "
@@ -279,7 +285,7 @@ def after_test(state: Session, node: str, ctx: TestContext, *, body_error: bool 
             # A fault level's recovery failed in the body: its steady part is judged all
             # the same, and the level reports both.
             with contextlib.suppress(Exception):
-                fault_gate(state, ctx, idx, state.point_runs[idx], judge=False)
+                fault_gate(state, ctx, idx, state.book.runs[idx], judge=False)
         extend_safely(state, node, ctx)
         return
     try:
@@ -306,50 +312,78 @@ def load_test(
 
 @contextlib.contextmanager
 def bound(state: Session, run: Run) -> Iterator[Run]:
-    """``run`` as the current run of ``assert_goodput``/``assert_slo`` without a run, each
-    of their verdicts recorded on its point (``Session.on_verdict``)."""
-    from pytest_llmslo import slo
+    """``run`` as the current run of ``assert_goodput``/``assert_slo`` without a run, in
+    the judging open in this context (one opened for the block when none is); what was
+    judged and not read back yet when the block ends is recorded on the points of the runs
+    judged (``record_judgement``)."""
+    from pytest_llmslo.slo.judging import judging
 
-    slo.bind_run(run, on_verdict=state.on_verdict)
-    try:
-        yield run
-    finally:
-        slo.unbind_run()
+    with judging(run=run) as (open_judging, _opened):
+        try:
+            yield run
+        finally:
+            open_judging.bind(None)
+            ctx = state.current
+            record_judgement(state, ctx, open_judging.take())
+
+
+def record_judgement(state: Session, ctx: TestContext | None, judgement: Judgement) -> None:
+    """Keep what a test's assertions judged: each verdict on the point of the run it
+    judged (and, for the test ``ctx``, among its verdicts), each recovery among its
+    recoveries, each quality verdict on its point (``record_quality``)."""
+    from pytest_llmslo.slo import QualityVerdict, RecoveryVerdict
+
+    for judged in judgement.verdicts:
+        if ctx is not None:
+            ctx.verdicts.append(judged.verdict)
+        idx = state.book.index_of(judged.run)
+        if idx is not None:
+            conf = ctx.settings.confidence if ctx is not None else state.defaults.confidence
+            state.book.set_verdict(idx, judged.verdict, conf)
+    if ctx is None:
+        return
+    ctx.recoveries.extend(judgement.of(RecoveryVerdict))
+    for quality in judgement.of(QualityVerdict):
+        record_quality(state, ctx, quality)
 
 
 def run_test(state: Session, node: str) -> Generator[None, T, T]:
     """The protocol of test ``node`` around its body, which runs where this yields (the
     body's result is sent in, its exception thrown in; what it returned is returned).
 
-    While the body runs the test is the session's current one (the verdicts its body
-    asserts are its own); after the body, ``after_test`` (the configured gate, the
-    extension, the baseline comparison; after a body that raised, the extension alone,
-    and nothing after an engine's death or an interrupt); then every level the test
-    measured is told to ``hooks.level_result``. The plugin's ``pytest_runtest_call``
-    wrapper is ``yield from run_test(...)``; ``call_test`` runs it around a function
-    (``llmslo run``)."""
-    from pytest_llmslo import slo
+    While the body runs the test is the session's current one, and a judging is open
+    (``slo.judging``: the one its load fixture bound the run in, else one of its own,
+    with the test's engine for ``assert_startup``); after the body, what its assertions
+    judged is read back and recorded (``record_judgement``), then ``after_test`` (the
+    configured gate, the extension, the baseline comparison; after a body that raised,
+    the extension alone, and nothing after an engine's death or an interrupt); then every
+    level the test measured is told to ``hooks.level_result``. The plugin's
+    ``pytest_runtest_call`` wrapper is ``yield from run_test(...)``; ``call_test`` runs
+    it around a function (``llmslo run``)."""
+    from pytest_llmslo.slo.judging import judging
 
     __tracebackhide__ = True
     ctx = state.contexts[node]
     state.current = ctx
-    slo.bind_startup(lambda: (ctx.engine, state.engine_meta.get(ctx.engine, {}).get("cold_start")))
-    slo.bind_recovery(ctx.recoveries.append)
-    slo.bind_quality(lambda verdict: record_quality(state, ctx, verdict))
+    cold_start = state.roster.meta.get(ctx.engine, {}).get("cold_start")
     try:
-        try:
-            result = yield
-        except BaseException as exc:
-            if not isinstance(exc, (KeyboardInterrupt, EngineDiedError, GeneratorExit)):
-                after_test(state, node, ctx, body_error=True)
-            raise
-        after_test(state, node, ctx)
-        return result
+        with judging() as (open_judging, _opened):
+            open_judging.bind_engine(ctx.engine, cold_start)
+            try:
+                try:
+                    result = yield
+                finally:
+                    record_judgement(state, ctx, open_judging.take())
+            except BaseException as exc:
+                if not isinstance(exc, (KeyboardInterrupt, EngineDiedError, GeneratorExit)):
+                    after_test(state, node, ctx, body_error=True)
+                raise
+            finally:
+                open_judging.bind_engine(None, None)
+            after_test(state, node, ctx)
+            return result
     finally:
         state.current = None
-        slo.bind_startup(None)
-        slo.bind_recovery(None)
-        slo.bind_quality(None)
         state.report_levels(ctx)
 
 

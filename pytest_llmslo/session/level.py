@@ -1,45 +1,46 @@
-"""One level of one test on one engine: its load run and retried while the client run is
-invalid (``run_level``), the engine's signals and prefix cache around it, an early stop,
-and the level recorded as a point of the test's sweep (``record``)."""
+"""Stages 2 to 6 of a level (job, records, summary, point): one level of one test run.
+
+The plan (``levelplan.LevelTask``) becomes the level's ``LoadJob`` (``load_level``, the one
+call of the load generator), whose ``Run`` comes back with the session's fields added to
+its ``RunMeta`` (the engine's prefix cache and signals, faults, a scale-up), retried while
+the client run is invalid (``measure_level``); it is summarised once and recorded as a
+point of the test's sweep (``record``), which its verdict later completes
+(``PointBook.set_verdict``). docs/architecture.md, "One level, forward"."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from pytest_llmslo import settings as S
 from pytest_llmslo.engines.base import EngineHandle
-from pytest_llmslo.errors import ConfigError, EngineDiedError, LoadInterrupted, WorkloadError
-from pytest_llmslo.records import LoadLevel, RequestRecord, Run
-from pytest_llmslo.recordstore import RecordStore
+from pytest_llmslo.errors import EngineDiedError, LoadInterrupted
+from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.runmeta import RunMeta
 
 from .factory import Progress, exit_reason
-from .state import Session, TestContext, prompt_salt
+from .levelplan import LevelTask, plan_level
+from .state import Session, TestContext
 
 if TYPE_CHECKING:
-    from pytest_llmslo.load import ClientSettings, WorkloadSpec
+    from pytest_llmslo.load import ClientSettings
     from pytest_llmslo.load import Progress as LoadProgress
-    from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.records import ClientHealth
-    from pytest_llmslo.signals.level import LevelSignals
     from pytest_llmslo.signals.scraper import Scraper
     from pytest_llmslo.slo import Objective
 
 
 __all__ = [
-    "LevelTask",
     "Measured",
-    "RunMeta",
     "check_prefix_share",
     "harness_cut",
     "inconclusive",
     "load_level",
     "load_text",
     "measure_level",
-    "other_load",
     "point_notes",
     "record",
     "reset_engine_cache",
@@ -48,91 +49,6 @@ __all__ = [
     "usage_note",
     "with_signals",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class RunMeta:
-    """The harness's own keys in a level's ``Run.meta`` (the load generator adds its own:
-    ``calibration``, ``processes``, ``traffic``, ``early_stop``, ``level_timeout``, ...):
-    the engine and test the level belongs to, the engine's version, whether the level
-    extends the sweep (``--slo-extend``), what was done to the engine's prefix cache
-    before it (``reset_engine_cache``, completed by ``check_prefix_share``) and the
-    engine's signals over it (``--slo-signals``). ``to_dict``/``from_dict`` keep it as
-    JSON in the run's meta, where the reports and ``hooks.level_result`` read it."""
-
-    engine: str
-    test: str
-    engine_version: str | None = None
-    extended: bool = False
-    cache: Mapping[str, Any] | None = None
-    signals: LevelSignals | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "engine": self.engine,
-            "test": self.test,
-            "engine_version": self.engine_version,
-            "extended": self.extended,
-        }
-        if self.cache is not None:
-            out["cache"] = dict(self.cache)
-        if self.signals is not None:
-            out["signals"] = self.signals.to_dict()
-        return out
-
-    @classmethod
-    def from_dict(cls, meta: Mapping[str, Any]) -> RunMeta:
-        """The harness's keys of a run's meta (those it lacks at their defaults)."""
-        from pytest_llmslo.signals.level import LevelSignals
-
-        cache = meta.get("cache")
-        signals = meta.get("signals")
-        version = meta.get("engine_version")
-        return cls(
-            engine=str(meta.get("engine", "")),
-            test=str(meta.get("test", "")),
-            engine_version=None if version is None else str(version),
-            extended=bool(meta.get("extended", False)),
-            cache=dict(cache) if isinstance(cache, Mapping) else None,
-            signals=LevelSignals.from_dict(signals) if isinstance(signals, Mapping) else None,
-        )
-
-    @classmethod
-    def of(cls, run: Run) -> RunMeta:
-        return cls.from_dict(run.meta if isinstance(run.meta, Mapping) else {})
-
-    def onto(self, run: Run) -> Run:
-        """``run`` with these keys in its meta; the load generator's are kept."""
-        return dataclasses.replace(run, meta={**dict(run.meta), **self.to_dict()})
-
-
-@dataclasses.dataclass(frozen=True)
-class LevelTask:
-    """One level of one test as it is measured: where it is recorded (``node``, the test's
-    context when the test is the session's), what runs (the engine's handle, the client
-    settings, the level's workload and settings) and how (its warm-up, an early stop)."""
-
-    node: str
-    ctx: TestContext | None
-    handle: EngineHandle
-    level: LoadLevel
-    ts: S.TestSettings
-    meta: RunMeta
-    client: ClientSettings
-    workload: WorkloadSpec
-    warmup: int
-    early_stop: Callable[[Sequence[RequestRecord]], str | None] | None = None
-    #: The session's remote load workers (``--worker-listen``), None: local processes.
-    workers: WorkerHub | None = None
-    say: Callable[[str], None] | None = None
-
-    @property
-    def engine(self) -> str:
-        return self.meta.engine
-
-    @property
-    def test(self) -> str:
-        return self.meta.test
 
 
 class Measured(NamedTuple):
@@ -175,7 +91,9 @@ def measure_level(
     probes, sweep extensions)."""
     from pytest_llmslo import slo
 
-    task = _task(state, node, handle, level, ts, extended, stop_early_on)
+    task = plan_level(
+        state, node, handle, level, ts, extended=extended, stop_early_on=stop_early_on
+    )
     handle = task.handle
     tries: list[str] = []
     for attempt in range(ts.retries + 1):
@@ -197,15 +115,12 @@ def measure_level(
         )
     progress.close(_run_line(run))
     idx = record(state, task, run, tries)
-    state.level_seconds[idx] = time.monotonic() - started
-    if not state.estimated:
-        state.estimated = True
+    seconds = time.monotonic() - started
+    if state.timing.level_took(idx, seconds):
         from pytest_llmslo.report.plan import estimate_basis, estimate_line
 
-        state.estimate_basis = estimate_basis(run, task.warmup, state.level_seconds[idx])
-        line = estimate_line(
-            state.contexts.values(), task.ctx, run, task.warmup, state.level_seconds[idx]
-        )
+        state.timing.basis = estimate_basis(run, task.warmup, seconds)
+        line = estimate_line(state.contexts.values(), task.ctx, run, task.warmup, seconds)
         if line:
             state.say(line)
     if not handle.alive():
@@ -217,57 +132,7 @@ def _where(state: Session, ctx: TestContext) -> Callable[[float], str]:
     """Where the session stands while a level of ``ctx`` runs, given its seconds so far."""
     from pytest_llmslo.report.plan import where_text
 
-    return lambda elapsed: where_text(state.contexts.values(), ctx, state.estimate_basis, elapsed)
-
-
-def _task(
-    state: Session,
-    node: str,
-    handle: EngineHandle,
-    level: LoadLevel,
-    ts: S.TestSettings,
-    extended: bool,
-    stop_early_on: tuple[Objective, ...] | None,
-) -> LevelTask:
-    """What a level of test ``node`` runs: on the engine running now, with the test's
-    client settings and this level's own workload."""
-    ctx = state.contexts.get(node)
-    engine = ctx.engine if ctx is not None else handle.config.display_name
-    test = ctx.test if ctx is not None else node
-    if state.factory is not None and engine in state.factory.configs:
-        # The engine running now (restarted when it died during an earlier test).
-        handle = state.factory.get(engine)
-    elif not handle.alive():
-        raise EngineDiedError(
-            f"engine {engine!r} is not running any more: {exit_reason(handle)}",
-            handle.log_tail(),
-        )
-    # A marker's model= names the model to request from an engine that serves several;
-    # a session's --model is what the engines serve (handle.model is its served name).
-    model = handle.model
-    if ts.model and ts.sources.get("model", "").startswith("@pytest"):
-        model = ts.model
-    try:
-        # Levels never share prompts, a trace's blocks included (``for_level``); nor do
-        # sessions, unless they share a salt (``--prompt-salt``).
-        workload = ts.workload_spec(prompt_salt(state, ts)).for_level(level.mode, level.value)
-    except (TypeError, ValueError, WorkloadError) as exc:
-        raise ConfigError(f"{test}: bad workload: {exc}") from None
-    version = state.engine_meta.get(engine, {}).get("version")
-    return LevelTask(
-        node=node,
-        ctx=ctx,
-        handle=handle,
-        level=level,
-        ts=ts,
-        meta=RunMeta(engine, test, engine_version=version, extended=extended),
-        client=ts.client_settings(handle.base_url, model),
-        workload=workload,
-        warmup=ts.warmup_for(level),
-        early_stop=_early_stop(ts, level, stop_early_on),
-        workers=state.workers,
-        say=state.say,
-    )
+    return lambda elapsed: where_text(state.contexts.values(), ctx, state.timing.basis, elapsed)
 
 
 def _try_level(state: Session, task: LevelTask, progress: Progress, tries: list[str]) -> Run:
@@ -281,7 +146,7 @@ def _try_level(state: Session, task: LevelTask, progress: Progress, tries: list[
     scraper = start_signals(task.handle, task.ts, task.client)
     try:
         try:
-            meta = dataclasses.replace(task.meta, cache=cache)
+            meta = task.meta.with_(cache=cache)
             run = load_level(task, meta, _watch_measuring(progress, scraper))
             measured = run
             return check_prefix_share(with_signals(run, scraper), task.ts)
@@ -305,7 +170,7 @@ def load_level(
     task: LevelTask, meta: RunMeta, progress: Callable[[LoadProgress], None] | None
 ) -> Run:
     """The level's load, run by the load generator (``load.run_load_sync``) with the
-    harness's keys ``meta`` in its run's meta: the one call of the load generator."""
+    session's fields ``meta`` in its run's meta: the one call of the load generator."""
     from pytest_llmslo import load
 
     from .faults import fault_proxy, fault_triggers, with_faults
@@ -371,8 +236,8 @@ def _died_during(state: Session, task: LevelTask, run: Run) -> NoReturn:
     engine, handle = task.engine, task.handle
     restart = (
         "it is restarted for the next test"
-        if state.factory is not None
-        and state.factory.restarts.get(engine, 0) < state.factory.max_restarts
+        if state.roster.factory is not None
+        and state.roster.factory.restarts.get(engine, 0) < state.roster.factory.max_restarts
         else "it is not restarted (--engine-restarts)"
     )
     raise EngineDiedError(
@@ -437,13 +302,13 @@ def check_prefix_share(run: Run, ts: S.TestSettings) -> Run:
     """``run`` with its cache record (``meta["cache"]``) completed by the engine's prefix-hit
     rate, the share the workload was built to have, and a warning when the first is far
     above the second (``signals.prefix_share``)."""
+    from pytest_llmslo.signals.level import LevelSignals
     from pytest_llmslo.signals.prefix_share import expected_prefix_share, warm_cache_warning
 
-    meta = RunMeta.of(run)
+    meta = run.meta
     cache = dict(meta.cache or {})
-    hit = meta.signals.prefix_hit_rate if meta.signals is not None else None
-    calibration = run.meta.get("calibration")  # the load generator's
-    cal = calibration if isinstance(calibration, Mapping) else {}
+    hit = LevelSignals.from_dict(meta.signals).prefix_hit_rate if meta.signals else None
+    cal = meta.calibration or {}  # the load generator's
     overhead = cal.get("overhead") if cal and cal.get("fitted") else None
     kind, _ = ts.dataset_kind()
     if ts.evals is not None:  # eval items share their template and repeat a few: unknown
@@ -463,7 +328,7 @@ def check_prefix_share(run: Run, ts: S.TestSettings) -> Run:
     warning = warm_cache_warning(hit if isinstance(hit, (int, float)) else None, expected)
     if warning:
         cache["warning"] = warning
-    return dataclasses.replace(meta, cache=cache).onto(run)
+    return dataclasses.replace(run, meta=meta.with_(cache=cache))
 
 
 def _watch_measuring(progress: Progress, scraper: Scraper | None) -> Callable[[LoadProgress], None]:
@@ -484,12 +349,12 @@ def with_signals(run: Run, scraper: Scraper | None) -> Run:
     """``run`` with the level's signals in its meta (``RunMeta.signals``)."""
     if scraper is None:
         return run
-    return dataclasses.replace(RunMeta.of(run), signals=scraper.stop()).onto(run)
+    return dataclasses.replace(run, meta=run.meta.with_(signals=scraper.stop().to_dict()))
 
 
 def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ()) -> int:
     """Record ``run`` as a point of the test's sweep, summarised (the one summary of the
-    level: a verdict brings its goodput, ``Session.set_verdict``) with its samples and
+    level: a verdict brings its goodput, ``PointBook.set_verdict``) with its samples and
     the notes on what makes it less than a clean measurement; returns its index."""
     from pytest_llmslo import metrics
     from pytest_llmslo.document import compact_samples
@@ -526,13 +391,13 @@ def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ())
             f"cut by the level's time bound ({ts.level_bound_s(level):g} s, --level-timeout) "
             f"during {summary.level_timeout}"
         )
-    early = run.meta.get("early_stop")
-    if isinstance(early, Mapping):
+    early = run.meta.early_stop
+    if early is not None:
         notes.append(
             f"stopped early after {len(run.records)} requests (--slo-early-stop): "
             f"{early.get('reason')}"
         )
-    cache = RunMeta.of(run).cache
+    cache = run.meta.cache
     if cache is not None and cache.get("warning"):
         notes.append(str(cache["warning"]))
         state.warn(node, f"llmslo {engine} {level.label}: {cache['warning']}")
@@ -551,16 +416,19 @@ def record(state: Session, task: LevelTask, run: Run, tries: Sequence[str] = ())
         summary=summary,
         verdict=None,
         samples=samples,
-        interrupted=bool(run.meta.get("interrupted", False)),
+        interrupted=bool(run.meta.interrupted),
         comparable=comparable,
         notes=tuple(notes),
         cache=dict(cache) if cache is not None else None,
-        scale_up=run.meta.get("scale_up"),
-        faults=run.meta.get("faults"),
-        series=run.meta.get("series"),
-        quality=run.meta.get("quality"),
+        scale_up=run.meta.scale_up,
+        faults=None if run.meta.faults is None else list(run.meta.faults),
+        series=run.meta.series,
+        quality=run.meta.quality,
     )
-    return state.add_point(task.ctx, run, point)
+    idx = state.book.add(run, point)
+    if task.ctx is not None:
+        task.ctx.point_keys.append(idx)
+    return idx
 
 
 def usage_note(state: Session, task: LevelTask, summary: RunSummary, notes: list[str]) -> bool:
@@ -587,52 +455,16 @@ def usage_note(state: Session, task: LevelTask, summary: RunSummary, notes: list
     return ok
 
 
-def _early_stop(
-    ts: S.TestSettings, level: LoadLevel, objectives: tuple[Objective, ...] | None
-) -> Callable[[Sequence[RequestRecord]], str | None] | None:
-    """The early-stop decision of a level (``slo.settled`` over the records so far), when
-    ``--slo-early-stop`` is ``on``, or ``auto`` and the caller gave the objectives to watch
-    (capacity probes, sweep extensions); None otherwise."""
-    from pytest_llmslo import slo
-
-    watch = objectives if objectives is not None else ts.objectives
-    if ts.early_stop == "off" or not watch:
-        return None
-    if ts.early_stop == "auto" and objectives is None:
-        return None
-
-    def decide(records: Sequence[RequestRecord]) -> str | None:
-        if isinstance(records, RecordStore):  # the records decoded so far, as columns
-            start = int(records.column("sent_ns").min())
-            end = int(records.column("end_ns").max())
-        else:
-            records = tuple(records)
-            start = min(r.sent_ns for r in records)
-            end = max(r.end_ns for r in records)
-        partial = Run(level, records, start, end)
-        return slo.settled(
-            partial,
-            watch,
-            strict=ts.strict,
-            confidence=ts.confidence,
-            max_error_rate=ts.max_error_rate,
-            planned=ts.requests,
-            min_completed=ts.early_stop_min,
-        )
-
-    return decide
-
-
 def _run_line(run: Run) -> str:
     from pytest_llmslo import metrics
 
     ok = run.ok_count
     n = len(run.records)
     line = f"{ok}/{n} requests ok in {run.duration_s:.1f} s"
-    timeout = run.meta.get("level_timeout")
-    if isinstance(timeout, Mapping):
+    timeout = run.meta.level_timeout
+    if timeout is not None:
         line += f" [cut by the level's time bound during {timeout.get('phase')}]"
-    if isinstance(run.meta.get("early_stop"), Mapping):
+    if run.meta.early_stop is not None:
         line += " [stopped early: its verdict was settled]"
     if ok < n:
         top = metrics.failure_messages(run, 1)
@@ -643,8 +475,8 @@ def _run_line(run: Run) -> str:
         line += f" [usage disagreed with the stream in {mismatched} requests]"
     if not run.health.valid:
         line += " [client-limited: " + "; ".join(run.health.reasons) + "]"
-    cache = run.meta.get("cache")
-    if isinstance(cache, Mapping) and cache.get("warning"):
+    cache = run.meta.cache
+    if cache is not None and cache.get("warning"):
         line += f" [{cache['warning']}]"
     return line + load_text(run.health)
 
@@ -661,26 +493,8 @@ def load_text(health: ClientHealth) -> str:
 
 def point_notes(state: Session, run: Run) -> tuple[str, ...]:
     """The notes of the point ``run`` was recorded as."""
-    idx = state.point_of(run)
+    idx = state.book.index_of(run)
     return () if idx is None else state.points[idx].notes
-
-
-def other_load(
-    ts: S.TestSettings, level: LoadLevel | float | None, overrides: Mapping[str, Any]
-) -> tuple[LoadLevel, S.TestSettings]:
-    """The level and settings of a load a test asks for besides its own (``slo_load``):
-    ``level`` a ``LoadLevel``, a number (concurrency) or None (the test's first level);
-    ``overrides`` fields of ``TestSettings``, a ``ConfigError`` naming the valid ones
-    otherwise."""
-    if level is None:
-        level = ts.levels[0]
-    elif not isinstance(level, LoadLevel):
-        level = LoadLevel.concurrency(int(level))
-    try:
-        return level, dataclasses.replace(ts, **overrides)
-    except TypeError as exc:
-        fields = ", ".join(f.name for f in dataclasses.fields(S.TestSettings))
-        raise ConfigError(f"slo_load: {exc}. Valid settings: {fields}.") from None
 
 
 def inconclusive(run: Run, ts: S.TestSettings) -> bool:
@@ -700,6 +514,6 @@ def inconclusive(run: Run, ts: S.TestSettings) -> bool:
 def harness_cut(run: Run) -> bool:
     """Whether the level's time bound (``--level-timeout``) cut the level while no request
     failed for another reason: what it cut is the harness's doing, not the engine's."""
-    if not isinstance(run.meta.get("level_timeout"), Mapping):
+    if run.meta.level_timeout is None:
         return False
     return all(r.ok or r.error_kind == "cancelled" for r in run.records)

@@ -18,7 +18,6 @@ from .state import (
     Session,
     TestContext,
     baseline_root,
-    close_workers,
     history_root,
     primary,
     resolve_path,
@@ -150,7 +149,7 @@ def write_json(state: Session, *, complete: bool) -> bool:
         # A third stop signal ends the process only once the file is in place.
         with state.interrupts.writing():
             write_atomic(path, state.document(complete=complete))
-        state.dirty = False
+        state.book.dirty = False
     except Exception as exc:
         msg = f"ERROR: could not write the results to {path}: {exc!r}"
         if msg not in state.write_errors:
@@ -189,7 +188,7 @@ def finish(state: Session, *, interrupted: bool = False) -> bool:
     while they were written makes them partial (``complete: false``, the baseline saved
     as ``NAME.partial``). Returns whether the session was interrupted."""
     guard = state.interrupts
-    close_workers(state)
+    state.remote.close()
     with guard.shielded():
         interrupted = interrupted or guard.interrupted
         record = _run_record(state)
@@ -275,7 +274,7 @@ def junit_properties(state: Session, ctx: TestContext) -> list[tuple[str, str]]:
     except Exception as exc:  # the report must not change a test's outcome
         props = [("llmslo.error", repr(exc))]
     props.extend(
-        junit.cold_start_properties(state.engine_meta.get(ctx.engine, {}).get("cold_start"))
+        junit.cold_start_properties(state.roster.meta.get(ctx.engine, {}).get("cold_start"))
     )
     props.extend(junit.scale_up_properties(point.scale_up))
     props.extend(junit.fault_properties(point.faults))
@@ -331,6 +330,6 @@ def suite_properties(state: Session) -> list[tuple[str, str]]:
 
     consts = {k: v for k, v in state.constants().items() if k not in ("tests", "per_engine")}
     props = junit.suite_properties(consts)
-    for name, meta in state.engine_meta.items():
+    for name, meta in state.roster.meta.items():
         props.extend(junit.cold_start_properties(meta.get("cold_start"), name))
     return [(k, redact(str(v))) for k, v in props]

@@ -4,7 +4,6 @@ the body on the test's level and kept on its point (the JSON document, the repor
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from pytest_llmslo.errors import Inconclusive, SloViolation
@@ -27,8 +26,7 @@ def record_quality(state: Session, ctx: TestContext, verdict: QualityVerdict) ->
     quality = dict(point.quality or {})
     quality["verdict"] = verdict.to_dict()
     notes = (*point.notes, verdict.summary_line())
-    state.points[idx] = dataclasses.replace(point, quality=quality, notes=notes)
-    state.dirty = True
+    state.book.update(idx, quality=quality, notes=notes)
 
 
 def quality_gate(state: Session, ctx: TestContext) -> None:
@@ -45,7 +43,7 @@ def quality_gate(state: Session, ctx: TestContext) -> None:
     point = state.points[idx]
     if point.quality is not None and "verdict" in point.quality:
         return
-    verdict = slo.judge_quality(state.point_runs[idx], ts.quality, ts.confidence)
+    verdict = slo.judge_quality(state.book.runs[idx], ts.quality, ts.confidence)
     record_quality(state, ctx, verdict)
     if verdict.outcome == "fail":
         raise SloViolation(verdict.summary_line() + "\n" + verdict.format(), verdict)

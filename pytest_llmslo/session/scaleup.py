@@ -52,4 +52,4 @@ def with_scale_up(
         record.update(
             time_to_capacity(run, asked_s, objectives, window_s=spec.window_s, share=spec.share)
         )
-    return dataclasses.replace(run, meta={**dict(run.meta), "scale_up": record})
+    return dataclasses.replace(run, meta=run.meta.with_(scale_up=record))

@@ -1,6 +1,9 @@
-"""What a session knows (``Session``): its settings, its tests (``TestContext``), the
-running engines' factory, every measured point with its verdict, the baseline it compares
-with; and how it talks (``Voice``) and where users extend it (``SessionHooks``)."""
+"""What a session knows (``Session``): its settings and its tests (``TestContext``), and the
+parts it is composed of, each changed through its own methods: its engines (``roster``: a
+``roster.EngineRoster``), its measured points (``book``: a ``points.PointBook``), how long
+its levels took (``timing``: a ``timing.Timing``) and its remote load workers (``remote``:
+a ``workers.RemoteWorkers``); the baseline it compares with; how it talks (``Voice``) and
+where users extend it (``SessionHooks``)."""
 
 from __future__ import annotations
 
@@ -14,19 +17,20 @@ from typing import TYPE_CHECKING, Any
 from pytest_llmslo import settings as S
 from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document import Results, build_document
-from pytest_llmslo.document.samples import with_good
 from pytest_llmslo.engines.base import EngineConfig
 from pytest_llmslo.interrupts import Interrupts
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.redact import redact, redact_obj
 
 from .constants import constants_of_test, session_constants
-from .factory import EngineFactory, NullProgress, Progress
+from .factory import NullProgress, Progress
+from .points import PointBook
+from .roster import EngineRoster
+from .timing import Timing
+from .workers import RemoteWorkers
 
 if TYPE_CHECKING:
     from pytest_llmslo.history.trend import HistoryRun
-    from pytest_llmslo.load.remote import WorkerHub
-    from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.regression import Comparison
     from pytest_llmslo.regression.tolerances import Tolerance
     from pytest_llmslo.slo import Verdict
@@ -182,7 +186,6 @@ class Session:
         self.hooks = hooks or SessionHooks()
         self._machine: dict[str, Any] | None = None
         self._commit: dict[str, Any] | None = None
-        self.reported: set[int] = set()  # points told to hooks.level_result
         self.session = session
         self.sources = sources
         self.rootpath = Path(rootpath)
@@ -198,18 +201,12 @@ class Session:
         warn_to = voice.warn or (lambda _node, _msg: None)
         self.warn: Callable[[Any, str], None] = lambda node, msg: warn_to(node, redact(msg))
         self.defaults = S.resolve_test(self.sources, {}, "")
-        self.engine_configs: dict[str, EngineConfig] = {}
-        #: Every engine of the engine config file, by name (before the session's settings).
-        self.configured_engines: dict[str, EngineConfig] = {}
-        #: --engine-opt items by engine name.
-        self.engine_opts: dict[str, list[str]] = {}
-        self.factory: EngineFactory | None = None
-        self.points: list[SweepPoint] = []  # replaced in place when a verdict arrives
-        self.point_runs: dict[int, Run] = {}
+        #: The session's engines: configs, the factory that starts them, what they told.
+        self.roster = EngineRoster()
+        #: Every measured point with its run and verdict, the capacity searches.
+        self.book = PointBook()
         self.contexts: dict[str, TestContext] = {}
         self.current: TestContext | None = None
-        self.engine_meta: dict[str, dict[str, Any]] = {}
-        self.capacities: dict[tuple[str, str], CapacityResult] = {}  # by (engine, test)
         self.test_constants: dict[str, dict[str, Any]] = {}
         self.marker_errors: list[str] = []
         self.notes: list[str] = []
@@ -224,64 +221,22 @@ class Session:
         self.disabled_reason: str | None = None
         self.checked_inputs: set[str] = set()
         self.write_errors: list[str] = []
-        self.dirty = False
         #: SIGINT and SIGTERM of the session (installed by the plugin and ``llmslo run``).
         self.interrupts = Interrupts()
         #: The salt of ``--prompt-salt=auto`` prompts: one per session, so a session's
         #: prompts are its own, also against an engine that served an earlier session.
         self.prompt_salt = secrets.token_hex(6)
-        #: Seconds each level took (by point index), calibration and warm-up included.
-        self.level_seconds: dict[int, float] = {}
-        self.estimated = False
-        #: The remote load workers' listener (``--worker-listen``; ``open_workers``).
-        self.workers: WorkerHub | None = None
-        self.worker_job: Any = None  # their Kubernetes Job (--worker-image), if any
-        #: What the estimates of the time left scale from, once the first level ran
-        #: (``report.plan.estimate_basis``).
-        self.estimate_basis: tuple[float | None, float] | None = None
+        #: How long each level took, and what the estimates of the time left scale from.
+        self.timing = Timing()
+        #: The remote load workers (``--worker-listen``): their listener and their Job.
+        self.remote = RemoteWorkers()
 
     # ---- points
 
-    def add_point(self, ctx: TestContext | None, run: Run, point: SweepPoint) -> int:
-        idx = len(self.points)
-        self.points.append(point)
-        self.point_runs[idx] = run
-        if ctx is not None:
-            ctx.point_keys.append(idx)
-        self.dirty = True
-        return idx
-
-    def point_of(self, run: Run) -> int | None:
-        """The index of the point ``run`` was recorded as (None: not a level of this
-        session), found by the run itself: the session keeps every run it recorded."""
-        for idx in reversed(self.point_runs):
-            if self.point_runs[idx] is run:
-                return idx
-        return None
-
-    def set_verdict(self, idx: int, verdict: Verdict, confidence: float) -> None:
-        point = self.points[idx]
-        old = point.verdict
-        # A failed verdict is what the point is remembered by; among passing ones the latest.
-        if old is not None and not old.passed and verdict.passed:
-            return
-        run = self.point_runs[idx]
-        summary = judged_summary(point.summary, run, verdict, confidence)
-        # The good flags under the verdict's objectives: goodput's per-window noise bound.
-        samples = with_good(point.samples, run, [r.objective for r in verdict.results])
-        self.points[idx] = dataclasses.replace(
-            point, summary=summary, verdict=verdict, samples=samples
-        )
-        self.dirty = True
-
-    def on_verdict(self, run: Run, verdict: Verdict) -> None:
-        idx = self.point_of(run)
-        ctx = self.current
-        if ctx is not None:
-            ctx.verdicts.append(verdict)
-        if idx is not None:
-            conf = ctx.settings.confidence if ctx is not None else self.defaults.confidence
-            self.set_verdict(idx, verdict, conf)
+    @property
+    def points(self) -> list[SweepPoint]:
+        """Every measured point, in order (``book.points``; the book changes them)."""
+        return self.book.points
 
     # ---- the document
 
@@ -289,8 +244,8 @@ class Session:
         """The session's pinned constants (``constants.session_constants``)."""
         return session_constants(
             self.defaults,
-            self.engine_configs,
-            self.engine_meta,
+            self.roster.configs,
+            self.roster.meta,
             engines=self.session.engines,
             tests=self.test_constants,
             salt=prompt_salt(self, self.defaults),
@@ -302,8 +257,8 @@ class Session:
         return Results.of(
             self.points,
             constants=self.constants(),
-            engines=self.engine_meta,
-            capacities=self.capacities,
+            engines=self.roster.meta,
+            capacities=self.book.capacities,
             complete=complete,
         )
 
@@ -329,35 +284,13 @@ class Session:
         if self.hooks.level_result is None:
             return
         for idx in ctx.point_keys:
-            if idx in self.reported:
+            if idx in self.book.reported:
                 continue
-            self.reported.add(idx)
+            self.book.reported.add(idx)
             try:
-                self.hooks.level_result(self.points[idx], self.point_runs[idx])
+                self.hooks.level_result(self.book.points[idx], self.book.runs[idx])
             except Exception as exc:
                 self.notes.append(f"{ctx.engine} {ctx.test}: the level_result hook failed: {exc!r}")
-
-
-def judged_summary(
-    summary: RunSummary, run: Run, verdict: Verdict, confidence: float
-) -> RunSummary:
-    """The summary of a judged level: its goodput is the verdict's (over the verdict's
-    objectives), its distributions' bounds at ``confidence``. The level was summarised
-    once when it was recorded; only a verdict judged at another confidence than that
-    summary's makes it summarised again."""
-    if summary.confidence != confidence:
-        from pytest_llmslo import metrics
-
-        objectives = [r.objective for r in verdict.results]
-        return metrics.summarize(run, objectives, confidence=confidence)
-    return dataclasses.replace(
-        summary,
-        goodput_tok_s=verdict.goodput_tok_s,
-        goodput_req_s=verdict.goodput_req_s,
-        attainment=verdict.attainment,
-        good=verdict.good,
-        objectives=tuple(r.objective.label for r in verdict.results),
-    )
 
 
 def primary(ctx: TestContext) -> int | None:
@@ -400,112 +333,6 @@ def resolve_path(state: Session, text: str, name: str) -> Path:
     if state.session.sources.get(name, "").startswith("ini") and state.inipath is not None:
         return state.inipath.parent / path
     return state.invocation_dir / path
-
-
-def open_workers(state: Session) -> None:
-    """Listen for the session's remote load workers (``--worker-listen``), so that they
-    can join while the engines start; the first level waits for them."""
-    from pytest_llmslo.errors import ConfigError, LoadError
-    from pytest_llmslo.load.remote import WorkerHub
-    from pytest_llmslo.load.workerkey import session_key
-
-    ss = state.session
-    if ss.worker_listen is None or state.workers is not None:
-        return
-    try:
-        key = session_key(ss.worker_key_file)
-        hub = WorkerHub(ss.worker_listen, ss.remote_workers, ss.worker_wait_s, key, _worker_tls(ss))
-        hub.open()
-    except LoadError as exc:
-        raise ConfigError(str(exc)) from None
-    state.workers = hub
-    state.say(
-        f"listening for {ss.remote_workers} remote load worker(s) on {hub.address}"
-        + (" (TLS)" if hub.tls is not None else "")
-        + f", each proving it holds the key in {key.where}: start each with "
-        f"`{hub.worker_command}`"
-    )
-    if ss.worker_image:
-        try:
-            state.worker_job = _start_worker_job(state, hub.host, hub.port)
-        except Exception:
-            close_workers(state)
-            raise
-
-
-def _worker_tls(ss: Any) -> Any:
-    """The TLS context of the workers' link (``load.linktls``), None without a
-    certificate; ``LoadError`` when the options do not go together."""
-    from pytest_llmslo.errors import LoadError
-    from pytest_llmslo.load.linktls import server_context
-
-    if ss.worker_tls_cert is None:
-        if ss.worker_tls_key is not None or ss.worker_tls_ca is not None:
-            raise LoadError(
-                "--slo-worker-tls-key/--slo-worker-tls-ca need --slo-worker-tls-cert (the "
-                "session's certificate)"
-            )
-        return None
-    if ss.worker_tls_key is None:
-        raise LoadError("--slo-worker-tls-cert needs --slo-worker-tls-key (its key)")
-    return server_context(ss.worker_tls_cert, ss.worker_tls_key, ss.worker_tls_ca)
-
-
-def _start_worker_job(state: Session, host: str, port: int) -> Any:
-    """The workers as a Kubernetes Indexed Job (``engines.runtimes.k8s.workerjob``),
-    connecting to ``--worker-advertise`` or, for a wildcard listen address, this host's."""
-    import socket
-
-    from pytest_llmslo.engines.runtimes.k8s.apply import reason_of
-    from pytest_llmslo.engines.runtimes.k8s.client import cluster
-    from pytest_llmslo.engines.runtimes.k8s.settings import KubeSettings
-    from pytest_llmslo.engines.runtimes.k8s.workerjob import WorkerJob, WorkerJobSpec
-    from pytest_llmslo.errors import ConfigError, EngineUnavailable
-
-    ss = state.session
-    address = ss.worker_advertise
-    if address is None:
-        if host in ("", "0.0.0.0", "::"):
-            host = socket.gethostbyname(socket.gethostname())
-        address = f"{host}:{port}"
-    key = os.environ.get("LLMSLO_WORKER_KEY_SECRET")  # "secret/key" of the shared key
-    secret_name, slash, secret_key = (key or "").partition("/")
-    secret = (secret_name, secret_key) if slash else None
-    hub_key = state.workers.key if state.workers is not None else None
-    try:
-        where = cluster(KubeSettings())
-        spec = WorkerJobSpec(
-            workers=ss.remote_workers,
-            image=ss.worker_image or "",
-            address=address,
-            namespace=where.namespace,
-            key_secret=secret,
-            # No Secret named: the launcher makes one of the session's key.
-            key=hub_key.secret if secret is None and hub_key is not None else None,
-        )
-        job = WorkerJob(where, spec)
-        job.start()
-    except EngineUnavailable as exc:
-        raise ConfigError(f"--worker-image: {exc}") from None
-    except Exception as exc:
-        raise ConfigError(
-            f"--worker-image: cannot create the workers' Job: {reason_of(exc)}"
-        ) from None
-    state.say(
-        f"started {spec.workers} load worker pod(s) (Job {spec.name} in {spec.namespace}), "
-        f"connecting to {address}"
-    )
-    return job
-
-
-def close_workers(state: Session) -> None:
-    """Release the remote load workers (they exit), delete their Job, stop listening."""
-    if state.workers is not None:
-        state.workers.close()
-        state.workers = None
-    if state.worker_job is not None:
-        state.worker_job.stop()
-        state.worker_job = None
 
 
 def add_test(state: Session, node: str, ctx: TestContext) -> None:

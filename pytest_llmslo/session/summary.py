@@ -113,8 +113,10 @@ def summary_report(state: Session, width: int, *, detail: bool = True) -> list[t
     out: list[tuple[str, str]] = [("=", "llmslo: SLO sweeps")]
     if state.points:
         try:
-            engines = {n: EngineEntry.of(m) for n, m in state.engine_meta.items()}
-            results = Results(tuple(state.points), capacities=state.capacities, engines=engines)
+            engines = {n: EngineEntry.of(m) for n, m in state.roster.meta.items()}
+            results = Results(
+                tuple(state.points), capacities=state.book.capacities, engines=engines
+            )
             lines = terminal.render_summary(results, width=width, detail=detail)
         except Exception as exc:  # a renderer bug must not hide the test results
             lines = [f"(could not render the sweep tables: {exc!r})"]

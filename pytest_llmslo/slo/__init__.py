@@ -2,7 +2,8 @@
 
 ``dsl`` holds the symbols and objectives (generated from the metric catalogue: one per
 metric and statistic), ``verdict`` the verdicts, ``evaluate`` the judging of a run, and
-``assertions`` the helpers and the run they judge by default.
+``assertions`` the helpers and the run they judge by default, ``judging`` where their
+verdicts wait for the session to read them back.
 
     from pytest_llmslo import assert_goodput, ttft_p99, itl_p50
 
@@ -72,7 +73,6 @@ from .assertions import (
     current_run,
     unbind_run,
 )
-from .assertions import VerdictListener as VerdictListener
 from .dsl import OPS as OPS
 from .dsl import (
     STATS,
@@ -91,18 +91,16 @@ from .quality import (
     QualityVerdict,
     accuracy,
     assert_quality,
-    bind_quality,
     judge_quality,
     parse_quality,
     wilson_interval,
 )
-from .recovery import RecoveryResult, RecoveryVerdict, assert_recovery, bind_recovery
+from .recovery import RecoveryResult, RecoveryVerdict, assert_recovery
 from .startup import (
     StartupObjective,
     StartupSymbol,
     StartupVerdict,
     assert_startup,
-    bind_startup,
     startup_symbols,
 )
 from .verdict import ObjectiveResult, Verdict
@@ -137,20 +135,17 @@ __all__ = [
     "StartupSymbol",
     "StartupVerdict",
     "assert_startup",
-    "bind_startup",
     *_PHASES,
     # recovery objectives on a level's faults (recovery.py)
     "RecoveryResult",
     "RecoveryVerdict",
     "assert_recovery",
-    "bind_recovery",
     # quality objectives on a level's eval answers (quality.py)
     "QualityObjective",
     "QualityResult",
     "QualityVerdict",
     "accuracy",
     "assert_quality",
-    "bind_quality",
     "judge_quality",
     "parse_quality",
     "wilson_interval",

@@ -7,12 +7,13 @@ only, plus ``min_attainment``/``min_goodput_tok_s``/``max_error_rate`` when give
 default to ``max_error_rate`` 1 % (``DEFAULT_MAX_ERROR_RATE``). A run the load generator
 flagged invalid raises ``Inconclusive``, unless its failures alone fail it
 (``Verdict.failures_decide``). The plugin's load fixture binds the run a test measured
-(:func:`bind_run`), so the helpers need no run argument.
+(:func:`bind_run`), so the helpers need no run argument; each verdict is returned or
+raised to the caller and left in the judging open around the test (``judging.py``), where
+the session reads it back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from pytest_llmslo.errors import Inconclusive, LoadError, SloViolation
@@ -20,16 +21,17 @@ from pytest_llmslo.records import Run
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .evaluate import evaluate
+from .judging import Judging, current_judging, open_judging
 from .verdict import Verdict
 
 __all__ = [
     "DEFAULT_MAX_ERROR_RATE",
     "DEFAULT_MIN_ATTAINMENT",
-    "VerdictListener",
     "assert_goodput",
     "assert_slo",
     "bind_run",
     "current_run",
+    "enforce",
     "unbind_run",
 ]
 
@@ -38,41 +40,41 @@ DEFAULT_MIN_ATTAINMENT = 0.9
 DEFAULT_MAX_ERROR_RATE = 0.01
 
 
-VerdictListener = Callable[[Run, Verdict], None]
-#: The current run and the callback told each verdict of it (one pytest process runs one
-#: test at a time).
-_current: Run | None = None
-_on_verdict: VerdictListener | None = None
+class _Standalone(Judging):
+    """The judging ``bind_run`` opens outside any other (nobody reads it back)."""
 
 
-def bind_run(run: Run | None, *, on_verdict: VerdictListener | None = None) -> Run | None:
+def bind_run(run: Run | None) -> Run | None:
     """Make ``run`` the current run for ``assert_goodput(...)`` without an explicit run
     (the plugin's load fixture does this); returns the previously bound run.
 
-    ``on_verdict(run, verdict)`` is called after every evaluation that ``assert_goodput``
-    or ``assert_slo`` makes while this binding holds, passed or failed, before a failure
-    is raised: the verdict travels with the run it judges (the plugin records it on the
-    run's sweep point). A plain module-level slot, not a ContextVar: fixtures and tests
-    may run in different asyncio contexts, and one pytest process runs one test at a
-    time."""
-    global _current, _on_verdict
+    The run is bound in the judging open in this context (``judging.judging``: the
+    session opens one around each test and reads back every verdict its assertions
+    gave); outside one, a judging of its own is opened, whose verdicts nobody reads."""
     if run is not None and not isinstance(run, Run):
         raise TypeError(f"bind_run() needs a Run, got {type(run).__name__}")
-    previous, _current = _current, run
-    _on_verdict = on_verdict if run is not None else None
-    return previous
+    found = current_judging()
+    if found is not None:
+        return found.bind(run)
+    if run is not None:
+        open_judging(_Standalone(run))
+    return None
 
 
 def current_run() -> Run | None:
     """The run bound by :func:`bind_run`, or None."""
-    return _current
+    found = current_judging()
+    return None if found is None else found.run
 
 
 def unbind_run() -> None:
-    """Forget the current run and its callback (the load fixture does this at teardown)."""
-    global _current, _on_verdict
-    _current = None
-    _on_verdict = None
+    """Forget the current run (the load fixtures do this at teardown); a judging
+    :func:`bind_run` opened itself is closed."""
+    found = current_judging()
+    if isinstance(found, _Standalone):
+        open_judging(None)
+    elif found is not None:
+        found.bind(None)
 
 
 def _split_run(args: tuple[Any, ...], helper: str) -> tuple[Run, tuple[Any, ...]]:
@@ -89,11 +91,10 @@ def _split_run(args: tuple[Any, ...], helper: str) -> tuple[Run, tuple[Any, ...]
     return run, args
 
 
-def _check(run: Run, objs: tuple[Any, ...], **kwargs: Any) -> Verdict:
+def enforce(verdict: Verdict) -> Verdict:
+    """``verdict`` when it passed; else ``SloViolation`` listing every objective, or
+    ``Inconclusive`` when the run was invalid and its failures alone do not fail it."""
     __tracebackhide__ = True
-    verdict = evaluate(run, objs, **kwargs)
-    if _on_verdict is not None:
-        _on_verdict(run, verdict)
     # The failure gates come first: a run whose requests failed is the engine's failure,
     # whatever the client's health says.
     if not verdict.run_valid and not verdict.failures_decide:
@@ -107,6 +108,17 @@ def _check(run: Run, objs: tuple[Any, ...], **kwargs: Any) -> Verdict:
     if not verdict.passed:
         raise SloViolation(verdict.summary_line() + "\n" + verdict.format(), verdict)
     return verdict
+
+
+def _check(run: Run, objs: tuple[Any, ...], **kwargs: Any) -> Verdict:
+    """Judge ``run``, leave the verdict in the open judging (passed or failed, before a
+    failure is raised), and hand it back or raise it (``enforce``)."""
+    __tracebackhide__ = True
+    verdict = evaluate(run, objs, **kwargs)
+    found = current_judging()
+    if found is not None:
+        found.record(run, verdict)
+    return enforce(verdict)
 
 
 def assert_goodput(

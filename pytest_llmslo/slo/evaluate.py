@@ -1,4 +1,6 @@
-"""Judging a run: each objective's gate (:func:`evaluate`), the failure gates
+"""Stage 5 of a level (verdict): ``evaluate(run, objectives)`` judges a ``Run``.
+
+Judging a run: each objective's gate (:func:`evaluate`), the failure gates
 (:func:`failures_fail`), the engine signal that explains a failed objective, and whether
 a run still in progress is already settled (:func:`settled`)."""
 
@@ -103,7 +105,7 @@ def evaluate(
     problems: list[str] = []
     if not objs and not allow_no_objectives:
         problems.append("no objectives given")
-    timeout = run.meta.get("level_timeout") if isinstance(run.meta, Mapping) else None
+    timeout = run.meta.level_timeout
     problems += _measured_problems(requests, completed, timeout)
     problems += _gate_problems(
         gp, completed, error_rate, min_attainment, min_goodput_tok_s, max_error_rate
@@ -210,8 +212,8 @@ def failures_fail(run: Run, max_error_rate: float | None) -> bool:
 def _attribute(run: Run, results: tuple[ObjectiveResult, ...]) -> tuple[str, ...]:
     """Each failed latency objective with the engine signal that explains it (or why none
     does); none when the run has no signals section (signals were off)."""
-    raw = run.meta.get("signals") if isinstance(run.meta, Mapping) else None
-    if not isinstance(raw, Mapping):
+    raw = run.meta.signals
+    if raw is None:
         return ()
     sig = LevelSignals.from_dict(raw)
     out = []

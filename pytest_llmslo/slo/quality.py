@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Literal
@@ -39,6 +38,7 @@ from pytest_llmslo.records import Run
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .assertions import current_run
+from .judging import current_judging
 
 __all__ = [
     "QUALITY_METRICS",
@@ -48,7 +48,6 @@ __all__ = [
     "QualityVerdict",
     "accuracy",
     "assert_quality",
-    "bind_quality",
     "judge_quality",
     "parse_quality",
     "wilson_interval",
@@ -57,15 +56,6 @@ __all__ = [
 QualityOp = Literal[">=", ">"]
 Outcome = Literal["pass", "fail", "inconclusive"]
 QUALITY_METRICS = ("accuracy",)
-
-#: Told of every quality verdict (the session binds it while a test body runs).
-_on_quality: Callable[[QualityVerdict], Any] | None = None
-
-
-def bind_quality(callback: Callable[[QualityVerdict], Any] | None) -> None:
-    """Where ``assert_quality`` reports its verdicts (None unbinds)."""
-    global _on_quality
-    _on_quality = callback
 
 
 def wilson_interval(
@@ -271,8 +261,8 @@ def judge_quality(
 ) -> QualityVerdict:
     """The objectives judged on the run's eval answers (``run.meta["quality"]``); a run
     without eval items raises ``LoadError`` saying how to ask for them."""
-    q = run.meta.get("quality")
-    if not isinstance(q, Mapping):
+    q = run.meta.quality
+    if q is None:
         raise LoadError(
             "this level carried no eval item, so its answers cannot be judged: ask for an "
             "eval with the eval setting, e.g. @pytest.mark.slo(eval='arithmetic') or "
@@ -303,8 +293,9 @@ def assert_quality(*args: Any, confidence: float = DEFAULT_CONFIDENCE) -> Qualit
             "fixture, or pass the run first: assert_quality(run, accuracy >= 0.95)"
         )
     verdict = judge_quality(run, tuple(args), confidence)
-    if _on_quality is not None:
-        _on_quality(verdict)
+    found = current_judging()  # the session reads it back onto the level's point
+    if found is not None:
+        found.record_other(verdict)
     if verdict.outcome == "fail":
         raise SloViolation(verdict.summary_line() + "\n" + verdict.format(), verdict)
     if verdict.outcome == "inconclusive":

@@ -15,7 +15,7 @@ fail over the whole level, is not checked after it (as after ``assert_goodput``)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,19 +23,9 @@ from pytest_llmslo.errors import LoadError, SloViolation
 from pytest_llmslo.records import Run
 
 from .assertions import current_run
+from .judging import current_judging
 
-__all__ = ["RecoveryResult", "RecoveryVerdict", "assert_recovery", "bind_recovery"]
-
-#: Told of every recovery verdict (the session binds it while a test body runs: a body that
-#: judged its level's faults asserted something, and the configured SLO over the whole
-#: level, fault included, is not checked after it).
-_on_recovery: Callable[[RecoveryVerdict], Any] | None = None
-
-
-def bind_recovery(callback: Callable[[RecoveryVerdict], Any] | None) -> None:
-    """Where ``assert_recovery`` reports its verdicts (None unbinds)."""
-    global _on_recovery
-    _on_recovery = callback
+__all__ = ["RecoveryResult", "RecoveryVerdict", "assert_recovery"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +129,7 @@ def assert_recovery(
             "assert_recovery() found no current run: call it in a test that uses the load "
             "fixture, or pass the run first: assert_recovery(run, max_recovery_s=5)"
         )
-    records: Sequence[Any] = run.meta.get("faults") or ()
+    records: Sequence[Any] = run.meta.faults or ()
     if not records:
         raise LoadError(
             "assert_recovery(): this level had no fault: ask for one with the fault "
@@ -154,8 +144,11 @@ def assert_recovery(
         max_failed,
         tuple(_judge(r, max_recovery_s, max_failed) for r in records if isinstance(r, Mapping)),
     )
-    if _on_recovery is not None:
-        _on_recovery(verdict)
+    # Left in the test's judging: a body that judged its level's faults asserted something,
+    # and the configured SLO over the whole level, fault included, is not checked after it.
+    found = current_judging()
+    if found is not None:
+        found.record_other(verdict)
     if not verdict.passed:
         raise SloViolation(verdict.summary_line() + "\n" + verdict.format(), verdict)
     return verdict

@@ -3,11 +3,12 @@
 Each phase of a start (``engines.coldstart.PHASES``: ``ready_s``, ``model_listed_s``,
 ``first_token_s``, ``port_open_s``, ...) is a :class:`StartupSymbol`; comparing it with a
 number of seconds builds a :class:`StartupObjective`. ``assert_startup`` judges them on the
-cold start of the current test's engine (the session binds it while a test body runs:
-:func:`bind_startup`), or on the one given first: an engine handle (``slo_engine``), a
-``ColdStart`` or its dict. It raises ``SloViolation`` naming each objective with the
-measured seconds, and returns the :class:`StartupVerdict` when every one holds. A phase
-the engine's runtime does not have, or that was not seen, fails its objective (``n/a``).
+cold start of the current test's engine (the session binds it in the test's judging while
+its body runs: ``judging.Judging.bind_engine``), or on the one given first: an engine
+handle (``slo_engine``), a ``ColdStart`` or its dict. It raises ``SloViolation`` naming
+each objective with the measured seconds, and returns the :class:`StartupVerdict` when
+every one holds. A phase the engine's runtime does not have, or that was not seen, fails
+its objective (``n/a``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pytest_llmslo.engines.coldstart import PHASES, ColdStart
 from pytest_llmslo.errors import LoadError, SloViolation
 
 from .dsl import OPS, Op
+from .judging import current_judging
 
 __all__ = [
     "StartupObjective",
@@ -29,7 +31,6 @@ __all__ = [
     "StartupSymbol",
     "StartupVerdict",
     "assert_startup",
-    "bind_startup",
     "startup_symbols",
 ]
 
@@ -142,17 +143,6 @@ class StartupVerdict:
         return "\n".join(lines)
 
 
-#: Gives the cold start of the current test's engine and its name (the session binds it).
-_provider: Callable[[], tuple[str | None, Any]] | None = None
-
-
-def bind_startup(provider: Callable[[], tuple[str | None, Any]] | None) -> None:
-    """Where ``assert_startup`` without an engine finds one: ``provider()`` returns the
-    current test's engine name and its cold start (None unbinds)."""
-    global _provider
-    _provider = provider
-
-
 def _cold_start_of(value: Any) -> tuple[str | None, ColdStart | None]:
     if isinstance(value, ColdStart):
         return None, value
@@ -182,8 +172,9 @@ def assert_startup(*args: Any) -> StartupVerdict:
         raise TypeError("assert_startup() needs start objectives, e.g. first_token_s < 90")
     if others:
         engine, cold = _cold_start_of(others[0])
-    elif _provider is not None:
-        engine, found = _provider()
+    elif (judging := current_judging()) is not None and judging.engine is not None:
+        # The current test's engine, as the session bound it in the test's judging.
+        engine, found = judging.engine, judging.cold_start
         cold = None if found is None else _cold_start_of(found)[1]
     else:
         raise LoadError(

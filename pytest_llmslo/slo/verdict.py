@@ -1,4 +1,6 @@
-"""Verdicts: one objective checked on one run (``ObjectiveResult``) and the outcome of all
+"""Stage 5 of a level (verdict): the ``Verdict`` a run was judged with.
+
+Verdicts: one objective checked on one run (``ObjectiveResult``) and the outcome of all
 of them together (``Verdict``), with the table and the line an SLO failure shows."""
 
 from __future__ import annotations

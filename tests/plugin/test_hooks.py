@@ -118,3 +118,55 @@ def test_no_asyncio_loop_scope_warning_in_a_project_without_the_key(
     result.assert_outcomes(passed=1)
     out = result.stdout.str() + result.stderr.str()
     assert "PytestDeprecationWarning" not in out and "is unset" not in out
+
+
+ASYNC_AND_THREADS = """
+import asyncio
+import contextvars
+import threading
+
+import pytest
+from pytest_llmslo import assert_goodput, assert_slo, ttft_p99
+
+@pytest.mark.slo(concurrency=[1], extend=False)
+@pytest.mark.asyncio
+async def test_async_body(slo_run):
+    await asyncio.sleep(0)
+    assert_goodput(ttft_p99 < 500)
+
+@pytest.mark.slo(concurrency=[2], extend=False)
+def test_thread_of_the_body(slo_run):
+    caught = []
+
+    def judge():
+        try:
+            assert_slo(ttft_p99 < 0.001)
+        except AssertionError as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(judge,))
+    thread.start()
+    thread.join()
+    assert caught  # raised to the code that asked, and left for the session
+"""
+
+
+def test_verdicts_of_an_async_body_and_of_a_thread_reach_their_level(
+    slo_pytester: pytest.Pytester, tiny_args
+) -> None:
+    slo_pytester.makeconftest(
+        "import json\n"
+        "def pytest_llmslo_level_result(config, point, run):\n"
+        "    with open('levels.jsonl', 'a') as f:\n"
+        "        verdict = None if point.verdict is None else point.verdict.passed\n"
+        "        f.write(json.dumps({'level': point.level.label, 'verdict': verdict}) + '\\n')\n"
+    )
+    slo_pytester.makepyfile(test_suite=ASYNC_AND_THREADS)
+    result = slo_pytester.runpytest_subprocess(*tiny_args())
+    result.assert_outcomes(passed=2)
+    levels = [
+        json.loads(line) for line in (slo_pytester.path / "levels.jsonl").read_text().splitlines()
+    ]
+    # The async body's passing verdict, and the failing one its thread asserted (caught by
+    # the body, so the test passed), each on the level it judged.
+    assert [(r["level"], r["verdict"]) for r in levels] == [("c1", True), ("c2", False)]

@@ -106,5 +106,5 @@ def harness(tmp_path: Path, fixed_server: str) -> Iterator[Callable[..., Harness
         yield make
     finally:
         for state in made:
-            if state.factory is not None:
-                state.factory.stop_all()
+            if state.roster.factory is not None:
+                state.roster.factory.stop_all()

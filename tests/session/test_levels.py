@@ -12,7 +12,8 @@ import pytest
 from pytest_llmslo import metrics
 from pytest_llmslo import session as core
 from pytest_llmslo.errors import Inconclusive
-from pytest_llmslo.session import RunMeta
+from pytest_llmslo.runmeta import RunMeta
+from pytest_llmslo.signals.level import LevelSignals
 
 
 def test_a_level_is_measured_and_recorded_as_a_point(harness: Any) -> None:
@@ -24,44 +25,55 @@ def test_a_level_is_measured_and_recorded_as_a_point(harness: Any) -> None:
     assert (point.engine, point.test, point.level.label) == ("external", ctx.test, "c2")
     assert point.summary.requests == 12 and point.summary.completed == 12
     assert point.verdict is None and point.comparable and point.samples
-    assert h.state.point_of(measured.run) == 0
-    assert h.state.point_runs[0] is measured.run
-    meta = RunMeta.of(measured.run)
+    assert h.state.book.index_of(measured.run) == 0
+    assert h.state.book.runs[0] is measured.run
+    meta = measured.run.meta
     assert (meta.engine, meta.test, meta.extended) == ("external", ctx.test, False)
     # An engine the harness did not start keeps its cache unless --reset-cache=on.
     assert meta.cache is not None and meta.cache["reset"] is False
     # The engine's signals were asked for (--slo-signals), and it has none to give.
-    assert meta.signals is not None and meta.signals.scrapes == 0
-    assert (meta.signals.note or "").startswith("no engine signals")
+    assert meta.signals is not None
+    signals = LevelSignals.from_dict(meta.signals)
+    assert signals.scrapes == 0 and (signals.note or "").startswith("no engine signals")
+    # The load generator's fields are typed too, and the whole is the JSON object users read.
+    assert meta.harness == "pytest-llmslo" and meta.requests == 12
+    assert meta["engine"] == "external" and dict(meta) == meta.to_dict()
     assert h.heard.closed == [f"external c2: {h.heard.closed[0].split(': ', 1)[1]}"]
     assert "12/12 requests ok" in h.heard.closed[0]
     # The session's first level is followed by an estimate of the whole session.
     assert len(h.heard.said) >= 1
 
 
-def test_run_meta_is_json_in_the_runs_meta() -> None:
-    from pytest_llmslo.signals.level import LevelSignals
-
-    meta = RunMeta(
-        "sim",
-        "t.py::test",
-        engine_version="1.0",
-        extended=True,
-        cache={"mode": "auto", "reset": True, "how": "POST /reset_prefix_cache"},
-        signals=LevelSignals(engines=("vllm",), scrapes=3, prefix_hit_rate=0.25),
-    )
-    d = meta.to_dict()
-    assert d == {
+def test_run_meta_is_typed_and_reads_as_the_json_object_it_was() -> None:
+    signals = LevelSignals(engines=("vllm",), scrapes=3, prefix_hit_rate=0.25).to_dict()
+    given = {
+        "harness": "pytest-llmslo",
+        "early_stop": None,  # a null key stays a null key
         "engine": "sim",
         "test": "t.py::test",
         "engine_version": "1.0",
         "extended": True,
-        "cache": {"mode": "auto", "reset": True, "how": "POST /reset_prefix_cache"},
-        "signals": meta.signals.to_dict() if meta.signals else None,
+        "faults": [{"kind": "kill"}],
+        "mine": {"a": 1},  # a key the code does not know is kept as given
     }
-    assert RunMeta.from_dict(d) == meta
-    # The load generator's own keys are not the harness's: read past, kept by ``onto``.
-    assert RunMeta.from_dict({**d, "processes": 2}) == meta
+    meta = RunMeta.from_dict(given)
+    assert (meta.engine, meta.extended, meta.early_stop) == ("sim", True, None)
+    assert meta.faults == ({"kind": "kill"},) and meta.other == {"mine": {"a": 1}}
+    assert meta.to_dict() == given and list(meta) == list(given)  # the same keys, in order
+    assert meta["early_stop"] is None and meta.get("cache") is None and "cache" not in meta
+    changed = meta.with_(cache={"reset": True}, signals=signals, engine_version=None)
+    assert list(changed)[-2:] == ["cache", "signals"]  # new keys after the old ones
+    assert changed["engine_version"] is None and changed.signals == signals
+    assert RunMeta.from_dict(changed.to_dict()).to_dict() == changed.to_dict()
+    # A value no reader could use is kept as given, and the typed field stays unset.
+    odd = RunMeta.from_dict({"processes": "two", "traffic": [1]})
+    assert (odd.processes, odd.traffic) == (None, None)
+    assert dict(odd) == {"processes": "two", "traffic": [1]}
+    assert dict(odd.with_(processes=2)) == {"processes": 2, "traffic": [1]}
+    with pytest.raises(ValueError, match="a JSON object"):
+        RunMeta.from_dict([("engine", "sim")])
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        meta.with_(nope=1)
 
 
 def _invalid_tries(monkeypatch: pytest.MonkeyPatch, bad: int) -> None:

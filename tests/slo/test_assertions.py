@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 
@@ -21,6 +22,7 @@ from pytest_llmslo.slo import (
     ttft_p99,
     unbind_run,
 )
+from pytest_llmslo.slo.judging import current_judging, judging
 
 try:
     from tests.metrics_helpers import make_run, rec, steady, uniform_run
@@ -130,29 +132,50 @@ def test_tracebackhide() -> None:
         assert "__tracebackhide__" in fn.__code__.co_varnames
 
 
-def test_the_bound_callback_gets_every_evaluation() -> None:
-    seen: list[tuple[object, bool]] = []
+def test_the_open_judging_gets_every_evaluation_and_hands_it_back() -> None:
+    run, other = uniform_run(20), uniform_run(10)
+    with judging(run=run) as (open_judging, opened):
+        assert opened and current_run() is run
+        assert assert_slo(ttft_p99 < 500).passed  # returned to the caller
+        with pytest.raises(SloViolation) as failed:  # raised to the caller
+            assert_goodput(other, ttft_p99 < 1)
+        evaluate(run, [ttft_p99 < 500])  # plain evaluate judges nothing for the test
+        judged = open_judging.take()
+        assert [(j.run, j.verdict.passed) for j in judged.verdicts] == [(run, True), (other, False)]
+        assert judged.verdicts[1].verdict is failed.value.verdict  # type: ignore[attr-defined]
+        assert not open_judging.take()  # handed over once
+        with judging() as (inner, inner_opened):  # a nested block uses the open one
+            assert inner is open_judging and not inner_opened
+    assert current_judging() is None and current_run() is None
+    assert_slo(run, ttft_p99 < 500)  # none open: nobody is told
 
-    def cb(run, verdict) -> None:
-        seen.append((run, verdict.passed))
 
+def test_each_thread_judges_in_its_own_context() -> None:
+    runs = [uniform_run(20) for _ in range(4)]
+    seen: dict[int, tuple[object, ...]] = {}
+    barrier = threading.Barrier(len(runs))
+
+    def body(i: int) -> None:
+        with judging(run=runs[i]) as (open_judging, _):
+            barrier.wait(timeout=30)  # every thread's judging is open at once
+            assert_goodput(ttft_p99 < 500)
+            seen[i] = tuple(j.run for j in open_judging.take().verdicts)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(runs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert seen == {i: (runs[i],) for i in range(len(runs))}
+
+
+def test_bind_run_outside_a_judging_opens_one_that_unbind_closes() -> None:
     run = uniform_run(20)
-    bind_run(run, on_verdict=cb)
-    try:
-        assert_slo(ttft_p99 < 500)
-        with pytest.raises(SloViolation):
-            assert_goodput(run, ttft_p99 < 1)
-        evaluate(run, [ttft_p99 < 500])  # plain evaluate does not notify
-    finally:
-        unbind_run()
-    assert_slo(run, ttft_p99 < 500)  # unbound: nobody is told
-    assert seen == [(run, True), (run, False)]
-    # A new binding without a callback does not keep the old one.
-    bind_run(run, on_verdict=cb)
+    assert bind_run(run) is None and current_run() is run
+    assert bind_run(None) is run and current_run() is None
     bind_run(run)
-    assert_slo(run, ttft_p99 < 500)
     unbind_run()
-    assert len(seen) == 2
+    assert current_judging() is None
 
 
 def test_objectives_may_be_grouped_or_text() -> None:

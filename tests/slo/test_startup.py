@@ -11,11 +11,11 @@ from pytest_llmslo.errors import LoadError, SloViolation
 from pytest_llmslo.slo import (
     StartupObjective,
     assert_startup,
-    bind_startup,
     first_token_s,
     port_open_s,
     ready_s,
 )
+from pytest_llmslo.slo.judging import judging
 
 COLD = ColdStart(
     "process",
@@ -62,14 +62,12 @@ def test_a_phase_the_runtime_does_not_have_fails_as_not_measured() -> None:
         assert_startup(pod, port_open_s < 1)
 
 
-def test_the_current_engine_comes_from_the_binding() -> None:
-    bind_startup(lambda: ("sim", COLD.to_dict()))
-    try:
+def test_the_current_engine_comes_from_the_judging() -> None:
+    with judging() as (open_judging, _):
+        open_judging.bind_engine("sim", COLD.to_dict())
         assert assert_startup(ready_s < 2).engine == "sim"
         with pytest.raises(SloViolation, match="missed by engine sim"):
             assert_startup(first_token_s < 1)
-    finally:
-        bind_startup(None)
     with pytest.raises(LoadError, match="found no current engine"):
         assert_startup(ready_s < 2)
 
