@@ -115,8 +115,14 @@ def misbehaving() -> Iterator[Callable[..., str]]:
         )
 
 
-INI = """[pytest]
+# Plugins installed beside ours that no pytester session here uses: each costs a pytester
+# subprocess a second or more of start-up on a loaded 2-core machine, and the plugin tier
+# starts some 250 of them. A test that needs one names it again (``-p xdist``).
+UNUSED_PLUGINS = ("hypothesispytest", "benchmark", "kmock", "anyio", "xdist", "xdist.looponfail")
+
+INI = f"""[pytest]
 asyncio_default_fixture_loop_scope = function
+addopts = {" ".join("-p no:" + name for name in UNUSED_PLUGINS)}
 """
 
 
