@@ -154,6 +154,7 @@ def test_missing_baseline_is_a_usage_error(slo_pytester: pytest.Pytester) -> Non
     result.stderr.fnmatch_lines(["ERROR: --slo-compare: *no baseline named 'nope'*"])
 
 
+@pytest.mark.slow
 def test_junit_system_out_has_the_numbers_whatever_junit_logging(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:
