@@ -175,6 +175,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     return report
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where ``PYTHONDONTWRITEBYTECODE`` is set, every Python subprocess of the run (some
+    300 pytester sessions, servers, workers) compiled the whole package again from source:
+    about 0.8 s of CPU a start. Its children write their bytecode under this run's
+    temporary directory instead (``PYTHONPYCACHEPREFIX``), never into the source tree, and
+    read it back from there. Unset, nothing changes: Python keeps its own ``__pycache__``."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("PYTHONDONTWRITEBYTECODE")
+        mp.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.getbasetemp() / "pycache"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _worker_key_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
