@@ -102,6 +102,7 @@ def test_xdist_is_refused_for_an_slo_session(slo_pytester: pytest.Pytester) -> N
     result.stderr.fnmatch_lines(["ERROR: pytest-llmslo: SLO tests cannot run under pytest-xdist*"])
 
 
+@pytest.mark.slow
 def test_xdist_skips_slo_tests_of_a_mixed_suite(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makepyfile(
         test_mixed="""
