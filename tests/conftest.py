@@ -115,8 +115,14 @@ def misbehaving() -> Iterator[Callable[..., str]]:
         )
 
 
-INI = """[pytest]
+# Plugins installed beside ours that no pytester session here uses: each costs a pytester
+# subprocess a second or more of start-up on a loaded 2-core machine, and the plugin tier
+# starts some 250 of them. A test that needs one names it again (``-p xdist``).
+UNUSED_PLUGINS = ("hypothesispytest", "benchmark", "kmock", "anyio", "xdist", "xdist.looponfail")
+
+INI = f"""[pytest]
 asyncio_default_fixture_loop_scope = function
+addopts = {" ".join("-p no:" + name for name in UNUSED_PLUGINS)}
 """
 
 
@@ -167,6 +173,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             "set the engines up with: bash .ci/engines.sh"
         )
     return report
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where ``PYTHONDONTWRITEBYTECODE`` is set, every Python subprocess of the run (some
+    300 pytester sessions, servers, workers) compiled the whole package again from source:
+    about 0.8 s of CPU a start. Its children write their bytecode under this run's
+    temporary directory instead (``PYTHONPYCACHEPREFIX``), never into the source tree, and
+    read it back from there. Unset, nothing changes: Python keeps its own ``__pycache__``."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("PYTHONDONTWRITEBYTECODE")
+        mp.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.getbasetemp() / "pycache"))
+        yield
 
 
 @pytest.fixture(autouse=True)

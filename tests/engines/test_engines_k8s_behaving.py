@@ -217,6 +217,7 @@ def serves_v1beta1(method: str, path: str, data: Any) -> tuple[int, Any] | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["agg", "disagg"])
 @pytest.mark.parametrize(
     ("kube", "served"),

@@ -299,6 +299,7 @@ def _resolved_env(c: FakeCluster, ns: str, pod: dict[str, Any]) -> dict[str, str
     return env
 
 
+@pytest.mark.slow
 def test_the_sims_admin_token_reaches_its_pod_through_a_secret_made_and_deleted_with_it(
     cluster: FakeCluster,
 ) -> None:

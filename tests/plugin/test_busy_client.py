@@ -66,6 +66,7 @@ def sim_first() -> Iterator[str]:
         _stop(proc)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="a higher priority (negative nice) needs root")
 def test_cpu_hogs_at_a_higher_priority_never_make_a_failing_level_pass(
     slo_pytester: pytest.Pytester, sim_first: str

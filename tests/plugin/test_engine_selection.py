@@ -49,6 +49,7 @@ def suite(slo_pytester: pytest.Pytester, fixed_server: str) -> pytest.Pytester:
     return slo_pytester
 
 
+@pytest.mark.slow
 def test_marker_engines_replace_the_session_engines(suite: pytest.Pytester, fixed_server):
     # The session's engine (ini) runs the test without engines=; the marker's run the other.
     suite.makefile(
@@ -69,6 +70,7 @@ def test_marker_engines_replace_the_session_engines(suite: pytest.Pytester, fixe
     assert "test_compare[red" not in out
 
 
+@pytest.mark.slow
 def test_engine_option_narrows_the_marker_engines(suite: pytest.Pytester, fixed_server):
     result = suite.runpytest_subprocess(*_args(fixed_server, "--engine=blue"))
     result.assert_outcomes(passed=3)

@@ -113,6 +113,7 @@ def test_keepalive_pings_do_not_hang_a_stream(slo_pytester, misbehaving) -> None
     result.stdout.fnmatch_lines(["*timeout 4: stream stalled: no data for 1 s*"])
 
 
+@pytest.mark.slow
 def test_a_stalled_server_ends_within_the_level_bound(slo_pytester, misbehaving) -> None:
     # --level-timeout=6 with --duration=2: the harness's own bound ends the level during the
     # warm-up, with the phase named; the level is inconclusive (the bound is the harness's),
@@ -202,6 +203,7 @@ def test_a_wrong_key_says_401_everywhere(slo_pytester, misbehaving, monkeypatch)
     assert errors == [{"kind": "http", "message": "HTTP 401: Unauthorized", "count": 30}]
 
 
+@pytest.mark.slow
 def test_engine_killed_mid_level_is_a_clean_error_and_restarted(slo_pytester) -> None:
     slo_pytester.makepyfile(
         test_kill="""
@@ -242,6 +244,7 @@ def test_engine_killed_mid_level_is_a_clean_error_and_restarted(slo_pytester) ->
     assert points[0]["summary"]["requests"] > 0  # the partial c4 point is kept
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_the_level_in_progress(slo_pytester, fixed_server) -> None:
     def served() -> int:
         with urllib.request.urlopen(f"{fixed_server}/stats", timeout=5) as r:
@@ -332,6 +335,7 @@ def test_a_bad_marker_fails_even_when_overridden(slo_pytester, misbehaving) -> N
     result.stderr.fnmatch_lines(["*@pytest.mark.slo(concurrency=...) on *Levels must be > 0*"])
 
 
+@pytest.mark.slow
 def test_results_that_cannot_be_written(slo_pytester, misbehaving) -> None:
     slo_pytester.makepyfile(test_chat=CHAT)
     (slo_pytester.path / "adir").mkdir()
@@ -360,6 +364,7 @@ def test_results_that_cannot_be_written(slo_pytester, misbehaving) -> None:
     result.stdout.no_fnmatch_line("*results written to*")
 
 
+@pytest.mark.slow
 def test_a_server_ignoring_the_pinned_length_is_inconclusive(slo_pytester, misbehaving) -> None:
     slo_pytester.makepyfile(test_chat=CHAT)
     result = slo_pytester.runpytest_subprocess(
@@ -467,7 +472,7 @@ def _private_ca(tmp: Path) -> tuple[Path, Path, Path]:
     return tmp / "ca.pem", tmp / "cert.pem", tmp / "key.pem"
 
 
-@pytest.mark.parametrize("transport", ["fast", "httpx"])
+@pytest.mark.parametrize("transport", ["fast", pytest.param("httpx", marks=pytest.mark.slow)])
 def test_one_tls_policy_for_every_client(
     slo_pytester, misbehaving, tmp_path: Path, monkeypatch, transport: str
 ) -> None:

@@ -19,6 +19,7 @@ def test_open(slo_run):
 """
 
 
+@pytest.mark.slow
 def test_the_level_line_shows_the_load_applied_against_the_load_asked(
     slo_pytester: pytest.Pytester,
 ) -> None:

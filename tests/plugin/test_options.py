@@ -69,6 +69,7 @@ def test_help_all_prints_every_option_with_its_names(slo_pytester: pytest.Pytest
     assert "old spelling --duration (deprecated); default none." in text
 
 
+@pytest.mark.slow
 def test_an_old_spelling_works_and_warns_with_the_new_one(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makepyfile(test_ids=CHAT)
     result = slo_pytester.runpytest_subprocess(
@@ -176,6 +177,7 @@ def test_ini_and_env_and_cli_precedence(slo_pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["LEVELS ['c7']", "ISL 256 --isl"])
 
 
+@pytest.mark.slow
 def test_client_settings_reach_the_load_generator(slo_pytester: pytest.Pytester) -> None:
     # pin_output, transport and api_key_env from the marker and the command line end up in
     # the requests the load generator sends (its client settings are in the run's meta).

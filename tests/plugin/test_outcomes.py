@@ -119,6 +119,7 @@ def test_early_stop_in_both_directions(
     assert point["summary"]["early_stop"].startswith(reason)
 
 
+@pytest.mark.slow
 def test_early_stop_is_off_for_plain_levels_by_default(slo_pytester, tiny_args) -> None:
     slo_pytester.makepyfile(
         test_chat="""
@@ -136,6 +137,7 @@ def test_early_stop_is_off_for_plain_levels_by_default(slo_pytester, tiny_args) 
     assert point["summary"]["requests"] == 400 and point["summary"]["early_stop"] is None
 
 
+@pytest.mark.slow
 def test_a_level_bounded_by_time_alone(slo_pytester, tiny_args) -> None:
     slo_pytester.makepyfile(test_chat=CHAT)
     result = slo_pytester.runpytest_subprocess(
@@ -166,6 +168,7 @@ def test_chat(slo_run):
 """
 
 
+@pytest.mark.slow
 def test_junit_says_expected_miss_above_the_knee(slo_pytester: pytest.Pytester) -> None:
     # A test case is judged before its sweep's knee exists; the JUnit file written at the
     # end carries the outcome every other output prints.

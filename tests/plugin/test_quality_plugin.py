@@ -15,6 +15,7 @@ ARGS = (
 )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_thirty_items_at_95_percent_are_inconclusive_not_a_pass(
     slo_pytester: pytest.Pytester,
 ) -> None:
@@ -71,6 +72,7 @@ def test_a_quality_objective_rides_in_the_slo_string(slo_pytester: pytest.Pytest
     assert point["judged"]["outcome"] == "pass"
 
 
+@pytest.mark.slow
 def test_a_body_asserts_quality_on_a_share_of_the_traffic(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makepyfile(
         test_q="""
@@ -102,6 +104,7 @@ def test_a_bad_eval_or_objective_is_a_usage_error(slo_pytester: pytest.Pytester)
     result.stderr.fnmatch_lines(["*write accuracy>=0.95*"])
 
 
+@pytest.mark.slow
 def test_an_engine_not_deterministic_at_temperature_0_is_inconclusive(
     slo_pytester: pytest.Pytester, misbehaving
 ) -> None:

@@ -49,6 +49,7 @@ def _edit(path: Path, change: Any) -> None:
     path.write_text(json.dumps(doc))
 
 
+@pytest.mark.slow
 def test_capacity_is_compared_with_the_baselines_capacity(
     slo_pytester: pytest.Pytester, tiny_args, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -97,6 +98,7 @@ def test_capacity_is_compared_with_the_baselines_capacity(
     assert props["llmslo.regressed"] == "true"
 
 
+@pytest.mark.slow
 def test_capacity_test_without_a_search_in_the_baseline_is_not_compared(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:
@@ -112,6 +114,7 @@ def test_capacity_test_without_a_search_in_the_baseline_is_not_compared(
     )
 
 
+@pytest.mark.slow
 def test_engine_gpus_pin_a_comparison_the_client_machine_does_not(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:
@@ -160,6 +163,7 @@ def test_engine_gpus_pin_a_comparison_the_client_machine_does_not(
     assert "not compared with baseline base: constants differ: hardware.gpus" in out
 
 
+@pytest.mark.slow
 def test_one_engine_compares_with_a_baseline_of_two(
     slo_pytester: pytest.Pytester, fixed_server: str, slow_fixed_server: str
 ) -> None:
@@ -198,6 +202,7 @@ def test_one_engine_compares_with_a_baseline_of_two(
     assert "not compared" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_an_interrupted_session_keeps_the_baseline(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:
@@ -246,6 +251,7 @@ def _sim_finished(url: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_load_keeps_the_partial_point_and_stops_the_engine(
     slo_pytester: pytest.Pytester,
 ) -> None:

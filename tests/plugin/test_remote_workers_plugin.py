@@ -44,6 +44,9 @@ def _worker(address: str, name: str) -> subprocess.Popen[bytes]:
 def test_a_session_splits_its_levels_over_remote_workers(slo_pytester, tiny_args) -> None:
     address = f"127.0.0.1:{_free_port()}"
     slo_pytester.makepyfile(test_chat=SWEEP)
+    # The workers read the default key file as they start: make it first, as the session
+    # would (alone, this test ran before any other had made it, and the workers quit).
+    session_key()
     workers = [_worker(address, f"w{i}") for i in range(2)]
     try:
         result = slo_pytester.runpytest_subprocess(

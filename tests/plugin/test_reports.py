@@ -95,11 +95,14 @@ def test_interrupt_keeps_partial_results(slo_pytester: pytest.Pytester, tiny_arg
 
 def test_xdist_is_refused_for_an_slo_session(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makepyfile(test_suite=SUITE)
-    result = slo_pytester.runpytest_subprocess("-n", "2", "-m", "slo", "--collect-only")
+    result = slo_pytester.runpytest_subprocess(
+        "-p", "xdist", "-n", "2", "-m", "slo", "--collect-only"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: pytest-llmslo: SLO tests cannot run under pytest-xdist*"])
 
 
+@pytest.mark.slow
 def test_xdist_skips_slo_tests_of_a_mixed_suite(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makepyfile(
         test_mixed="""
@@ -113,7 +116,7 @@ def test_xdist_skips_slo_tests_of_a_mixed_suite(slo_pytester: pytest.Pytester) -
             pass
         """
     )
-    result = slo_pytester.runpytest_subprocess("-n", "2", "-rs")
+    result = slo_pytester.runpytest_subprocess("-p", "xdist", "-n", "2", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*SLO tests cannot run under pytest-xdist*"])
 
@@ -152,6 +155,7 @@ def test_missing_baseline_is_a_usage_error(slo_pytester: pytest.Pytester) -> Non
     result.stderr.fnmatch_lines(["ERROR: --slo-compare: *no baseline named 'nope'*"])
 
 
+@pytest.mark.slow
 def test_junit_system_out_has_the_numbers_whatever_junit_logging(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:

@@ -23,7 +23,7 @@ def test_too_tight(slo_run):
 
 def test_passing_and_violating_slos(slo_pytester: pytest.Pytester, tiny_args) -> None:
     slo_pytester.makepyfile(test_suite=SUITE)
-    result = slo_pytester.runpytest_subprocess(*tiny_args(), "-rA")
+    result = slo_pytester.runpytest_subprocess(*tiny_args("-v"), "-rA")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -32,6 +32,26 @@ def test_passing_and_violating_slos(slo_pytester: pytest.Pytester, tiny_args) ->
             "*itl_p50 < 30 ms*pass*",
         ]
     )
+    # The same run's terminal summary: the sweep table and the knee, within 100 columns.
+    result.stdout.fnmatch_lines(
+        [
+            "*llmslo external c1: 12/12 requests ok*",
+            "*test_chat[[]external-c1] PASSED*",
+            "*= llmslo: SLO sweeps =*",
+            "external | test_suite.py::test_chat | concurrency sweep, 2 levels",
+            "*load*TTFT p50*TTFT p99*ITL p50*",
+            "*c1*pass*",
+            "*c2*pass*",
+            "*knee: c2*",
+        ]
+    )
+    # Our section only: pytest's own short test summary that follows is not cut to the
+    # terminal width where CI is set in the environment.
+    section = result.stdout.str().split("llmslo: SLO sweeps")[1].splitlines()[1:]
+    ours = list(itertools.takewhile(lambda ln: not ln.startswith("="), section))
+    assert len(ours) > 5
+    for line in ours:
+        assert len(line) <= 100, line
 
 
 def test_bare_assert_raises_type_error(slo_pytester: pytest.Pytester, tiny_args) -> None:
@@ -75,6 +95,7 @@ def test_marker_objectives_gate_without_an_assert(slo_pytester: pytest.Pytester,
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_strict_mode_needs_samples(slo_pytester: pytest.Pytester, tiny_args) -> None:
     """12 requests cannot show a P99 bound: the point estimate passes, strict mode fails."""
     slo_pytester.makepyfile(
@@ -92,30 +113,6 @@ def test_strict_mode_needs_samples(slo_pytester: pytest.Pytester, tiny_args) -> 
     result = slo_pytester.runpytest_subprocess(*tiny_args("--slo-strict"))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*SLO failed under strict*", "*ttft_p99 < 500 ms*"])
-
-
-def test_terminal_summary_shows_sweep_and_knee(slo_pytester: pytest.Pytester, tiny_args):
-    slo_pytester.makepyfile(test_suite=SUITE)
-    result = slo_pytester.runpytest_subprocess(*tiny_args("-v"))
-    result.stdout.fnmatch_lines(
-        [
-            "*llmslo external c1: 12/12 requests ok*",
-            "*test_chat[[]external-c1] PASSED*",
-            "*= llmslo: SLO sweeps =*",
-            "external | test_suite.py::test_chat | concurrency sweep, 2 levels",
-            "*load*TTFT p50*TTFT p99*ITL p50*",
-            "*c1*pass*",
-            "*c2*pass*",
-            "*knee: c2*",
-        ]
-    )
-    # Our section only: pytest's own short test summary that follows is not cut to the
-    # terminal width where CI is set in the environment.
-    section = result.stdout.str().split("llmslo: SLO sweeps")[1].splitlines()[1:]
-    ours = list(itertools.takewhile(lambda ln: not ln.startswith("="), section))
-    assert len(ours) > 5
-    for line in ours:
-        assert len(line) <= 100, line
 
 
 def test_slo_load_and_capacity_fixtures(slo_pytester: pytest.Pytester, tiny_args) -> None:
@@ -141,6 +138,7 @@ def test_slo_load_and_capacity_fixtures(slo_pytester: pytest.Pytester, tiny_args
     result.stdout.fnmatch_lines(["*capacity c4 after 3 levels*"])
 
 
+@pytest.mark.slow
 def test_extension_runs_past_the_last_level(slo_pytester: pytest.Pytester, tiny_args) -> None:
     slo_pytester.makepyfile(
         test_ext="""
@@ -223,6 +221,7 @@ def test_sim_engine_pass_and_violation(slo_pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*itl_p50 < 0.5 ms*FAIL*", "sim | test_sim.py::test_chat *"])
 
 
+@pytest.mark.slow
 def test_pareto_across_engines(
     slo_pytester: pytest.Pytester, fixed_server: str, slow_fixed_server: str
 ) -> None:
@@ -269,6 +268,7 @@ def test_chat(slo_run, slo_engine, slo_level):
 """
 
 
+@pytest.mark.slow
 def test_engine_gone_is_an_error_and_results_are_kept(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:
@@ -289,6 +289,7 @@ def test_engine_gone_is_an_error_and_results_are_kept(
     assert [p["level"]["value"] for p in doc["points"]] == [1.0]
 
 
+@pytest.mark.slow
 def test_engine_that_died_is_restarted_for_the_next_test(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:
@@ -304,6 +305,7 @@ def test_engine_that_died_is_restarted_for_the_next_test(
     assert [p["level"]["value"] for p in doc["points"]] == [1.0, 2.0]
 
 
+@pytest.mark.slow
 def test_capacity_search_option(slo_pytester: pytest.Pytester, tiny_args) -> None:
     slo_pytester.makepyfile(
         test_cap="""
@@ -332,6 +334,7 @@ def test_capacity_search_needs_objectives(slo_pytester: pytest.Pytester) -> None
     result.stderr.fnmatch_lines(["ERROR: --slo-capacity: test_cap.py::test_chat has no objec*"])
 
 
+@pytest.mark.slow
 def test_extended_levels_are_judged_by_the_tests_gate(
     slo_pytester: pytest.Pytester, tiny_args
 ) -> None:

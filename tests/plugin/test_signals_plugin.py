@@ -17,6 +17,7 @@ def test_tight(slo_run):
 """
 
 
+@pytest.mark.slow
 def test_a_miss_names_the_signal_that_explains_it(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makepyfile(test_kv=KV_BOUND)
     (slo_pytester.path / "engines.toml").write_text(
@@ -66,6 +67,7 @@ def test_signals_off_and_missing_metrics(slo_pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*SIGNALS None"])
 
 
+@pytest.mark.slow
 def test_a_server_without_metrics_still_runs(slo_pytester: pytest.Pytester) -> None:
     # The known-timing server answers /metrics with 404: the level runs, the report says why.
     import subprocess

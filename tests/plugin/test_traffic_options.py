@@ -30,6 +30,7 @@ def _trace(path: Path, n: int = 6, gap_ms: int = 200) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_trace_speeds_are_the_levels(slo_pytester: pytest.Pytester) -> None:
     trace = _trace(slo_pytester.path / "t.jsonl")
     slo_pytester.makepyfile(test_a=PLAIN)

@@ -42,7 +42,10 @@ def args(url: str, *extra: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("mode", "seen"),
-    [("metrics-endless", "is over 16 MiB"), ("metrics-trickle", "did not end within 1 s")],
+    [
+        ("metrics-endless", "is over 16 MiB"),
+        pytest.param("metrics-trickle", "did not end within 1 s", marks=pytest.mark.slow),
+    ],
 )
 def test_a_metrics_body_that_never_ends_does_not_hold_the_session(
     slo_pytester, misbehaving, mode: str, seen: str
@@ -60,6 +63,7 @@ def test_a_metrics_body_that_never_ends_does_not_hold_the_session(
     assert seen in note and "not scraped again in this level" in note
 
 
+@pytest.mark.slow
 def test_a_metrics_endpoint_that_never_answers_is_bounded_by_the_level(
     slo_pytester, misbehaving
 ) -> None:
@@ -81,6 +85,7 @@ def test_a_metrics_endpoint_that_never_answers_is_bounded_by_the_level(
     assert "no engine signals" in point["summary"]["signals"]["note"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_after_the_load_keeps_and_counts_its_requests(slo_pytester, fixed_server) -> None:
     # Ctrl-C while the level's last scrape runs (after every request was measured).
     slo_pytester.makeconftest(
@@ -135,6 +140,7 @@ def _sim_args(*extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_second_identical_test_on_a_warm_engine_is_warned_of(slo_pytester) -> None:
     # Two tests alike on one engine that stays up: without a reset the second finds its
     # prompts in the engine's prefix cache (the sim's counters say so).
@@ -152,6 +158,7 @@ def test_a_second_identical_test_on_a_warm_engine_is_warned_of(slo_pytester) -> 
     assert any("warm prefix cache" in n for n in second["notes"])
 
 
+@pytest.mark.slow
 def test_a_harness_started_engine_starts_each_level_cold(slo_pytester) -> None:
     slo_pytester.makepyfile(test_two=TWO_ALIKE)
     result = slo_pytester.runpytest_subprocess(

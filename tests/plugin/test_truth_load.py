@@ -36,7 +36,7 @@ MID_STREAM = [
 ]
 
 
-@pytest.mark.parametrize("transport", ["fast", "httpx"])
+@pytest.mark.parametrize("transport", ["fast", pytest.param("httpx", marks=pytest.mark.slow)])
 @pytest.mark.parametrize(("mode", "extra", "error"), MID_STREAM, ids=[m[0] for m in MID_STREAM])
 def test_requests_failing_mid_stream_fail_the_engine_not_the_client(
     slo_pytester, misbehaving, transport: str, mode: str, extra: tuple[str, ...], error: str
@@ -59,6 +59,7 @@ def test_requests_failing_mid_stream_fail_the_engine_not_the_client(
     assert not any(n.startswith("try ") for n in point["notes"]), point["notes"]
 
 
+@pytest.mark.slow
 def test_usage_beyond_the_stream_is_not_credited_and_flags_the_level(
     slo_pytester, misbehaving
 ) -> None:
@@ -132,7 +133,11 @@ client.HttpxTransport.send = _late(client.HttpxTransport.send)
 
 @pytest.mark.parametrize(
     "client",
-    [("fast", "auto"), ("fast", "read"), ("httpx", "auto")],
+    [
+        pytest.param(("fast", "auto"), marks=pytest.mark.slow),
+        ("fast", "read"),
+        pytest.param(("httpx", "auto"), marks=pytest.mark.slow),
+    ],
     ids=["kernel", "read", "httpx"],
 )
 def test_a_client_too_slow_to_keep_the_load_never_passes(

@@ -88,6 +88,7 @@ def _session(pytester: pytest.Pytester, name: str, *extra: str) -> Path:
     return pytester.path / name
 
 
+@pytest.mark.slow
 def test_llmslo_compare_reports_a_quantisation_bump(
     slo_pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -56,6 +56,7 @@ def test_restart(slo_run, slo_engine):
 """
 
 
+@pytest.mark.slow
 def test_a_restart_is_timed_against_the_sims_log(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makefile(".toml", engines=ENGINES)
     slo_pytester.makepyfile(test_restart=RESTART)
@@ -93,6 +94,7 @@ def test_in_time(slo_run):
 """
 
 
+@pytest.mark.slow
 def test_assert_recovery_names_each_bound_with_the_measured_numbers(
     slo_pytester: pytest.Pytester,
 ) -> None:
@@ -166,6 +168,7 @@ def test_steady(slo_run):
 """
 
 
+@pytest.mark.slow
 def test_a_fault_levels_slo_is_judged_over_its_steady_part(slo_pytester: pytest.Pytester) -> None:
     slo_pytester.makefile(".toml", engines=ENGINES)
     slo_pytester.makepyfile(test_steady=STEADY)

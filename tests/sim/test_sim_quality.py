@@ -70,6 +70,7 @@ def _eval_level(url: str, concurrency: int, requests: int = 80) -> Run:
     )
 
 
+@pytest.mark.slow
 def test_accuracy_holds_at_low_load_and_fails_under_kv_pressure(tmp_path: Path) -> None:
     with start_sim(tmp_path, *SIM_ARGS) as sim:
         low = _eval_level(sim.url, 2)
@@ -82,6 +83,7 @@ def test_accuracy_holds_at_low_load_and_fails_under_kv_pressure(tmp_path: Path) 
     assert judge_quality(high, (accuracy >= 0.9,)).outcome == "fail"
 
 
+@pytest.mark.slow
 def test_a_quantisation_penalty_turns_answers_wrong(tmp_path: Path) -> None:
     runs: list[dict[str, Any]] = []
     for penalty in ("0", "0.3"):
@@ -136,6 +138,7 @@ def test_a_users_eval_file_is_sent_and_scored_under_load(tmp_path: Path) -> None
     assert all(s["correct"] is False for s in q["samples"] if s["expected"] == "Paris")
 
 
+@pytest.mark.slow
 def test_ordering_and_schema_items_are_answered_through_the_stream(tmp_path: Path) -> None:
     # The sim says the sorted list and a JSON object valid against the schema; with a
     # penalty of 1 it says a wrong one of each, which the scorers reject.

@@ -102,6 +102,7 @@ extra_args = ["--max-num-seqs", "4"]
 """
 
 
+@pytest.mark.slow
 def test_a_scale_up_through_the_plugin_is_timed_against_the_sims_log(
     slo_pytester: pytest.Pytester,
 ) -> None:

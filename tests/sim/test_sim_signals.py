@@ -31,6 +31,7 @@ def _run(url: str, wl: WorkloadSpec, c: int, requests: int) -> Run:
     return dataclasses.replace(run, meta={**run.meta, "signals": sig.to_dict()})
 
 
+@pytest.mark.slow
 def test_kv_bound(tmp_path: Path) -> None:
     # 320 blocks of 16 tokens: room for about 13 requests of 384 tokens at c=32.
     with start_sim(tmp_path, "--num-gpu-blocks", "320", "--max-model-len", "4096") as sim:
@@ -45,6 +46,7 @@ def test_kv_bound(tmp_path: Path) -> None:
     assert "why: TTFT P99" in v.format()
 
 
+@pytest.mark.slow
 def test_batch_bound_queue(tmp_path: Path) -> None:
     with start_sim(tmp_path, "--max-num-seqs", "4", "--max-model-len", "4096") as sim:
         run = _run(sim.url, WorkloadSpec(isl=128, osl=32, calibrate=False), 16, 48)
@@ -54,6 +56,7 @@ def test_batch_bound_queue(tmp_path: Path) -> None:
     assert v.attribution and "queue-bound" in v.attribution[0], v.attribution
 
 
+@pytest.mark.slow
 def test_prefill_bound_workload(tmp_path: Path) -> None:
     with start_sim(tmp_path, "--max-model-len", "16384") as sim:
         run = _run(sim.url, WorkloadSpec(isl=12000, osl=8, calibrate=False), 1, 8)
@@ -149,7 +152,11 @@ def _gauges(url: str, c: int, duration_s: float) -> dict[str, float]:
 
 @pytest.mark.parametrize(
     ("c", "seqs", "running", "waiting"),
-    [(4, "62", 4.0, 0.0), (48, "62", 48.0, 0.0), (48, "16", 16.0, 32.0)],
+    [
+        (4, "62", 4.0, 0.0),
+        pytest.param(48, "62", 48.0, 0.0, marks=pytest.mark.slow),
+        pytest.param(48, "16", 16.0, 32.0, marks=pytest.mark.slow),
+    ],
     ids=["c4", "c48", "c48-past-saturation"],
 )
 def test_gauges_are_sampled_while_the_load_runs(
