@@ -31,10 +31,6 @@ def _free_port() -> int:
 
 
 def _worker(address: str, name: str) -> subprocess.Popen[bytes]:
-    # A worker reads the session's key when it starts; here it starts before the session
-    # does, so the key the session will find (the default file) is made first, as the
-    # session's first listen would.
-    session_key()
     cmd = [sys.executable, "-m", "pytest_llmslo.cli", "worker", "--connect", address]
     cmd += ["--name", name, "--connect-timeout", "120"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
