@@ -264,6 +264,11 @@ def test_the_common_stream_takes_the_fast_path() -> None:
         b'{"choices":[{"delta":{"content":"\\ud800"}}]}',
         b'{"choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":true}}',
         b'{"choices":[{"delta":{"content":"a"}}]},{"choices":[]}',
+        b'{"choices":[{"delta":{"content":"a"}}]}\r',
+        b'\t {"choices":[{"delta":{"content":"a"}}]}\x0c',
+        b'{"choices":[{"delta":{"content":"\\ud83d\\ude00"}}],"x":"\x7f"}',
+        b'{"choices":[{"delta":{"\\u0063ontent":"a"}}],"choices":[{"delta":{}}]}',
+        b'{"choices":[{"delta":{"content":"a"},"finish_reason":"\\u0073top"}]}',
     ],
 )
 def test_json_the_two_decoders_disagree_on_goes_the_general_way(data: bytes) -> None:
