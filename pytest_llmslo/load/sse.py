@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..records import FailureKind
-from .ssefast import plain_data, plain_events, read_plain
+from .ssefast import plain_body, plain_data, plain_events, read_plain
 
 _DONE = b"[DONE]"
 _MAX_ERROR_CHARS = 500
@@ -449,6 +449,11 @@ def decode_stream(
     c = _Chunks()
     c.kind, c.error = kind, error
     _read_chunks(c, datas, data_ns, fast)
+    return _result(c, done)
+
+
+def _result(c: _Chunks, done: bool) -> StreamResult:
+    """The record fields of the chunks read into ``c``, ``done`` when ``[DONE]`` came."""
     chunk_tokens, exact = _chunk_token_counts(c.chunk_ids, c.chunk_cum, c.cum_before)
     kind, error, finish = c.kind, c.error, c.finish
     if kind is None and not done and finish is None:
@@ -488,6 +493,10 @@ def parse_body(times: Sequence[int], pieces: Sequence[bytes], *, fast: bool = Tr
             error=f"gzip-compressed body ({size} bytes) although the request asked for "
             "Accept-Encoding: identity: a compressed stream's chunks cannot be timed",
         )
+    if fast and (plain := plain_body(times, pieces)) is not None:
+        c = _Chunks()
+        _read_chunks(c, *plain[:2], fast=True)
+        return _result(c, plain[2])
     ev_times, events, rest = split_events(times, pieces, fast=fast)
     if rest.strip():
         ev_times.append(times[-1])

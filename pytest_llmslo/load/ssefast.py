@@ -87,6 +87,34 @@ def plain_data(
     return datas[:end], list(ev_times[:end]), True
 
 
+def plain_body(
+    times: Sequence[int], pieces: Sequence[bytes]
+) -> tuple[list[bytes], list[int], bool] | None:
+    """``plain_data(*plain_events(...))`` of a whole body in one pass: a body of
+    ``data: `` lines each followed by one blank line, no ``\\r``, nothing after the last
+    blank line (what ``parse_body`` sees from almost every server)."""
+    if len(times) != len(pieces):
+        return None
+    body = b"".join(pieces)
+    if body[:6] != _DATA or body[-2:] != b"\n\n" or b"\r" in body:
+        return None
+    n = body.count(_SEP) + 1
+    if body.count(b"\n") != 2 * n:  # a newline elsewhere: another line, a blank-line run
+        return None
+    datas = body[6:-2].split(_SEP)
+    ends = list(map(add, accumulate(map(len, datas)), range(8, 8 * n + 8, 8)))
+    piece_ends = list(accumulate(map(len, pieces)))
+    if ends == piece_ends[:n]:
+        data_ns = list(times[:n])  # one event per piece: the usual read
+    else:
+        data_ns = [times[bisect_right(piece_ends, e - 1)] for e in ends]
+    try:
+        end = datas.index(_DONE)
+    except ValueError:
+        return datas, data_ns, False
+    return datas[:end], data_ns[:end], True
+
+
 class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None

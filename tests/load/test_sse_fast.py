@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from pytest_llmslo.load.client import RawExchange, build_record
 from pytest_llmslo.load.sse import decode_stream, parse_body, split_events
-from pytest_llmslo.load.ssefast import plain_data, plain_events, read_plain
+from pytest_llmslo.load.ssefast import plain_body, plain_data, plain_events, read_plain
 
 _TEXTS = ["tok ", "", "h\u00e9llo", "\u4f60\u597d", 'q"uote\\', "\n", "\U0001f600", "a" * 40]
 _ODD = [None, 0, 1, True, 2.5, "", "x", [], [1], {}, {"a": 1}, 10**30]
@@ -242,6 +242,7 @@ def test_the_common_stream_takes_the_fast_path() -> None:
     assert split == (times, events, b"")
     data = plain_data(times, events)
     assert data is not None and data[2] is True
+    assert plain_body(times, pieces) == data
     plain = read_plain(data[0], data[1])
     assert plain is not None and plain.chunk_ns == [11, 12, 13, 14, 15]
     result = parse_body(times, pieces)
