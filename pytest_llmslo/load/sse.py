@@ -32,6 +32,11 @@ events into the fields of a ``RequestRecord``:
   decompressed (up to the error budget) and read as any other, a 2xx stream is
   ``malformed`` with "gzip-compressed body (N bytes)": its chunks cannot be timed.
   Other bytes that are not text are "binary body (N bytes)".
+
+The common shape (``data:`` lines, ``\\n`` line ends, chunks carrying text, a finish
+reason and usage) is decoded by ``ssefast.py`` in a few C-level calls and one typed JSON
+decode, with the same result; anything else comes back here. ``fast=False`` runs this
+general path alone: the reference ``tests/load/test_sse_fast.py`` holds the fast one to.
 """
 
 from __future__ import annotations
@@ -495,8 +500,9 @@ def parse_body(times: Sequence[int], pieces: Sequence[bytes], *, fast: bool = Tr
         )
     if fast and (plain := plain_body(times, pieces)) is not None:
         c = _Chunks()
-        _read_chunks(c, *plain[:2], fast=True)
-        return _result(c, plain[2])
+        datas, data_ns, done = plain
+        _read_chunks(c, datas, data_ns, fast=True)
+        return _result(c, done)
     ev_times, events, rest = split_events(times, pieces, fast=fast)
     if rest.strip():
         ev_times.append(times[-1])
