@@ -32,6 +32,11 @@ events into the fields of a ``RequestRecord``:
   decompressed (up to the error budget) and read as any other, a 2xx stream is
   ``malformed`` with "gzip-compressed body (N bytes)": its chunks cannot be timed.
   Other bytes that are not text are "binary body (N bytes)".
+
+The common shape (``data:`` lines, ``\\n`` line ends, chunks carrying text, a finish
+reason and usage) is decoded by ``ssefast.py`` in a few C-level calls and one typed JSON
+decode, with the same result; anything else comes back here. ``fast=False`` runs this
+general path alone: the reference ``tests/load/test_sse_fast.py`` holds the fast one to.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..records import FailureKind
+from .ssefast import plain_body, plain_data, plain_events, read_plain
 
 _DONE = b"[DONE]"
 _MAX_ERROR_CHARS = 500
@@ -68,7 +74,7 @@ class StreamResult:
 
 
 def split_events(
-    times: Sequence[int], pieces: Sequence[bytes]
+    times: Sequence[int], pieces: Sequence[bytes], *, fast: bool = True
 ) -> tuple[list[int], list[bytes], bytes]:
     """Cut body pieces into SSE events. Returns (event times, event bytes, leftover).
 
@@ -80,7 +86,12 @@ def split_events(
     10 MB line in thousands of reads costs one pass, not one pass per read. A ``\\r`` that
     ends a piece may be the first half of a ``\\r\\n`` split across reads: it is held back
     and joined to the next piece.
+
+    ``fast``: a body without ``\\r`` is split in one pass (``ssefast.plain_events``, the same
+    result); False runs this general path only.
     """
+    if fast and (plain := plain_events(times, pieces)) is not None:
+        return plain
     ev_times: list[int] = []
     events: list[bytes] = []
     buf = bytearray()
@@ -266,10 +277,12 @@ def _chunk_token_counts(
 
 
 def _data_events(
-    ev_times: Sequence[int], events: Sequence[bytes]
+    ev_times: Sequence[int], events: Sequence[bytes], fast: bool
 ) -> tuple[list[bytes], list[int], bool, FailureKind | None, str | None]:
     """The data of the events, with their times, up to ``[DONE]`` (then ``done``) or an
     error event or a line that is not SSE (then a failure kind and its message)."""
+    if fast and (plain := plain_data(ev_times, events)) is not None:
+        return plain[0], plain[1], plain[2], None, None
     datas: list[bytes] = []
     data_ns: list[int] = []
     for ts, ev in zip(ev_times, events, strict=True):
@@ -416,15 +429,36 @@ class _Chunks:
         self.error = self.error or error
 
 
-def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamResult:
-    """Turn a response's SSE events into record fields (see the module docstring)."""
-    datas, data_ns, done, kind, error = _data_events(ev_times, events)
-    objs, not_json = _json_chunks(datas)
+def _read_chunks(c: _Chunks, datas: list[bytes], data_ns: list[int], fast: bool) -> None:
+    """Decode and read the chunks into ``c``: the common shape in one typed decode
+    (``ssefast.read_plain``), anything else (or ``fast`` False) chunk by chunk."""
+    plain = read_plain(datas, data_ns) if fast else None
+    if plain is None:
+        objs, not_json = _json_chunks(datas)
+        if not_json is not None:
+            c.fail("malformed", not_json)
+        c.read(data_ns, objs)
+        return
+    c.chunk_ns, c.chunk_cum, c.cum_before = plain.chunk_ns, plain.chunk_cum, plain.cum_before
+    c.chunk_ids = [None] * len(plain.chunk_ns)
+    c.first_content, c.finish = plain.first_content, plain.finish
+    c.prompt_tokens, c.completion_tokens = plain.prompt_tokens, plain.completion_tokens
+
+
+def decode_stream(
+    ev_times: Sequence[int], events: Sequence[bytes], *, fast: bool = True
+) -> StreamResult:
+    """Turn a response's SSE events into record fields (see the module docstring).
+    ``fast`` False: the general path only, the reference the fast one is tested against."""
+    datas, data_ns, done, kind, error = _data_events(ev_times, events, fast)
     c = _Chunks()
     c.kind, c.error = kind, error
-    if not_json is not None:
-        c.fail("malformed", not_json)
-    c.read(data_ns, objs)
+    _read_chunks(c, datas, data_ns, fast)
+    return _result(c, done)
+
+
+def _result(c: _Chunks, done: bool) -> StreamResult:
+    """The record fields of the chunks read into ``c``, ``done`` when ``[DONE]`` came."""
     chunk_tokens, exact = _chunk_token_counts(c.chunk_ids, c.chunk_cum, c.cum_before)
     kind, error, finish = c.kind, c.error, c.finish
     if kind is None and not done and finish is None:
@@ -453,9 +487,10 @@ def decode_stream(ev_times: Sequence[int], events: Sequence[bytes]) -> StreamRes
     )
 
 
-def parse_body(times: Sequence[int], pieces: Sequence[bytes]) -> StreamResult:
+def parse_body(times: Sequence[int], pieces: Sequence[bytes], *, fast: bool = True) -> StreamResult:
     """Split and decode a complete 2xx streaming body. A final event without its blank
-    line is still read (some servers omit it after ``[DONE]``)."""
+    line is still read (some servers omit it after ``[DONE]``). ``fast`` False: the
+    general path only."""
     if pieces and pieces[0][:2] == _GZIP:
         size = sum(len(p) for p in pieces)
         return StreamResult(
@@ -463,11 +498,16 @@ def parse_body(times: Sequence[int], pieces: Sequence[bytes]) -> StreamResult:
             error=f"gzip-compressed body ({size} bytes) although the request asked for "
             "Accept-Encoding: identity: a compressed stream's chunks cannot be timed",
         )
-    ev_times, events, rest = split_events(times, pieces)
+    if fast and (plain := plain_body(times, pieces)) is not None:
+        c = _Chunks()
+        datas, data_ns, done = plain
+        _read_chunks(c, datas, data_ns, fast=True)
+        return _result(c, done)
+    ev_times, events, rest = split_events(times, pieces, fast=fast)
     if rest.strip():
         ev_times.append(times[-1])
         events.append(rest.rstrip(b"\n"))
-    return decode_stream(ev_times, events)
+    return decode_stream(ev_times, events, fast=fast)
 
 
 def error_excerpt(pieces: Sequence[bytes], status: int | None = None) -> str:
