@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "units",
         "suggest",
         "answered",
+        "cliargs",
     ),
     ("evals", "signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),
@@ -44,7 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # The session core, a package: its modules are in this layer (SESSION orders them).
     ("session",),
     ("runargs",),
-    ("plugin", "cli", "hookspecs"),
+    ("plugin", "cli", "clirun", "clireports", "clicluster", "hookspecs"),
 )
 
 # The session core's modules, lowest first: each imports only those before it.
