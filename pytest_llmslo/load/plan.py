@@ -28,9 +28,9 @@ from .backlog import DEFAULT_BUDGET
 from .client import ClientSettings
 from .job import LoadJob
 from .jobs import JobSpec, shard_of
+from .promptlengths import LengthModel
 from .schedule import arrival_offsets_ns, expected_arrivals, split_concurrency
 from .traces import read_trace
-from .workload import LengthModel
 
 __all__ = ["Bound", "LevelPlan", "Limits", "WorkerPlan", "auto_processes", "plan_level"]
 

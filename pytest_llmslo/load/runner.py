@@ -100,8 +100,8 @@ from .health import HealthThresholds, assess
 from .job import EarlyStop, LoadJob, Phase, Progress
 from .plan import Limits, auto_processes, plan_level
 from .pool import Interrupted, run_inprocess, run_processes
+from .promptlengths import LengthModel
 from .remote_pool import RemoteLevel, run_remote
-from .workload import LengthModel
 
 __all__ = [
     "EarlyStop",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..load.workload import draw_lengths
+from ..load.promptlengths import draw_lengths
 from .profiles import Profile
 from .scheduler import SimRequest
 from .tokens import block_hashes

@@ -139,7 +139,7 @@ def test_a_worker_builds_its_own_indices() -> None:
 
 
 def metrics_lm():  # type: ignore[no-untyped-def]
-    from pytest_llmslo.load.workload import LengthModel
+    from pytest_llmslo.load.promptlengths import LengthModel
 
     return LengthModel()
 
