@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .httpd import HttpConnection, HttpRequest
 
-#: The server's ``EngineLoop`` (``server.py`` imports this module, not the other way).
+#: The server's ``EngineLoop`` (``engineloop.py`` imports this module, not the other way).
 EngineLoop = Any
 
 log = logging.getLogger("pytest_llmslo.sim")
