@@ -29,8 +29,9 @@ from .config import (
     load_engine_configs,
     resolve_engine,
 )
-from .launch import RunningEngine, launch
+from .launch import launch
 from .plan import LaunchPlan
+from .running import RunningEngine
 from .runtimes import RUNTIMES, runtime_of
 
 __all__ = [
