@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pytest_llmslo import session as core
     from pytest_llmslo import settings as S
     from pytest_llmslo.interrupts import Interrupts
-    from pytest_llmslo.report.plan import plan_lines
+    from pytest_llmslo.report.estimate import plan_lines
 
     # SIGINT and SIGTERM are recorded and acted on at safe points from here on, and no
     # signal cuts the writing of what was measured (interrupts.py).

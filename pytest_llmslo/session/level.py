@@ -200,7 +200,7 @@ def measure_level(
     state.level_seconds[idx] = time.monotonic() - started
     if not state.estimated:
         state.estimated = True
-        from pytest_llmslo.report.plan import estimate_basis, estimate_line
+        from pytest_llmslo.report.estimate import estimate_basis, estimate_line
 
         state.estimate_basis = estimate_basis(run, task.warmup, state.level_seconds[idx])
         line = estimate_line(
@@ -215,7 +215,7 @@ def measure_level(
 
 def _where(state: Session, ctx: TestContext) -> Callable[[float], str]:
     """Where the session stands while a level of ``ctx`` runs, given its seconds so far."""
-    from pytest_llmslo.report.plan import where_text
+    from pytest_llmslo.report.estimate import where_text
 
     return lambda elapsed: where_text(state.contexts.values(), ctx, state.estimate_basis, elapsed)
 
