@@ -181,7 +181,7 @@ def test_a_pod_start_adds_the_harness_phases_to_the_clusters(
     from k8s_cluster import Controller, fake_cluster, ready
 
     from pytest_llmslo.engines import load_engine_configs, plan_engine
-    from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
+    from pytest_llmslo.engines.runtimes.k8s import ownership
     from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
 
     port = pick_free_port()
@@ -193,7 +193,7 @@ def test_a_pod_start_adds_the_harness_phases_to_the_clusters(
     try:
         with fake_cluster(tmp_path) as cluster:
             monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-            monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
+            monkeypatch.setattr(ownership, "SESSION_OWNERS", ownership.SessionOwners())
             forget_clients()
             cluster.forward_to(port)
             cfg = load_engine_configs(

@@ -22,7 +22,7 @@ from k8s_cluster import Controller, DynamoOperator, FakeCluster, fake_cluster, r
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine, startup
 from pytest_llmslo.engines.ports import pick_free_port
-from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
+from pytest_llmslo.engines.runtimes.k8s import ownership
 from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
 from pytest_llmslo.engines.runtimes.k8s.role import allowed, role
 from pytest_llmslo.engines.runtimes.kubernetes import KubeEngine
@@ -53,7 +53,7 @@ def cluster(
     with fake_cluster(tmp_path) as c:
         c.forward_to(sim_port)
         monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
-        monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
+        monkeypatch.setattr(ownership, "SESSION_OWNERS", ownership.SessionOwners())
         forget_clients()
         yield c
         forget_clients()

@@ -38,7 +38,7 @@ from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
 from pytest_llmslo.engines.plan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.runtimes import kubernetes as kube_runtime
-from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
+from pytest_llmslo.engines.runtimes.k8s import ownership
 from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
 from pytest_llmslo.engines.runtimes.k8s.manifests import SESSION_ID
 from pytest_llmslo.errors import EngineStartError
@@ -52,7 +52,7 @@ NS = "bench"
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
     with fake_cluster(tmp_path) as c:
         monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
-        monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
+        monkeypatch.setattr(ownership, "SESSION_OWNERS", ownership.SessionOwners())
         forget_clients()
         yield c
         forget_clients()

@@ -38,8 +38,7 @@ from ..base import EngineConfig
 from ..plan import LaunchPlan
 from ..units import ImageUnit
 from .base import Started, StartedUnit
-from .k8s import dgd, dgd_versions, failures, phases
-from .k8s import session as k8s_session
+from .k8s import dgd, dgd_versions, failures, ownership, phases
 from .k8s.apply import apply, delete, get, merge_patch, reason_of, request
 from .k8s.client import Cluster, cluster, json_of, kubernetes_module
 from .k8s.forward import PortForwarder
@@ -415,7 +414,7 @@ class KubeEngine:
                     with contextlib.suppress(Exception):
                         delete(self.where, obj)
         finally:
-            k8s_session.SESSIONS.release(self.where, keep=self.settings.keep_engines)
+            ownership.SESSION_OWNERS.release(self.where, keep=self.settings.keep_engines)
             lifecycle.unregister(self._token)
 
 
@@ -429,7 +428,7 @@ def start_engine_objects(plan: LaunchPlan) -> KubeEngine:
     names = _next_names(plan.config)
     layout = layout_of(plan, settings, names, where.namespace)
     try:
-        session_cm = k8s_session.SESSIONS.acquire(where, settings.reap_after_s)
+        session_cm = ownership.SESSION_OWNERS.acquire(where, settings.reap_after_s)
     except Exception as exc:
         raise EngineStartError(
             f"{plan.config.display_name}: cannot create the session's ConfigMap in namespace "
@@ -518,7 +517,7 @@ class KubernetesRuntime:
 
     def reap(self) -> list[str]:
         """Nothing without a cluster to look in: ``kubernetes.reap_after_s`` reaps a
-        namespace before its first engine (``k8s/session.py``)."""
+        namespace before its first engine (``k8s/ownership.py``)."""
         return []
 
     # One runtime serves every engine: a running engine is scaled, and its pods killed or
