@@ -29,7 +29,7 @@ from ..records import RequestRecord
 from ..recordstore import RecordStore
 from .backlog import Backlog
 from .client import RawExchange, Transport
-from .jobs import Job, JobSource
+from .jobsource import Job, JobSource
 from .plan import Bound, WorkerPlan
 from .sse import stream_text
 from .workload import Conversation

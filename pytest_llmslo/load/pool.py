@@ -30,7 +30,7 @@ from ..records import RequestRecord
 from ..recordstore import RecordStore
 from .backlog import Backlog, pin_mmap_threshold
 from .drive import Counter, Driver, WorkerResult
-from .jobs import JobSource
+from .jobsource import JobSource
 from .plan import Limits, WorkerPlan
 from .protocol import (
     PROTOCOL_VERSION,

@@ -23,7 +23,7 @@ from time import perf_counter_ns
 from .backlog import BatchBuilder
 from .client import RawExchange, Transport, new_event_loop
 from .drive import Counter, Driver, WorkerResult
-from .jobs import Job, JobSource
+from .jobsource import Job, JobSource
 from .plan import WorkerPlan
 from .protocol import (
     PROTOCOL_VERSION,

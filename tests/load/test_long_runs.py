@@ -14,7 +14,7 @@ from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load, 
 from pytest_llmslo.load.backlog import Backlog
 from pytest_llmslo.load.client import RawExchange
 from pytest_llmslo.load.health import HealthThresholds, stalled_tokens
-from pytest_llmslo.load.jobs import Job, JobSource, JobSpec
+from pytest_llmslo.load.jobsource import Job, JobSource, JobSpec
 from pytest_llmslo.load.workload import PromptSource, build_prompts
 from pytest_llmslo.records import LoadLevel, RequestRecord
 
