@@ -2,7 +2,7 @@
 
 - ``drop`` and ``delay``: the proxy the harness put in front of the engine for the level
   (``faults.proxy``), whatever the engine;
-- the **sim** (any runtime): ``POST /admin/fault`` (``sim/faults.py``) kills, restarts or
+- the **sim** (any runtime): ``POST /admin/fault`` (``sim/replicafaults.py``) kills, restarts or
   stalls one of its replicas; its own log of them is ``GET /admin/events``;
 - an engine started here as processes or containers: ``kill`` and ``restart`` on the
   runtime (``runtimes/base.Runtime.kill``/``restart``: the process group SIGKILLed and

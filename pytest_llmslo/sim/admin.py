@@ -8,7 +8,7 @@ logs it, with the wall-clock time, on its log (``REPLICA_UP``): the record a tes
 measured scale-up against. A disaggregated sim answers 400.
 
 Faults (``POST /admin/fault``) and the sim's own account of them (``GET /admin/events``)
-are in ``sim/faults.py``.
+are in ``sim/replicafaults.py``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import time
 from time import perf_counter_ns
 from typing import IO
 
-from . import admin, faults
+from . import admin, replicafaults
 from .cluster import Advance
 from .latencies import RequestLatencies
 from .lateness import LatenessStats
@@ -170,7 +170,7 @@ class EngineLoop:
         for req, why in result.failed:
             self._failed(req, why)
         for req, why in result.lost:
-            faults.lose(self, req, why, abrupt=False)
+            replicafaults.lose(self, req, why, abrupt=False)
         trace = self.trace
         stats = self.lateness
         warn = self.lag_warn_s

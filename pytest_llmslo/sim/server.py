@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from . import admin, admintoken, faults
+from . import admin, admintoken, replicafaults
 from .engineloop import EngineLoop, TraceWriter
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .metrics_exposition import metrics_text
@@ -92,8 +92,8 @@ class SimServer:
             "/version": ("GET", self.version),
             "/reset_prefix_cache": ("POST", self.reset_prefix_cache),
             "/admin/replicas": ("POST", functools.partial(admin.replicas, self.engine)),
-            "/admin/fault": ("POST", functools.partial(faults.fault, self.engine)),
-            "/admin/events": ("GET", functools.partial(faults.events, self.engine)),
+            "/admin/fault": ("POST", functools.partial(replicafaults.fault, self.engine)),
+            "/admin/events": ("GET", functools.partial(replicafaults.events, self.engine)),
         }
         route = routes.get(req.path.rstrip("/") or "/")
         if route is None:
