@@ -63,7 +63,7 @@ A point of a level that added capacity in its middle (the ``scale_up`` setting) 
 (``asked_s``, ``done_s``: seconds into the measured window), what was done, the goodput
 before and after (``before_tok_s``, ``after_tok_s``, ``gain``, the per-second
 ``goodput_tok_s``) and when the new capacity showed (``shows_at_s``, ``capacity_s``), or
-``error``/``why`` (``metrics.scaleup``).
+``error``/``why`` (``metrics.timetocapacity``).
 
 A point of a level with faults in it (the ``fault`` setting) has ``faults`` (optional):
 one object per fault with what was asked (``asked``: kind, at, ...), when (``asked_s``,

@@ -13,7 +13,7 @@ A test asks with the ``scale_up`` setting (marker keyword, ``--slo-scale-up``):
 ``"at=50%"``, ``"at=20s,replicas=3,startup_s=2,window=3s,share=90%"``, or a dict of the
 same keys. ``at`` is a point of the level (``levelpoint``); ``replicas`` the total
 wanted (one more by default); ``window`` and ``share`` define when the new capacity
-shows in goodput (``metrics.scaleup``).
+shows in goodput (``metrics.timetocapacity``).
 """
 
 from __future__ import annotations

@@ -344,7 +344,7 @@ def cold_start_properties(
 
 
 def scale_up_properties(record: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """A level's scale-up (``metrics.scaleup``): ``llmslo.scale_up.{at,replicas,asked_s,
+    """A level's scale-up (``metrics.timetocapacity``): ``llmslo.scale_up.{at,replicas,asked_s,
     done_s,before_tok_s,after_tok_s,gain,shows_at_s,capacity_s,window_s,share,error,why}``."""
     if not isinstance(record, Mapping):
         return []

@@ -43,7 +43,7 @@ def with_scale_up(
 ) -> Run:
     """``run`` with ``meta["scale_up"]``: what was asked and done, when (seconds from the
     start of its measured window), and when the new capacity showed in goodput."""
-    from pytest_llmslo.metrics.scaleup import time_to_capacity
+    from pytest_llmslo.metrics.timetocapacity import time_to_capacity
 
     record: dict[str, Any] = {"asked": spec.to_dict()}
     record.update(trigger.outcome(run.start_ns, SCALE_WAIT_S, "scale-up"))
