@@ -40,7 +40,7 @@ from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.runtimes import kubernetes as kube_runtime
 from pytest_llmslo.engines.runtimes.k8s import ownership
 from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
-from pytest_llmslo.engines.runtimes.k8s.manifests import SESSION_ID
+from pytest_llmslo.engines.runtimes.k8s.deployments import SESSION_ID
 from pytest_llmslo.errors import EngineStartError
 from pytest_llmslo.faults import inject, parse_faults
 from pytest_llmslo.sim.admintoken import TOKEN_ENV, session_token

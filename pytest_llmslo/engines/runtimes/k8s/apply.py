@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .client import Cluster, kubernetes_module
-from .manifests import MANAGER
+from .deployments import MANAGER
 
 #: Plurals that are not the lowercase kind plus ``s``.
 _PLURALS: Mapping[str, str] = {

@@ -28,7 +28,7 @@ operator's consts).
 Dynamo's runtime images run as the user ``dynamo`` (uid 1000, group 0,
 ``HOME=/home/dynamo``: ai-dynamo/dynamo ``container/templates/dynamo_runtime.Dockerfile``,
 ``useradd -m -s /bin/bash -g 0 dynamo`` then ``USER dynamo``): the Hugging Face cache is
-mounted at ``manifests.HF_HOME``, under no home, and a PersistentVolumeClaim cache is
+mounted at ``deployments.HF_HOME``, under no home, and a PersistentVolumeClaim cache is
 made writable to that user by the pod's ``fsGroup`` (``OnRootMismatch``: the volume is
 not walked again at each start once its root is right).
 Ready when the DGD's ``Ready`` condition is true, then the frontend's ``/v1/models``
@@ -46,9 +46,9 @@ from ....errors import ConfigError
 from ....redact import is_secret_name
 from ...base import EngineConfig
 from ...plan import LaunchPlan
+from .deployments import HF_HOME, Names, _cache_volume, labels, placement
 from .dgd_versions import V1BETA1, scale_patch, to_v1beta1
 from .layout import Layout, Metrics, selector_text
-from .manifests import HF_HOME, Names, _cache_volume, labels, placement
 from .pod_settings import apply_to_container, apply_to_pod
 from .settings import KubeSettings
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from ....errors import ConfigError
 from ...plan import LaunchPlan
-from .manifests import gpu_count
+from .deployments import gpu_count
 from .settings import KubeSettings, missing_secret
 
 SSH_PORT = 2222

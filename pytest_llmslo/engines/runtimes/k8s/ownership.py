@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .client import Cluster, json_of
-from .manifests import LABEL_SESSION, MANAGED_BY, MANAGER, SESSION_ID, session_object
+from .deployments import LABEL_SESSION, MANAGED_BY, MANAGER, SESSION_ID, session_object
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from ....errors import ConfigError
 from ...base import EngineConfig
 from ...plan import LaunchPlan
 from .client import Cluster, cluster, json_of, kubernetes_module
+from .deployments import GPU_RESOURCE, names_for
 from .dgd_versions import resolved
-from .manifests import GPU_RESOURCE, names_for
 from .objects import layout_of
 from .role import RULES
 from .settings import KubeSettings, settings_of

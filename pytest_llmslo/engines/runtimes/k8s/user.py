@@ -15,8 +15,8 @@ from typing import Any
 
 from ....errors import ConfigError
 from ...plan import LaunchPlan
+from .deployments import labels
 from .layout import Layout, deployment_scale
-from .manifests import labels
 from .settings import KubeSettings
 
 

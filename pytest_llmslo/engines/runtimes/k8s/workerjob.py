@@ -32,7 +32,7 @@ from typing import Any
 
 from .apply import apply, delete
 from .client import Cluster
-from .manifests import LABEL_ROLE, SESSION_ID, dns_label, labels, owner_reference
+from .deployments import LABEL_ROLE, SESSION_ID, dns_label, labels, owner_reference
 from .ownership import SESSION_OWNERS
 
 __all__ = ["WORKER_ROLE", "WorkerJob", "WorkerJobSpec", "key_secret", "worker_job"]
