@@ -11,7 +11,7 @@ from __future__ import annotations
 from .client import ClientSettings, HttpxTransport, RawExchange, build_record, request_body
 from .health import HealthThresholds
 from .job import EarlyStop, LoadJob, Progress
-from .plan import auto_processes
+from .levelplan import auto_processes
 from .promptlengths import LengthModel, fit_length_model
 from .runner import run_load, run_load_sync
 from .schedule import arrival_offsets_ns

@@ -30,7 +30,7 @@ from ..recordstore import RecordStore
 from .backlog import Backlog
 from .client import RawExchange, Transport
 from .jobsource import Job, JobSource
-from .plan import Bound, WorkerPlan
+from .levelplan import Bound, WorkerPlan
 from .sse import stream_text
 from .workload import Conversation
 

@@ -31,7 +31,7 @@ from ..recordstore import RecordStore
 from .backlog import Backlog, pin_mmap_threshold
 from .drive import Counter, Driver, WorkerResult
 from .jobsource import JobSource
-from .plan import Limits, WorkerPlan
+from .levelplan import Limits, WorkerPlan
 from .protocol import (
     PROTOCOL_VERSION,
     Drain,

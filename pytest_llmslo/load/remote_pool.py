@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from ..errors import LoadError
 from .clock import ClockLink, ClockOffset, shift_record, shift_spans
 from .drive import WorkerResult
-from .plan import Limits, WorkerPlan
+from .levelplan import Limits, WorkerPlan
 from .pool import Gone, Interrupted, Pool, Report, Watch, drive_pool
 from .protocol import PROTOCOL_VERSION, Failure, Go, Hello, Message, Stop
 from .remote import Lost, RemoteLink

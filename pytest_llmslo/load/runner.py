@@ -98,7 +98,7 @@ from .drive import WorkerResult
 from .fleet import with_workers
 from .health import HealthThresholds, assess
 from .job import EarlyStop, LoadJob, Phase, Progress
-from .plan import Limits, auto_processes, plan_level
+from .levelplan import Limits, auto_processes, plan_level
 from .pool import Interrupted, run_inprocess, run_processes
 from .promptlengths import LengthModel
 from .remote_pool import RemoteLevel, run_remote

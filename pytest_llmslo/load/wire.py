@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import LlmSloError
 from .columns import DataError
 from .drive import WorkerResult
-from .plan import WorkerPlan
+from .levelplan import WorkerPlan
 from .protocol import (
     Drain,
     Failure,

@@ -24,7 +24,7 @@ from .backlog import BatchBuilder
 from .client import RawExchange, Transport, new_event_loop
 from .drive import Counter, Driver, WorkerResult
 from .jobsource import Job, JobSource
-from .plan import WorkerPlan
+from .levelplan import WorkerPlan
 from .protocol import (
     PROTOCOL_VERSION,
     Failure,

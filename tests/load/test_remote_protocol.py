@@ -22,7 +22,7 @@ from pytest_llmslo.load.fleet import with_workers
 from pytest_llmslo.load.handshake import MAGIC_SESSION, MAGIC_WORKER, join_session
 from pytest_llmslo.load.health import HealthThresholds
 from pytest_llmslo.load.jobsource import JobSource
-from pytest_llmslo.load.plan import plan_level
+from pytest_llmslo.load.levelplan import plan_level
 from pytest_llmslo.load.promptlengths import LengthModel
 from pytest_llmslo.load.protocol import PROTOCOL_VERSION
 from pytest_llmslo.load.remote import WorkerHub, parse_address
