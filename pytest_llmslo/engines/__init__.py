@@ -30,7 +30,7 @@ from .config import (
     resolve_engine,
 )
 from .launch import launch
-from .plan import LaunchPlan
+from .launchplan import LaunchPlan
 from .running import RunningEngine
 from .runtimes import RUNTIMES, runtime_of
 

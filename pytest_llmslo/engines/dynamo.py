@@ -60,7 +60,7 @@ from .dynamoargs import (
     worker_argv,
     worker_defaults,
 )
-from .plan import LaunchPlan
+from .launchplan import LaunchPlan
 from .ports import pick_free_port, port_is_free, probe_host
 from .readiness import all_of, health_body_healthy, models_listed
 from .tempdirs import remove_dirs

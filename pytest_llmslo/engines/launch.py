@@ -25,7 +25,7 @@ from ..redact import redact, redact_url, remember, secret_values
 from . import coldstart, startup
 from .base import EngineConfig
 from .firsttoken import FirstTokenError, first_token
-from .plan import LaunchPlan
+from .launchplan import LaunchPlan
 from .ports import probe_host
 from .readiness import models_listed
 from .running import RunningEngine, exit_text, log_tails, probe_client, stop_units

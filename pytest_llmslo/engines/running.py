@@ -25,7 +25,7 @@ from ..tls import make_ssl_context
 from . import coldstart
 from .base import EngineConfig
 from .cache_reset import RESET_TIMEOUT_S, reset_cache
-from .plan import LaunchPlan
+from .launchplan import LaunchPlan
 from .ports import probe_host
 from .runtimes import Runtime, StartedUnit, runtime_of
 from .tempdirs import remove_dirs

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from pytest_llmslo.engines import EngineConfig, local
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.readiness import http_ok, version_from_json
 from pytest_llmslo.engines.units import ImageUnit
 

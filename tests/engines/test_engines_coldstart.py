@@ -13,7 +13,7 @@ import pytest
 from pytest_llmslo.engines import EngineConfig, start_engine, startup
 from pytest_llmslo.engines.coldstart import PHASES, ColdStart, StartClock, unit_marks
 from pytest_llmslo.engines.launch import launch
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port, port_is_free
 from pytest_llmslo.engines.readiness import models_listed
 from pytest_llmslo.engines.units import ProcessUnit

@@ -35,7 +35,7 @@ from k8s_cluster import (
 )
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.runtimes import kubernetes as kube_runtime
 from pytest_llmslo.engines.runtimes.k8s import ownership

@@ -20,7 +20,7 @@ import pytest
 from pytest_llmslo.engines import lifecycle
 from pytest_llmslo.engines.base import EngineConfig
 from pytest_llmslo.engines.launch import launch
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port, port_is_free
 from pytest_llmslo.engines.readiness import http_ok, version_from_json
 from pytest_llmslo.engines.running import EngineTeardownWarning, RunningEngine

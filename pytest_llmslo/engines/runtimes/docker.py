@@ -29,7 +29,7 @@ from ...redact import redact_argv, redact_env, redact_text, secret_values
 from .. import lifecycle
 from .._common import host_gpu_reason, image_tag
 from ..base import EngineConfig
-from ..plan import LaunchPlan
+from ..launchplan import LaunchPlan
 from ..units import ImageUnit
 from .base import HostNetwork, Started, StartedUnit
 

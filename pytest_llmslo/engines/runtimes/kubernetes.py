@@ -35,7 +35,7 @@ from ...redact import redact_text, secret_values
 from .. import lifecycle
 from .._common import image_tag
 from ..base import EngineConfig
-from ..plan import LaunchPlan
+from ..launchplan import LaunchPlan
 from ..units import ImageUnit
 from .base import Started, StartedUnit
 from .k8s import dgd, dgd_versions, failures, ownership, phases

@@ -26,7 +26,7 @@ from ...errors import EngineStartError
 from ...redact import redact_text, secret_values
 from .. import lifecycle
 from .._common import require_gpu, require_module
-from ..plan import LaunchPlan
+from ..launchplan import LaunchPlan
 from ..units import ProcessUnit
 from .base import HostNetwork, Started, StartedUnit
 

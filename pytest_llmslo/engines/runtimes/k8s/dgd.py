@@ -45,7 +45,7 @@ from typing import Any
 from ....errors import ConfigError
 from ....redact import is_secret_name
 from ...base import EngineConfig
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
 from .deployments import HF_HOME, Names, _cache_volume, labels, placement
 from .dgd_versions import V1BETA1, scale_patch, to_v1beta1
 from .layout import Layout, Metrics, selector_text

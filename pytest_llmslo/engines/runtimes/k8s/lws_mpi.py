@@ -36,7 +36,7 @@ import shlex
 from typing import Any
 
 from ....errors import ConfigError
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
 from .deployments import gpu_count
 from .settings import KubeSettings, missing_secret
 

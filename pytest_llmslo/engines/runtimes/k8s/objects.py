@@ -5,7 +5,7 @@ Deployment and a Service (``deployments``)."""
 
 from __future__ import annotations
 
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
 from .deployments import Names, engine_objects, selector_of
 from .dgd import dgd_layout
 from .layout import Layout, deployment_scale

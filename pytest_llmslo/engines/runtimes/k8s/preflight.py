@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from ....errors import ConfigError
 from ...base import EngineConfig
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
 from .client import Cluster, cluster, json_of, kubernetes_module
 from .deployments import GPU_RESOURCE, names_for
 from .dgd_versions import resolved

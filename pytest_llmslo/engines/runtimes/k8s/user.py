@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ....errors import ConfigError
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
 from .deployments import labels
 from .layout import Layout, deployment_scale
 from .settings import KubeSettings
