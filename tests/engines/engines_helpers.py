@@ -18,6 +18,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 FAKE_ENGINE = HERE / "fake_engine.py"
 SIM_IMAGE = "pytest-llmslo/sim:local"
+#: The model the sim behind a fake Kubernetes cluster serves (``conftest.sim_port``).
+K8S_SIM_MODEL = "llmslo-sim"
 
 
 def fake_docker_plan(port: int, *extra: str, timeout: float = 60, **env: str) -> LaunchPlan:
