@@ -44,7 +44,7 @@ from pytest_llmslo.judged import (
     level_outcome,
     weight_notes,
 )
-from pytest_llmslo.report.coldstart import cold_start_table
+from pytest_llmslo.report.coldstarttext import cold_start_table
 from pytest_llmslo.report.faulttext import fault_lines
 from pytest_llmslo.report.mdcompare import render_comparison
 from pytest_llmslo.report.mdtable import escape_cell, table

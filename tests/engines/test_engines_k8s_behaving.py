@@ -31,7 +31,7 @@ from k8s_cluster import Controller, FakeCluster
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
 from pytest_llmslo.engines.readiness import all_of, http_ok, models_listed
-from pytest_llmslo.engines.runtimes.k8s.failures import pod_failure
+from pytest_llmslo.engines.runtimes.k8s.podfailures import pod_failure
 from pytest_llmslo.engines.runtimes.k8s.role import role
 from pytest_llmslo.engines.runtimes.kubernetes import KubeEngine
 from pytest_llmslo.errors import EngineStartError
