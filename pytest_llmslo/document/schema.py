@@ -70,7 +70,7 @@ one object per fault with what was asked (``asked``: kind, at, ...), when (``ask
 ``done_s``: seconds into the measured window; ``asked_unix``), what was done (``done``)
 or ``error``, and what it cost: ``failed``, ``before_tok_s``, ``goodput_min_tok_s``,
 ``goodput_dip``, ``before_attainment``, ``attainment_min``, ``recovered_at_s``,
-``recovery_s`` (null with ``why``), ``window_s``, ``share`` (``faults.recovery``); and
+``recovery_s`` (null with ``why``), ``window_s``, ``share`` (``faults.faultcost``); and
 ``series`` (optional): the level's per-second series (``seconds``, ``in_flight``,
 ``completed``, ``errors``, ``output_tok_s``, ``goodput_tok_s``, ``attainment``,
 ``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``, ``itl_p99_ms``: lists of one value per

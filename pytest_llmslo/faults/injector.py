@@ -28,8 +28,8 @@ from pytest_llmslo.engines.runtimes.base import PodFaults, UnitFaults
 from pytest_llmslo.errors import ConfigError
 
 from ..sim.admintoken import admin_headers
+from .faultspec import Fault
 from .proxy import FaultProxy
-from .spec import Fault
 
 __all__ = ["inject", "pick_unit"]
 

@@ -33,7 +33,7 @@ import msgspec
 import numpy as np
 
 from ..errors import LlmSloError
-from .columns import DataError
+from .arraydata import DataError
 from .drive import WorkerResult
 from .levelplan import WorkerPlan
 from .protocol import (

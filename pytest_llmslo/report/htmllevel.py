@@ -7,7 +7,7 @@ results hold, with the level's per-second series over its measured window
 output tokens/s, completions and errors, requests in flight. A level with faults (the
 ``fault`` setting) lists each with what it cost (``report.faulttext``) and marks on every
 per-second chart when it was done and when the level recovered, with the goodput the
-recovery is judged on (``faults.recovery``) beside the output tokens/s.
+recovery is judged on (``faults.faultcost``) beside the output tokens/s.
 
 Results written before the samples held each request's times have no per-second series:
 their level shows the values per request in the order sent instead, and says why. A level

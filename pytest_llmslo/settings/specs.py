@@ -30,7 +30,7 @@ from pytest_llmslo.engines.scaling import parse_scale_up
 from pytest_llmslo.engines.sim import DEFAULT_PROFILE as SIM_DEFAULT_PROFILE
 from pytest_llmslo.evals import parse_eval
 from pytest_llmslo.evals.custom import parse_scorer_ref
-from pytest_llmslo.faults.spec import parse_faults
+from pytest_llmslo.faults.faultspec import parse_faults
 from pytest_llmslo.slo.quality import parse_quality
 
 from .levelspecs import ARRIVALS, LEVEL_SPECS, MAX_EXTEND_LEVELS, WORKLOADS

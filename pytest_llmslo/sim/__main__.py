@@ -23,9 +23,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .answerer import quality_from_mapping
 from .cluster import LINKS, topology_from_mapping
 from .profiles import DEFAULT_PROFILE, GPUS, PROFILES, Profile, get_profile, profile_from_mapping
-from .quality import quality_from_mapping
 from .server import SimServer
 from .speednoise import SimNoise
 

@@ -57,9 +57,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from .answerer import QualityModel, quality_from_mapping
 from .cluster import Cluster, Pool, Topology, topology_from_mapping
 from .costmodel import CostModel, Gpu, ModelSpec
-from .quality import QualityModel, quality_from_mapping
 from .scheduler import SchedulerConfig
 from .speednoise import NoisyCostModel, SimNoise
 
@@ -238,7 +238,7 @@ class Profile:
     topology: Topology = field(default_factory=Topology)
     #: Run-to-run noise (``speednoise.py``): none unless asked for.
     noise: SimNoise = field(default_factory=SimNoise)
-    #: How its "model" answers eval items (``quality.py``).
+    #: How its "model" answers eval items (``answerer.py``).
     quality: QualityModel = field(default_factory=QualityModel)
 
     def __post_init__(self) -> None:

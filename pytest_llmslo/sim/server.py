@@ -21,11 +21,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from . import admin, admintoken, replicafaults
+from .answerer import Answer, Answerer
 from .engineloop import EngineLoop, TraceWriter
 from .httpd import HttpConnection, HttpRequest, HttpServer
 from .metrics_exposition import metrics_text
 from .profiles import Profile
-from .quality import Answer, Answerer
 from .requestbody import ApiError, CompletionRequest, read_completion
 from .scheduler import SimRequest
 from .stream import Stream, StreamShape

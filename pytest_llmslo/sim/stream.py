@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
+from .answerer import Answer, Answerer
 from .httpd import HttpConnection
-from .quality import Answer, Answerer
 from .requestbody import ApiError
 from .scheduler import SimRequest
 from .tokens import output_piece, output_piece_json
@@ -49,7 +49,7 @@ class Stream:
         answer: tuple[Answerer, Answer] | None = None,
     ) -> None:
         self.conn = conn
-        #: An eval item's answer, said as the first output token (``quality.py``).
+        #: An eval item's answer, said as the first output token (``answerer.py``).
         self.answer = answer
         self.req = req
         self.chat = chat = shape.chat

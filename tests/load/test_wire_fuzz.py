@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec
+from pytest_llmslo.load.arraydata import DataError
 from pytest_llmslo.load.backlog import BatchBuilder
 from pytest_llmslo.load.client import RawExchange
-from pytest_llmslo.load.columns import DataError
 from pytest_llmslo.load.drive import WorkerResult
 from pytest_llmslo.load.levelplan import Limits, plan_level
 from pytest_llmslo.load.promptlengths import LengthModel
