@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "choices",
         "arrivals",
         "levelpoint",
-        "units",
+        "quantities",
         "suggest",
         "answered",
         "cliargs",

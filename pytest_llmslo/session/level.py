@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pytest_llmslo.load.remote import WorkerHub
     from pytest_llmslo.metrics import RunSummary
     from pytest_llmslo.records import ClientHealth
-    from pytest_llmslo.signals.level import LevelSignals
+    from pytest_llmslo.signals.levelsignals import LevelSignals
     from pytest_llmslo.signals.scraper import Scraper
     from pytest_llmslo.slo import Objective
 
@@ -83,7 +83,7 @@ class RunMeta:
     @classmethod
     def from_dict(cls, meta: Mapping[str, Any]) -> RunMeta:
         """The harness's keys of a run's meta (those it lacks at their defaults)."""
-        from pytest_llmslo.signals.level import LevelSignals
+        from pytest_llmslo.signals.levelsignals import LevelSignals
 
         cache = meta.get("cache")
         signals = meta.get("signals")

@@ -85,7 +85,7 @@ def cluster(
     from k8s_cluster import fake_cluster
 
     from pytest_llmslo.engines.runtimes.k8s import ownership
-    from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
 
     with fake_cluster(tmp_path) as c:
         c.forward_to(sim_port)

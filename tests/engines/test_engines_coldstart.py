@@ -182,7 +182,7 @@ def test_a_pod_start_adds_the_harness_phases_to_the_clusters(
 
     from pytest_llmslo.engines import load_engine_configs, plan_engine
     from pytest_llmslo.engines.runtimes.k8s import ownership
-    from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
 
     port = pick_free_port()
     sim = subprocess.Popen(

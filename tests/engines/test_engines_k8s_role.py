@@ -26,7 +26,7 @@ def every_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[A
     from k8s_cluster import fake_cluster
 
     from pytest_llmslo.engines.runtimes.k8s import ownership
-    from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
 
     with fake_cluster(tmp_path) as cluster:
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))

@@ -39,8 +39,8 @@ from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.runtimes import kubernetes as kube_runtime
 from pytest_llmslo.engines.runtimes.k8s import ownership
-from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
 from pytest_llmslo.engines.runtimes.k8s.deployments import SESSION_ID
+from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
 from pytest_llmslo.errors import EngineStartError
 from pytest_llmslo.faults import inject, parse_faults
 from pytest_llmslo.sim.admintoken import TOKEN_ENV, session_token
@@ -270,7 +270,7 @@ def test_a_harness_ended_by_a_signal_deletes_what_it_applied(
 
 def test_an_object_that_exists_is_applied_server_side(cluster: FakeCluster) -> None:
     from pytest_llmslo.engines.runtimes.k8s.apply import apply, get
-    from pytest_llmslo.engines.runtimes.k8s.client import cluster as connect
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import cluster as connect
     from pytest_llmslo.engines.runtimes.k8s.settings import KubeSettings
 
     where = connect(KubeSettings())

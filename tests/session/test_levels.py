@@ -40,7 +40,7 @@ def test_a_level_is_measured_and_recorded_as_a_point(harness: Any) -> None:
 
 
 def test_run_meta_is_json_in_the_runs_meta() -> None:
-    from pytest_llmslo.signals.level import LevelSignals
+    from pytest_llmslo.signals.levelsignals import LevelSignals
 
     meta = RunMeta(
         "sim",

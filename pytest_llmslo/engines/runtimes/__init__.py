@@ -7,7 +7,7 @@
 
 A new runtime is one module here implementing ``base.Runtime`` and one entry in
 :data:`RUNTIMES`; no engine kind changes, since kinds describe their units in both forms
-(``units.py``) and never ask which runtime runs them.
+(``quantities.py``) and never ask which runtime runs them.
 """
 
 from __future__ import annotations

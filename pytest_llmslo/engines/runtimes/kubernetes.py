@@ -40,9 +40,9 @@ from ..units import ImageUnit
 from .base import Started, StartedUnit
 from .k8s import dgd, dgd_versions, ownership, phases, podfailures
 from .k8s.apply import apply, delete, get, merge_patch, reason_of, request
-from .k8s.client import Cluster, cluster, json_of, kubernetes_module
 from .k8s.deployments import Names, names_for, owner_reference, service_url
 from .k8s.forward import PortForwarder
+from .k8s.kubeclient import Cluster, cluster, json_of, kubernetes_module
 from .k8s.layout import Layout, selector_text
 from .k8s.objects import layout_of
 from .k8s.settings import KubeSettings, settings_of

@@ -10,8 +10,8 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from .client import Cluster, json_of
 from .deployments import LABEL_SESSION, MANAGED_BY, MANAGER, SESSION_ID, session_object
+from .kubeclient import Cluster, json_of
 
 log = logging.getLogger(__name__)
 

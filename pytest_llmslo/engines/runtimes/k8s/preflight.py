@@ -28,9 +28,9 @@ from typing import Any, TextIO
 from ....errors import ConfigError
 from ...base import EngineConfig
 from ...launchplan import LaunchPlan
-from .client import Cluster, cluster, json_of, kubernetes_module
 from .deployments import GPU_RESOURCE, names_for
 from .dgd_versions import resolved
+from .kubeclient import Cluster, cluster, json_of, kubernetes_module
 from .objects import layout_of
 from .role import RULES
 from .settings import KubeSettings, settings_of

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .apply import apply, delete
-from .client import Cluster
 from .deployments import LABEL_ROLE, SESSION_ID, dns_label, labels, owner_reference
+from .kubeclient import Cluster
 from .ownership import SESSION_OWNERS
 
 __all__ = ["WORKER_ROLE", "WorkerJob", "WorkerJobSpec", "key_secret", "worker_job"]
