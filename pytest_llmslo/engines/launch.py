@@ -30,7 +30,7 @@ from .ports import probe_host
 from .readiness import models_listed
 from .running import RunningEngine, exit_text, log_tails, probe_client, stop_units
 from .runtimes import Runtime, StartedUnit, runtime_of
-from .runtimes.base import HostNetwork
+from .runtimes.runtime import HostNetwork
 from .tempdirs import remove_dirs
 
 log = logging.getLogger(__name__)

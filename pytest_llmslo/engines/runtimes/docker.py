@@ -31,7 +31,7 @@ from .._common import host_gpu_reason, image_tag
 from ..base import EngineConfig
 from ..launchplan import LaunchPlan
 from ..units import ImageUnit
-from .base import HostNetwork, Started, StartedUnit
+from .runtime import HostNetwork, Started, StartedUnit
 
 LABEL_PREFIX = "io.llmslo"
 LABEL_SESSION = f"{LABEL_PREFIX}.session"

@@ -37,7 +37,6 @@ from .._common import image_tag
 from ..base import EngineConfig
 from ..launchplan import LaunchPlan
 from ..units import ImageUnit
-from .base import Started, StartedUnit
 from .k8s import dgd, dgd_versions, ownership, phases, podfailures
 from .k8s.apply import apply, delete, get, merge_patch, reason_of, request
 from .k8s.deployments import Names, names_for, owner_reference, service_url
@@ -46,6 +45,7 @@ from .k8s.kubeclient import Cluster, cluster, json_of, kubernetes_module
 from .k8s.layout import Layout, selector_text
 from .k8s.objects import layout_of
 from .k8s.settings import KubeSettings, settings_of
+from .runtime import Started, StartedUnit
 
 #: The port an engine listens on in its pod when ``port`` is not set.
 DEFAULT_PORT = 8000

@@ -28,7 +28,7 @@ from .. import lifecycle
 from .._common import require_gpu, require_module
 from ..launchplan import LaunchPlan
 from ..units import ProcessUnit
-from .base import HostNetwork, Started, StartedUnit
+from .runtime import HostNetwork, Started, StartedUnit
 
 _PR_SET_PDEATHSIG = 1
 
