@@ -75,10 +75,10 @@ from ..choices import (
     DISTRIBUTIONS,
     THINK_DISTRIBUTIONS,
     WORKLOAD_KINDS,
+    LengthDistribution,
     ThinkDistribution,
     WorkloadKind,
 )
-from ..choices import LengthDistribution as Distribution
 from ..errors import WorkloadError
 from ..evals import AnswerBook, EvalSource, EvalTask, eval_problem, is_eval_index
 from .datasets import read_conversations, read_jsonl
@@ -104,7 +104,7 @@ class WorkloadSpec:
     osl: int = 256
     isl_stddev: float = 0.0
     osl_stddev: float = 0.0
-    distribution: Distribution = "fixed"
+    distribution: LengthDistribution = "fixed"
     path: str | None = None
     num_prefixes: int = 0
     prefix_len: int = 0
