@@ -5,7 +5,7 @@
         [--itl-rise 0.10 | --slower FACTOR] [--fail TOLERANCES]
 
 Runs ``--runs`` sessions of one configuration (A: the sim with its run-to-run noise on,
-each run another seed, ``pytest_llmslo/sim/noise.py``) and as many of a slower one (B:
+each run another seed, ``pytest_llmslo/sim/speednoise.py``) and as many of a slower one (B:
 every step longer by a factor, same noise), each an ``llmslo run`` with the default
 run length (30 s measured after 20 warm-up requests) unless ``--duration`` says otherwise,
 one closed-loop level.

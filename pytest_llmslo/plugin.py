@@ -305,7 +305,7 @@ def pytest_report_collectionfinish(
     state = config.stash.get(STATE_KEY, None)
     if state is None or not state.contexts:
         return None
-    from pytest_llmslo.report.plan import plan_lines
+    from pytest_llmslo.report.estimate import plan_lines
 
     lines = [*core.tests_overview(state), *plan_lines(state.contexts.values())]
     return [redact(line) for line in lines]

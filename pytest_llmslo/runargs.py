@@ -5,10 +5,10 @@ full with ``--help-all``, the run file (``-f``), and the sources they make."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import Any
 
 from pytest_llmslo import settings as S
+from pytest_llmslo.cliargs import add_width
 
 __all__ = [
     "ENGINE_SPECS",
@@ -40,8 +40,8 @@ NO_ENGINE_NOTE = (
 )
 
 
-def add_run(sub: Any, width: Callable[[str], int]) -> None:
-    """The `run` command; ``width`` parses its --width."""
+def add_run(sub: Any) -> None:
+    """The `run` command."""
     run = sub.add_parser(
         "run",
         help="run an SLO sweep of one or more engines, no test file needed",
@@ -65,9 +65,7 @@ def add_run(sub: Any, width: Callable[[str], int]) -> None:
         default="llmslo-run",
         help="the test name the sweep is recorded under (default: llmslo-run)",
     )
-    run.add_argument(
-        "--width", type=width, default=None, help="table width (default: the terminal's)"
-    )
+    add_width(run, "table width (default: the terminal's)")
     add_settings(run)
 
 

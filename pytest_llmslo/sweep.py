@@ -95,8 +95,8 @@ class SweepPoint:
     (``{"mode", "reset", "how", "why"}``, ``--reset-cache``) and what its hit rate was
     against the share the workload was built to have. ``scale_up``: the capacity added in
     the middle of the level (the ``scale_up`` setting) and how long it took to show in
-    goodput (``metrics.scaleup``). ``faults``: the faults done in the level (the
-    ``fault`` setting), each with what it cost (``faults.recovery``); ``series``: the
+    goodput (``metrics.timetocapacity``). ``faults``: the faults done in the level (the
+    ``fault`` setting), each with what it cost (``faults.faultcost``); ``series``: the
     level's per-second series, kept for a level with faults. ``quality``: the level's eval
     answers (``evals.AnswerBook.to_dict``) and, once judged, the quality ``verdict``."""
 

@@ -31,9 +31,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "choices",
         "arrivals",
         "levelpoint",
-        "units",
+        "quantities",
         "suggest",
         "answered",
+        "cliargs",
     ),
     ("evals", "signals", "metrics", "load", "engines", "sim", "faults"),
     ("slo",),
@@ -47,7 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runargs",),
     ("pluginstate",),
     ("fixtures",),
-    ("plugin", "cli", "hookspecs"),
+    ("plugin", "cli", "clirun", "clireports", "clicluster", "hookspecs"),
 )
 
 # The session core's modules, lowest first: each imports only those before it.

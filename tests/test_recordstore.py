@@ -18,7 +18,7 @@ from pytest_llmslo import metrics, recordfile, recordstore, slo
 from pytest_llmslo.document import compact_samples
 from pytest_llmslo.load.backlog import Backlog, BatchBuilder
 from pytest_llmslo.load.client import RawExchange
-from pytest_llmslo.load.jobs import Job
+from pytest_llmslo.load.jobsource import Job
 from pytest_llmslo.metrics.columns import clear_cache
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
 from pytest_llmslo.recordstore import RecordStore, credits

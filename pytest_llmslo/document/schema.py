@@ -63,14 +63,14 @@ A point of a level that added capacity in its middle (the ``scale_up`` setting) 
 (``asked_s``, ``done_s``: seconds into the measured window), what was done, the goodput
 before and after (``before_tok_s``, ``after_tok_s``, ``gain``, the per-second
 ``goodput_tok_s``) and when the new capacity showed (``shows_at_s``, ``capacity_s``), or
-``error``/``why`` (``metrics.scaleup``).
+``error``/``why`` (``metrics.timetocapacity``).
 
 A point of a level with faults in it (the ``fault`` setting) has ``faults`` (optional):
 one object per fault with what was asked (``asked``: kind, at, ...), when (``asked_s``,
 ``done_s``: seconds into the measured window; ``asked_unix``), what was done (``done``)
 or ``error``, and what it cost: ``failed``, ``before_tok_s``, ``goodput_min_tok_s``,
 ``goodput_dip``, ``before_attainment``, ``attainment_min``, ``recovered_at_s``,
-``recovery_s`` (null with ``why``), ``window_s``, ``share`` (``faults.recovery``); and
+``recovery_s`` (null with ``why``), ``window_s``, ``share`` (``faults.faultcost``); and
 ``series`` (optional): the level's per-second series (``seconds``, ``in_flight``,
 ``completed``, ``errors``, ``output_tok_s``, ``goodput_tok_s``, ``attainment``,
 ``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``, ``itl_p99_ms``: lists of one value per
@@ -126,6 +126,29 @@ def validate_document(doc: Any) -> None:
     """Structural checks of a run document; raises ``DocumentError`` naming the first bad
     field's path. Checks kinds and required keys, not every number's plausibility."""
     _expect(isinstance(doc, Mapping), "", "a run document is a JSON object")
+    _check_schema(doc)
+    harness = _get(doc, "harness", Mapping, "")
+    _get(harness, "name", str, "harness")
+    _get(harness, "version", str, "harness")
+    _get(doc, "complete", bool, "")
+    _get(doc, "constants", Mapping, "")
+    engines = _get(doc, "engines", Mapping, "")
+    for name, entry in engines.items():
+        _check_engine(entry, f"engines.{name}")
+    points = _get(doc, "points", list, "")
+    for i, p in enumerate(points):
+        _check_point(p, f"points[{i}]", engines)
+    for i, s in enumerate(_get(doc, "sweeps", list, "")):
+        _check_sweep(s, f"sweeps[{i}]", len(points))
+    for i, r in enumerate(_get(doc, "results_at_knee", list, "")):
+        _check_knee_result(r, f"results_at_knee[{i}]", len(points))
+    # Documents written before ``reports`` existed have none: it is derived, not required.
+    for i, rep in enumerate(_opt(doc, "reports", list, "") or []):
+        _check_report(rep, f"reports[{i}]")
+
+
+def _check_schema(doc: Mapping[str, Any]) -> None:
+    """The document's schema name and a version this release reads."""
     schema = doc.get("schema")
     _expect(
         schema == SCHEMA,
@@ -147,75 +170,69 @@ def validate_document(doc: Any) -> None:
             "re-run the sweep to produce a current document",
             field="schema_version",
         )
-    harness = _get(doc, "harness", Mapping, "")
-    _get(harness, "name", str, "harness")
-    _get(harness, "version", str, "harness")
-    _get(doc, "complete", bool, "")
-    _get(doc, "constants", Mapping, "")
-    engines = _get(doc, "engines", Mapping, "")
-    for name, entry in engines.items():
-        where = f"engines.{name}"
-        _expect(isinstance(entry, Mapping), where, "expected an object")
-        _opt(entry, "version", str, where)
-        _get(entry, "metadata", Mapping, where)
-        cold = _opt(entry, "cold_start", Mapping, where)
-        if cold is not None:
-            phases = _get(cold, "phases", Mapping, f"{where}.cold_start")
-            for phase in phases:
-                _opt(phases, phase, (int, float), f"{where}.cold_start.phases")
-    points = _get(doc, "points", list, "")
-    for i, p in enumerate(points):
-        _check_point(p, f"points[{i}]", engines)
-    for i, s in enumerate(_get(doc, "sweeps", list, "")):
-        where = f"sweeps[{i}]"
-        _expect(isinstance(s, Mapping), where, "expected an object")
-        _get(s, "engine", str, where)
-        _get(s, "test", str, where)
-        _expect(s.get("mode") in _LOAD_MODES, f"{where}.mode", f"expected one of {_LOAD_MODES}")
-        levels = _get(s, "levels", list, where)
-        for j, lv in enumerate(levels):
-            _expect(isinstance(lv, str), f"{where}.levels[{j}]", "expected a level label")
-        members = _get(s, "points", list, where)
-        for j, idx in enumerate(members):
-            ok = _is(idx, int) and 0 <= idx < len(points)
-            _expect(ok, f"{where}.points[{j}]", f"expected an index into points, got {idx!r}")
-        knee = _get(s, "knee", Mapping, where)
-        kidx = _opt(knee, "index", int, f"{where}.knee")
-        if kidx is not None:
-            _expect(0 <= kidx < len(members), f"{where}.knee.index", "not a position in the sweep")
-        _expect(
-            knee.get("status") in _KNEE_STATUSES,
-            f"{where}.knee.status",
-            f"expected one of {_KNEE_STATUSES}, got {knee.get('status')!r}",
-        )
-        for key in ("level", "saturation_level", "first_failure"):
-            if knee.get(key) is not None:
-                _check_level(knee[key], f"{where}.knee.{key}")
-        capacity = _opt(s, "capacity", Mapping, where)
-        if capacity is not None:
-            _check_capacity(capacity, f"{where}.capacity")
-    for i, r in enumerate(_get(doc, "results_at_knee", list, "")):
-        where = f"results_at_knee[{i}]"
-        _expect(isinstance(r, Mapping), where, "expected an object")
-        _get(r, "engine", str, where)
-        _get(r, "test", str, where)
-        _check_level(r.get("level"), f"{where}.level")
-        idx = _get(r, "point", int, where)
-        _expect(0 <= idx < len(points), f"{where}.point", f"no point {idx} in points")
-        for key in ("goodput_tok_s", "output_tok_s", "ttft_p99_ms"):
-            _opt(r, key, (int, float), where)
-    # Documents written before ``reports`` existed have none: it is derived, not required.
-    for i, rep in enumerate(_opt(doc, "reports", list, "") or []):
-        where = f"reports[{i}]"
-        _expect(isinstance(rep, Mapping), where, "expected an object")
-        _get(_get(rep, "harness", Mapping, where), "version", str, f"{where}.harness")
-        _get(_get(rep, "engine", Mapping, where), "name", str, f"{where}.engine")
-        _get(rep, "test", str, where)
-        for j, level in enumerate(_get(rep, "sweep", list, where)):
-            _expect(isinstance(level, Mapping), f"{where}.sweep[{j}]", "expected an object")
-            for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "output_tok_s"):
-                _opt(level, key, (int, float), f"{where}.sweep[{j}]")
-        _opt(rep, "results_at_knee", Mapping, where)
+
+
+def _check_engine(entry: Any, where: str) -> None:
+    _expect(isinstance(entry, Mapping), where, "expected an object")
+    _opt(entry, "version", str, where)
+    _get(entry, "metadata", Mapping, where)
+    cold = _opt(entry, "cold_start", Mapping, where)
+    if cold is not None:
+        phases = _get(cold, "phases", Mapping, f"{where}.cold_start")
+        for phase in phases:
+            _opt(phases, phase, (int, float), f"{where}.cold_start.phases")
+
+
+def _check_sweep(s: Any, where: str, n_points: int) -> None:
+    _expect(isinstance(s, Mapping), where, "expected an object")
+    _get(s, "engine", str, where)
+    _get(s, "test", str, where)
+    _expect(s.get("mode") in _LOAD_MODES, f"{where}.mode", f"expected one of {_LOAD_MODES}")
+    levels = _get(s, "levels", list, where)
+    for j, lv in enumerate(levels):
+        _expect(isinstance(lv, str), f"{where}.levels[{j}]", "expected a level label")
+    members = _get(s, "points", list, where)
+    for j, idx in enumerate(members):
+        ok = _is(idx, int) and 0 <= idx < n_points
+        _expect(ok, f"{where}.points[{j}]", f"expected an index into points, got {idx!r}")
+    knee = _get(s, "knee", Mapping, where)
+    kidx = _opt(knee, "index", int, f"{where}.knee")
+    if kidx is not None:
+        _expect(0 <= kidx < len(members), f"{where}.knee.index", "not a position in the sweep")
+    _expect(
+        knee.get("status") in _KNEE_STATUSES,
+        f"{where}.knee.status",
+        f"expected one of {_KNEE_STATUSES}, got {knee.get('status')!r}",
+    )
+    for key in ("level", "saturation_level", "first_failure"):
+        if knee.get(key) is not None:
+            _check_level(knee[key], f"{where}.knee.{key}")
+    capacity = _opt(s, "capacity", Mapping, where)
+    if capacity is not None:
+        _check_capacity(capacity, f"{where}.capacity")
+
+
+def _check_knee_result(r: Any, where: str, n_points: int) -> None:
+    _expect(isinstance(r, Mapping), where, "expected an object")
+    _get(r, "engine", str, where)
+    _get(r, "test", str, where)
+    _check_level(r.get("level"), f"{where}.level")
+    idx = _get(r, "point", int, where)
+    _expect(0 <= idx < n_points, f"{where}.point", f"no point {idx} in points")
+    for key in ("goodput_tok_s", "output_tok_s", "ttft_p99_ms"):
+        _opt(r, key, (int, float), where)
+
+
+def _check_report(rep: Any, where: str) -> None:
+    _expect(isinstance(rep, Mapping), where, "expected an object")
+    _get(_get(rep, "harness", Mapping, where), "version", str, f"{where}.harness")
+    _get(_get(rep, "engine", Mapping, where), "name", str, f"{where}.engine")
+    _get(rep, "test", str, where)
+    for j, level in enumerate(_get(rep, "sweep", list, where)):
+        _expect(isinstance(level, Mapping), f"{where}.sweep[{j}]", "expected an object")
+        for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "output_tok_s"):
+            _opt(level, key, (int, float), f"{where}.sweep[{j}]")
+    _opt(rep, "results_at_knee", Mapping, where)
 
 
 def _check_capacity(c: Mapping[str, Any], where: str) -> None:

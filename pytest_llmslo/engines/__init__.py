@@ -8,7 +8,7 @@
 
 Each kind has a spec module (``sim``, ``external``, ``vllm``, ``sglang``, ``trtllm``,
 ``dynamo``) with ``plan(config) -> LaunchPlan``, which describes its units in neutral terms
-(``units.py``: processes and images); ``launch.py`` runs plans in the runtime
+(``quantities.py``: processes and images); ``launch.py`` runs plans in the runtime
 ``config.runtime`` names (``runtimes/``: ``process``, ``docker``, ``kubernetes``). Missing
 docker/GPU/package raises ``EngineUnavailable``; an engine that never becomes ready raises
 ``EngineStartError`` with its log tail.
@@ -29,8 +29,9 @@ from .config import (
     load_engine_configs,
     resolve_engine,
 )
-from .launch import RunningEngine, launch
-from .plan import LaunchPlan
+from .launch import launch
+from .launchplan import LaunchPlan
+from .running import RunningEngine
 from .runtimes import RUNTIMES, runtime_of
 
 __all__ = [

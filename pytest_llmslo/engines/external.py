@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..redact import redact_url, remember, url_password
 from .base import EngineConfig
 from .cache_reset import ANY
-from .plan import LaunchPlan
+from .launchplan import LaunchPlan
 from .readiness import get, model_ids, models_listed, version_from_json
 
 OPTIONS: Mapping[str, str] = {}

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from .base import EngineConfig
 from .cache_reset import ANY
 from .external import first_model
-from .plan import LaunchPlan
+from .launchplan import LaunchPlan
 from .readiness import models_listed
 
 OPTIONS: Mapping[str, str] = {}

@@ -7,13 +7,13 @@
 - **Dynamo** as processes (aggregated): one more worker process, started next to the
   running ones, registering through their discovery directory (``dynamo.extra_worker``);
 - a **Kubernetes** Deployment: the runtime scales it (``scale(replicas)``: the started
-  unit's, else the runtime's; ``runtimes/base.Scalable``).
+  unit's, else the runtime's; ``runtimes/runtime.Scalable``).
 
 A test asks with the ``scale_up`` setting (marker keyword, ``--slo-scale-up``):
 ``"at=50%"``, ``"at=20s,replicas=3,startup_s=2,window=3s,share=90%"``, or a dict of the
 same keys. ``at`` is a point of the level (``levelpoint``); ``replicas`` the total
 wanted (one more by default); ``window`` and ``share`` define when the new capacity
-shows in goodput (``metrics.scaleup``).
+shows in goodput (``metrics.timetocapacity``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..levelpoint import LevelPoint, parse_level_point
-from .runtimes.base import Scalable
+from .runtimes.runtime import Scalable
 
 __all__ = ["ScaleUp", "add_capacity", "parse_scale_up"]
 

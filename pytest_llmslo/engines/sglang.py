@@ -25,7 +25,7 @@ from ._common import (
 )
 from .base import EngineConfig
 from .cache_reset import SGLANG
-from .plan import LaunchPlan
+from .launchplan import LaunchPlan
 from .readiness import all_of, http_ok, models_listed, version_from_json
 from .units import ProcessUnit, PythonModule
 

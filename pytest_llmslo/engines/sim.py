@@ -12,7 +12,7 @@ from ..sim.admintoken import TOKEN_ENV, is_loopback, session_token
 from ._common import image_unit
 from .base import EngineConfig
 from .cache_reset import VLLM
-from .plan import LaunchPlan
+from .launchplan import LaunchPlan
 from .ports import pick_free_port, probe_host
 from .readiness import http_ok, version_from_json
 from .units import ProcessUnit

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_llmslo.document import Results
 
-from .levels import LevelMetric, level_metrics
+from .levelmetrics import LevelMetric, level_metrics
 
 __all__ = ["bencher_metrics", "github_benchmark"]
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_llmslo.cliargs import add_baseline_root, add_history_root
 from pytest_llmslo.document import Results, write_atomic_text
 from pytest_llmslo.errors import ConfigError
 
@@ -27,10 +28,8 @@ def add_export(sub: Any) -> argparse.ArgumentParser:
         "a baseline name, or latest, latest~N or a run id of the run history.",
     )
     ex.add_argument("run", metavar="RUN", help="the run to export")
-    ex.add_argument(
-        "--history", default=None, metavar="DIR", help="the run history (default: .llmslo/runs)"
-    )
-    ex.add_argument("--root", default=None, metavar="DIR", help="where baselines are saved")
+    add_history_root(ex)
+    add_baseline_root(ex)
     ex.add_argument(
         "--github-smaller",
         metavar="PATH",

@@ -29,7 +29,7 @@ from pytest_llmslo.document import Results
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.sweep import SweepPoint
 
-from .levels import LevelMetric, level_metrics
+from .levelmetrics import LevelMetric, level_metrics
 
 __all__ = ["GENAI_HISTOGRAMS", "otlp_body", "push_gateway", "push_otlp", "registry_of"]
 

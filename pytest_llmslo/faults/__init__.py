@@ -10,10 +10,10 @@
   and the fault's impact window (judged by the recovery).
 """
 
+from .faultcost import fault_cost, level_series, objectives_hold
+from .faultspec import FAULT_KINDS, Fault, FaultKind, parse_faults
 from .injector import inject, pick_unit
 from .proxy import FaultProxy
-from .recovery import fault_cost, level_series, objectives_hold
-from .spec import FAULT_KINDS, Fault, FaultKind, parse_faults
 
 __all__ = [
     "FAULT_KINDS",

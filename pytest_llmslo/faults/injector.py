@@ -2,10 +2,10 @@
 
 - ``drop`` and ``delay``: the proxy the harness put in front of the engine for the level
   (``faults.proxy``), whatever the engine;
-- the **sim** (any runtime): ``POST /admin/fault`` (``sim/faults.py``) kills, restarts or
+- the **sim** (any runtime): ``POST /admin/fault`` (``sim/replicafaults.py``) kills, restarts or
   stalls one of its replicas; its own log of them is ``GET /admin/events``;
 - an engine started here as processes or containers: ``kill`` and ``restart`` on the
-  runtime (``runtimes/base.Runtime.kill``/``restart``: the process group SIGKILLed and
+  runtime (``runtimes/runtime.Runtime.kill``/``restart``: the process group SIGKILLed and
   started again, the container killed and started again), on the unit ``replica`` names
   (its role, e.g. ``decode-worker``, or its number in start order; the last by default:
   a Dynamo deployment's worker rather than its frontend); ``stall`` on the runtime too
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_llmslo.engines.runtimes.base import PodFaults, UnitFaults
+from pytest_llmslo.engines.runtimes.runtime import PodFaults, UnitFaults
 from pytest_llmslo.errors import ConfigError
 
 from ..sim.admintoken import admin_headers
+from .faultspec import Fault
 from .proxy import FaultProxy
-from .spec import Fault
 
 __all__ = ["inject", "pick_unit"]
 

@@ -69,7 +69,7 @@ def _window(record: Mapping[str, Any]) -> tuple[float, float | None] | None:
 
 def steady_split(run: Run, faults: Sequence[Any]) -> SteadySplit:
     """Split ``run`` by the impact windows of its ``faults`` (the level's fault records,
-    ``faults.recovery.fault_cost`` with ``asked_s``)."""
+    ``faults.faultcost.fault_cost`` with ``asked_s``)."""
     windows: list[tuple[float, float | None]] = []
     unrecovered: list[str] = []
     for record in faults:

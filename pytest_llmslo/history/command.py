@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_llmslo.catalog import METRIC_SPECS
+from pytest_llmslo.cliargs import add_history_root, positive_int
 from pytest_llmslo.document import DocumentError, Results
 from pytest_llmslo.errors import ConfigError
 
@@ -20,25 +21,6 @@ from .trend import HistoryRun, TrendSeries, format_trends, series_of
 __all__ = ["add_history", "add_trend", "history_lines", "show_path", "trend_lines", "trend_series"]
 
 
-def _add_root(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--history",
-        default=DEFAULT_HISTORY_ROOT,
-        metavar="DIR",
-        help=f"the run history's directory (default: {DEFAULT_HISTORY_ROOT})",
-    )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r}.") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def add_history(sub: Any) -> argparse.ArgumentParser:
     """``llmslo history [--last N]`` and ``llmslo history show RUN``."""
     hist: argparse.ArgumentParser = sub.add_parser(
@@ -48,8 +30,8 @@ def add_history(sub: Any) -> argparse.ArgumentParser:
         "id, time, commit, engines with their versions, points. `llmslo history show RUN` "
         "prints one as `llmslo report` does; RUN is latest, latest~N or a run id (prefix).",
     )
-    _add_root(hist)
-    hist.add_argument("--last", type=_positive, default=20, metavar="N", help="show N runs")
+    add_history_root(hist, DEFAULT_HISTORY_ROOT)
+    hist.add_argument("--last", type=positive_int, default=20, metavar="N", help="show N runs")
     hist.add_argument("action", nargs="?", choices=("list", "show"), default="list")
     hist.add_argument("ref", nargs="?", metavar="RUN", help="with show: the run to print")
     return hist
@@ -71,11 +53,11 @@ def add_trend(sub: Any) -> argparse.ArgumentParser:
         metavar="METRIC",
         help="a comparison metric (default: throughput; e.g. itl_p50, ttft_p99, goodput)",
     )
-    _add_root(tr)
+    add_history_root(tr, DEFAULT_HISTORY_ROOT)
     tr.add_argument("--test", default=None, help="only this test")
     tr.add_argument("--engine", default=None, help="only this engine")
     tr.add_argument("--level", default=None, metavar="LABEL", help="only this level (c32)")
-    tr.add_argument("--last", type=_positive, default=30, metavar="N", help="the last N runs")
+    tr.add_argument("--last", type=positive_int, default=30, metavar="N", help="the last N runs")
     tr.add_argument(
         "--alpha",
         type=float,

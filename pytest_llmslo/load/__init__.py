@@ -11,18 +11,12 @@ from __future__ import annotations
 from .client import ClientSettings, HttpxTransport, RawExchange, build_record, request_body
 from .health import HealthThresholds
 from .job import EarlyStop, LoadJob, Progress
-from .plan import auto_processes
+from .levelplan import auto_processes
+from .promptlengths import LengthModel, fit_length_model
 from .runner import run_load, run_load_sync
 from .schedule import arrival_offsets_ns
 from .sse import StreamResult, decode_stream, parse_body, split_events
-from .workload import (
-    LengthModel,
-    Prompt,
-    WorkloadSpec,
-    build_prompts,
-    check_workload,
-    fit_length_model,
-)
+from .workload import Prompt, WorkloadSpec, build_prompts, check_workload
 
 __all__ = [
     "ClientSettings",

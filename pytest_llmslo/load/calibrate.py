@@ -12,14 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from .client import ClientSettings, RawExchange, build_record, request_body
+from .promptlengths import LengthModel, fit_length_model
 from .transports import make_transport
-from .workload import (
-    LengthModel,
-    WorkloadSpec,
-    calibration_prompts,
-    fit_length_model,
-    overhead_prompts,
-)
+from .workload import WorkloadSpec, calibration_prompts, overhead_prompts
 
 __all__ = ["calibrate", "measure_overhead"]
 

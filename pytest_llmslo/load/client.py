@@ -78,7 +78,7 @@ class ClientSettings:
     length is pinned to ``max_tokens`` (servers that reject unknown fields need False).
     ``extra_body`` is merged into every request body (one level deep for mappings, so
     ``{"stream_options": {"continuous_usage_stats": True}}`` keeps ``include_usage``).
-    ``processes=None`` picks the number of client processes from the load (``plan.py``).
+    ``processes=None`` picks the number of client processes from the load (``levelplan.py``).
     ``transport="auto"`` is the fast HTTP/1.1 client (http and https); ``httpx`` is the
     general one (an independent HTTP stack: a cross-check of the fast client and a
     fallback for a server it does not handle), several times dearer per chunk.

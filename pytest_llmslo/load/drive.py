@@ -29,8 +29,8 @@ from ..records import RequestRecord
 from ..recordstore import RecordStore
 from .backlog import Backlog
 from .client import RawExchange, Transport
-from .jobs import Job, JobSource
-from .plan import Bound, WorkerPlan
+from .jobsource import Job, JobSource
+from .levelplan import Bound, WorkerPlan
 from .sse import stream_text
 from .workload import Conversation
 

@@ -2,7 +2,7 @@
 
 What a load is asked to do: one ``LoadJob`` (the level, the workload and its request
 counts, the client, the bounds, the health thresholds, the callbacks), and the progress
-reports it makes. ``runner.run_load`` takes one; ``jobs.py`` is another thing, the
+reports it makes. ``runner.run_load`` takes one; ``jobsource.py`` is another thing, the
 requests a worker builds from the workload's seed.
 """
 

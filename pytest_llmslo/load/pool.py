@@ -30,8 +30,8 @@ from ..records import RequestRecord
 from ..recordstore import RecordStore
 from .backlog import SLICE_NS, Backlog, pin_mmap_threshold
 from .drive import Counter, Driver, WorkerResult
-from .jobs import JobSource
-from .plan import Limits, WorkerPlan
+from .jobsource import JobSource
+from .levelplan import Limits, WorkerPlan
 from .protocol import (
     PROTOCOL_VERSION,
     Drain,

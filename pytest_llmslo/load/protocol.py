@@ -48,7 +48,7 @@ from typing import ClassVar
 from ..errors import LoadError
 from .backlog import RawBatch
 from .drive import WorkerResult
-from .plan import Limits, WorkerPlan
+from .levelplan import Limits, WorkerPlan
 
 __all__ = [
     "PROTOCOL_VERSION",

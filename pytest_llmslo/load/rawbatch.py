@@ -1,7 +1,7 @@
 """A worker's finished exchanges as columns (``RawBatch``), how they are gathered
 (``BatchBuilder``), and how a batch is written and read back as data alone
 (``encode_batch``, ``decode_batch``: MessagePack with the columns as declared raw
-buffers, ``columns.py``).
+buffers, ``arraydata.py``).
 
 A batch read back, from a worker over the network (``wire.py``) or from a backlog's spill
 file, is checked before anything reads it by position (``check_batch``): its columns must
@@ -18,8 +18,8 @@ import msgspec
 import numpy as np
 
 from ..records import FailureKind
+from .arraydata import DataError, from_data, to_data
 from .client import RawExchange
-from .columns import DataError, from_data, to_data
 
 __all__ = [
     "DTYPES",

@@ -29,7 +29,7 @@ from ..errors import LoadError
 from ..evals import AnswerBook
 from .clock import ClockLink, ClockOffset, shift_record, shift_spans
 from .drive import WorkerResult
-from .plan import Limits, WorkerPlan
+from .levelplan import Limits, WorkerPlan
 from .pool import Gone, Interrupted, Pool, Report, Watch, drive_pool
 from .protocol import PROTOCOL_VERSION, Failure, Go, Hello, Message, Ready, Stop
 from .remote import Lost, RemoteLink

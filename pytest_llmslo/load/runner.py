@@ -10,7 +10,7 @@ Running a load: closed or open loop, in one or several processes, measured.
   absolute time ``t0 + offsets[i]`` (``schedule.py``), whatever happened before it.
 
 Requests are built by each worker from the workload's seed, index by index
-(``jobs.JobSource``): all of them before the run when they fit a memory budget, else ahead
+(``jobsource.JobSource``): all of them before the run when they fit a memory budget, else ahead
 of need during it, in slices. A level bounded by ``duration_s`` alone (``requests=None``)
 has no request count at all. Responses are decoded into records after the run, or, past a
 byte budget, during it (``backlog.Backlog``): with several processes the workers ship the
@@ -29,9 +29,9 @@ processes (``python -m pytest_llmslo.load.worker``), each with its own event loo
 connection pool. They start, report ready, and all begin at one absolute ``t0``
 (``perf_counter_ns`` is ``CLOCK_MONOTONIC``, shared by every process on Linux, so their
 timestamps are comparable); their records are merged. ``ClientSettings.processes``
-overrides the automatic choice (``plan.auto_processes``).
+overrides the automatic choice (``levelplan.auto_processes``).
 
-Where each part lives: ``job.py`` (what a load is asked: ``LoadJob``), ``plan.py`` (a level
+Where each part lives: ``job.py`` (what a load is asked: ``LoadJob``), ``levelplan.py`` (a level
 dealt to its workers), ``drive.py`` (one worker's sends: closed loop, open loop,
 conversations), ``pool.py`` (the parent side: in-process or worker processes),
 ``worker.py`` (the worker side) and ``protocol.py`` (the messages between them); this
@@ -101,10 +101,10 @@ from .drive import WorkerResult
 from .fleet import with_workers
 from .health import HealthThresholds, assess
 from .job import EarlyStop, LoadJob, Phase, Progress
-from .plan import Limits, auto_processes, plan_level
+from .levelplan import Limits, auto_processes, plan_level
 from .pool import Interrupted, run_inprocess, run_processes
+from .promptlengths import LengthModel
 from .remote_pool import RemoteLevel, run_remote
-from .workload import LengthModel
 
 __all__ = [
     "EarlyStop",

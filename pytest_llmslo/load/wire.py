@@ -34,9 +34,9 @@ import msgspec
 import numpy as np
 
 from ..errors import LlmSloError
-from .columns import DataError
+from .arraydata import DataError
 from .drive import WorkerResult
-from .plan import WorkerPlan
+from .levelplan import WorkerPlan
 from .protocol import (
     Drain,
     Failure,

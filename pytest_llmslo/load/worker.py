@@ -31,9 +31,9 @@ from ..evals.tasks import USER_TASKS
 from .backlog import BatchBuilder
 from .client import RawExchange, Transport, new_event_loop
 from .drive import Counter, Driver, WorkerResult
-from .jobs import Job, JobSource
+from .jobsource import Job, JobSource
+from .levelplan import WorkerPlan
 from .parentdeath import die_with_parent
-from .plan import WorkerPlan
 from .protocol import (
     PROTOCOL_VERSION,
     Failure,

@@ -61,14 +61,12 @@ of their prompt, chosen by the seed and the index; ``answer_book`` scores their 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -77,39 +75,18 @@ from ..choices import (
     DISTRIBUTIONS,
     THINK_DISTRIBUTIONS,
     WORKLOAD_KINDS,
+    LengthDistribution,
     ThinkDistribution,
     WorkloadKind,
 )
-from ..choices import LengthDistribution as Distribution
 from ..errors import WorkloadError
 from ..evals import AnswerBook, EvalSource, EvalTask, HfReading, eval_problem, is_eval_index
-from .traces import Trace, json_lines, read_trace
+from .datasets import read_conversations, read_jsonl
+from .promptlengths import LengthModel, Tokenizer, draw_lengths, random_words
+from .traces import Trace, read_trace
 
 #: Kinds whose prompts are built here from words (so a calibration can fit them).
 _BUILT_KINDS = ("synthetic", "shared_prefix", "trace")
-
-# Short, common English words: nearly all are one token, with their leading space, in
-# the BPE vocabularies of current models, so a word count is a good first guess.
-_WORDS = (
-    "the of and to in is was for on are as with his they at be this from have or by one had "
-    "not but what all were when we there can an your which their said if do will each about "
-    "how up out them then she many some so these would other into has more her two like him "
-    "see time could no make than first been its who now people my made over did down only "
-    "way find use may water long little very after words called just where most know get "
-    "through back much go good new write our me man too any day same right look think also "
-    "around another came come work three word must because does part even place well such "
-    "here take why things help put years different away again off went old number great "
-    "tell men say small every found still between name should home big give air line set "
-    "own under read last never us left end along while might next sound below saw something "
-    "thought both few those always looked show large often together asked house world going "
-    "want school important until form food keep children feet land side without boy once "
-    "animals life enough took sometimes four head above kind began almost live page got earth "
-    "need far hand high year mother light parts country father let night following picture "
-    "being study second eyes soon times story boys since white days ever paper hard near "
-    "sentence better best across during today others however sure means knew its try told "
-    "young miles sun ways thing whole hear example heard several change answer room sea "
-    "against top turned learn point city play toward five using himself usually"
-).split()
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +104,7 @@ class WorkloadSpec:
     osl: int = 256
     isl_stddev: float = 0.0
     osl_stddev: float = 0.0
-    distribution: Distribution = "fixed"
+    distribution: LengthDistribution = "fixed"
     path: str | None = None
     num_prefixes: int = 0
     prefix_len: int = 0
@@ -260,121 +237,13 @@ class Conversation:
     think_s: tuple[float, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class LengthModel:
-    """tokens ≈ tokens_per_word * words + overhead (fitted by calibration). With a
-    tokenizer only ``overhead`` is used: the tokens the server adds around a prompt."""
-
-    tokens_per_word: float = 1.0
-    overhead: float = 0.0
-
-    def words_for(self, tokens: int) -> int:
-        return max(1, round((tokens - self.overhead) / self.tokens_per_word))
-
-    def to_dict(self) -> dict[str, float]:
-        return {"tokens_per_word": self.tokens_per_word, "overhead": self.overhead}
-
-
-def fit_length_model(words: Sequence[int], tokens: Sequence[int]) -> LengthModel:
-    """Least squares of reported tokens on word counts; with one size only, a ratio."""
-    w = np.asarray(words, dtype=float)
-    t = np.asarray(tokens, dtype=float)
-    if len(w) == 0:
-        return LengthModel()
-    if len(set(w.tolist())) >= 2:
-        slope, intercept = np.polyfit(w, t, 1)
-        if slope > 0.05:
-            return LengthModel(float(slope), float(intercept))
-    return LengthModel(float(t.sum() / max(w.sum(), 1.0)), 0.0)
-
-
-def draw_lengths(
-    rng: np.random.Generator, mean: int, stddev: float, distribution: str, n: int
-) -> np.ndarray:
-    """n integer lengths >= 1 with the given mean and standard deviation."""
-    if distribution == "fixed" or stddev == 0:
-        return np.full(n, mean, dtype=np.int64)
-    if distribution == "normal":
-        x = rng.normal(mean, stddev, n)
-    elif distribution == "lognormal":
-        sigma2 = math.log1p((stddev / mean) ** 2)
-        x = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
-    elif distribution == "uniform":
-        half = math.sqrt(3.0) * stddev
-        x = rng.uniform(mean - half, mean + half, n)
-    else:
-        raise WorkloadError(f"unknown distribution {distribution!r}")
-    return np.maximum(np.rint(x), 1).astype(np.int64)
-
-
-class _Tokenizer:
-    """A local ``tokenizers`` tokenizer (optional dependency)."""
-
-    def __init__(self, path: str) -> None:
-        try:
-            from tokenizers import Tokenizer
-        except ImportError as exc:
-            raise WorkloadError(
-                "a tokenizer path needs the 'tokenizers' package: pip install tokenizers"
-            ) from exc
-        p = Path(path)
-        if p.is_dir():
-            p = p / "tokenizer.json"
-        if not p.is_file():
-            raise WorkloadError(f"tokenizer file not found: {p}")
-        try:
-            self._tok = Tokenizer.from_file(str(p))
-        except Exception as exc:
-            raise WorkloadError(f"cannot read tokenizer {p}: {exc}") from exc
-
-    def count(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
-
-    def exact(self, words: list[str], n: int, head: str = "") -> str:
-        """A text of exactly n tokens, built from words and cut at a token boundary.
-
-        With ``head`` the text is ``head`` followed by words and the n tokens are counted
-        over the whole of it: a byte-level BPE tokenizes a word after a space (``" the"``)
-        differently from the same word at the start of a text, so a prefix and a suffix
-        made exact apart need not add up once joined."""
-        text = head + " ".join(words)
-        enc = self._tok.encode(text, add_special_tokens=False)
-        if len(enc.ids) < n:
-            raise WorkloadError(f"not enough words for {n} tokens")
-        for cut in range(n, 0, -1):
-            candidate = text[: enc.offsets[cut - 1][1]]
-            if len(candidate) <= len(head):
-                break
-            got = self.count(candidate)
-            if got == n:
-                return candidate
-            if got < n:
-                # Merges across the cut changed the count; pad from the word list.
-                extra = n - got
-                for w in words:
-                    trial = candidate + " " + w
-                    if self.count(trial) <= n:
-                        candidate = trial
-                        extra -= 1
-                    if self.count(candidate) == n or extra <= 0:
-                        break
-                if self.count(candidate) == n:
-                    return candidate
-        raise WorkloadError(f"cannot build a prompt of exactly {n} tokens")
-
-
-def _words(rng: np.random.Generator, n: int) -> list[str]:
-    idx = rng.integers(0, len(_WORDS), n)
-    return [_WORDS[i] for i in idx]
-
-
 def check_workload(spec: WorkloadSpec) -> int:
     """Read the workload's dataset (if any) as a run would and return its usable rows (0 for
     a synthetic kind). ``WorkloadError`` names the file, the line and what is wrong: called
     before any engine starts, so a bad file fails the session at once, not every test.
     A tokenizer that cannot be read is a ``WorkloadError`` too."""
     if spec.tokenizer:
-        _Tokenizer(spec.tokenizer)
+        Tokenizer(spec.tokenizer)
     if spec.kind == "trace":
         return len(_read_trace(spec))
     if spec.kind not in ("sharegpt", "jsonl"):
@@ -384,8 +253,8 @@ def check_workload(spec: WorkloadSpec) -> int:
         what = "a directory" if os.path.isdir(path) else "not found"
         raise WorkloadError(f"dataset {path}: {what} (--dataset takes a .json or .jsonl file)")
     if spec.kind == "sharegpt":
-        return len(_read_conversations(path, None, spec.turns))
-    return len(_read_jsonl(path))
+        return len(read_conversations(path, None, spec.turns))
+    return len(read_jsonl(path))
 
 
 def _read_trace(spec: WorkloadSpec) -> Trace:
@@ -395,68 +264,6 @@ def _read_trace(spec: WorkloadSpec) -> Trace:
         start_s=spec.trace_start_s,
         window_s=spec.trace_window_s,
     )
-
-
-def _read_sharegpt(path: str, tok: _Tokenizer | None) -> list[tuple[str, int | None]]:
-    """Each conversation's first human turn and the length of its reply."""
-    return [conv[0] for conv in _read_conversations(path, tok, 1)]
-
-
-def _read_conversations(
-    path: str, tok: _Tokenizer | None, max_turns: int
-) -> list[list[tuple[str, int | None]]]:
-    """Each conversation's human turns (up to ``max_turns``), each with the length of the
-    ``gpt`` reply that follows it (None: none follows)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise WorkloadError(f"cannot read ShareGPT file {path}: {exc}") from exc
-    if not isinstance(data, list):
-        raise WorkloadError(f"{path}: a ShareGPT file is a JSON list of conversations")
-    out: list[list[tuple[str, int | None]]] = []
-    for conv in data:
-        turns = conv.get("conversations") if isinstance(conv, dict) else None
-        if not isinstance(turns, list):
-            continue
-        kept: list[tuple[str, int | None]] = []
-        for j, t in enumerate(turns):
-            if len(kept) >= max_turns:
-                break
-            if not isinstance(t, dict) or t.get("from") != "human":
-                continue
-            prompt = t.get("value")
-            if not isinstance(prompt, str) or not prompt.strip():
-                break  # a conversation is kept up to its first empty turn
-            nxt = turns[j + 1] if j + 1 < len(turns) else None
-            reply = nxt.get("value") if isinstance(nxt, dict) and nxt.get("from") == "gpt" else None
-            osl = None
-            if isinstance(reply, str) and reply.strip():
-                osl = max(tok.count(reply) if tok else len(reply.split()), 1)
-            kept.append((prompt, osl))
-        if kept:
-            out.append(kept)
-    if not out:
-        raise WorkloadError(f"{path}: no usable conversation (human turn) found")
-    return out
-
-
-def _read_jsonl(path: str) -> list[tuple[str, int | None]]:
-    out: list[tuple[str, int | None]] = []
-    for lineno, obj in json_lines(path, "JSONL file"):
-        if isinstance(obj, str):
-            out.append((obj, None))
-            continue
-        if not isinstance(obj, dict):
-            raise WorkloadError(f"{path}:{lineno}: expected an object or a string")
-        text = obj.get("prompt", obj.get("text"))
-        if not isinstance(text, str):
-            raise WorkloadError(f"{path}:{lineno}: no 'prompt' string")
-        osl = obj.get("output_tokens", obj.get("max_tokens"))
-        out.append((text, int(osl) if isinstance(osl, int) and osl > 0 else None))
-    if not out:
-        raise WorkloadError(f"{path}: no prompts")
-    return out
 
 
 # Streams of the seeded generators apart from the per-request ones (which use the index).
@@ -489,7 +296,7 @@ class PromptSource:
     def __init__(self, spec: WorkloadSpec, length_model: LengthModel | None = None) -> None:
         self.spec = spec
         self.lm = length_model or LengthModel()
-        self._tok = _Tokenizer(spec.tokenizer) if spec.tokenizer else None
+        self._tok = Tokenizer(spec.tokenizer) if spec.tokenizer else None
         self._rows: list[tuple[str, int | None]] = []
         self._convs: list[list[tuple[str, int | None]]] = []
         self._order: np.ndarray | None = None
@@ -513,10 +320,10 @@ class PromptSource:
         if spec.kind in ("sharegpt", "jsonl"):
             path = os.fspath(spec.path or "")
             if spec.kind == "sharegpt":
-                self._convs = _read_conversations(path, self._tok, spec.turns)
+                self._convs = read_conversations(path, self._tok, spec.turns)
                 self._rows = [c[0] for c in self._convs]
             else:
-                self._rows = _read_jsonl(path)
+                self._rows = read_jsonl(path)
             self._order = np.random.default_rng([spec.seed, _ORDER_STREAM]).permutation(
                 len(self._rows)
             )
@@ -528,10 +335,12 @@ class PromptSource:
             prefix_tokens = max(1, spec.prefix_len - overhead)
             for _ in range(spec.num_prefixes):
                 if self._tok:
-                    words = _words(rng, prefix_tokens * 2 + 8)
+                    words = random_words(rng, prefix_tokens * 2 + 8)
                     self._prefixes.append(self._tok.exact(words, prefix_tokens))
                 else:
-                    self._prefixes.append(" ".join(_words(rng, self.lm.words_for(spec.prefix_len))))
+                    self._prefixes.append(
+                        " ".join(random_words(rng, self.lm.words_for(spec.prefix_len)))
+                    )
 
     def _salted(self, key: list[int]) -> list[int]:
         """The seed of a generator of words: ``key``, with the salt when there is one."""
@@ -555,9 +364,9 @@ class PromptSource:
         rng = np.random.default_rng(self._salted(key))
         n = self.spec.block_tokens
         if self._tok:
-            text = self._tok.exact(_words(rng, n * 2 + 8), n)
+            text = self._tok.exact(random_words(rng, n * 2 + 8), n)
         else:
-            text = " ".join(_words(rng, max(1, round(n / self.lm.tokens_per_word))))
+            text = " ".join(random_words(rng, max(1, round(n / self.lm.tokens_per_word))))
         self._blocks[h] = text
         if len(self._blocks) > _BLOCK_CACHE:
             self._blocks.popitem(last=False)
@@ -604,9 +413,9 @@ class PromptSource:
         if tail > 0:
             keep = max(1, tail - overhead)
             if tok:
-                parts.append(tok.exact(_words(rng, keep * 2 + 8), keep))
+                parts.append(tok.exact(random_words(rng, keep * 2 + 8), keep))
             else:
-                parts.append(" ".join(_words(rng, max(1, round(keep / lm.tokens_per_word)))))
+                parts.append(" ".join(random_words(rng, max(1, round(keep / lm.tokens_per_word)))))
         return Prompt(" ".join(parts), isl, osl)
 
     def prompt(self, i: int) -> Prompt:
@@ -644,16 +453,16 @@ class PromptSource:
             if prefix:
                 prefix_tokens = max(1, spec.prefix_len - overhead)
                 total = max(prefix_tokens + 1, isl - overhead)
-                words = _words(rng, (total - prefix_tokens) * 2 + 8)
+                words = random_words(rng, (total - prefix_tokens) * 2 + 8)
                 text = tok.exact(words, total, head=prefix + " ")
             else:
-                text = tok.exact(_words(rng, body_len * 2 + 8), max(1, isl - overhead))
+                text = tok.exact(random_words(rng, body_len * 2 + 8), max(1, isl - overhead))
         else:
             # The overhead (chat template, BOS) belongs to the whole prompt, not the suffix.
             words_n = (
                 max(1, round(body_len / lm.tokens_per_word)) if prefix else lm.words_for(body_len)
             )
-            text = " ".join(_words(rng, words_n))
+            text = " ".join(random_words(rng, words_n))
             if prefix:
                 text = f"{prefix} {text}"
         return Prompt(text, isl, osl)
@@ -716,7 +525,7 @@ def _probe_rng(spec: WorkloadSpec) -> np.random.Generator:
 def calibration_prompts(spec: WorkloadSpec, sizes: Sequence[int]) -> list[str]:
     """Probe prompts of the given word counts (seeded apart from the workload)."""
     rng = _probe_rng(spec)
-    return [" ".join(_words(rng, max(1, s))) for s in sizes]
+    return [" ".join(random_words(rng, max(1, s))) for s in sizes]
 
 
 def overhead_prompts(spec: WorkloadSpec, sizes: Sequence[int]) -> list[str]:
@@ -724,6 +533,6 @@ def overhead_prompts(spec: WorkloadSpec, sizes: Sequence[int]) -> list[str]:
     apart from the workload), to measure what the server adds around a prompt."""
     if spec.tokenizer is None:
         raise WorkloadError("overhead probes need a tokenizer")
-    tok = _Tokenizer(spec.tokenizer)
+    tok = Tokenizer(spec.tokenizer)
     rng = _probe_rng(spec)
-    return [tok.exact(_words(rng, max(1, s) * 2 + 8), max(1, s)) for s in sizes]
+    return [tok.exact(random_words(rng, max(1, s) * 2 + 8), max(1, s)) for s in sizes]

@@ -28,7 +28,7 @@ from pytest_llmslo.capacity import CapacityResult
 from pytest_llmslo.document.lookup import level_key, same_level
 from pytest_llmslo.errors import RegressionError
 from pytest_llmslo.records import LoadLevel
-from pytest_llmslo.regression.answers import ANSWER_METRICS, answer_rows
+from pytest_llmslo.regression.answerdrift import ANSWER_METRICS, answer_rows
 from pytest_llmslo.regression.noise import NoiseJudgement
 from pytest_llmslo.regression.rows import (
     ROW_HEADERS,

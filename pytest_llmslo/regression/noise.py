@@ -98,76 +98,8 @@ def judge_noise(
     """Whether the change of ``spec``'s metric from ``old_point`` to ``new_point`` is
     within run-to-run noise (the module docstring has the tests); ``seed`` seeds the
     bootstrap."""
-    alpha = 1.0 - confidence
     if spec.kind == "latency":
-        xs, ys = _samples(old_point, spec.field), _samples(new_point, spec.field)
-        if xs is None or ys is None:
-            return NoiseJudgement("none", None, note="no per-request samples stored")
-        a, b = stats.finite_samples(xs), stats.finite_samples(ys)
-        if a.size == 0 or b.size == 0:
-            return NoiseJudgement(
-                "none", None, n_old=int(a.size), n_new=int(b.size), note="no completed request"
-            )
-        rank = stats.mann_whitney_u(a, b)
-        note = "per-request mean ITL samples" if spec.field == "itl" else ""
-        if spec.stat == "mean" and min(a.size, b.size) < MIN_NOISE_SAMPLES:
-            # A bootstrap of a handful of values is too narrow: the rank test decides.
-            return NoiseJudgement(
-                "rank-test",
-                not rank.significant(alpha),
-                p_value=rank.p_value,
-                confidence=confidence,
-                n_old=int(a.size),
-                n_new=int(b.size),
-                note=note,
-            )
-        if spec.stat == "mean":
-            ci = stats.bootstrap_diff(
-                a, b, "mean", confidence=confidence, resamples=resamples, seed=seed
-            )
-            return NoiseJudgement(
-                "bootstrap",
-                ci.contains_zero,
-                p_value=rank.p_value,
-                low=ci.low,
-                high=ci.high,
-                confidence=confidence,
-                n_old=int(a.size),
-                n_new=int(b.size),
-                note=note,
-            )
-        shift = stats.quantile_shift(a, b, spec.quantile, confidence)
-        # The change lies in [new.low - old.high, new.high - old.low]; an unbounded side
-        # (too few samples for that tail) leaves that end open.
-        low = (
-            None
-            if shift.new.low is None or shift.old.high is None
-            else shift.new.low - shift.old.high
-        )
-        high = (
-            None
-            if shift.new.high is None or shift.old.low is None
-            else shift.new.high - shift.old.low
-        )
-        if low is None or high is None:
-            each = (1.0 + shift.old.confidence) / 2.0
-            need = max(
-                samples_needed(spec.quantile, each, "upper"),
-                samples_needed(spec.quantile, each, "lower"),
-            )
-            bounded = f"bounding {spec.name.split('_')[1].upper()} takes {need} samples a side"
-            note = f"{note}; {bounded}" if note else bounded
-        return NoiseJudgement(
-            "order-statistic",
-            not shift.significant,
-            p_value=rank.p_value,
-            low=low,
-            high=high,
-            confidence=confidence,
-            n_old=int(a.size),
-            n_new=int(b.size),
-            note=note,
-        )
+        return _latency_noise(spec, old_point, new_point, confidence, resamples, seed)
     if spec.field == "attainment":
         ca, cb = _counts(old_point), _counts(new_point)
         if ca is None or cb is None:
@@ -175,7 +107,7 @@ def judge_noise(
         test = stats.two_proportion_test(ca[0], ca[1], cb[0], cb[1])
         return NoiseJudgement(
             "two-proportion",
-            not test.significant(alpha),
+            not test.significant(1.0 - confidence),
             p_value=test.p_value,
             confidence=confidence,
             n_old=ca[1],
@@ -186,6 +118,94 @@ def judge_noise(
         if judged is not None:
             return judged
     return NoiseJudgement("none", None, note="one number per run: judged by the tolerance alone")
+
+
+def _latency_noise(
+    spec: MetricSpec,
+    old_point: SweepPoint,
+    new_point: SweepPoint,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> NoiseJudgement:
+    """A latency's change from its per-request samples: a bootstrap of the mean (the rank
+    test for a handful of samples), order statistics for a percentile."""
+    xs, ys = _samples(old_point, spec.field), _samples(new_point, spec.field)
+    if xs is None or ys is None:
+        return NoiseJudgement("none", None, note="no per-request samples stored")
+    a, b = stats.finite_samples(xs), stats.finite_samples(ys)
+    if a.size == 0 or b.size == 0:
+        return NoiseJudgement(
+            "none", None, n_old=int(a.size), n_new=int(b.size), note="no completed request"
+        )
+    rank = stats.mann_whitney_u(a, b)
+    note = "per-request mean ITL samples" if spec.field == "itl" else ""
+    if spec.stat == "mean" and min(a.size, b.size) < MIN_NOISE_SAMPLES:
+        # A bootstrap of a handful of values is too narrow: the rank test decides.
+        return NoiseJudgement(
+            "rank-test",
+            not rank.significant(1.0 - confidence),
+            p_value=rank.p_value,
+            confidence=confidence,
+            n_old=int(a.size),
+            n_new=int(b.size),
+            note=note,
+        )
+    if spec.stat == "mean":
+        ci = stats.bootstrap_diff(
+            a, b, "mean", confidence=confidence, resamples=resamples, seed=seed
+        )
+        return NoiseJudgement(
+            "bootstrap",
+            ci.contains_zero,
+            p_value=rank.p_value,
+            low=ci.low,
+            high=ci.high,
+            confidence=confidence,
+            n_old=int(a.size),
+            n_new=int(b.size),
+            note=note,
+        )
+    return _percentile_noise(spec, a, b, confidence, rank.p_value, note)
+
+
+def _percentile_noise(
+    spec: MetricSpec,
+    a: np.ndarray,
+    b: np.ndarray,
+    confidence: float,
+    p_value: float | None,
+    note: str,
+) -> NoiseJudgement:
+    """A percentile's change judged by the order statistics that bound it in each run."""
+    shift = stats.quantile_shift(a, b, spec.quantile, confidence)
+    # The change lies in [new.low - old.high, new.high - old.low]; an unbounded side
+    # (too few samples for that tail) leaves that end open.
+    low = (
+        None if shift.new.low is None or shift.old.high is None else shift.new.low - shift.old.high
+    )
+    high = (
+        None if shift.new.high is None or shift.old.low is None else shift.new.high - shift.old.low
+    )
+    if low is None or high is None:
+        each = (1.0 + shift.old.confidence) / 2.0
+        need = max(
+            samples_needed(spec.quantile, each, "upper"),
+            samples_needed(spec.quantile, each, "lower"),
+        )
+        bounded = f"bounding {spec.name.split('_')[1].upper()} takes {need} samples a side"
+        note = f"{note}; {bounded}" if note else bounded
+    return NoiseJudgement(
+        "order-statistic",
+        not shift.significant,
+        p_value=p_value,
+        low=low,
+        high=high,
+        confidence=confidence,
+        n_old=int(a.size),
+        n_new=int(b.size),
+        note=note,
+    )
 
 
 def _windows(

@@ -27,7 +27,6 @@ hollow); the page follows the reader's light or dark mode.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
@@ -50,7 +49,6 @@ from pytest_llmslo.report.htmlcells import (
     badge,
     bounds,
     cell,
-    kv_table,
     lines,
     point_cell,
     slug,
@@ -65,8 +63,8 @@ from pytest_llmslo.report.htmlcharts import (
 )
 from pytest_llmslo.report.htmllevel import level_details
 from pytest_llmslo.report.htmlpage import PAGE_END, page_head
+from pytest_llmslo.report.htmlsetup import run_constants, settings_of_test
 from pytest_llmslo.report.htmltrend import trend_section
-from pytest_llmslo.report.markdown import warmup_text
 from pytest_llmslo.sweep import (
     SweepPoint,
     finite_or_none,
@@ -141,7 +139,7 @@ def render_runs(
         page_head(title),
         _header(results, runs, title),
         _toc(results, tests),
-        _constants(results, runs),
+        run_constants(results, runs),
     ]
     for i, test in enumerate(tests):
         parts.append(_test_section(results, runs, test, i, colours))
@@ -234,124 +232,6 @@ def _test_id(test: str, i: int) -> str:
     return f"t{i}-{slug(test)}"
 
 
-# --------------------------------------------------------------------------- constants
-
-
-def _flat(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
-    if isinstance(value, Mapping) and value and depth < 3:
-        out: list[tuple[str, str]] = []
-        for k, v in value.items():
-            out.extend(_flat(v, f"{prefix}.{k}" if prefix else str(k), depth + 1))
-        return out
-    if isinstance(value, str):
-        return [(prefix, value)]
-    return [(prefix, json.dumps(value, sort_keys=True, default=str))]
-
-
-def _text(value: Any) -> str:
-    if value is None or value == "" or value == [] or value == {}:
-        return "–"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        return ", ".join(f"{k} {_text(v)}" for k, v in value.items() if v not in (None, ""))
-    if isinstance(value, list | tuple):
-        return ", ".join(_text(v) for v in value)
-    return str(value)
-
-
-def _setup(meta: Mapping[str, Any], own: Mapping[str, Any]) -> tuple[str, str, str]:
-    """An engine's (model, precision, hardware) as the page shows them: for the sim engine
-    the setup it simulates, else what the engine reported (its GPUs, its machine)."""
-    sim = meta.get("simulated")
-    if isinstance(sim, Mapping):
-        simulated = f"{_text(sim.get('hardware'))} (simulated: {_text(sim.get('deployment'))})"
-        return _text(sim.get("model")), _text(sim.get("precision")), simulated
-    precision = own.get("precision") or meta.get("quantization") or meta.get("dtype")
-    hardware = own.get("hardware") or meta.get("gpus") or meta.get("hardware")
-    return _text(own.get("model") or meta.get("model")), _text(precision), _text(hardware)
-
-
-def _engines_table(results: Results) -> str:
-    per_engine = results.constants.get("per_engine")
-    per_engine = per_engine if isinstance(per_engine, Mapping) else {}
-    rows = []
-    for name in dict.fromkeys(p.engine for p in results.points):
-        entry = results.engines.get(name)
-        meta = dict(entry.metadata) if entry else {}
-        own = per_engine.get(name)
-        model, precision, hardware = _setup(meta, own if isinstance(own, Mapping) else {})
-        cells: tuple[str, ...] = (
-            name,
-            _text(meta.get("kind")),
-            _text(entry.version if entry else None),
-        )
-        cells += (model, precision, hardware)
-        rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
-    head = "".join(
-        f"<th>{h}</th>" for h in ("engine", "kind", "version", "model", "precision", "hardware")
-    )
-    return f'<table class="engines"><tr>{head}</tr>{"".join(rows)}</table>'
-
-
-def _constants(results: Results, runs: htmlruns.Runs) -> str:
-    harness = results.harness
-    consts = results.constants
-    shown = [
-        ("harness", f"{harness.get('name', '')} {harness.get('version', '')}".strip()),
-        ("model served", _text(consts.get("model"))),
-        ("client", _text(consts.get("client"))),
-        ("results made", results.created_utc or "–"),
-    ]
-    parts = [
-        '<section class="consts" id="constants"><h2>Run constants</h2>',
-        kv_table(shown, "run"),
-        _engines_table(results),
-        "<details><summary>Every constant the results hold</summary>",
-        kv_table(_flat({k: v for k, v in consts.items() if k != "per_engine"}), "all"),
-    ]
-    if isinstance(consts.get("per_engine"), Mapping):
-        parts.append("<h3>Per engine</h3>" + kv_table(_flat(consts["per_engine"]), "per-engine"))
-    parts.append("</details>")
-    parts.extend(runs.constants_lines())
-    parts.append("</section>")
-    return "\n".join(parts)
-
-
-def _warmup(results: Results, test: str, setting: Any) -> str:
-    """The warm-up each level really ran (``warm-up 16-48 (c16 16, ...)``), as report.md
-    says it; the setting where the document has neither."""
-    points = [p for p in results.points if p.test == test]
-    ran = warmup_text(points, setting)
-    return ran.removeprefix("warm-up ") if ran else _text(setting)
-
-
-def _test_setup(results: Results, test: str, slo: str) -> str:
-    """What the test ran: its workload or dataset, lengths, levels, warm-up and requests."""
-    tests = results.constants.get("tests")
-    own = tests.get(test) if isinstance(tests, Mapping) else None
-    own = own if isinstance(own, Mapping) else {}
-    workload = own.get("workload") or results.constants.get("workload")
-    workload = workload if isinstance(workload, Mapping) else {}
-    dataset = own.get("dataset") or workload.get("path")
-    kind = _text(workload.get("kind"))
-    if dataset:
-        kind += f" {Path(str(dataset)).name}"
-    lengths = f"ISL {_text(own.get('isl'))}, OSL {_text(own.get('osl'))}"
-    if workload.get("distribution"):
-        lengths += f" ({workload['distribution']})"
-    rows = [
-        ("SLO", slo),
-        ("workload", kind),
-        ("lengths (tokens)", lengths),
-        ("levels", _text(own.get("levels"))),
-        ("requests per level", _text(own.get("requests"))),
-        ("warm-up", _warmup(results, test, own.get("warmup"))),
-        ("duration bound (s)", _text(own.get("duration_s"))),
-    ]
-    return kv_table(rows, "setup")
-
-
 # --------------------------------------------------------------------------- one test
 
 
@@ -374,7 +254,7 @@ def _test_section(
     parts = [
         f'<section class="test" id="{tid}" data-test="{escape(test)}">',
         f"<h2>{escape(test)}</h2>",
-        _test_setup(results, test, slo),
+        settings_of_test(results, test, slo),
     ]
     for mode in dict.fromkeys(s.mode for s in sweeps):
         mode_sweeps = [s for s in sweeps if s.mode == mode]

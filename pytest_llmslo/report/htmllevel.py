@@ -5,9 +5,9 @@ notes and traffic, and the distributions of TTFT and ITL from the per-request sa
 results hold, with the level's per-second series over its measured window
 (``metrics.timeseries``): TTFT P50 and P99 by the second the first token arrived, ITL P50,
 output tokens/s, completions and errors, requests in flight. A level with faults (the
-``fault`` setting) lists each with what it cost (``report.faults``) and marks on every
+``fault`` setting) lists each with what it cost (``report.faulttext``) and marks on every
 per-second chart when it was done and when the level recovered, with the goodput the
-recovery is judged on (``faults.recovery``) beside the output tokens/s.
+recovery is judged on (``faults.faultcost``) beside the output tokens/s.
 
 Results written before the samples held each request's times have no per-second series:
 their level shows the values per request in the order sent instead, and says why. A level
@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_llmslo.judged import LevelOutcome
 from pytest_llmslo.metrics.timeseries import SecondSeries, per_second
-from pytest_llmslo.report.faults import fault_lines
+from pytest_llmslo.report.faulttext import fault_lines
 from pytest_llmslo.report.htmlcells import badge, bounds, cell, lines, point_value
 from pytest_llmslo.report.htmlcharts import (
     PALETTE,

@@ -344,7 +344,7 @@ def cold_start_properties(
 
 
 def scale_up_properties(record: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """A level's scale-up (``metrics.scaleup``): ``llmslo.scale_up.{at,replicas,asked_s,
+    """A level's scale-up (``metrics.timetocapacity``): ``llmslo.scale_up.{at,replicas,asked_s,
     done_s,before_tok_s,after_tok_s,gain,shows_at_s,capacity_s,window_s,share,error,why}``."""
     if not isinstance(record, Mapping):
         return []
@@ -359,7 +359,7 @@ def scale_up_properties(record: Mapping[str, Any] | None) -> list[tuple[str, str
 
 
 def fault_properties(records: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, str]]:
-    """A level's faults (``faults.recovery``), numbered from 0: ``llmslo.fault.<i>.{kind,
+    """A level's faults (``faults.faultcost``), numbered from 0: ``llmslo.fault.<i>.{kind,
     at,asked_s,asked_unix,failed,before_tok_s,goodput_min_tok_s,goodput_dip,attainment_min,
     recovered_at_s,recovery_s,window_s,share,error,why}``."""
     out = _Properties()

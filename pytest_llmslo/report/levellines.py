@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_llmslo.judged import weight_notes
-from pytest_llmslo.report.faults import fault_lines
-from pytest_llmslo.report.scaleup import scale_up_text
+from pytest_llmslo.report.faulttext import fault_lines
+from pytest_llmslo.report.scaleuptext import scale_up_text
 from pytest_llmslo.report.signaltext import signal_lines
 from pytest_llmslo.sweep import SweepPoint
 
@@ -97,7 +97,7 @@ def failure_lines(p: SweepPoint) -> list[str]:
 
 
 def request_failure_lines(p: SweepPoint) -> list[str]:
-    """The level's faults and what they cost (``report.faults``), then why its requests
+    """The level's faults and what they cost (``report.faulttext``), then why its requests
     failed: its most frequent error message, with the count of the others; none when
     there was no fault and none failed."""
     s = p.summary

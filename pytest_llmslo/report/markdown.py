@@ -44,12 +44,12 @@ from pytest_llmslo.judged import (
     level_outcome,
     weight_notes,
 )
-from pytest_llmslo.report.coldstart import cold_start_table
-from pytest_llmslo.report.faults import fault_lines
+from pytest_llmslo.report.coldstarttext import cold_start_table
+from pytest_llmslo.report.faulttext import fault_lines
 from pytest_llmslo.report.mdcompare import render_comparison
 from pytest_llmslo.report.mdtable import escape_cell, table
 from pytest_llmslo.report.paths import relative_paths
-from pytest_llmslo.report.scaleup import scale_up_text
+from pytest_llmslo.report.scaleuptext import scale_up_text
 from pytest_llmslo.report.signaltext import (
     SIGNAL_COLUMNS,
     has_signals,

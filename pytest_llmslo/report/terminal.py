@@ -41,7 +41,7 @@ from pytest_llmslo.judged import (
     level_outcome,
     stat_count,
 )
-from pytest_llmslo.report.coldstart import cold_start_line
+from pytest_llmslo.report.coldstarttext import cold_start_line
 from pytest_llmslo.report.levellines import (
     failure_lines,
     fmt_ms,

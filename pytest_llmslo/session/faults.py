@@ -1,7 +1,7 @@
 """A level with faults in it (the ``fault`` setting): the proxy in front of the engine for
 a ``drop`` or ``delay`` (the load generator pointed at it for the level), each fault done
 at its point (``faults.inject`` on a thread, ``levelpoint.AtPoint``), then what it cost
-(``faults.recovery``). The records go into the run's meta (``faults``, with the level's
+(``faults.faultcost``). The records go into the run's meta (``faults``, with the level's
 per-second ``series``) and from there onto the level's point."""
 
 from __future__ import annotations

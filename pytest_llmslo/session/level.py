@@ -117,7 +117,7 @@ def measure_level(
     idx = record(state, task, run, tries)
     seconds = time.monotonic() - started
     if state.timing.level_took(idx, seconds):
-        from pytest_llmslo.report.plan import estimate_basis, estimate_line
+        from pytest_llmslo.report.estimate import estimate_basis, estimate_line
 
         state.timing.basis = estimate_basis(run, task.warmup, seconds)
         line = estimate_line(state.contexts.values(), task.ctx, run, task.warmup, seconds)
@@ -130,7 +130,7 @@ def measure_level(
 
 def _where(state: Session, ctx: TestContext) -> Callable[[float], str]:
     """Where the session stands while a level of ``ctx`` runs, given its seconds so far."""
-    from pytest_llmslo.report.plan import where_text
+    from pytest_llmslo.report.estimate import where_text
 
     return lambda elapsed: where_text(state.contexts.values(), ctx, state.timing.basis, elapsed)
 
@@ -302,7 +302,7 @@ def check_prefix_share(run: Run, ts: S.TestSettings) -> Run:
     """``run`` with its cache record (``meta["cache"]``) completed by the engine's prefix-hit
     rate, the share the workload was built to have, and a warning when the first is far
     above the second (``signals.prefix_share``)."""
-    from pytest_llmslo.signals.level import LevelSignals
+    from pytest_llmslo.signals.levelsignals import LevelSignals
     from pytest_llmslo.signals.prefix_share import expected_prefix_share, warm_cache_warning
 
     meta = run.meta

@@ -1,6 +1,6 @@
 """A level with a scale-up in it (the ``scale_up`` setting): capacity added at its point
 (``engines.scaling.add_capacity`` on a thread, ``levelpoint.AtPoint``), then measured
-as the time until it showed in goodput (``metrics.scaleup.time_to_capacity``). The result
+as the time until it showed in goodput (``metrics.timetocapacity.time_to_capacity``). The result
 goes into the run's meta (``scale_up``) and from there onto the level's point."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def with_scale_up(
 ) -> Run:
     """``run`` with ``meta["scale_up"]``: what was asked and done, when (seconds from the
     start of its measured window), and when the new capacity showed in goodput."""
-    from pytest_llmslo.metrics.scaleup import time_to_capacity
+    from pytest_llmslo.metrics.timetocapacity import time_to_capacity
 
     record: dict[str, Any] = {"asked": spec.to_dict()}
     record.update(trigger.outcome(run.start_ns, SCALE_WAIT_S, "scale-up"))

@@ -89,7 +89,7 @@ def _start_worker_job(ss: S.SessionSettings, hub: WorkerHub, say: Callable[[str]
     import socket
 
     from pytest_llmslo.engines.runtimes.k8s.apply import reason_of
-    from pytest_llmslo.engines.runtimes.k8s.client import cluster
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import cluster
     from pytest_llmslo.engines.runtimes.k8s.settings import KubeSettings
     from pytest_llmslo.engines.runtimes.k8s.workerjob import WorkerJob, WorkerJobSpec
     from pytest_llmslo.errors import ConfigError, EngineUnavailable

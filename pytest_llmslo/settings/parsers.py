@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from pytest_llmslo import units
+from pytest_llmslo import quantities
 from pytest_llmslo.errors import ConfigError
 
 
@@ -76,17 +76,17 @@ def parse_float_list(text: str) -> tuple[float, ...]:
 
 def parse_int(text: str) -> int:
     """A whole number >= 0: ``4096``, or a size as a person types it (``4Ki``, ``2k``,
-    ``2k tokens``; ``units.parse_size``)."""
+    ``2k tokens``; ``quantities.parse_size``)."""
     try:
         v = int(str(text).strip())
     except ValueError:
         if str(text).strip().startswith("-"):
             raise ValueError(f"Could not parse value: {text!r}. Must be >= 0.") from None
         try:
-            v = units.parse_size(text)
+            v = quantities.parse_size(text)
         except ValueError:
             raise ValueError(
-                f"Could not parse value: {text!r}. Expected an integer ({units.SIZE_FORMS})."
+                f"Could not parse value: {text!r}. Expected an integer ({quantities.SIZE_FORMS})."
             ) from None
     if v < 0:
         raise ValueError(f"Could not parse value: {text!r}. Must be >= 0.")
@@ -120,27 +120,27 @@ def parse_positive_float(text: str) -> float:
 
 def parse_seconds(text: str) -> float:
     """A duration > 0 in seconds, as a person types it (``90``, ``90s``, ``5m``, ``1h30m``,
-    ``250ms``; ``units.parse_duration``): a timeout of 0 would fail every request at once."""
-    v = units.parse_duration(text)
+    ``250ms``; ``quantities.parse_duration``): a timeout of 0 would fail every request at once."""
+    v = quantities.parse_duration(text)
     if v == 0:
         raise ValueError(f"Could not parse value: {text!r}. Must be > 0.")
     return v
 
 
 def parse_seconds_or_zero(text: str) -> float:
-    """A duration >= 0 in seconds (``units.parse_duration``)."""
-    return units.parse_duration(text)
+    """A duration >= 0 in seconds (``quantities.parse_duration``)."""
+    return quantities.parse_duration(text)
 
 
 def parse_rate_list(text: str) -> tuple[float, ...]:
     """Open-loop rates, one level each: ``"1,2.5,4"`` (requests per second) or with a unit
-    (``"2.5/s,150/m"``; ``units.parse_rate``); every rate > 0."""
+    (``"2.5/s,150/m"``; ``quantities.parse_rate``); every rate > 0."""
     parts = _split_items(text, "1,2.5/s,150/m")
     if not parts:
         raise ValueError(f"Could not parse value: {text!r}. Expected a comma list like 1,2,4.")
     out = []
     for p in parts:
-        v = units.parse_rate(p)
+        v = quantities.parse_rate(p)
         if v <= 0:
             raise ValueError(f"Could not parse value: {text!r}. Rates must be > 0.")
         out.append(v)
@@ -206,11 +206,11 @@ def parse_optional_request_cap(text: str) -> int | None:
 
 def parse_optional_duration(text: str) -> float | None:
     """Seconds as a person types them (``90``, ``90s``, ``5m``, ``1h30m``;
-    ``units.parse_duration``); ``0``/``none``/empty mean no duration bound."""
+    ``quantities.parse_duration``); ``0``/``none``/empty mean no duration bound."""
     s = str(text).strip().lower()
     if s in ("", "0", "none", "off"):
         return None
-    return units.parse_duration(s) or None
+    return quantities.parse_duration(s) or None
 
 
 def parse_confidence(text: str) -> float:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from pytest_llmslo.choices import ResetCacheMode
 from pytest_llmslo.engines.scaling import ScaleUp
-from pytest_llmslo.faults.spec import Fault
+from pytest_llmslo.faults.faultspec import Fault
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.slo.quality import QualityObjective
 

@@ -7,6 +7,6 @@ say which of them explains a missed objective.
 (the thread that scrapes), ``attribution`` (why an objective failed).
 """
 
-from .level import LevelSignals
+from .levelsignals import LevelSignals
 
 __all__ = ["LevelSignals"]

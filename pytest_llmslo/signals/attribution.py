@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .level import LevelSignals
+from .levelsignals import LevelSignals
 
 QUEUE_SHARE = 0.30
 KV_FULL = 0.90

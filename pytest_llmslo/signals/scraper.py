@@ -29,7 +29,7 @@ from ..probe import MAX_BYTES, BodyTooLarge, ExchangeTooSlow, fetch
 from ..redact import redact, redact_url
 from .exposition import ExpositionError, Snapshot, parse
 from .gpu import NvmlSampler, from_dcgm
-from .level import LevelSignals, compute
+from .levelsignals import LevelSignals, compute
 from .names import wanted
 
 #: The families a scrape parses: all the signals' at the level's start and end, the

@@ -23,11 +23,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .answerer import quality_from_mapping
 from .cluster import LINKS, topology_from_mapping
-from .noise import SimNoise
 from .profiles import DEFAULT_PROFILE, GPUS, PROFILES, Profile, get_profile, profile_from_mapping
-from .quality import quality_from_mapping
 from .server import SimServer
+from .speednoise import SimNoise
 
 log = logging.getLogger("pytest_llmslo.sim")
 
@@ -205,8 +205,10 @@ def _add_deployment(p: argparse.ArgumentParser) -> None:
 
 
 def _add_noise(p: argparse.ArgumentParser) -> None:
-    """Run-to-run noise (``noise.py``): off unless asked for."""
-    n = p.add_argument_group("run-to-run noise (off by default; see pytest_llmslo/sim/noise.py)")
+    """Run-to-run noise (``speednoise.py``): off unless asked for."""
+    n = p.add_argument_group(
+        "run-to-run noise (off by default; see pytest_llmslo/sim/speednoise.py)"
+    )
     n.add_argument(
         "--speed-factor",
         type=float,

@@ -8,7 +8,7 @@ logs it, with the wall-clock time, on its log (``REPLICA_UP``): the record a tes
 measured scale-up against. A disaggregated sim answers 400.
 
 Faults (``POST /admin/fault``) and the sim's own account of them (``GET /admin/events``)
-are in ``sim/faults.py``.
+are in ``sim/replicafaults.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .httpd import HttpConnection, HttpRequest
 
-#: The server's ``EngineLoop`` (``server.py`` imports this module, not the other way).
+#: The server's ``EngineLoop`` (``engineloop.py`` imports this module, not the other way).
 EngineLoop = Any
 
 log = logging.getLogger("pytest_llmslo.sim")

@@ -434,10 +434,23 @@ def report(
         if progress is not None:
             progress(msg)
 
-    out: list[str] = []
     say("rows")
+    out = _rows_section(step, measured)
+    say("vLLM sweep")
+    out += _sweep_section(vllm_sweep(measured=measured) if sweep is None else sweep)
+    say("Dynamo gains")
+    out += _dynamo_section(step, measured)
+    say("router")
+    out += _router_section(measured)
+    say("ISL regimes")
+    out += _regimes_section(step, measured)
+    return "\n".join(out) + "\n"
+
+
+def _rows_section(step: int, measured: int) -> list[str]:
+    """The six rows' knees and whether they order as the reference's."""
     rows = row_results(step=step, measured=measured)
-    out += [f"Knees under {KNEE_SLO.describe()}, {SHAREGPT_LIKE.describe()}, closed loop:", ""]
+    out = [f"Knees under {KNEE_SLO.describe()}, {SHAREGPT_LIKE.describe()}, closed loop:", ""]
     out += rows_table(rows)
     wrong = order_matches(rows)
     out += [
@@ -445,11 +458,13 @@ def report(
         "Order of the six rows by knee throughput: "
         + ("as the reference's (within 20 %)." if not wrong else "differs: " + "; ".join(wrong)),
     ]
-    say("vLLM sweep")
-    if sweep is None:
-        sweep = vllm_sweep(measured=measured)
+    return out
+
+
+def _sweep_section(sweep: Sequence[SweepResult]) -> list[str]:
+    """The vLLM-like sweep against the reference's: its knee and TTFT P99 at each point."""
     ok, miss = knee_between(sweep)
-    out += [
+    out = [
         "",
         f"vLLM-like sweep against the reference's (knee: sim between c{ok} and c{miss}, "
         f"reference between c{REFERENCE_KNEE[0]} and c{REFERENCE_KNEE[1]}):",
@@ -462,12 +477,16 @@ def report(
         f"TTFT P99 against the reference's, ±{TTFT_BAND * 100:.0f} % at each point: "
         + ("every point within." if not outside else "outside at " + "; ".join(outside) + "."),
     ]
-    say("Dynamo gains")
+    return out
+
+
+def _dynamo_section(step: int, measured: int) -> list[str]:
+    """Dynamo-like over aggregated knee throughput, with and without shared prefixes."""
     shared = dataclasses.replace(SHAREGPT_LIKE, prefixes=16, prefix_len=256)
     gains = dynamo_gains(
         {"unique prompts": SHAREGPT_LIKE, "shared prefixes": shared}, step=step, measured=measured
     )
-    out += [
+    out = [
         "",
         "Dynamo-like over aggregated knee throughput (reference: +30-40 % with "
         "reusable prefixes, +10-15 % without; its table +48 %, +30 %, +52 %):",
@@ -477,9 +496,13 @@ def report(
         ["workload", "vLLM", "SGLang", "TRT-LLM"],
         [[w, *(pct(g[e] - 1) for e in ("vllm", "sglang", "trtllm"))] for w, g in gains.items()],
     )
-    say("router")
+    return out
+
+
+def _router_section(measured: int) -> list[str]:
+    """Two replicas behind each router policy: prefix hits and latency."""
     routed = router_gain(measured=measured)
-    out += ["", f"Router, two TP2 vLLM-like replicas at c32, {ROUTER_WORKLOAD.describe()}:", ""]
+    out = ["", f"Router, two TP2 vLLM-like replicas at c32, {ROUTER_WORKLOAD.describe()}:", ""]
     out += table(
         ["router", "prefix hit rate", "TTFT P50", "TTFT P99", "output tok/s"],
         [
@@ -493,9 +516,13 @@ def report(
             for r in routed
         ],
     )
-    say("ISL regimes")
+    return out
+
+
+def _regimes_section(step: int, measured: int) -> list[str]:
+    """Where disaggregation pays, by ISL."""
     regimes = isl_regimes(step=step, measured=min(measured, 300))
-    out += [
+    out = [
         "",
         "Where disaggregation pays (vLLM-like, fixed lengths, unique prompts, OSL 256; "
         "reference: when ISL > 1,024):",
@@ -505,4 +532,4 @@ def report(
         ["ISL", "aggregated knee tok/s", "Dynamo-like knee tok/s", "gain"],
         [[isl, fmt(a), fmt(d), pct(d / a - 1)] for isl, a, d in regimes],
     )
-    return "\n".join(out) + "\n"
+    return out

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..load.workload import draw_lengths
+from ..load.promptlengths import draw_lengths
+from .cluster import Emission
 from .profiles import Profile
 from .scheduler import SimRequest
 from .tokens import block_hashes
@@ -173,15 +174,9 @@ def closed_loop(
     made = 0
     ready: list[float] = [0.0] * concurrency
     now = 0.0
-    ttft: list[float] = []
-    e2e: list[float] = []
-    gaps: list[float] = []
-    last_token: dict[SimRequest, float] = {}
-    own: dict[SimRequest, list[float]] = {}
-    own_itl: list[float] = []
+    tally = _Tally(warm)
     window_start: float | None = None
     window_end: float | None = None
-    stamps: list[float] = []
     while True:
         ready.sort()
         while ready and ready[0] <= now and made < total:
@@ -206,39 +201,59 @@ def closed_loop(
             continue
         now = t
         for e in cluster.advance(now).emitted:
-            i = int(e.req.rid)
-            if i >= warm:
-                stamps.append(e.at_s)
-                if e.index == 0:
-                    ttft.append(e.at_s - e.req.arrival_s)
-                    own[e.req] = []
-                else:
-                    gap = e.at_s - last_token[e.req]
-                    gaps.append(gap)
-                    own[e.req].append(gap)
-                if e.last:
-                    e2e.append(e.at_s - e.req.arrival_s)
-                    mine = own.pop(e.req)
-                    own_itl.append(float(np.median(mine)) if mine else 0.0)
-            last_token[e.req] = e.at_s
+            tally.token(e)
             if e.last:
-                last_token.pop(e.req, None)
                 ready.append(e.at_s + _TURNAROUND_S)
     start = window_start or 0.0
     end = window_end or now
-    inside = sum(1 for s in stamps if start <= s < end)
+    inside = sum(1 for s in tally.stamps if start <= s < end)
     tok_s = inside / (end - start) if end > start else math.nan
     return LevelResult(
         profile=profile.name,
         concurrency=concurrency,
-        ttft_ms=np.asarray(ttft) * 1e3,
-        e2e_ms=np.asarray(e2e) * 1e3,
-        gaps_ms=np.asarray(gaps) * 1e3,
+        ttft_ms=np.asarray(tally.ttft) * 1e3,
+        e2e_ms=np.asarray(tally.e2e) * 1e3,
+        gaps_ms=np.asarray(tally.gaps) * 1e3,
         tok_s=tok_s,
-        own_itl_ms=np.asarray(own_itl) * 1e3,
+        own_itl_ms=np.asarray(tally.own_itl) * 1e3,
         transfers=cluster.transfers,
         prefix_hit_rate=cluster.prefix_hit_rate(),
     )
+
+
+class _Tally:
+    """The latencies of a closed loop's measured requests (those from index ``warm`` on),
+    token by token: TTFT, E2E, every gap, each request's own median gap, every token's
+    time."""
+
+    def __init__(self, warm: int) -> None:
+        self.warm = warm
+        self.ttft: list[float] = []
+        self.e2e: list[float] = []
+        self.gaps: list[float] = []
+        self.own_itl: list[float] = []
+        self.stamps: list[float] = []
+        self._last_token: dict[SimRequest, float] = {}
+        self._own: dict[SimRequest, list[float]] = {}
+
+    def token(self, e: Emission) -> None:
+        """Count one emitted token."""
+        if int(e.req.rid) >= self.warm:
+            self.stamps.append(e.at_s)
+            if e.index == 0:
+                self.ttft.append(e.at_s - e.req.arrival_s)
+                self._own[e.req] = []
+            else:
+                gap = e.at_s - self._last_token[e.req]
+                self.gaps.append(gap)
+                self._own[e.req].append(gap)
+            if e.last:
+                self.e2e.append(e.at_s - e.req.arrival_s)
+                mine = self._own.pop(e.req)
+                self.own_itl.append(float(np.median(mine)) if mine else 0.0)
+        self._last_token[e.req] = e.at_s
+        if e.last:
+            self._last_token.pop(e.req, None)
 
 
 def sweep(

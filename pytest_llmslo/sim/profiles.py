@@ -57,11 +57,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from .answerer import QualityModel, quality_from_mapping
 from .cluster import Cluster, Pool, Topology, topology_from_mapping
 from .costmodel import CostModel, Gpu, ModelSpec
-from .noise import NoisyCostModel, SimNoise
-from .quality import QualityModel, quality_from_mapping
 from .scheduler import SchedulerConfig
+from .speednoise import NoisyCostModel, SimNoise
 
 _T = TypeVar("_T")
 
@@ -236,9 +236,9 @@ class Profile:
     max_model_len: int = 8192
     num_blocks: int | None = None
     topology: Topology = field(default_factory=Topology)
-    #: Run-to-run noise (``noise.py``): none unless asked for.
+    #: Run-to-run noise (``speednoise.py``): none unless asked for.
     noise: SimNoise = field(default_factory=SimNoise)
-    #: How its "model" answers eval items (``quality.py``).
+    #: How its "model" answers eval items (``answerer.py``).
     quality: QualityModel = field(default_factory=QualityModel)
 
     def __post_init__(self) -> None:

@@ -15,7 +15,7 @@ from pytest_llmslo import metrics
 from pytest_llmslo.catalog import stat_name
 from pytest_llmslo.records import Run
 from pytest_llmslo.signals.attribution import explain
-from pytest_llmslo.signals.level import LevelSignals
+from pytest_llmslo.signals.levelsignals import LevelSignals
 from pytest_llmslo.stats import DEFAULT_CONFIDENCE
 
 from .dsl import Objective, coerce_objectives

@@ -2,7 +2,7 @@
 
 ``assert_recovery`` judges the faults of the current run (the level the test body sees,
 ``slo_run``; or the ``Run`` given first) as recorded by the ``fault`` setting
-(``run.meta["faults"]``, ``faults.recovery``): each fault must have been done, and
+(``run.meta["faults"]``, ``faults.faultcost``): each fault must have been done, and
 recovered (``recovery_s`` measured: goodput, no error and the objectives back for the
 fault's window) within ``max_recovery_s`` seconds, with at most ``max_failed`` requests
 failed from the fault to its recovery. ``fault=`` picks one fault by its number (0 is the

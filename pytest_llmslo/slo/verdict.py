@@ -148,6 +148,22 @@ class Verdict:
             else f"gates on the point estimate; {c} bound shown"
         )
         lines = [f"SLO {head}{at} ({mode})"]
+        lines += self._objective_rows(c)
+        lines += self._sample_notes(c)
+        lines.append("  " + self._goodput_line())
+        lines.append("  " + self._requests_line())
+        for e in self.errors:
+            lines.append(f"    {e}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        lines.extend(f"  why: {a}" for a in self.attribution)
+        if not self.results:
+            lines.append("  no objectives given: only the failures were checked")
+        if not self.run_valid:
+            lines.append(self._invalid_line())
+        return "\n".join(lines)
+
+    def _objective_rows(self, c: str) -> list[str]:
+        """The table of objectives, one aligned row each, under its header."""
         rows = [("objective", "observed", f"bound({c})", "samples", "needed", "result")]
         for r in self.results:
             bound = fmt_ms(r.bound) if r.bound is not None else "n/a"
@@ -165,6 +181,7 @@ class Verdict:
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = []
         for row in rows:
             cells = [row[0].ljust(widths[0])] + [
                 row[i].rjust(widths[i]) for i in range(1, len(row))
@@ -172,6 +189,12 @@ class Verdict:
             lines.append("  " + "  ".join(cells).rstrip())
         if any(r.bound_method == "normal" for r in self.results):
             lines.append("  * normal-approximation bound of a mean (not distribution-free)")
+        return lines
+
+    def _sample_notes(self, c: str) -> list[str]:
+        """What each objective's samples lack: failed requests counted as infinite,
+        completed requests without the metric's event, too few samples for a bound."""
+        lines = []
         for r in self.results:
             if r.failed:
                 inf = "+∞" if r.objective.upper else "−∞"
@@ -198,27 +221,20 @@ class Verdict:
                 lines.append(
                     f"  {r.objective.name}: {r.count} samples are too few for a {c} bound{extra}"
                 )
-        lines.append("  " + self._goodput_line())
-        lines.append("  " + self._requests_line())
-        for e in self.errors:
-            lines.append(f"    {e}")
-        lines.extend(f"  note: {n}" for n in self.notes)
-        lines.extend(f"  why: {a}" for a in self.attribution)
-        if not self.results:
-            lines.append("  no objectives given: only the failures were checked")
-        if not self.run_valid:
-            why = "; ".join(self.invalid_reasons) or "no reason given"
-            if self.failures_decide:
-                lines.append(
-                    "  the client was flagged too, but the failed requests decide the "
-                    f"verdict (the failure gates are judged first): {why}"
-                )
-            else:
-                lines.append(
-                    "  INVALID RUN: the load generator was the bottleneck, so these numbers "
-                    f"are the client's, not the engine's: {why}"
-                )
-        return "\n".join(lines)
+        return lines
+
+    def _invalid_line(self) -> str:
+        """Why the run is not valid, and whether that decides the verdict."""
+        why = "; ".join(self.invalid_reasons) or "no reason given"
+        if self.failures_decide:
+            return (
+                "  the client was flagged too, but the failed requests decide the "
+                f"verdict (the failure gates are judged first): {why}"
+            )
+        return (
+            "  INVALID RUN: the load generator was the bottleneck, so these numbers "
+            f"are the client's, not the engine's: {why}"
+        )
 
     def _goodput_line(self) -> str:
         if self.attainment is None:

@@ -1,19 +1,25 @@
 """Fixtures of the engine launcher tests: paths, a docker client with the sim image and
 the Dynamo mocker's configuration (each skipping with the reason where it is not set up),
-and checks that each test left nothing running (no registered unit, no llmslo container
-of this session)."""
+a sim process and the fake Kubernetes cluster that forwards to it, and checks that each
+test left nothing running (no registered unit, no llmslo container of this session)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from engines_helpers import DYNAMO_PYTHON, FAKE_ENGINE, SIM_IMAGE, missing_module
+from engines_helpers import DYNAMO_PYTHON, FAKE_ENGINE, K8S_SIM_MODEL, SIM_IMAGE, missing_module
 
 from pytest_llmslo.engines import EngineConfig, lifecycle
+from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.errors import EngineUnavailable
+
+if TYPE_CHECKING:
+    from k8s_cluster import FakeCluster
 
 
 @pytest.fixture
@@ -49,6 +55,45 @@ def dynamo_config() -> EngineConfig:
         return dynamo_mocker_config()
     except EngineUnavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def sim_port() -> Iterator[int]:
+    """The port of a sim serving ``K8S_SIM_MODEL``: what every pod of a fake cluster is."""
+    port = pick_free_port("127.0.0.1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_llmslo.sim", "--host", "127.0.0.1", "--port", str(port),
+         "--model", K8S_SIM_MODEL],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_port: int
+) -> Iterator[FakeCluster]:
+    """A fake cluster (``k8s_cluster``) whose port-forwards reach the sim of ``sim_port``,
+    in ``KUBECONFIG``, with a fresh session owner and no cached clients. Modules whose
+    tests need no engine behind the cluster define their own ``cluster``."""
+    pytest.importorskip("kmock")
+    pytest.importorskip("kubernetes")
+    from k8s_cluster import fake_cluster
+
+    from pytest_llmslo.engines.runtimes.k8s import ownership
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
+
+    with fake_cluster(tmp_path) as c:
+        c.forward_to(sim_port)
+        monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
+        monkeypatch.setattr(ownership, "SESSION_OWNERS", ownership.SessionOwners())
+        forget_clients()
+        yield c
+        forget_clients()
 
 
 @pytest.fixture(autouse=True)

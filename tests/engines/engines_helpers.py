@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from pytest_llmslo.engines import EngineConfig, local
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.readiness import http_ok, version_from_json
 from pytest_llmslo.engines.units import ImageUnit
 
@@ -18,6 +18,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 FAKE_ENGINE = HERE / "fake_engine.py"
 SIM_IMAGE = "pytest-llmslo/sim:local"
+#: The model the sim behind a fake Kubernetes cluster serves (``conftest.sim_port``).
+K8S_SIM_MODEL = "llmslo-sim"
 
 
 def fake_docker_plan(port: int, *extra: str, timeout: float = 60, **env: str) -> LaunchPlan:

@@ -18,7 +18,7 @@ from pytest_llmslo.engines import plan_engine, start_engine, startup
 from pytest_llmslo.engines.base import EngineConfig
 from pytest_llmslo.engines.cache_reset import ANY, DYNAMO, SGLANG, VLLM, reset_cache
 from pytest_llmslo.engines.launch import launch
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.readiness import http_ok
 from pytest_llmslo.engines.units import ProcessUnit

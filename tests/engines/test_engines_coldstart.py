@@ -13,7 +13,7 @@ import pytest
 from pytest_llmslo.engines import EngineConfig, start_engine, startup
 from pytest_llmslo.engines.coldstart import PHASES, ColdStart, StartClock, unit_marks
 from pytest_llmslo.engines.launch import launch
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port, port_is_free
 from pytest_llmslo.engines.readiness import models_listed
 from pytest_llmslo.engines.units import ProcessUnit
@@ -181,8 +181,8 @@ def test_a_pod_start_adds_the_harness_phases_to_the_clusters(
     from k8s_cluster import Controller, fake_cluster, ready
 
     from pytest_llmslo.engines import load_engine_configs, plan_engine
-    from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
-    from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+    from pytest_llmslo.engines.runtimes.k8s import ownership
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
 
     port = pick_free_port()
     sim = subprocess.Popen(
@@ -193,7 +193,7 @@ def test_a_pod_start_adds_the_harness_phases_to_the_clusters(
     try:
         with fake_cluster(tmp_path) as cluster:
             monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-            monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
+            monkeypatch.setattr(ownership, "SESSION_OWNERS", ownership.SessionOwners())
             forget_clients()
             cluster.forward_to(port)
             cfg = load_engine_configs(

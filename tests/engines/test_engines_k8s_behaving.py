@@ -9,9 +9,6 @@ owner references need."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ import pytest
 pytest.importorskip("kmock")
 pytest.importorskip("kubernetes")
 
+from engines_helpers import K8S_SIM_MODEL
 from k8s_behaving import (
     BehavingDynamo,
     BehavingLws,
@@ -29,49 +27,18 @@ from k8s_behaving import (
     resolves,
     run_as_image_user,
 )
-from k8s_cluster import Controller, FakeCluster, fake_cluster
+from k8s_cluster import Controller, FakeCluster
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
-from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.readiness import all_of, http_ok, models_listed
-from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
-from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
-from pytest_llmslo.engines.runtimes.k8s.failures import pod_failure
+from pytest_llmslo.engines.runtimes.k8s.podfailures import pod_failure
 from pytest_llmslo.engines.runtimes.k8s.role import role
 from pytest_llmslo.engines.runtimes.kubernetes import KubeEngine
 from pytest_llmslo.errors import EngineStartError
 
 NS = "bench"
-MODEL = "llmslo-sim"
+MODEL = K8S_SIM_MODEL
 LWS = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets"
-
-
-@pytest.fixture(scope="module")
-def sim_port() -> Iterator[int]:
-    port = pick_free_port("127.0.0.1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_llmslo.sim", "--host", "127.0.0.1", "--port", str(port),
-         "--model", MODEL],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-@pytest.fixture
-def cluster(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_port: int
-) -> Iterator[FakeCluster]:
-    with fake_cluster(tmp_path) as c:
-        c.forward_to(sim_port)
-        monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
-        monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
-        forget_clients()
-        yield c
-        forget_clients()
 
 
 @pytest.fixture

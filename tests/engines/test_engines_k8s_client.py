@@ -21,7 +21,7 @@ def test_the_package_does_not_import_the_client_library() -> None:
 
 
 def test_a_missing_client_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_llmslo.engines.runtimes.k8s.client import kubernetes_module
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import kubernetes_module
 
     monkeypatch.setitem(sys.modules, "kubernetes", None)
     with pytest.raises(EngineUnavailable, match=r"pip install 'pytest-llmslo\[k8s\]'"):

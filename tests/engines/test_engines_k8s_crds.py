@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_llmslo.engines import load_engine_configs, plan_engine
-from pytest_llmslo.engines.runtimes.k8s.manifests import MANAGED_BY, names_for
+from pytest_llmslo.engines.runtimes.k8s.deployments import MANAGED_BY, names_for
 from pytest_llmslo.engines.runtimes.k8s.objects import layout_of
 from pytest_llmslo.engines.runtimes.k8s.render import manifests
 from pytest_llmslo.engines.runtimes.k8s.settings import settings_of

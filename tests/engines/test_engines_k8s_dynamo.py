@@ -6,9 +6,6 @@ standing for every pod behind the client's real port-forward."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,45 +15,15 @@ import pytest
 pytest.importorskip("kmock")
 pytest.importorskip("kubernetes")
 
-from k8s_cluster import Controller, DynamoOperator, FakeCluster, fake_cluster, ready, used
+from engines_helpers import K8S_SIM_MODEL
+from k8s_cluster import Controller, DynamoOperator, FakeCluster, ready, used
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine, startup
-from pytest_llmslo.engines.ports import pick_free_port
-from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
-from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
 from pytest_llmslo.engines.runtimes.k8s.role import allowed, role
 from pytest_llmslo.engines.runtimes.kubernetes import KubeEngine
 
 NS = "bench"
-MODEL = "llmslo-sim"
-
-
-@pytest.fixture(scope="module")
-def sim_port() -> Iterator[int]:
-    port = pick_free_port("127.0.0.1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_llmslo.sim", "--host", "127.0.0.1", "--port", str(port),
-         "--model", MODEL],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-@pytest.fixture
-def cluster(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_port: int
-) -> Iterator[FakeCluster]:
-    with fake_cluster(tmp_path) as c:
-        c.forward_to(sim_port)
-        monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
-        monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
-        forget_clients()
-        yield c
-        forget_clients()
+MODEL = K8S_SIM_MODEL
 
 
 def dynamo(**options: Any) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_llmslo.engines import apply_overrides, load_engine_configs, plan_engine
-from pytest_llmslo.engines.runtimes.k8s.manifests import (
+from pytest_llmslo.engines.runtimes.k8s.deployments import (
     GPU_RESOURCE,
     MANAGED_BY,
     SESSION_ID,

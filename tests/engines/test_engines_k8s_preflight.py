@@ -20,7 +20,7 @@ from k8s_cluster import FakeCluster, fake_cluster
 
 from pytest_llmslo.cli import main
 from pytest_llmslo.engines import load_engine_configs
-from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
 from pytest_llmslo.engines.runtimes.k8s.preflight import check_engine
 
 NS = "bench"

@@ -101,7 +101,7 @@ def test_the_layout_comes_up_serves_and_leaves_nothing(layout: str) -> None:
         session = handle.units[0].names.session
     finally:
         handle.stop()
-    from pytest_llmslo.engines.runtimes.k8s.client import cluster, json_of
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import cluster, json_of
     from pytest_llmslo.engines.runtimes.k8s.settings import settings_of
 
     where = cluster(settings_of(config))

@@ -25,12 +25,12 @@ def test_the_role_is_a_valid_object() -> None:
 def every_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from k8s_cluster import fake_cluster
 
-    from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
-    from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
+    from pytest_llmslo.engines.runtimes.k8s import ownership
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
 
     with fake_cluster(tmp_path) as cluster:
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-        monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
+        monkeypatch.setattr(ownership, "SESSION_OWNERS", ownership.SessionOwners())
         forget_clients()
         yield cluster
         forget_clients()

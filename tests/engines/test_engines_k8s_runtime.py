@@ -35,12 +35,12 @@ from k8s_cluster import (
 )
 
 from pytest_llmslo.engines import launch, load_engine_configs, plan_engine
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.engines.runtimes import kubernetes as kube_runtime
-from pytest_llmslo.engines.runtimes.k8s import session as k8s_session
-from pytest_llmslo.engines.runtimes.k8s.client import forget_clients
-from pytest_llmslo.engines.runtimes.k8s.manifests import SESSION_ID
+from pytest_llmslo.engines.runtimes.k8s import ownership
+from pytest_llmslo.engines.runtimes.k8s.deployments import SESSION_ID
+from pytest_llmslo.engines.runtimes.k8s.kubeclient import forget_clients
 from pytest_llmslo.errors import EngineStartError
 from pytest_llmslo.faults import inject, parse_faults
 from pytest_llmslo.sim.admintoken import TOKEN_ENV, session_token
@@ -52,7 +52,7 @@ NS = "bench"
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
     with fake_cluster(tmp_path) as c:
         monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
-        monkeypatch.setattr(k8s_session, "SESSIONS", k8s_session.Sessions())
+        monkeypatch.setattr(ownership, "SESSION_OWNERS", ownership.SessionOwners())
         forget_clients()
         yield c
         forget_clients()
@@ -270,7 +270,7 @@ def test_a_harness_ended_by_a_signal_deletes_what_it_applied(
 
 def test_an_object_that_exists_is_applied_server_side(cluster: FakeCluster) -> None:
     from pytest_llmslo.engines.runtimes.k8s.apply import apply, get
-    from pytest_llmslo.engines.runtimes.k8s.client import cluster as connect
+    from pytest_llmslo.engines.runtimes.k8s.kubeclient import cluster as connect
     from pytest_llmslo.engines.runtimes.k8s.settings import KubeSettings
 
     where = connect(KubeSettings())

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_llmslo.engines import load_engine_configs, plan_engine
+from pytest_llmslo.engines.runtimes.k8s.deployments import names_for
 from pytest_llmslo.engines.runtimes.k8s.lws_mpi import SSH_MOUNT, SSH_PORT
-from pytest_llmslo.engines.runtimes.k8s.manifests import names_for
 from pytest_llmslo.engines.runtimes.k8s.objects import layout_of
 from pytest_llmslo.engines.runtimes.k8s.settings import settings_of
 from pytest_llmslo.errors import ConfigError

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from test_engines_k8s_manifests import K8S_SCHEMA_VERSION
 
-from pytest_llmslo.engines.runtimes.k8s.client import cluster, forget_clients
-from pytest_llmslo.engines.runtimes.k8s.manifests import LABEL_SESSION, MANAGED_BY, SESSION_ID
+from pytest_llmslo.engines.runtimes.k8s.deployments import LABEL_SESSION, MANAGED_BY, SESSION_ID
+from pytest_llmslo.engines.runtimes.k8s.kubeclient import cluster, forget_clients
 from pytest_llmslo.engines.runtimes.k8s.settings import KubeSettings
 from pytest_llmslo.engines.runtimes.k8s.workerjob import (
     WorkerJob,

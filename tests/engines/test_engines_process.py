@@ -19,16 +19,17 @@ import pytest
 
 from pytest_llmslo.engines import lifecycle
 from pytest_llmslo.engines.base import EngineConfig
-from pytest_llmslo.engines.launch import EngineTeardownWarning, RunningEngine, launch
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launch import launch
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.ports import pick_free_port, port_is_free
 from pytest_llmslo.engines.readiness import http_ok, version_from_json
+from pytest_llmslo.engines.running import EngineTeardownWarning, RunningEngine
 from pytest_llmslo.engines.runtimes.process import ManagedProcess, read_tail
 from pytest_llmslo.engines.units import ProcessUnit
 from pytest_llmslo.errors import EngineStartError
 
 # The module (the package exports its ``launch`` function under the same name).
-launch_mod = importlib.import_module("pytest_llmslo.engines.launch")
+running_mod = importlib.import_module("pytest_llmslo.engines.running")
 
 
 def _plan(argv: list[str], port: int, timeout: float = 30.0, **env: str) -> LaunchPlan:
@@ -179,7 +180,7 @@ def test_failed_start_keeps_the_logs_it_points_to(
 
 
 def test_port_still_held_after_stop_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launch_mod, "PORT_FREE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(running_mod, "PORT_FREE_TIMEOUT_S", 0.3)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()

@@ -6,10 +6,10 @@ import pytest
 
 from pytest_llmslo.engines import EngineConfig, plan_engine, start_engine
 from pytest_llmslo.engines import _common as common
-from pytest_llmslo.engines.launch import remove_dirs
-from pytest_llmslo.engines.plan import LaunchPlan
+from pytest_llmslo.engines.launchplan import LaunchPlan
 from pytest_llmslo.engines.runtimes import docker as dk
 from pytest_llmslo.engines.runtimes import process as process_runtime
+from pytest_llmslo.engines.tempdirs import remove_dirs
 from pytest_llmslo.errors import EngineUnavailable
 
 

@@ -19,7 +19,7 @@ from pytest_llmslo import cli
 from pytest_llmslo.document import Results, build_document
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.exports import benchjson, push, requests
-from pytest_llmslo.exports.levels import EXPORTED
+from pytest_llmslo.exports.levelmetrics import EXPORTED
 
 SMALLER = {
     "ttft_p50",

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from pytest_llmslo.engines.base import EngineConfig
-from pytest_llmslo.engines.runtimes.base import UnitFaults
 from pytest_llmslo.engines.runtimes.process import ManagedProcess, ProcessRuntime
+from pytest_llmslo.engines.runtimes.runtime import UnitFaults
 from pytest_llmslo.engines.units import ProcessUnit
 from pytest_llmslo.errors import ConfigError
 from pytest_llmslo.faults import inject, parse_faults, pick_unit

@@ -14,7 +14,7 @@ from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load, 
 from pytest_llmslo.load.backlog import Backlog
 from pytest_llmslo.load.client import RawExchange
 from pytest_llmslo.load.health import HealthThresholds, stalled_tokens
-from pytest_llmslo.load.jobs import Job, JobSource, JobSpec
+from pytest_llmslo.load.jobsource import Job, JobSource, JobSpec
 from pytest_llmslo.load.workload import PromptSource, build_prompts
 from pytest_llmslo.records import LoadLevel, RequestRecord
 
@@ -166,7 +166,7 @@ def test_a_closed_loop_s_spare_requests_are_built_before_they_are_asked() -> Non
 
 
 def metrics_lm():  # type: ignore[no-untyped-def]
-    from pytest_llmslo.load.workload import LengthModel
+    from pytest_llmslo.load.promptlengths import LengthModel
 
     return LengthModel()
 

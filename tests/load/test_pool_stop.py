@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, pool
+from pytest_llmslo.load.levelplan import Limits, plan_level
 from pytest_llmslo.load.parentdeath import die_with_parent
-from pytest_llmslo.load.plan import Limits, plan_level
 from pytest_llmslo.load.pool import Interrupted, Pool, drive_pool
 from pytest_llmslo.load.workload import LengthModel
 from pytest_llmslo.records import LoadLevel
@@ -102,7 +102,7 @@ def test_a_worker_that_does_not_answer_the_stop_keeps_what_it_shipped(
 _POOL_SCRIPT = """
 import asyncio, os, subprocess, sys
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec
-from pytest_llmslo.load.plan import plan_level
+from pytest_llmslo.load.levelplan import plan_level
 from pytest_llmslo.load.pool import Pool
 from pytest_llmslo.load.workload import LengthModel
 from pytest_llmslo.records import LoadLevel

@@ -13,7 +13,8 @@ from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, protocol
 from pytest_llmslo.load.backlog import BatchBuilder
 from pytest_llmslo.load.client import RawExchange
 from pytest_llmslo.load.drive import WorkerResult
-from pytest_llmslo.load.plan import Limits, plan_level
+from pytest_llmslo.load.levelplan import Limits, plan_level
+from pytest_llmslo.load.promptlengths import LengthModel
 from pytest_llmslo.load.protocol import (
     PROTOCOL_VERSION,
     Drain,
@@ -28,7 +29,6 @@ from pytest_llmslo.load.protocol import (
     check_version,
 )
 from pytest_llmslo.load.wire import Link, decode, encode
-from pytest_llmslo.load.workload import LengthModel
 from pytest_llmslo.records import LoadLevel
 
 

@@ -18,7 +18,7 @@ from pytest_llmslo.errors import LoadError
 from pytest_llmslo.evals import AnswerBook, HfReading, make_item
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.load.drive import WorkerResult
-from pytest_llmslo.load.plan import plan_level
+from pytest_llmslo.load.levelplan import plan_level
 from pytest_llmslo.load.protocol import PROTOCOL_VERSION, Hello, Ready, Result
 from pytest_llmslo.load.remote import WorkerHub
 from pytest_llmslo.load.wire import WireError, decode, encode

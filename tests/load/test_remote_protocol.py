@@ -21,14 +21,14 @@ from pytest_llmslo.load.drive import WorkerResult
 from pytest_llmslo.load.fleet import with_workers
 from pytest_llmslo.load.handshake import MAGIC_SESSION, MAGIC_WORKER, join_session
 from pytest_llmslo.load.health import HealthThresholds
-from pytest_llmslo.load.jobs import JobSource
-from pytest_llmslo.load.plan import plan_level
+from pytest_llmslo.load.jobsource import JobSource
+from pytest_llmslo.load.levelplan import plan_level
+from pytest_llmslo.load.promptlengths import LengthModel
 from pytest_llmslo.load.protocol import PROTOCOL_VERSION
 from pytest_llmslo.load.remote import WorkerHub, parse_address
 from pytest_llmslo.load.remote_pool import RemoteLevel
 from pytest_llmslo.load.schedule import arrival_offsets_ns
 from pytest_llmslo.load.workerkey import KEY_ENV
-from pytest_llmslo.load.workload import LengthModel
 from pytest_llmslo.records import LoadLevel, RequestRecord, Run
 
 from .remote_helpers import ROOT, worker_cmd

@@ -18,7 +18,7 @@ from pytest_llmslo.load import (
     build_prompts,
     run_load,
 )
-from pytest_llmslo.load.workload import _WORDS
+from pytest_llmslo.load.promptlengths import WORDS
 from pytest_llmslo.records import LoadLevel
 
 from .conftest import chunk, read_request, scripted_server
@@ -48,7 +48,7 @@ def byte_bpe(tmp_path_factory: pytest.TempPathFactory) -> str:
         show_progress=False,
     )
     rng = np.random.default_rng(0)
-    tok.train_from_iterator([" ".join(rng.choice(_WORDS, 50)) for _ in range(200)], trainer)
+    tok.train_from_iterator([" ".join(rng.choice(WORDS, 50)) for _ in range(200)], trainer)
     folder = tmp_path_factory.mktemp("byte_bpe")
     tok.save(str(folder / "tokenizer.json"))
     return str(folder)

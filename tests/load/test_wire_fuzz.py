@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec
+from pytest_llmslo.load.arraydata import DataError
 from pytest_llmslo.load.backlog import BatchBuilder
 from pytest_llmslo.load.client import RawExchange
-from pytest_llmslo.load.columns import DataError
 from pytest_llmslo.load.drive import WorkerResult
-from pytest_llmslo.load.plan import Limits, plan_level
+from pytest_llmslo.load.levelplan import Limits, plan_level
+from pytest_llmslo.load.promptlengths import LengthModel
 from pytest_llmslo.load.protocol import (
     PROTOCOL_VERSION,
     Go,
@@ -29,7 +30,6 @@ from pytest_llmslo.load.protocol import (
 )
 from pytest_llmslo.load.rawbatch import decode_batch, encode_batch
 from pytest_llmslo.load.wire import WireError, decode, encode
-from pytest_llmslo.load.workload import LengthModel
 from pytest_llmslo.records import LoadLevel
 
 

@@ -12,12 +12,12 @@ import pytest
 from pytest_llmslo.errors import WorkloadError
 from pytest_llmslo.load import LengthModel, WorkloadSpec, build_prompts, fit_length_model
 from pytest_llmslo.load.client import ClientSettings, request_body
+from pytest_llmslo.load.promptlengths import WORDS, draw_lengths
 from pytest_llmslo.load.schedule import (
     arrival_offsets_ns,
     split_concurrency,
     split_round_robin,
 )
-from pytest_llmslo.load.workload import _WORDS, draw_lengths
 from pytest_llmslo.records import LoadLevel
 
 
@@ -142,7 +142,7 @@ def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> str:
     # A small vocabulary: many words become several tokens, so exactness is tested.
     trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"])
     rng = np.random.default_rng(0)
-    corpus = [" ".join(rng.choice(_WORDS, 50)) for _ in range(200)]
+    corpus = [" ".join(rng.choice(WORDS, 50)) for _ in range(200)]
     tok.train_from_iterator(corpus, trainer)
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tok.save(str(path))

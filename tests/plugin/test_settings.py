@@ -159,7 +159,7 @@ def test_settings_and_the_load_generator_take_their_choices_from_one_module() ->
     assert S.TRACE_FORMATS is choices.TRACE_FORMATS is traces.TRACE_FORMATS
     assert S.WORKLOADS is choices.WORKLOAD_KINDS is workload.WORKLOAD_KINDS
     assert S.THINK_DISTRIBUTIONS is choices.THINK_DISTRIBUTIONS is workload.THINK_DISTRIBUTIONS
-    assert S.DISTRIBUTIONS is choices.DISTRIBUTIONS == typing.get_args(workload.Distribution)
+    assert S.DISTRIBUTIONS is choices.DISTRIBUTIONS == typing.get_args(workload.LengthDistribution)
     by_choices = {s.name: s.choices for s in S.SPECS if s.choices}
     assert by_choices["endpoint"] is choices.ENDPOINTS
     assert by_choices["slo_early_stop"] is choices.EARLY_STOP_MODES

@@ -13,7 +13,7 @@ from regression_helpers import point as helper_point
 
 from pytest_llmslo import cli
 from pytest_llmslo.regression import compare_points
-from pytest_llmslo.regression.answers import first_divergence
+from pytest_llmslo.regression.answerdrift import first_divergence
 from pytest_llmslo.sweep import SweepPoint
 
 

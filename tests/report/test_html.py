@@ -487,7 +487,7 @@ def test_the_warm_up_shown_is_what_each_level_ran(
 def test_a_level_with_faults_lists_them_and_marks_them_on_its_per_second_charts(
     results: Results,
 ) -> None:
-    from pytest_llmslo.report.faults import fault_text
+    from pytest_llmslo.report.faulttext import fault_text
 
     p = results.points[0]
     ts = per_second(p.samples)

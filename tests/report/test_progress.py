@@ -12,7 +12,7 @@ from pytest_llmslo import settings as S
 from pytest_llmslo.load.job import Progress
 from pytest_llmslo.records import LoadLevel
 from pytest_llmslo.report import progress as progress_mod
-from pytest_llmslo.report.plan import where_text
+from pytest_llmslo.report.estimate import where_text
 from pytest_llmslo.report.progress import LevelProgress
 
 

@@ -13,7 +13,7 @@ from pytest_llmslo import metrics
 from pytest_llmslo import session as core
 from pytest_llmslo.errors import Inconclusive
 from pytest_llmslo.runmeta import RunMeta
-from pytest_llmslo.signals.level import LevelSignals
+from pytest_llmslo.signals.levelsignals import LevelSignals
 
 
 def test_a_level_is_measured_and_recorded_as_a_point(harness: Any) -> None:

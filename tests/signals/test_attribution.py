@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_llmslo.signals.attribution import explain
-from pytest_llmslo.signals.level import LevelSignals
+from pytest_llmslo.signals.levelsignals import LevelSignals
 
 BASE = {"engines": ("vllm",), "scrapes": 5}
 

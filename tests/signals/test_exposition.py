@@ -6,7 +6,7 @@ import pytest
 from expositions import dynamo_frontend, dynamo_worker, sglang, trtllm, vllm
 
 from pytest_llmslo.signals.exposition import ExpositionError, Snapshot, parse, quantile
-from pytest_llmslo.signals.level import MIN_GAUGE_SAMPLES, LevelSignals, compute
+from pytest_llmslo.signals.levelsignals import MIN_GAUGE_SAMPLES, LevelSignals, compute
 
 
 def _level(before: str, during: list[str], after: str) -> LevelSignals:

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from pytest_llmslo.sim.engineloop import EngineLoop, TraceWriter
 from pytest_llmslo.sim.httpd import HttpRequest
 from pytest_llmslo.sim.profiles import Profile, get_profile
 from pytest_llmslo.sim.scheduler import SimRequest
-from pytest_llmslo.sim.server import EngineLoop, SimServer, Stream, TraceWriter
+from pytest_llmslo.sim.server import SimServer
+from pytest_llmslo.sim.stream import Stream, StreamShape
 
 
 class FakeConn:
@@ -52,11 +54,7 @@ def make_stream(
     return Stream(
         conn,  # type: ignore[arg-type]
         req,
-        chat=True,
-        model="m",
-        stream=stream,
-        include_usage=True,
-        continuous_usage=False,
+        StreamShape(chat=True, model="m", stream=stream, include_usage=True),
         seed=1,
     )
 

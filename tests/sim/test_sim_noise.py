@@ -10,8 +10,8 @@ import pytest
 
 from pytest_llmslo.sim.__main__ import build_parser, resolve_profile
 from pytest_llmslo.sim.costmodel import CostModel
-from pytest_llmslo.sim.noise import NoisyCostModel, SimNoise
 from pytest_llmslo.sim.profiles import DEFAULT_PROFILE, get_profile
+from pytest_llmslo.sim.speednoise import NoisyCostModel, SimNoise
 
 DECODES = [(512, 1)] * 16
 

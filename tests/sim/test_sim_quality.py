@@ -13,8 +13,8 @@ from sim_helpers import MODEL, start_sim
 from pytest_llmslo.evals import EvalSource, make_item
 from pytest_llmslo.load import ClientSettings, LoadJob, WorkloadSpec, run_load_sync
 from pytest_llmslo.records import LoadLevel, Run
+from pytest_llmslo.sim.answerer import Answerer, QualityModel
 from pytest_llmslo.sim.profiles import get_profile, profile_from_mapping
-from pytest_llmslo.sim.quality import Answerer, QualityModel
 from pytest_llmslo.sim.scheduler import SimRequest
 from pytest_llmslo.slo import accuracy, judge_quality
 

@@ -5,9 +5,9 @@
     kubernetes  ``plan.images`` as Deployments and a Service in a cluster (``kubernetes.py``,
               ``k8s/``; the client library is imported only when an engine uses it)
 
-A new runtime is one module here implementing ``base.Runtime`` and one entry in
+A new runtime is one module here implementing ``runtime.Runtime`` and one entry in
 :data:`RUNTIMES`; no engine kind changes, since kinds describe their units in both forms
-(``units.py``) and never ask which runtime runs them.
+(``quantities.py``) and never ask which runtime runs them.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Mapping
 
 from ...errors import ConfigError
 from ..base import EngineConfig
-from .base import Runtime, Started, StartedUnit
 from .docker import DockerRuntime
 from .kubernetes import KubernetesRuntime
 from .process import ProcessRuntime
+from .runtime import Runtime, Started, StartedUnit
 
 __all__ = ["RUNTIMES", "Runtime", "Started", "StartedUnit", "runtime_of"]
 

@@ -31,10 +31,10 @@ from ...redact import redact_argv, redact_env, redact_text, secret_values
 from .. import lifecycle
 from .._common import host_gpu_reason, image_tag
 from ..base import EngineConfig
-from ..plan import LaunchPlan
+from ..launchplan import LaunchPlan
 from ..units import ImageUnit
-from .base import HostNetwork, Started, StartedUnit
 from .dockerkill import HARD_REMOVE_S, remove_now
+from .runtime import HostNetwork, Started, StartedUnit
 
 LABEL_PREFIX = "io.llmslo"
 LABEL_SESSION = f"{LABEL_PREFIX}.session"

@@ -35,18 +35,17 @@ from ...redact import redact_text, secret_values
 from .. import lifecycle
 from .._common import image_tag
 from ..base import EngineConfig
-from ..plan import LaunchPlan
+from ..launchplan import LaunchPlan
 from ..units import ImageUnit
-from .base import Started, StartedUnit
-from .k8s import dgd, dgd_versions, failures, phases
-from .k8s import session as k8s_session
+from .k8s import dgd, dgd_versions, ownership, phases, podfailures
 from .k8s.apply import apply, delete, get, merge_patch, reason_of, request
-from .k8s.client import Cluster, cluster, json_of, kubernetes_module
+from .k8s.deployments import Names, names_for, owner_reference, service_url
 from .k8s.forward import PortForwarder
+from .k8s.kubeclient import Cluster, cluster, json_of, kubernetes_module
 from .k8s.layout import Layout, selector_text
-from .k8s.manifests import Names, names_for, owner_reference, service_url
 from .k8s.objects import layout_of
 from .k8s.settings import KubeSettings, settings_of
+from .runtime import Started, StartedUnit
 
 #: The port an engine listens on in its pod when ``port`` is not set.
 DEFAULT_PORT = 8000
@@ -145,9 +144,11 @@ class KubeEngine:
         if self._failure is None and not self._stopped:
             with contextlib.suppress(Exception):
                 pods = self.pods()
-                why = next((w for p in pods if (w := failures.pod_failure(p))), None)
+                why = next((w for p in pods if (w := podfailures.pod_failure(p))), None)
                 if why is None:
-                    why = next((w for e in self.events() if (w := failures.event_failure(e))), None)
+                    why = next(
+                        (w for e in self.events() if (w := podfailures.event_failure(e))), None
+                    )
                 self._failure = why
         return self._failure
 
@@ -176,7 +177,7 @@ class KubeEngine:
             if (p.get("status") or {}).get("phase") == "Running"
             and not p["metadata"].get("deletionTimestamp")
         ]
-        ready = [p for p in pods if failures.pod_ready(p)] or pods
+        ready = [p for p in pods if podfailures.pod_ready(p)] or pods
         if not ready:
             return None
         ready.sort(key=lambda p: p["metadata"]["name"])
@@ -255,7 +256,7 @@ class KubeEngine:
 
     def ready(self) -> bool:
         """True when a pod behind the Service is ready (and the gate open)."""
-        return self.gate() and any(failures.pod_ready(p) for p in self.api_pods())
+        return self.gate() and any(podfailures.pod_ready(p) for p in self.api_pods())
 
     # -- operations while it runs ------------------------------------------------------
 
@@ -330,7 +331,9 @@ class KubeEngine:
 
     def returncode(self) -> int | None:
         with contextlib.suppress(Exception):
-            return next((c for p in self.pods() if (c := failures.exit_code(p)) is not None), None)
+            return next(
+                (c for p in self.pods() if (c := podfailures.exit_code(p)) is not None), None
+            )
         return None
 
     def log_tail(self, lines: int = 40) -> str:
@@ -340,7 +343,9 @@ class KubeEngine:
             return self._last_tail
         parts: list[str] = []
         with contextlib.suppress(Exception):
-            warnings = [failures.event_line(e) for e in self.events() if e.get("type") == "Warning"]
+            warnings = [
+                podfailures.event_line(e) for e in self.events() if e.get("type") == "Warning"
+            ]
             if warnings:
                 parts.append("--- events ---\n" + "\n".join(warnings[-lines:]))
         with contextlib.suppress(Exception):
@@ -375,7 +380,7 @@ class KubeEngine:
         kept after the stop."""
         if self._cold_start is None and not self._stopped:
             with contextlib.suppress(Exception):
-                ready = [p for p in self.api_pods() if failures.pod_ready(p)]
+                ready = [p for p in self.api_pods() if podfailures.pod_ready(p)]
                 if ready:
                     self._cold_start = phases.cold_start(ready[0], self.events())
         return self._cold_start
@@ -415,7 +420,7 @@ class KubeEngine:
                     with contextlib.suppress(Exception):
                         delete(self.where, obj)
         finally:
-            k8s_session.SESSIONS.release(self.where, keep=self.settings.keep_engines)
+            ownership.SESSION_OWNERS.release(self.where, keep=self.settings.keep_engines)
             lifecycle.unregister(self._token)
 
 
@@ -429,7 +434,7 @@ def start_engine_objects(plan: LaunchPlan) -> KubeEngine:
     names = _next_names(plan.config)
     layout = layout_of(plan, settings, names, where.namespace)
     try:
-        session_cm = k8s_session.SESSIONS.acquire(where, settings.reap_after_s)
+        session_cm = ownership.SESSION_OWNERS.acquire(where, settings.reap_after_s)
     except Exception as exc:
         raise EngineStartError(
             f"{plan.config.display_name}: cannot create the session's ConfigMap in namespace "
@@ -518,7 +523,7 @@ class KubernetesRuntime:
 
     def reap(self) -> list[str]:
         """Nothing without a cluster to look in: ``kubernetes.reap_after_s`` reaps a
-        namespace before its first engine (``k8s/session.py``)."""
+        namespace before its first engine (``k8s/ownership.py``)."""
         return []
 
     # One runtime serves every engine: a running engine is scaled, and its pods killed or

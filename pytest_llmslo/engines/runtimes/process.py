@@ -26,9 +26,9 @@ from ...errors import EngineStartError
 from ...redact import redact_text, secret_values
 from .. import lifecycle
 from .._common import require_gpu, require_module
-from ..plan import LaunchPlan
+from ..launchplan import LaunchPlan
 from ..units import ProcessUnit
-from .base import HostNetwork, Started, StartedUnit
+from .runtime import HostNetwork, Started, StartedUnit
 
 _PR_SET_PDEATHSIG = 1
 

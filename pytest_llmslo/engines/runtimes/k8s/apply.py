@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .client import Cluster, kubernetes_module
-from .manifests import MANAGER
+from .deployments import MANAGER
+from .kubeclient import Cluster, kubernetes_module
 
 #: Plurals that are not the lowercase kind plus ``s``.
 _PLURALS: Mapping[str, str] = {

@@ -10,7 +10,7 @@ Dynamo operator turns into the frontend's and the workers' Deployments and Servi
 - ``options.router_mode`` (``kv`` for KV-aware routing) goes to the frontend's
   ``--router-mode``, and the workers publish their KV events as they do on a host.
 
-The workers run the commands the dynamo kind gives them (``dynamo.worker_argv``), with
+The workers run the commands the dynamo kind gives them (``dynamoargs.worker_argv``), with
 Kubernetes discovery (``--discovery-backend kubernetes``: the operator's default in a
 cluster, no etcd) unless ``options.discovery`` says otherwise. Each worker asks for
 ``tensor_parallel_size`` GPUs (``resources.limits.gpu``). Secrets are ``secretKeyRef``s
@@ -28,7 +28,7 @@ operator's consts).
 Dynamo's runtime images run as the user ``dynamo`` (uid 1000, group 0,
 ``HOME=/home/dynamo``: ai-dynamo/dynamo ``container/templates/dynamo_runtime.Dockerfile``,
 ``useradd -m -s /bin/bash -g 0 dynamo`` then ``USER dynamo``): the Hugging Face cache is
-mounted at ``manifests.HF_HOME``, under no home, and a PersistentVolumeClaim cache is
+mounted at ``deployments.HF_HOME``, under no home, and a PersistentVolumeClaim cache is
 made writable to that user by the pod's ``fsGroup`` (``OnRootMismatch``: the volume is
 not walked again at each start once its root is right).
 Ready when the DGD's ``Ready`` condition is true, then the frontend's ``/v1/models``
@@ -45,10 +45,10 @@ from typing import Any
 from ....errors import ConfigError
 from ....redact import is_secret_name
 from ...base import EngineConfig
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
+from .deployments import HF_HOME, Names, _cache_volume, labels, placement
 from .dgd_versions import V1BETA1, scale_patch, to_v1beta1
 from .layout import Layout, Metrics, selector_text
-from .manifests import HF_HOME, Names, _cache_volume, labels, placement
 from .pod_settings import apply_to_container, apply_to_pod
 from .settings import KubeSettings
 
@@ -70,12 +70,12 @@ WORKER_TYPES = ("decode", "prefill", "worker")
 DYNAMO_FS_GROUP = 1000
 
 
-def _dynamo() -> ModuleType:
-    """The dynamo kind's module, whose worker and frontend commands the DGD runs
+def _dynamoargs() -> ModuleType:
+    """The dynamo kind's options and commands (``dynamoargs``), which the DGD runs
     (imported when used, as ``runtimes`` is imported while ``engines`` is)."""
-    from ... import dynamo
+    from ... import dynamoargs
 
-    return dynamo
+    return dynamoargs
 
 
 def adapt(config: EngineConfig) -> EngineConfig:
@@ -102,10 +102,12 @@ def _no_files() -> str:
 
 
 def _worker_args(config: EngineConfig, worker: str, role: str) -> list[str]:
-    dynamo = _dynamo()
+    dynamoargs = _dynamoargs()
     ports = iter(range(FIRST_WORKER_PORT, FIRST_WORKER_PORT + 100))
-    defaults, _env = dynamo.worker_defaults(config, worker, role, lambda: next(ports), _no_files)
-    argv: list[str] = dynamo.worker_argv(config, worker, role, defaults)
+    defaults, _env = dynamoargs.worker_defaults(
+        config, worker, role, lambda: next(ports), _no_files
+    )
+    argv: list[str] = dynamoargs.worker_argv(config, worker, role, defaults)
     return argv
 
 
@@ -176,12 +178,12 @@ def _worker_service(
 
 def _pools(config: EngineConfig) -> dict[str, int]:
     """Replicas of each worker role: ``agg``, or ``prefill`` and ``decode``."""
-    dynamo = _dynamo()
-    if dynamo._opt(config, "mode", "agg", dynamo.MODES) == "agg":
-        return {"agg": dynamo._int_opt(config, "workers", 1)}
+    dynamoargs = _dynamoargs()
+    if dynamoargs.option(config, "mode", "agg", dynamoargs.MODES) == "agg":
+        return {"agg": dynamoargs.int_option(config, "workers", 1)}
     return {
-        "prefill": dynamo._int_opt(config, "prefill_workers", 1),
-        "decode": dynamo._int_opt(config, "decode_workers", 1),
+        "prefill": dynamoargs.int_option(config, "prefill_workers", 1),
+        "decode": dynamoargs.int_option(config, "decode_workers", 1),
     }
 
 
@@ -189,11 +191,11 @@ def dgd_object(
     plan: LaunchPlan, settings: KubeSettings, name: str, namespace: str
 ) -> dict[str, Any]:
     """The DynamoGraphDeployment of ``plan`` (a dynamo engine)."""
-    dynamo = _dynamo()
+    dynamoargs = _dynamoargs()
     config = plan.config
-    worker = dynamo._opt(config, "worker", "vllm", dynamo.WORKERS)
-    image = config.image or dynamo.IMAGES[worker]
-    frontend = dynamo.frontend_argv(config, "0.0.0.0", FRONTEND_PORT)
+    worker = dynamoargs.option(config, "worker", "vllm", dynamoargs.WORKERS)
+    image = config.image or dynamoargs.IMAGES[worker]
+    frontend = dynamoargs.frontend_argv(config, "0.0.0.0", FRONTEND_PORT)
     services: dict[str, Any] = {
         "Frontend": {
             "componentType": "frontend",
@@ -233,12 +235,14 @@ def worker_selector(name: str) -> str:
 def dgd_layout(plan: LaunchPlan, settings: KubeSettings, names: Names, namespace: str) -> Layout:
     """The DGD, in the version ``settings.dynamo_api`` names (``v1alpha1`` when unset),
     and how to read it (``layout.Layout``)."""
-    dynamo = _dynamo()
+    dynamoargs = _dynamoargs()
     obj = dgd_object(plan, settings, names.base, namespace)
     pods = {LABEL_DGD: names.base}
     services = obj["spec"]["services"]
     pools = _pools(plan.config)
-    scaled = _service_names(dynamo._opt(plan.config, "worker", "vllm", dynamo.WORKERS))["agg"]
+    scaled = _service_names(dynamoargs.option(plan.config, "worker", "vllm", dynamoargs.WORKERS))[
+        "agg"
+    ]
     if settings.dynamo_api == V1BETA1:
         obj = to_v1beta1(obj)
 

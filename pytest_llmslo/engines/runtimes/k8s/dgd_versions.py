@@ -29,7 +29,7 @@ import copy
 from dataclasses import replace
 from typing import Any
 
-from .client import Cluster, json_of, kubernetes_module
+from .kubeclient import Cluster, json_of, kubernetes_module
 from .pod_settings import GPU_RESOURCE
 from .settings import DYNAMO_APIS, KubeSettings
 

@@ -37,10 +37,10 @@ import shlex
 from typing import Any
 
 from ....errors import ConfigError
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
+from .deployments import LABEL_INSTANCE, Names, pod_parts, service_object
 from .layout import Layout, deployment_scale, selector_text
 from .lws_mpi import trtllm_templates
-from .manifests import LABEL_INSTANCE, Names, pod_parts, service_object
 from .pod_settings import EXCLUSIVE_TOPOLOGY, template_metadata
 from .settings import KubeSettings
 

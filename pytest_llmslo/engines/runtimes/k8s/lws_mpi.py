@@ -36,8 +36,8 @@ import shlex
 from typing import Any
 
 from ....errors import ConfigError
-from ...plan import LaunchPlan
-from .manifests import gpu_count
+from ...launchplan import LaunchPlan
+from .deployments import gpu_count
 from .settings import KubeSettings, missing_secret
 
 SSH_PORT = 2222

@@ -1,15 +1,15 @@
 """Which objects an engine becomes in a cluster, by its kind and settings (``layout``):
 Dynamo a DynamoGraphDeployment (``dgd``), a user's manifests themselves (``user``), an
 engine across several nodes a LeaderWorkerSet (``lws``), any other image unit a
-Deployment and a Service (``manifests``)."""
+Deployment and a Service (``deployments``)."""
 
 from __future__ import annotations
 
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
+from .deployments import Names, engine_objects, selector_of
 from .dgd import dgd_layout
 from .layout import Layout, deployment_scale
 from .lws import lws_layout
-from .manifests import Names, engine_objects, selector_of
 from .settings import KubeSettings
 from .user import user_layout
 

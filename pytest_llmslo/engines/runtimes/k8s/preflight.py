@@ -27,10 +27,10 @@ from typing import Any, TextIO
 
 from ....errors import ConfigError
 from ...base import EngineConfig
-from ...plan import LaunchPlan
-from .client import Cluster, cluster, json_of, kubernetes_module
+from ...launchplan import LaunchPlan
+from .deployments import GPU_RESOURCE, names_for
 from .dgd_versions import resolved
-from .manifests import GPU_RESOURCE, names_for
+from .kubeclient import Cluster, cluster, json_of, kubernetes_module
 from .objects import layout_of
 from .role import RULES
 from .settings import KubeSettings, settings_of

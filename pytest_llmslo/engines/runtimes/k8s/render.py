@@ -7,8 +7,8 @@ from typing import Any
 
 from ....errors import EngineUnavailable
 from ....redact import MASK
-from ...plan import LaunchPlan
-from .manifests import names_for, session_object
+from ...launchplan import LaunchPlan
+from .deployments import names_for, session_object
 from .objects import layout_of
 from .settings import settings_of
 

@@ -28,7 +28,7 @@ RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("batch", "jobs", ("create", "patch", "delete")),
     # The Secrets the runtime makes and deletes: the workers' key, made for their Job
     # (workerjob.py), and a unit's harness-made secrets, e.g. the sim's admin token
-    # (manifests.unit_secret).
+    # (deployments.unit_secret).
     ("", "secrets", ("create", "patch", "delete")),
     # Readiness and failures: the engine's pods, their logs, the namespace's events;
     # delete: kill and restart one pod of a running engine.

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ....errors import ConfigError
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
+from .deployments import labels
 from .layout import Layout, deployment_scale
-from .manifests import labels
 from .settings import KubeSettings
 
 

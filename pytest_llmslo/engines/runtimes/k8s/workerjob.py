@@ -3,7 +3,7 @@ Kubernetes 1.37 schemas), one pod a worker, each running ``llmslo worker --conne
 to the session that listens there (``--worker-listen``; docs/load.md, 'Remote workers').
 
 The Job is created for the session and deleted with it: it is owned by the session's
-ConfigMap (``session.SESSIONS``), like the engines' objects, so a session that crashed
+ConfigMap (``ownership.SESSION_OWNERS``), like the engines' objects, so a session that crashed
 leaves nothing the reaper does not remove. Its pods:
 
 - are spread over the nodes (a topology spread on ``kubernetes.io/hostname``, best
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .apply import apply, delete
-from .client import Cluster
-from .manifests import LABEL_ROLE, SESSION_ID, dns_label, labels, owner_reference
-from .session import SESSIONS
+from .deployments import LABEL_ROLE, SESSION_ID, dns_label, labels, owner_reference
+from .kubeclient import Cluster
+from .ownership import SESSION_OWNERS
 
 __all__ = ["WORKER_ROLE", "WorkerJob", "WorkerJobSpec", "key_secret", "worker_job"]
 
@@ -176,7 +176,7 @@ class WorkerJob:
         self.secret: dict[str, Any] | None = None
 
     def start(self) -> dict[str, Any]:
-        owner = SESSIONS.acquire(self.where)
+        owner = SESSION_OWNERS.acquire(self.where)
         secret = key_secret(self.spec)
         obj = worker_job(self.spec)
         try:
@@ -188,7 +188,7 @@ class WorkerJob:
             apply(self.where, obj)
         except Exception:
             self._delete_secret()
-            SESSIONS.release(self.where)
+            SESSION_OWNERS.release(self.where)
             raise
         self.obj = obj
         return obj
@@ -208,4 +208,4 @@ class WorkerJob:
                 delete(self.where, obj)
             self._delete_secret()
         finally:
-            SESSIONS.release(self.where)
+            SESSION_OWNERS.release(self.where)

@@ -1,5 +1,5 @@
 """A level's faults as the reports say them: what was done and when, and what it cost
-(``faults.recovery``)."""
+(``faults.faultcost``)."""
 
 from __future__ import annotations
 

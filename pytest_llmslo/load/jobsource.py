@@ -32,7 +32,8 @@ from time import perf_counter_ns
 import numpy as np
 
 from .client import ClientSettings, request_body
-from .workload import Conversation, LengthModel, PromptSource, WorkloadSpec
+from .promptlengths import LengthModel
+from .workload import Conversation, PromptSource, WorkloadSpec
 
 __all__ = ["Job", "JobSource", "JobSpec", "shard_of"]
 

@@ -24,7 +24,7 @@ of them. The kinds:
 
 ``at`` is a point of the level (``levelpoint``); ``replica`` which one (the sim's name or
 number; the first by default); ``window`` and ``share`` define recovery
-(``faults.recovery``): ``window`` seconds in a row with goodput at ``share`` of its
+(``faults.faultcost``): ``window`` seconds in a row with goodput at ``share`` of its
 level before the fault or more, no error, and the test's objectives met.
 """
 

@@ -6,7 +6,7 @@ they share.
 timestamps) and deals it round-robin, so each worker sees the whole time span at
 1/n of the rate and the union of the workers' arrivals is exactly the schedule; a closed
 loop's concurrency is split as evenly as it goes. A multi-turn workload's conversations
-are dealt by a hash of their id instead (``jobs.shard_of``), so that a conversation stays
+are dealt by a hash of their id instead (``jobsource.shard_of``), so that a conversation stays
 on one worker; an open loop's arrivals go with their conversations. Each
 ``WorkerPlan`` travels to its worker process whole (``protocol.Hello``).
 """
@@ -27,10 +27,10 @@ from ..recordstore import DEFAULT_LIMIT
 from .backlog import DEFAULT_BUDGET
 from .client import ClientSettings
 from .job import LoadJob
-from .jobs import JobSpec, shard_of
+from .jobsource import JobSpec, shard_of
+from .promptlengths import LengthModel
 from .schedule import arrival_offsets_ns, expected_arrivals, split_concurrency
 from .traces import read_trace
-from .workload import LengthModel
 
 __all__ = ["Bound", "LevelPlan", "Limits", "WorkerPlan", "auto_processes", "plan_level"]
 
@@ -230,7 +230,7 @@ def plan_level(job: LoadJob, lm: LengthModel, workers: int | None = None) -> Lev
     )
     rate = 0.0 if closed else float(traffic.get("offered_req_s") or level.value)
     per_worker_rate = rate / nproc
-    # Conversations are dealt by a hash of their id (``jobs.shard_of``), requests in turn.
+    # Conversations are dealt by a hash of their id (``jobsource.shard_of``), requests in turn.
     shards = None
     if workload.multi_turn and nproc > 1:
         n_ids = len(offsets) if offsets is not None else total

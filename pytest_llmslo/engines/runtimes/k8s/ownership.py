@@ -1,4 +1,4 @@
-"""The session's ConfigMap in each namespace, the owner of every object of the session:
+"""The owner of every object a session makes in a namespace: the session's ConfigMap,
 applied with the first engine there, deleted with the last (what it still owns goes with
 it), and the reaper of the ConfigMaps that crashed sessions left (by label and age)."""
 
@@ -10,13 +10,13 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from .client import Cluster, json_of
-from .manifests import LABEL_SESSION, MANAGED_BY, MANAGER, SESSION_ID, session_object
+from .deployments import LABEL_SESSION, MANAGED_BY, MANAGER, SESSION_ID, session_object
+from .kubeclient import Cluster, json_of
 
 log = logging.getLogger(__name__)
 
 
-def reap_sessions(where: Cluster, older_than_s: float) -> list[str]:
+def reap_stale_owners(where: Cluster, older_than_s: float) -> list[str]:
     """Delete the ConfigMaps of other sessions in ``where.namespace`` created more than
     ``older_than_s`` ago (a crashed session's: what they own goes with them); their
     names. A session still running longer than that loses its engines: choose an age
@@ -55,7 +55,7 @@ def reap_sessions(where: Cluster, older_than_s: float) -> list[str]:
     return removed
 
 
-class Sessions:
+class SessionOwners:
     """The session's ConfigMap in each namespace: applied with the first engine there,
     deleted with the last (counted per namespace)."""
 
@@ -72,7 +72,7 @@ class Sessions:
             if ns not in self._objects:
                 if reap_after_s is not None:
                     with contextlib.suppress(Exception):  # best effort, never fatal
-                        reap_sessions(where, reap_after_s)
+                        reap_stale_owners(where, reap_after_s)
                 body = session_object(ns)
                 self._objects[ns] = json_of(
                     where.core.create_namespaced_config_map(ns, body, _preload_content=False)
@@ -99,4 +99,4 @@ class Sessions:
             )
 
 
-SESSIONS = Sessions()
+SESSION_OWNERS = SessionOwners()

@@ -1,10 +1,10 @@
-"""Quantities as a person types them (``units``), and the settings that take them."""
+"""Quantities as a person types them (``quantities``), and the settings that take them."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_llmslo import units
+from pytest_llmslo import quantities
 from pytest_llmslo.settings import SPEC_BY_NAME
 
 
@@ -24,13 +24,13 @@ from pytest_llmslo.settings import SPEC_BY_NAME
     ],
 )
 def test_durations(text: str, seconds: float) -> None:
-    assert units.parse_duration(text) == pytest.approx(seconds)
+    assert quantities.parse_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "5x", "m5", "1h30", "-3s", "nan", "1e400s", "9" * 80])
 def test_bad_durations_name_the_forms(text: str) -> None:
     with pytest.raises(ValueError, match=r"duration.*5m, 1h30m"):
-        units.parse_duration(text)
+        quantities.parse_duration(text)
 
 
 @pytest.mark.parametrize(
@@ -38,13 +38,13 @@ def test_bad_durations_name_the_forms(text: str) -> None:
     [("2.5", 2.5), ("2.5/s", 2.5), ("150/m", 2.5), ("150/min", 2.5), ("900/h", 0.25), ("3rps", 3)],
 )
 def test_rates(text: str, rate: float) -> None:
-    assert units.parse_rate(text) == pytest.approx(rate)
+    assert quantities.parse_rate(text) == pytest.approx(rate)
 
 
 @pytest.mark.parametrize("text", ["2.5/d", "fast", "/s", "-1/s"])
 def test_bad_rates(text: str) -> None:
     with pytest.raises(ValueError, match="rate"):
-        units.parse_rate(text)
+        quantities.parse_rate(text)
 
 
 @pytest.mark.parametrize(
@@ -61,24 +61,24 @@ def test_bad_rates(text: str) -> None:
     ],
 )
 def test_sizes(text: str, size: int) -> None:
-    assert units.parse_size(text) == size
+    assert quantities.parse_size(text) == size
 
 
 @pytest.mark.parametrize("text", ["1.5", "1.0005k", "4KB", "2 bytes", "k"])
 def test_bad_sizes(text: str) -> None:
     with pytest.raises(ValueError, match="size"):
-        units.parse_size(text)
+        quantities.parse_size(text)
 
 
 @pytest.mark.parametrize(("text", "q"), [("p99", 99.0), ("P99.9", 99.9), ("99.9", 99.9)])
 def test_percentiles(text: str, q: float) -> None:
-    assert units.parse_percentile(text) == q
+    assert quantities.parse_percentile(text) == q
 
 
 @pytest.mark.parametrize("text", ["p100", "p0", "px", "q99"])
 def test_bad_percentiles(text: str) -> None:
     with pytest.raises(ValueError, match="percentile"):
-        units.parse_percentile(text)
+        quantities.parse_percentile(text)
 
 
 def test_settings_take_units() -> None:

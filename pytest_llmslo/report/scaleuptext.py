@@ -1,5 +1,5 @@
 """A level's scale-up as the reports say it: what was added and when, and when the new
-capacity showed in goodput (``metrics.scaleup``)."""
+capacity showed in goodput (``metrics.timetocapacity``)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ told (too short, no gain, never steady)."""
 
 from __future__ import annotations
 
-from pytest_llmslo.metrics.scaleup import good_series, time_to_capacity
+from pytest_llmslo.metrics.timetocapacity import good_series, time_to_capacity
 from pytest_llmslo.slo import ttft_p99
 
 try:

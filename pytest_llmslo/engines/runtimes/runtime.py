@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ...errors import ConfigError
 from ..base import EngineConfig
-from ..plan import LaunchPlan
+from ..launchplan import LaunchPlan
 from ..ports import port_is_free, probe_host, wait_port_free
 from ..units import Unit
 

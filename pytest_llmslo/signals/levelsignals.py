@@ -97,42 +97,27 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1e3
 
 
-def compute(
-    before: Snapshot,
-    during: Sequence[Snapshot],
-    after: Snapshot,
-    sources: Sequence[str],
-    *,
-    note: str | None = None,
-    gpu: Mapping[str, Any] | None = None,
-) -> LevelSignals:
-    """The level's signals from its scrapes (``during`` may be empty for a short level:
-    the gauges then come from the scrape after it)."""
-    engines = detect(after.names() | before.names())
-    if not engines:
-        why = note or (
-            "no engine signals: /metrics has none of the known engine names (vllm:, sglang:, "
-            "trtllm_, dynamo_frontend_): see docs/signals.md to map this engine's"
-        )
-        return LevelSignals(sources=tuple(sources), scrapes=len(during) + 2, note=why, gpu=gpu)
-    samples = list(during)
-    secs = max(after.t - before.t, 1e-9)
-    out: dict[str, Any] = {}
-    weights = _weights([s.t for s in samples], before.t, after.t)
-    few = len(samples) < MIN_GAUGE_SAMPLES
-    out["gauge_samples"] = len(samples)
-    if few:
-        out["gauge_note"] = (
-            f"{len(samples)} gauge sample(s) in the measured window, fewer than "
-            f"{MIN_GAUGE_SAMPLES}: running, waiting and KV use not shown (a shorter "
-            "--signals-interval, or a longer level)"
-        )
+class _Window:
+    """The scrapes of one level's measured window, read per signal: gauges averaged over
+    the samples in it, counters and histograms as the change from before to after."""
 
-    def gauge(signal: str, need: int = MIN_GAUGE_SAMPLES) -> tuple[float | None, float | None]:
-        names = lookup(engines, signal)
+    def __init__(
+        self, engines: list[str], before: Snapshot, samples: list[Snapshot], after: Snapshot
+    ) -> None:
+        self.engines = engines
+        self.before = before
+        self.samples = samples
+        self.after = after
+        self.weights = _weights([s.t for s in samples], before.t, after.t)
+
+    def gauge(
+        self, signal: str, need: int = MIN_GAUGE_SAMPLES
+    ) -> tuple[float | None, float | None]:
+        """The time-weighted mean and the max of a gauge (None with fewer than ``need``)."""
+        names = lookup(self.engines, signal)
         got = [
             (v, w)
-            for s, w in zip(samples, weights, strict=True)
+            for s, w in zip(self.samples, self.weights, strict=True)
             if (v := s.get(names, ratio=KIND[signal] == "ratio")) is not None
         ]
         if not got or len(got) < need:
@@ -145,15 +130,18 @@ def compute(
         )
         return mean, max(v for v, _ in got)
 
-    def counter(signal: str) -> float | None:
-        names = lookup(engines, signal)
-        a, b = before.get(names), after.get(names)
+    def counter(self, signal: str) -> float | None:
+        """How much a counter grew over the window."""
+        names = lookup(self.engines, signal)
+        a, b = self.before.get(names), self.after.get(names)
         if a is None or b is None:
             return None
         return max(b - a, 0.0)
 
-    def hist(signal: str) -> tuple[float | None, float | None, float | None, float | None]:
-        names = lookup(engines, signal)
+    def hist(self, signal: str) -> tuple[float | None, float | None, float | None, float | None]:
+        """A histogram's mean, P50, P99 and count over the window."""
+        before, after = self.before, self.after
+        names = lookup(self.engines, signal)
         got = after.histogram(names)
         if got is None:
             return None, None, None, None
@@ -174,33 +162,42 @@ def compute(
 
         return mean, q(0.5), q(0.99), count if count > 0 else None
 
-    out["running_mean"], out["running_max"] = gauge("running")
-    out["waiting_mean"], out["waiting_max"] = gauge("waiting")
-    out["kv_usage_mean"], out["kv_usage_max"] = gauge("kv_usage")
-    out["preemptions"] = counter("preemptions")
-    hits, queries = counter("prefix_hits"), counter("prefix_queries")
-    if hits is not None and queries:
-        out["prefix_hit_rate"] = hits / queries
-    else:
-        out["prefix_hit_rate"] = gauge("prefix_hit_rate", need=1)[0]
-    if out["prefix_hit_rate"] is None:
-        out["prefix_hit_rate"] = hist("prefix_hit_hist")[0]  # a router's hit-rate histogram
-    m, p50, p99, _ = hist("queue_time")
-    out["queue_time_mean_ms"], out["queue_time_p50_ms"], out["queue_time_p99_ms"] = (
-        _ms(m), _ms(p50), _ms(p99)
-    )  # fmt: skip
-    m, p50, p99, n = hist("ttft")
-    out["ttft_mean_ms"], out["ttft_p50_ms"], out["ttft_p99_ms"] = _ms(m), _ms(p50), _ms(p99)
-    out["requests"] = n
-    m, p50, _, _ = hist("itl")
-    out["itl_mean_ms"], out["itl_p50_ms"] = _ms(m), _ms(p50)
-    _, p50, p99, _ = hist("e2e")
-    out["e2e_p50_ms"], out["e2e_p99_ms"] = _ms(p50), _ms(p99)
+
+def compute(
+    before: Snapshot,
+    during: Sequence[Snapshot],
+    after: Snapshot,
+    sources: Sequence[str],
+    *,
+    note: str | None = None,
+    gpu: Mapping[str, Any] | None = None,
+) -> LevelSignals:
+    """The level's signals from its scrapes (``during`` may be empty for a short level:
+    the gauges then come from the scrape after it)."""
+    engines = detect(after.names() | before.names())
+    if not engines:
+        why = note or (
+            "no engine signals: /metrics has none of the known engine names (vllm:, sglang:, "
+            "trtllm_, dynamo_frontend_): see docs/signals.md to map this engine's"
+        )
+        return LevelSignals(sources=tuple(sources), scrapes=len(during) + 2, note=why, gpu=gpu)
+    samples = list(during)
+    secs = max(after.t - before.t, 1e-9)
+    window = _Window(engines, before, samples, after)
+    out: dict[str, Any] = {"gauge_samples": len(samples)}
+    if len(samples) < MIN_GAUGE_SAMPLES:
+        out["gauge_note"] = (
+            f"{len(samples)} gauge sample(s) in the measured window, fewer than "
+            f"{MIN_GAUGE_SAMPLES}: running, waiting and KV use not shown (a shorter "
+            "--signals-interval, or a longer level)"
+        )
+    out.update(_scheduler_signals(window))
+    out.update(_latency_signals(window))
     for signal, key in (
         ("prompt_tokens", "prompt_tok_s"),
         ("generation_tokens", "generation_tok_s"),
     ):
-        d = counter(signal)
+        d = window.counter(signal)
         out[key] = None if d is None else d / secs
     return LevelSignals(
         engines=tuple(engines),
@@ -211,3 +208,37 @@ def compute(
         gpu=gpu,
         **out,
     )
+
+
+def _scheduler_signals(window: _Window) -> dict[str, Any]:
+    """Running and waiting requests, KV cache use, preemptions, the prefix-cache hit rate."""
+    out: dict[str, Any] = {}
+    out["running_mean"], out["running_max"] = window.gauge("running")
+    out["waiting_mean"], out["waiting_max"] = window.gauge("waiting")
+    out["kv_usage_mean"], out["kv_usage_max"] = window.gauge("kv_usage")
+    out["preemptions"] = window.counter("preemptions")
+    hits, queries = window.counter("prefix_hits"), window.counter("prefix_queries")
+    if hits is not None and queries:
+        out["prefix_hit_rate"] = hits / queries
+    else:
+        out["prefix_hit_rate"] = window.gauge("prefix_hit_rate", need=1)[0]
+    if out["prefix_hit_rate"] is None:
+        out["prefix_hit_rate"] = window.hist("prefix_hit_hist")[0]  # a router's histogram
+    return out
+
+
+def _latency_signals(window: _Window) -> dict[str, Any]:
+    """The engine's own latency histograms (queue time, TTFT, ITL, E2E), in ms."""
+    out: dict[str, Any] = {}
+    m, p50, p99, _ = window.hist("queue_time")
+    out["queue_time_mean_ms"], out["queue_time_p50_ms"], out["queue_time_p99_ms"] = (
+        _ms(m), _ms(p50), _ms(p99)
+    )  # fmt: skip
+    m, p50, p99, n = window.hist("ttft")
+    out["ttft_mean_ms"], out["ttft_p50_ms"], out["ttft_p99_ms"] = _ms(m), _ms(p50), _ms(p99)
+    out["requests"] = n
+    m, p50, _, _ = window.hist("itl")
+    out["itl_mean_ms"], out["itl_p50_ms"] = _ms(m), _ms(p50)
+    _, p50, p99, _ = window.hist("e2e")
+    out["e2e_p50_ms"], out["e2e_p99_ms"] = _ms(p50), _ms(p99)
+    return out

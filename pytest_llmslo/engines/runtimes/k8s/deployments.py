@@ -33,7 +33,7 @@ from typing import Any
 from ....errors import ConfigError
 from ....redact import is_secret_name, secret_values
 from ...base import EngineConfig
-from ...plan import LaunchPlan
+from ...launchplan import LaunchPlan
 from ...units import ImageUnit
 from .pod_settings import apply_to_container, apply_to_pod, quantity, template_metadata
 from .settings import KubeSettings
