@@ -85,24 +85,19 @@ def test_a_worker_without_a_key_says_where_to_put_one() -> None:
 def test_the_session_listens_with_the_key_file_named_on_its_command_line(
     tmp_path: Path,
 ) -> None:
-    from types import SimpleNamespace
-
     from pytest_llmslo import settings as S
-    from pytest_llmslo.session.state import close_workers, open_workers
+    from pytest_llmslo.session.workers import RemoteWorkers
 
     named = tmp_path / "team.key"
     named.write_text("t" * 48)
     named.chmod(0o600)
     cli = {"worker_listen": "127.0.0.1:0", "worker_key_file": str(named)}
     said: list[str] = []
-    state = SimpleNamespace(
-        session=S.resolve_session(S.Sources(cli=cli)), workers=None, worker_job=None,
-        say=said.append,
-    )  # fmt: skip
-    open_workers(state)  # type: ignore[arg-type]
+    workers = RemoteWorkers()
+    workers.open(S.resolve_session(S.Sources(cli=cli)), said.append)
     try:
-        assert state.workers is not None and state.workers.key.secret == b"t" * 48
+        assert workers.hub is not None and workers.hub.key.secret == b"t" * 48
         (line,) = said
         assert f"--key-file {named}" in line and "t" * 48 not in line
     finally:
-        close_workers(state)  # type: ignore[arg-type]
+        workers.close()

@@ -149,32 +149,30 @@ def test_unreadable_certificates_are_named() -> None:
 
 
 def test_the_session_options_turn_tls_on_and_must_go_together(certs: Path) -> None:
-    from types import SimpleNamespace
-
     from pytest_llmslo import settings as S
     from pytest_llmslo.errors import ConfigError
-    from pytest_llmslo.session.state import close_workers, open_workers
-
-    def state(**cli: str) -> SimpleNamespace:
-        src = S.Sources(cli={"worker_listen": "127.0.0.1:0", **cli})
-        return SimpleNamespace(
-            session=S.resolve_session(src), workers=None, worker_job=None, say=said.append
-        )
+    from pytest_llmslo.session.workers import RemoteWorkers
 
     said: list[str] = []
-    on = state(
+
+    def opened(**cli: str) -> RemoteWorkers:
+        workers = RemoteWorkers()
+        src = S.Sources(cli={"worker_listen": "127.0.0.1:0", **cli})
+        workers.open(S.resolve_session(src), said.append)
+        return workers
+
+    on = opened(
         worker_tls_cert=str(certs / "session.pem"), worker_tls_key=str(certs / "session.key")
     )
-    open_workers(on)  # type: ignore[arg-type]
     try:
-        assert on.workers is not None and on.workers.tls is not None
+        assert on.hub is not None and on.hub.tls is not None
         assert "(TLS)" in said[0] and "--tls-ca" in said[0]
     finally:
-        close_workers(on)  # type: ignore[arg-type]
+        on.close()
     with pytest.raises(ConfigError, match="needs --slo-worker-tls-key"):
-        open_workers(state(worker_tls_cert=str(certs / "session.pem")))  # type: ignore[arg-type]
+        opened(worker_tls_cert=str(certs / "session.pem"))
     with pytest.raises(ConfigError, match="need --slo-worker-tls-cert"):
-        open_workers(state(worker_tls_ca=str(certs / "ca.pem")))  # type: ignore[arg-type]
+        opened(worker_tls_ca=str(certs / "ca.pem"))
 
 
 def test_a_peer_trickling_a_tls_hello_is_cut_at_the_handshakes_time(certs: Path) -> None:
