@@ -1,7 +1,7 @@
 """What a level's answers showed, beside its latencies: whether the engine answered the
 workload asked, and how its quality objectives came out.
 
-``session.asked`` and ``session.quality`` keep these on the level's point (``comparable``
+``session.asked`` and ``session.qualitygate`` keep these on the level's point (``comparable``
 and its notes; ``quality["nondeterministic"]`` and ``quality["verdict"]``);
 ``sweep.point_status`` and ``judged.level_outcome`` read them here, so the test's exception
 and every report show one outcome with one reason.

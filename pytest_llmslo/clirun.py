@@ -155,7 +155,7 @@ def _contexts(state: Session, test: str) -> dict[str, list[tuple[str, TestContex
     ts = state.defaults
     levels = [ts.levels[0]] if ts.capacity else list(ts.levels)
     out: dict[str, list[tuple[str, TestContext]]] = {}
-    for engine in state.session.engines:
+    for engine in state.settings.engines:
         for i, level in enumerate(levels):
             node = f"{test}[{engine}-{'capacity' if ts.capacity else level.label}]"
             ctx = core.TestContext(

@@ -61,7 +61,7 @@ def slo_engine(
     A start failure is an error on each of the engine's tests, with the log tail; an engine
     that cannot run here (no docker, GPU, package) skips them with the reason."""
     state = state_of(request.config)
-    name = getattr(request, "param", None) or state.session.engines[0]
+    name = getattr(request, "param", None) or state.settings.engines[0]
     skip, failed = slo_engine_factory.try_start(name)
     # Outside any except block, so the report shows one message, not a chained traceback.
     if skip is not None:

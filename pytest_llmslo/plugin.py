@@ -286,10 +286,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = config.stash.get(STATE_KEY, None)
     if state is None:
         return None
-    engines = core.engines_text(state, state.session.engines)
-    line = "llmslo: " + S.describe(state.session, state.defaults, engines=engines)
-    line += f" (CLI > env > run file > ini > marker; json={state.session.json_path or 'off'})"
-    marked = state.session.sources.get("engine", "default") == "default"
+    engines = core.engines_text(state, state.settings.engines)
+    line = "llmslo: " + S.describe(state.settings, state.defaults, engines=engines)
+    line += f" (CLI > env > run file > ini > marker; json={state.settings.json_path or 'off'})"
+    marked = state.settings.sources.get("engine", "default") == "default"
     if marked or state.defaults.sources.get("concurrency", "default") == "default":
         line += "; a test's marker may set its own: see each test's line after collection"
     if state.disabled_reason:
@@ -520,7 +520,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     try:
         return (yield)
     finally:
-        if state is not None and state.book.dirty and state.session.json_path:
+        if state is not None and state.book.dirty and state.settings.json_path:
             # A signal now is raised once the document is written.
             with state.interrupts.shielded(deferred=True):
                 core.write_json(state, complete=False)

@@ -53,12 +53,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # The session core's modules, lowest first: each imports only those before it.
 SESSION: tuple[tuple[str, ...], ...] = (
-    ("factory", "constants", "scaleup", "faults", "points", "timing", "workers"),
+    ("factory", "pinned", "scaleuplevel", "faultlevel", "points", "timing", "workers"),
     ("roster",),
     ("state",),
     ("levelplan",),
-    ("engines", "baseline", "outputs", "level", "quality", "asked", "faultgate"),
-    ("inputs", "judge", "summary"),
+    ("engines", "baseline", "writers", "level", "qualitygate", "asked", "faultgate"),
+    ("inputs", "judge", "testreport"),
 )
 
 

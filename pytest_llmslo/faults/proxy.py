@@ -1,7 +1,7 @@
 """A TCP proxy in front of the engine that drops or delays connections on demand.
 
 The harness starts one for a level with a ``drop`` or ``delay`` fault and points the load
-generator at it (``session.faults``); everything passes through unchanged until a fault:
+generator at it (``session.faultlevel``); everything passes through unchanged until a fault:
 
 - ``drop(rate, for_s)``: each open connection is cut (reset: the client sees its stream
   end mid-way) with probability ``rate`` (1: all), and for ``for_s`` seconds each new

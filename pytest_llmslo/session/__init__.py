@@ -35,7 +35,9 @@ from .inputs import check_inputs, plan_test, prepare
 from .judge import bound, call_test, load_test, run_test, search_capacity
 from .level import measure_level, run_level
 from .levelplan import other_load
-from .outputs import (
+from .state import README_XDIST, XDIST_REASON, Session, SessionHooks, TestContext, Voice, add_test
+from .testreport import summary_lines_of_test, summary_report, tests_overview
+from .writers import (
     finish,
     json_path,
     junit_outcomes,
@@ -45,8 +47,6 @@ from .outputs import (
     write_json,
     write_reports,
 )
-from .state import README_XDIST, XDIST_REASON, Session, SessionHooks, TestContext, Voice, add_test
-from .summary import summary_lines_of_test, summary_report, tests_overview
 
 __all__ = [
     "README_XDIST",

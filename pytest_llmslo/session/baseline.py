@@ -18,37 +18,37 @@ __all__ = ["compare_with_baseline", "load_baseline"]
 def load_baseline(state: Session) -> None:
     """The baseline and tolerances of ``--slo-compare`` / ``--slo-compare-fail``, read
     before anything starts; a ``ConfigError`` naming the option when they cannot be."""
-    session = state.session
-    if not session.compare and not session.compare_fail:
+    settings = state.settings
+    if not settings.compare and not settings.compare_fail:
         return
 
     try:
-        state.tolerances = tolerances.parse_tolerances(session.compare_fail)
+        state.tolerances = tolerances.parse_tolerances(settings.compare_fail)
     except (ConfigError, ValueError) as exc:
-        label = session.sources.get("slo_compare_fail", "--slo-compare-fail")
+        label = settings.sources.get("slo_compare_fail", "--slo-compare-fail")
         raise ConfigError(f"{label}: {exc}") from None
-    if session.compare == gate.HISTORY:
+    if settings.compare == gate.HISTORY:
         _load_history(state)
-    elif session.compare:
-        label = session.sources.get("slo_compare", "--slo-compare")
+    elif settings.compare:
+        label = settings.sources.get("slo_compare", "--slo-compare")
         runs = history_root(state) or state.rootpath / ".llmslo" / "runs"
         try:
             name, doc = refs.load_ref(
-                session.compare, runs_root=runs, baselines_root=baseline_root(state)
+                settings.compare, runs_root=runs, baselines_root=baseline_root(state)
             )
         except (ConfigError, OSError, ValueError) as exc:
             raise ConfigError(f"{label}: {exc}") from None
         try:
-            state.baseline = Results.from_document(doc, source=session.compare)
+            state.baseline = Results.from_document(doc, source=settings.compare)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{label}: a point cannot be read: {exc!r}") from None
         # A run of the history is named by its id: "latest" changes with every session.
         state.baseline_source = (
-            session.compare if name == session.compare else (f"{session.compare} (run {name})")
+            settings.compare if name == settings.compare else (f"{settings.compare} (run {name})")
         )
         if not state.baseline.complete:
             state.notes.append(
-                f"warning: baseline {session.compare!r} is incomplete (its session was "
+                f"warning: baseline {settings.compare!r} is incomplete (its session was "
                 "interrupted): tests it lacks are not compared"
             )
 

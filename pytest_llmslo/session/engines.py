@@ -32,11 +32,11 @@ def resolve_engines(state: Session) -> dict[str, EngineConfig]:
     ``engines=`` names are resolved at collection (``_test_engine_configs``)."""
     from pytest_llmslo.engines import apply_overrides, load_engine_configs
 
-    session = state.session
+    settings = state.settings
     configured: dict[str, EngineConfig] = {}
-    if session.engine_config:
-        path = resolve_path(state, session.engine_config, "engine_config")
-        label = session.sources.get("engine_config", "--engine-config")
+    if settings.engine_config:
+        path = resolve_path(state, settings.engine_config, "engine_config")
+        label = settings.sources.get("engine_config", "--engine-config")
         try:
             configured = load_engine_configs(path)
         except ConfigError as exc:
@@ -55,11 +55,11 @@ def resolve_engines(state: Session) -> dict[str, EngineConfig]:
             if doc.get("tool", {}).get("llmslo", {}).get("engines"):
                 configured = load_engine_configs(pyproject)
     state.roster.configured = configured
-    where = session.sources.get("engine", "--engine")
-    S.check_engine_names(session.engines, configured, where)
-    out = {name: engine_config(state, name, where) for name in session.engines}
+    where = settings.sources.get("engine", "--engine")
+    S.check_engine_names(settings.engines, configured, where)
+    out = {name: engine_config(state, name, where) for name in settings.engines}
     opts: dict[str, list[str]] = {}
-    for item in session.engine_opts:
+    for item in settings.engine_opts:
         head, _, value = item.partition("=")
         ename, _, key = head.partition(".")
         if ename not in out and ename not in configured:
@@ -72,10 +72,10 @@ def resolve_engines(state: Session) -> dict[str, EngineConfig]:
     for ename, items in opts.items():
         if ename in out:
             out[ename] = apply_overrides(out[ename], items, where=f"--engine-opt {ename}")
-    if session.engine_url and not any(c.kind == "external" for c in out.values()):
-        url_label = session.sources.get("engine_url", "--engine-url")
+    if settings.engine_url and not any(c.kind == "external" for c in out.values()):
+        url_label = settings.sources.get("engine_url", "--engine-url")
         raise ConfigError(
-            f"{url_label} {S.shown_url(session.engine_url)}: {where} chose "
+            f"{url_label} {S.shown_url(settings.engine_url)}: {where} chose "
             f"{', '.join(out)}, none of them external, so the URL would not be measured. "
             "Leave --engine out (--engine-url alone means --engine=external), give "
             "--engine=external, or drop --engine-url."
@@ -97,10 +97,10 @@ def check_sim_profile(state: Session, name: str, cfg: EngineConfig) -> None:
 
     if str(profile) in PROFILES:
         return
-    session = state.session
+    settings = state.settings
     label = (
-        session.sources.get("sim_profile", "--sim-profile")
-        if profile == session.sim_profile
+        settings.sources.get("sim_profile", "--sim-profile")
+        if profile == settings.sim_profile
         else f"engine {name}: options.profile"
     )
     raise ConfigError(
@@ -133,7 +133,7 @@ def engine_config(state: Session, name: str, where: str) -> EngineConfig:
     """The config of engine ``name`` (configured, or the defaults of a bare kind) with the
     session's settings applied: model, sim profile (for sim engines whose config names
     none), API key, TLS, the external URL."""
-    session = state.session
+    settings = state.settings
     cfg = state.roster.configured.get(name) or EngineConfig(kind=name, name=name)
     if not cfg.name:
         cfg = dataclasses.replace(cfg, name=name)
@@ -141,8 +141,8 @@ def engine_config(state: Session, name: str, where: str) -> EngineConfig:
     model_set = state.defaults.sources.get("model", "default") != "default"
     if model_set or not cfg.model:
         cfg = dataclasses.replace(cfg, model=model or cfg.model)
-    if cfg.kind == "sim" and session.sim_profile and not cfg.options.get("profile"):
-        cfg = dataclasses.replace(cfg, options={**cfg.options, "profile": session.sim_profile})
+    if cfg.kind == "sim" and settings.sim_profile and not cfg.options.get("profile"):
+        cfg = dataclasses.replace(cfg, options={**cfg.options, "profile": settings.sim_profile})
     # The readiness probes talk to the engine as the load generator will.
     d = state.defaults
     cfg = dataclasses.replace(
@@ -152,7 +152,7 @@ def engine_config(state: Session, name: str, where: str) -> EngineConfig:
         verify_tls=not d.insecure,
     )
     if cfg.kind == "external":
-        url = session.engine_url or cfg.url
+        url = settings.engine_url or cfg.url
         if not url:
             raise ConfigError(
                 f"{where}: engine {name!r} is external and needs a URL: give --engine-url "
@@ -160,9 +160,9 @@ def engine_config(state: Session, name: str, where: str) -> EngineConfig:
             )
         remember(url_password(url))
         cfg = dataclasses.replace(cfg, url=url)
-        if session.sources.get("external_ready_timeout", "default") != "default":
+        if settings.sources.get("external_ready_timeout", "default") != "default":
             cfg = dataclasses.replace(
-                cfg, external_ready_timeout_s=session.external_ready_timeout_s
+                cfg, external_ready_timeout_s=settings.external_ready_timeout_s
             )
     return cfg
 
@@ -175,9 +175,9 @@ def engines_of_test(state: Session, ts: S.TestSettings, where: str) -> tuple[lis
     chosen, and is skipped when none was."""
     from pytest_llmslo.engines import apply_overrides
 
-    session = state.session
+    settings = state.settings
     if not ts.engines:
-        return list(session.engines), None
+        return list(settings.engines), None
     label = f"@pytest.mark.slo(engines=...) on {where}"
     S.check_engine_names(ts.engines, state.roster.configured, label)
     for name in ts.engines:
@@ -188,15 +188,15 @@ def engines_of_test(state: Session, ts: S.TestSettings, where: str) -> tuple[lis
                 cfg = apply_overrides(cfg, items, where=f"--engine-opt {name}")
             check_sim_profile(state, name, cfg)
             state.roster.configs[name] = cfg
-    src = session.sources.get("engine", "default")
+    src = settings.sources.get("engine", "default")
     if not (src.startswith("--") or src.startswith(S.ENV_PREFIX)):
         return list(ts.engines), None
-    picked = [e for e in ts.engines if e in session.engines]
+    picked = [e for e in ts.engines if e in settings.engines]
     if picked:
         return picked, None
     return [], (
         f"this test runs on {', '.join(ts.engines)} (its engines=); {src} chose "
-        f"{', '.join(session.engines)}"
+        f"{', '.join(settings.engines)}"
     )
 
 
@@ -209,7 +209,7 @@ def engine_factory(state: Session) -> EngineFactory:
             state.roster.configs,
             announce=state.say,
             on_start=state.roster.started,
-            max_restarts=state.session.engine_restarts,
+            max_restarts=state.settings.engine_restarts,
             prepare=state.hooks.engine_config,
             progress=state.progress,
         )

@@ -14,8 +14,8 @@ from pytest_llmslo.regression import baselines
 
 from .baseline import load_baseline
 from .engines import engines_of_test, resolve_engines
-from .outputs import output_flags, output_path
 from .state import Session, baseline_root
+from .writers import output_flags, output_path
 
 __all__ = ["check_inputs", "check_output_path", "check_test_inputs", "plan_test", "prepare"]
 
@@ -51,15 +51,15 @@ def check_output_path(path: Path, label: str) -> None:
 def check_inputs(state: Session) -> None:
     """Paths, names and files of the session, checked in ``pytest_configure``: a usage error
     before any engine starts, naming the option and the fix."""
-    session = state.session
+    settings = state.settings
     for name, flag in output_flags().items():
         path = output_path(state, name)
         if path is not None:
-            check_output_path(path, session.sources.get(name, flag))
-    if session.save:
-        label = session.sources.get("slo_save", "--slo-save")
+            check_output_path(path, settings.sources.get(name, flag))
+    if settings.save:
+        label = settings.sources.get("slo_save", "--slo-save")
         try:
-            saved = baselines.baseline_path(session.save, baseline_root(state))
+            saved = baselines.baseline_path(settings.save, baseline_root(state))
         except ConfigError as exc:
             raise ConfigError(f"{label}: {exc}") from None
         check_output_path(saved, label)
@@ -119,7 +119,7 @@ def prepare(state: Session) -> None:
     state.roster.configs = resolve_engines(state)
     check_inputs(state)
     load_baseline(state)
-    state.remote.open(state.session, state.say)
+    state.remote.open(state.settings, state.say)
 
 
 def plan_test(state: Session, ts: S.TestSettings, where: str) -> tuple[list[str], str | None]:

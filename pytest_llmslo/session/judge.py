@@ -20,7 +20,7 @@ from .asked import asked_workload_gate
 from .baseline import compare_with_baseline
 from .faultgate import fault_gate
 from .level import harness_cut, inconclusive, measure_level, point_notes
-from .quality import quality_gate, record_quality
+from .qualitygate import quality_gate, record_quality
 from .state import Session, TestContext, primary
 
 if TYPE_CHECKING:

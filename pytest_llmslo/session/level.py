@@ -173,8 +173,8 @@ def load_level(
     session's fields ``meta`` in its run's meta: the one call of the load generator."""
     from pytest_llmslo import load
 
-    from .faults import fault_proxy, fault_triggers, with_faults
-    from .scaleup import scale_trigger, with_scale_up
+    from .faultlevel import fault_proxy, fault_triggers, with_faults
+    from .scaleuplevel import scale_trigger, with_scale_up
 
     ts = task.ts
     trigger = scale_trigger(ts.scale_up, task.handle, progress, ts.duration_s)

@@ -22,8 +22,8 @@ from pytest_llmslo.interrupts import Interrupts
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.redact import redact, redact_obj
 
-from .constants import constants_of_test, session_constants
 from .factory import NullProgress, Progress
+from .pinned import constants_of_test, session_constants
 from .points import PointBook
 from .roster import EngineRoster
 from .timing import Timing
@@ -174,7 +174,7 @@ class Session:
 
     def __init__(
         self,
-        session: S.SessionSettings,
+        settings: S.SessionSettings,
         sources: S.Sources,
         *,
         rootpath: Path,
@@ -186,7 +186,7 @@ class Session:
         self.hooks = hooks or SessionHooks()
         self._machine: dict[str, Any] | None = None
         self._commit: dict[str, Any] | None = None
-        self.session = session
+        self.settings = settings
         self.sources = sources
         self.rootpath = Path(rootpath)
         self.inipath = inipath
@@ -246,7 +246,7 @@ class Session:
             self.defaults,
             self.roster.configs,
             self.roster.meta,
-            engines=self.session.engines,
+            engines=self.settings.engines,
             tests=self.test_constants,
             salt=prompt_salt(self, self.defaults),
         )
@@ -316,7 +316,7 @@ def baseline_root(state: Session) -> str:
 def history_root(state: Session) -> Path | None:
     """Where the session keeps its run (``--slo-history``): ``.llmslo/runs`` under the
     root path unless a directory is named; None when it is ``none`` (or ``off``)."""
-    text = state.session.history
+    text = state.settings.history
     if text is None:
         return state.rootpath / ".llmslo" / "runs"
     if text.strip().lower() in ("", "none", "off"):
@@ -330,7 +330,7 @@ def resolve_path(state: Session, text: str, name: str) -> Path:
     path = Path(text)
     if path.is_absolute():
         return path
-    if state.session.sources.get(name, "").startswith("ini") and state.inipath is not None:
+    if state.settings.sources.get(name, "").startswith("ini") and state.inipath is not None:
         return state.inipath.parent / path
     return state.invocation_dir / path
 

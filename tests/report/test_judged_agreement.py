@@ -67,7 +67,7 @@ def _points() -> list[SweepPoint]:
 
 
 def _judged_quality(outcome: str, right: int, items: int) -> dict[str, object]:
-    """A level's quality verdict as ``session.quality`` keeps it."""
+    """A level's quality verdict as ``session.qualitygate`` keeps it."""
     row = {
         "objective": "accuracy>=0.95",
         "items": items,

@@ -53,7 +53,7 @@ def json_path(state: Session) -> Path | None:
 
 def output_path(state: Session, name: str) -> Path | None:
     """The resolved path of output setting ``name`` (``output_flags``)."""
-    p = state.session.outputs.get(name)
+    p = state.settings.outputs.get(name)
     if not p:
         return None
     return resolve_path(state, p, name)
@@ -161,7 +161,7 @@ def write_json(state: Session, *, complete: bool) -> bool:
 def save_session_baseline(state: Session, *, interrupted: bool) -> None:
     """``--slo-save NAME``: the session's document as a baseline (a partial one as
     ``NAME.partial``, which never replaces the baseline)."""
-    name = state.session.save
+    name = state.settings.save
     if not name or not state.points:
         return
     try:
@@ -228,7 +228,7 @@ def remember_run(
     root = history_root(state)
     if root is None or not state.points:
         return
-    session = state.session
+    settings = state.settings
     try:
         doc = state.document(complete=not interrupted)
         record = record or provenance.run_record(doc, state.rootpath)
@@ -242,13 +242,13 @@ def remember_run(
         )
         return
     try:
-        store.prune(root, keep=session.history_keep, days=session.history_days, spare=path.stem)
+        store.prune(root, keep=settings.history_keep, days=settings.history_days, spare=path.stem)
     except (OSError, ValueError) as exc:
         state.notes.append(f"warning: the run history {root} was not pruned: {exc}")
 
 
 def _write_outputs(state: Session, *, interrupted: bool, record: Mapping[str, Any] | None) -> None:
-    if state.session.json_path:
+    if state.settings.json_path:
         write_json(state, complete=not interrupted)
     write_reports(state, complete=not interrupted, record=record)
 

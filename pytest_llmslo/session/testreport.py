@@ -10,8 +10,8 @@ from pytest_llmslo.document import EngineEntry, Results
 from pytest_llmslo.redact import redact
 
 from .engines import engines_text
-from .outputs import json_path
 from .state import Session, TestContext
+from .writers import json_path
 
 __all__ = ["summary_lines_of_test", "summary_report", "tests_overview"]
 
