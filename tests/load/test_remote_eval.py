@@ -122,6 +122,10 @@ def _specs(tmp_path: Path) -> list[WorkloadSpec]:
     return specs
 
 
+# Three runs of two evals each (in-process, two local and two remote workers): ~25 s. The
+# default suite keeps test_workers_score_nothing_and_must_read_the_sessions_rows, a remote
+# level whose answers the session scores.
+@pytest.mark.slow
 def test_remote_workers_answers_are_scored_as_a_local_levels(tmp_path: Path) -> None:
     """The same items on the sim, from this process, from two local worker processes and
     from two ``llmslo worker`` processes: the same accuracy and the same answers, digest for
