@@ -26,6 +26,7 @@ from . import coldstart
 from .base import EngineConfig
 from .cache_reset import RESET_TIMEOUT_S, reset_cache
 from .launchplan import LaunchPlan
+from .managed import ManagedEngine
 from .ports import probe_host
 from .runtimes import Runtime, StartedUnit, runtime_of
 from .tempdirs import remove_dirs
@@ -168,6 +169,10 @@ class RunningEngine:
 
     def __repr__(self) -> str:
         return f"<RunningEngine {self.config.display_name} {self.base_url} model={self.model}>"
+
+
+#: A ``RunningEngine`` has every capability of an engine started here (mypy checks it).
+_MANAGED: type[ManagedEngine] = RunningEngine
 
 
 @functools.lru_cache(maxsize=1)
