@@ -91,3 +91,52 @@ def test_each_capability_is_asked_for_alone(mode: str) -> None:
     }
     explains = Explains(EngineConfig(kind="vllm", name="v"))
     assert exit_reason(explains) == "exited: vllm exit status -9 (killed by SIGKILL)"
+
+
+class Unit:
+    """A started unit that can tell nothing more than ``StartedUnit`` asks."""
+
+    def alive(self) -> bool:
+        return False
+
+    def returncode(self) -> int | None:
+        return -9
+
+    def log_tail(self, lines: int = 40) -> str:
+        return ""
+
+    def stop(self) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"role": "worker"}
+
+
+class Pod(Unit):
+    """One that can tell why it failed, where it is in its start, where its workers'
+    metrics are (what ``KubeEngine`` tells)."""
+
+    def failure(self) -> str | None:
+        return "ImagePullBackOff"
+
+    def waiting_for(self) -> str | None:
+        return "pulling the image"
+
+    def metrics_urls(self) -> list[str]:
+        return ["http://127.0.0.1:1/metrics"]
+
+
+def test_a_started_unit_tells_what_it_can() -> None:
+    from pytest_llmslo.engines.launch import _stage
+    from pytest_llmslo.engines.running import exit_text
+
+    assert exit_text(Unit()) == "exit status -9 (killed by SIGKILL)"
+    assert exit_text(Pod()) == "ImagePullBackOff"
+    assert _stage([Unit(), Pod()]) == " (pulling the image)" and _stage([Unit()]) == ""
+    plan = external.plan(EngineConfig(kind="external", name="e", url="http://127.0.0.1:9"))
+    assert RunningEngine(plan, [Unit(), Pod()]).metrics_urls == ("http://127.0.0.1:1/metrics",)
+    assert RunningEngine(plan, [Unit()]).metrics_urls == plan.metrics_urls
+    assert (
+        exit_reason(RunningEngine(plan, [Unit()]))
+        == "exited: worker exit status -9 (killed by SIGKILL)"
+    )
