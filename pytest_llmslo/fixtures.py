@@ -69,8 +69,8 @@ def slo_engine(
     if failed is not None:  # an error of each test of this engine, without a traceback
         pytest.fail(failed, pytrace=False)
     try:
-        # misc: EngineRef forwards every attribute to the engine's current handle
-        # (__getattr__), which a Protocol check cannot see.
+        # misc: EngineRef reads config, base_url and model from the engine's current
+        # handle (read-only properties), where EngineHandle declares settable attributes.
         yield EngineRef(slo_engine_factory, name)  # type: ignore[misc]
     finally:
         # pytest tears this down when the next test uses another engine: one engine runs

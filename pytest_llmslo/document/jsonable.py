@@ -6,9 +6,18 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["jsonable"]
+__all__ = ["SupportsToDict", "jsonable"]
+
+
+@runtime_checkable
+class SupportsToDict(Protocol):
+    """A value that says what it is as JSON data (a summary, a verdict, an objective, a
+    knee): ``jsonable`` expands it, the JUnit properties flatten it, the pinned constants
+    keep it."""
+
+    def to_dict(self) -> Mapping[str, Any]: ...
 
 
 def jsonable(value: Any) -> Any:
@@ -25,9 +34,8 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict) and not isinstance(value, type):
-        return jsonable(to_dict())
+    if isinstance(value, SupportsToDict) and not isinstance(value, type):
+        return jsonable(value.to_dict())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return jsonable(dataclasses.asdict(value))
     tolist = getattr(value, "tolist", None)  # numpy arrays and scalars

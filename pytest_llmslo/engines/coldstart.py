@@ -39,6 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .runtimes.runtime import ColdStartFigures, MarksPhases
+
 __all__ = ["PHASES", "PHASE_TEXT", "ColdStart", "StartClock", "unit_marks"]
 
 #: Every phase, in the order a start goes through them.
@@ -174,17 +176,16 @@ class StartClock:
         for p in phases:
             self._marks.setdefault(p, None)
 
-    def from_units(self, units: Sequence[Any]) -> None:
+    def from_units(self, units: Sequence[object]) -> None:
         """The marks the started units took themselves (``unit_marks``) and, for a pod,
         the cluster's figures (``cold_start()``)."""
         for phase, at in unit_marks(units).items():
             self.mark(phase, at)
         for unit in units:
-            cold = getattr(unit, "cold_start", None)
-            if not callable(cold):
+            if not isinstance(unit, ColdStartFigures):
                 continue
             try:
-                figures = cold()
+                figures = unit.cold_start()
             except Exception:  # a report detail, never a reason to fail the start
                 figures = None
             if isinstance(figures, Mapping):
@@ -203,16 +204,15 @@ class StartClock:
         )
 
 
-def unit_marks(units: Iterable[Any]) -> dict[str, float]:
+def unit_marks(units: Iterable[object]) -> dict[str, float]:
     """The phases the units saw (``marks()``: phase -> monotonic time), the latest of each
     over the units: an engine of several units has started when its last one has."""
     out: dict[str, float] = {}
     for unit in units:
-        marks = getattr(unit, "marks", None)
-        if not callable(marks):
+        if not isinstance(unit, MarksPhases):
             continue
         try:
-            seen = marks()
+            seen = unit.marks()
         except Exception:
             continue
         for phase, at in (seen or {}).items():

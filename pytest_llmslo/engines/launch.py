@@ -30,7 +30,7 @@ from .ports import probe_host
 from .readiness import models_listed
 from .running import RunningEngine, exit_text, log_tails, probe_client, stop_units
 from .runtimes import Runtime, StartedUnit, runtime_of
-from .runtimes.runtime import HostNetwork
+from .runtimes.runtime import HostNetwork, TellsStage
 from .tempdirs import remove_dirs
 
 log = logging.getLogger(__name__)
@@ -376,9 +376,10 @@ def _check_external(
 def _stage(units: list[StartedUnit]) -> str:
     """`` (pulling the image)``: where a unit that can tell (a pod) is in its start."""
     for unit in units:
-        waiting_for = getattr(unit, "waiting_for", None)
+        if not isinstance(unit, TellsStage):
+            continue
         with contextlib.suppress(Exception):
-            stage = waiting_for() if callable(waiting_for) else None
+            stage = unit.waiting_for()
             if stage:
                 return f" ({stage})"
     return ""

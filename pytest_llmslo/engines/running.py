@@ -26,8 +26,10 @@ from . import coldstart
 from .base import EngineConfig
 from .cache_reset import RESET_TIMEOUT_S, reset_cache
 from .launchplan import LaunchPlan
+from .managed import ManagedEngine
 from .ports import probe_host
 from .runtimes import Runtime, StartedUnit, runtime_of
+from .runtimes.runtime import ExplainsFailure, LocatesWorkerMetrics
 from .tempdirs import remove_dirs
 from .units import ImageUnit
 
@@ -73,8 +75,10 @@ class RunningEngine:
         self.model = model or plan.model
         # Units that know where their workers' metrics are once running (a cluster's
         # worker pods, reached through the engine's access path) say so; else the plan's.
-        found = [f for u in units if callable(f := getattr(u, "metrics_urls", None))]
-        self.metrics_urls = tuple(x for f in found for x in f()) if found else plan.metrics_urls
+        found = [u for u in units if isinstance(u, LocatesWorkerMetrics)]
+        self.metrics_urls = (
+            tuple(x for u in found for x in u.metrics_urls()) if found else plan.metrics_urls
+        )
         self._units = units
         self._version = version
         self._started_s = started_s
@@ -170,6 +174,10 @@ class RunningEngine:
         return f"<RunningEngine {self.config.display_name} {self.base_url} model={self.model}>"
 
 
+#: A ``RunningEngine`` has every capability of an engine started here (mypy checks it).
+_MANAGED: type[ManagedEngine] = RunningEngine
+
+
 @functools.lru_cache(maxsize=1)
 def _hardware() -> dict[str, Any]:
     hw: dict[str, Any] = {
@@ -241,8 +249,7 @@ def probe_client(config: EngineConfig, timeout: httpx.Timeout) -> httpx.Client:
 def exit_text(unit: StartedUnit) -> str:
     """How a unit ended: ``exit status -9 (killed by SIGKILL)``, or why it failed."""
     # A unit that knows why it failed says so (a pod's ImagePullBackOff, FailedScheduling).
-    failure = getattr(unit, "failure", None)
-    why = failure() if callable(failure) else None
+    why = unit.failure() if isinstance(unit, ExplainsFailure) else None
     if why:
         return str(why)
     rc = getattr(unit, "returncode", None)

@@ -26,6 +26,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..levelpoint import LevelPoint, parse_level_point
+from .base import EngineHandle
+from .managed import StartedHere
 from .runtimes.runtime import Scalable
 
 __all__ = ["ScaleUp", "add_capacity", "parse_scale_up"]
@@ -121,7 +123,7 @@ def parse_scale_up(value: Any) -> ScaleUp | None:
         raise ValueError(f"scale_up: {exc}") from None
 
 
-def add_capacity(handle: Any, spec: ScaleUp, timeout_s: float = 30.0) -> dict[str, Any]:
+def add_capacity(handle: EngineHandle, spec: ScaleUp, timeout_s: float = 30.0) -> dict[str, Any]:
     """Grow the running engine ``handle`` as ``spec`` asks (module docstring); what was
     done, as JSON data. ``ConfigError`` when its kind and runtime cannot grow running."""
     config = handle.config
@@ -129,7 +131,12 @@ def add_capacity(handle: Any, spec: ScaleUp, timeout_s: float = 30.0) -> dict[st
         return _sim(handle, spec, timeout_s)
     if config.kind == "dynamo" and config.runtime == "process":
         return _dynamo_worker(handle, spec)
-    for target in (*getattr(handle, "units", ()), getattr(handle, "runtime", None)):
+    # Its started units first (a Deployment that scales itself), then its runtime; an
+    # engine not started here has neither.
+    targets: tuple[object, ...] = ()
+    if isinstance(handle, StartedHere):
+        targets = (*handle.units, handle.runtime)
+    for target in targets:
         if isinstance(target, Scalable):
             replicas = spec.replicas or int(getattr(target, "replicas", 1) or 1) + 1
             target.scale(replicas)
@@ -168,7 +175,8 @@ def _dynamo_worker(handle: Any, spec: ScaleUp) -> dict[str, Any]:
     from . import dynamo
     from .runtimes.process import ManagedProcess
 
-    units = list(getattr(handle, "units", ()))
+    # Any: a process unit's spec (its role, its log) is read where it has one.
+    units: list[Any] = list(handle.units) if isinstance(handle, StartedHere) else []
     workers = sum(1 for u in units if getattr(u, "spec", None) and u.spec.role != "frontend")
     wanted = spec.replicas or workers + 1
     if wanted != workers + 1:

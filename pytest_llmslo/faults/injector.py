@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_llmslo.engines.runtimes.runtime import PodFaults, UnitFaults
+from pytest_llmslo.engines.base import EngineHandle
+from pytest_llmslo.engines.managed import StartedHere
+from pytest_llmslo.engines.runtimes.runtime import PodFaults, Runtime, StartedUnit, UnitFaults
 from pytest_llmslo.errors import ConfigError
 
 from ..sim.admintoken import admin_headers
@@ -35,7 +37,7 @@ __all__ = ["inject", "pick_unit"]
 
 
 def inject(
-    handle: Any, fault: Fault, proxy: FaultProxy | None = None, timeout_s: float = 30.0
+    handle: EngineHandle, fault: Fault, proxy: FaultProxy | None = None, timeout_s: float = 30.0
 ) -> dict[str, Any]:
     """Do ``fault`` to the engine ``handle`` (module docstring); what was done."""
     if fault.kind in ("drop", "delay"):
@@ -48,8 +50,10 @@ def inject(
     config = handle.config
     if config.kind == "sim":
         return _sim(handle, fault, timeout_s)
-    runtime = getattr(handle, "runtime", None)
-    units = tuple(getattr(handle, "units", ()))
+    runtime: Runtime | None = None
+    units: tuple[StartedUnit, ...] = ()
+    if isinstance(handle, StartedHere):  # an engine not started here (external) has neither
+        runtime, units = handle.runtime, tuple(handle.units)
     if config.runtime == "kubernetes":
         return _kubernetes(config, units, fault)
     if runtime is None or not units:
@@ -58,7 +62,7 @@ def inject(
             f"here: the harness cannot {fault.kind} it (drop and delay work on any engine)"
         )
     unit, index = pick_unit(units, fault.replica)
-    target = runtime
+    target: Runtime | UnitFaults = runtime
     if not callable(getattr(runtime, fault.kind, None)):
         target = UnitFaults()  # its default: this runtime cannot
         target.name = str(getattr(runtime, "name", config.runtime))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmslo.catalog import CATALOGUE, parse_stat
+from pytest_llmslo.document.jsonable import SupportsToDict
 from pytest_llmslo.judged import (
     LevelOutcome,
     judged_stat,
@@ -407,13 +408,12 @@ def suite_properties(constants: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _is_scalar(v: object) -> bool:
-    return not isinstance(v, (Mapping, list, tuple)) and not hasattr(v, "to_dict")
+    return not isinstance(v, (Mapping, list, tuple, SupportsToDict))
 
 
 def _flatten(value: Any, path: tuple[str, ...], out: list[tuple[str, str]]) -> None:
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict) and not isinstance(value, type):
-        value = to_dict()
+    if isinstance(value, SupportsToDict) and not isinstance(value, type):
+        value = value.to_dict()
     if isinstance(value, Mapping):
         for k, v in value.items():
             _flatten(v, (*path, str(k)), out)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_llmslo.engines.base import EngineConfig, EngineHandle
+from pytest_llmslo.engines.managed import ExplainsExit
 from pytest_llmslo.errors import (
     ConfigError,
     EngineDiedError,
@@ -191,10 +192,9 @@ class EngineFactory:
 
 def exit_reason(handle: EngineHandle) -> str:
     """How an engine ended (``vllm exited with exit status -9 (killed by SIGKILL)``)."""
-    reason = getattr(handle, "exit_reason", None)
-    if callable(reason):
+    if isinstance(handle, ExplainsExit):
         try:
-            return f"exited: {reason()}"
+            return f"exited: {handle.exit_reason()}"
         except Exception:  # a report detail must not hide the death itself
             pass
     return "exited"

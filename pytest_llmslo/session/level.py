@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from pytest_llmslo import settings as S
 from pytest_llmslo.engines.base import EngineHandle
+from pytest_llmslo.engines.managed import ResetsCache, WorkerMetrics
 from pytest_llmslo.errors import EngineDiedError, LoadInterrupted
 from pytest_llmslo.records import LoadLevel, Run
 from pytest_llmslo.runmeta import RunMeta
@@ -258,7 +259,8 @@ def start_signals(
         return None
     from pytest_llmslo.signals.scraper import Scraper, ScrapeSettings
 
-    urls = [handle.base_url.rstrip("/") + "/metrics", *getattr(handle, "metrics_urls", ())]
+    workers = handle.metrics_urls if isinstance(handle, WorkerMetrics) else ()
+    urls = [handle.base_url.rstrip("/") + "/metrics", *workers]
     extra = (handle.config.options or {}).get("metrics_urls") if handle.config else None
     if isinstance(extra, str):
         extra = [extra]
@@ -283,19 +285,17 @@ def reset_engine_cache(handle: EngineHandle, ts: S.TestSettings) -> dict[str, An
     the harness started the engine, ``on`` for an external one too. What was done, for
     the level's record: ``{"mode", "reset", "how", "why"}``."""
     mode = ts.reset_cache
-    cfg = getattr(handle, "config", None)
     if mode == "off":
         return {"mode": mode, "reset": False, "why": "--reset-cache=off"}
-    if mode == "auto" and (cfg is None or cfg.kind == "external"):
+    if mode == "auto" and handle.config.kind == "external":
         return {
             "mode": mode,
             "reset": False,
             "why": "an engine the harness did not start is reset only with --reset-cache=on",
         }
-    reset = getattr(handle, "reset_cache", None)
-    if not callable(reset):
+    if not isinstance(handle, ResetsCache):
         return {"mode": mode, "reset": False, "why": "this engine cannot empty its cache"}
-    return {"mode": mode, **reset()}
+    return {"mode": mode, **handle.reset_cache()}
 
 
 def check_prefix_share(run: Run, ts: S.TestSettings) -> Run:

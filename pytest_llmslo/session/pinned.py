@@ -11,6 +11,7 @@ from typing import Any
 from pytest_llmslo import settings as S
 from pytest_llmslo._version import __version__
 from pytest_llmslo.document import constants
+from pytest_llmslo.document.jsonable import SupportsToDict
 from pytest_llmslo.engines.base import EngineConfig
 
 __all__ = [
@@ -30,8 +31,7 @@ def workload_text(d: S.TestSettings) -> dict[str, Any]:
 
 def objective_dict(o: Any) -> Any:
     """An objective as the document keeps it (its ``to_dict``, or its text)."""
-    to_dict = getattr(o, "to_dict", None)
-    return to_dict() if callable(to_dict) else str(o)
+    return o.to_dict() if isinstance(o, SupportsToDict) else str(o)
 
 
 def constants_of_test(ts: S.TestSettings, salt: str | None = None) -> dict[str, Any]:

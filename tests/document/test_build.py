@@ -97,6 +97,24 @@ def test_nan_and_numpy_become_plain_json() -> None:
     }
 
 
+def test_a_value_with_to_dict_is_expanded_and_a_class_is_not() -> None:
+    from pytest_llmslo.document.jsonable import SupportsToDict
+
+    @dataclasses.dataclass
+    class Said:
+        x: float
+
+        def to_dict(self) -> dict[str, Any]:
+            return {"said": self.x, "nan": math.nan}
+
+    assert isinstance(Said(1.0), SupportsToDict)
+    # Its to_dict wins over its fields; the class itself is not a value to expand.
+    assert jsonable({"v": Said(1.0), "t": Said}) == {
+        "v": {"said": 1.0, "nan": None},
+        "t": str(Said),
+    }
+
+
 def test_engine_without_metadata_gets_an_entry(points: list[SweepPoint]) -> None:
     doc = document_of(points)
     assert doc["engines"]["vllm"] == {"version": None, "metadata": {}}

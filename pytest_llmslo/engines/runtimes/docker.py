@@ -34,7 +34,7 @@ from ..base import EngineConfig
 from ..launchplan import LaunchPlan
 from ..units import ImageUnit
 from .dockerkill import HARD_REMOVE_S, remove_now
-from .runtime import HostNetwork, Started, StartedUnit
+from .runtime import HostNetwork, MarksPhases, Started, StartedUnit
 
 LABEL_PREFIX = "io.llmslo"
 LABEL_SESSION = f"{LABEL_PREFIX}.session"
@@ -493,6 +493,10 @@ def reap_once(client: Any) -> list[str]:
     except Exception as exc:  # best effort
         log.warning("reaping stale containers failed: %s", exc)
         return []
+
+
+# A container marks the phases of its start it saw (mypy checks it).
+_MARKS: type[MarksPhases] = ManagedContainer
 
 
 class DockerRuntime(HostNetwork):

@@ -45,7 +45,16 @@ from .k8s.kubeclient import Cluster, cluster, json_of, kubernetes_module
 from .k8s.layout import Layout, selector_text
 from .k8s.objects import layout_of
 from .k8s.settings import KubeSettings, settings_of
-from .runtime import Started, StartedUnit
+from .runtime import (
+    ColdStartFigures,
+    ExplainsFailure,
+    LocatesWorkerMetrics,
+    PodFaults,
+    Scalable,
+    Started,
+    StartedUnit,
+    TellsStage,
+)
 
 #: The port an engine listens on in its pod when ``port`` is not set.
 DEFAULT_PORT = 8000
@@ -467,6 +476,18 @@ def _unserved(obj: dict[str, Any], exc: BaseException) -> str:
         f" (the cluster does not serve {version} {obj['kind']}: is its controller "
         "installed, in that version? `llmslo check --engine NAME` lists what is missing)"
     )
+
+
+# What a KubeEngine tells and does besides StartedUnit (mypy checks it against each).
+_KUBE_ENGINE: tuple[
+    type[StartedUnit],
+    type[TellsStage],
+    type[ExplainsFailure],
+    type[ColdStartFigures],
+    type[LocatesWorkerMetrics],
+    type[PodFaults],
+    type[Scalable],
+] = (KubeEngine,) * 7
 
 
 class KubernetesRuntime:

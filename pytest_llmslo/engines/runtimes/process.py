@@ -28,7 +28,7 @@ from .. import lifecycle
 from .._common import require_gpu, require_module
 from ..launchplan import LaunchPlan
 from ..units import ProcessUnit
-from .runtime import HostNetwork, Started, StartedUnit
+from .runtime import HostNetwork, MarksPhases, Started, StartedUnit
 
 _PR_SET_PDEATHSIG = 1
 
@@ -247,6 +247,10 @@ def start_processes(
             p.stop()
         raise
     return started
+
+
+# A process group marks the phases of its start it saw (mypy checks it).
+_MARKS: type[MarksPhases] = ManagedProcess
 
 
 class ProcessRuntime(HostNetwork):

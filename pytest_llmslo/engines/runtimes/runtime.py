@@ -14,7 +14,7 @@ runtime that cannot). Nothing here knows an engine kind, and no kind knows a run
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,6 +33,52 @@ class StartedUnit(Protocol):
     def log_tail(self, lines: int = 40) -> str: ...
     def stop(self) -> None: ...
     def describe(self) -> dict[str, Any]: ...
+
+
+# What some started units can tell besides: each asked for with isinstance where it is used.
+
+
+@runtime_checkable
+class MarksPhases(Protocol):
+    """A started unit that saw phases of its own start (phase -> ``time.monotonic()``:
+    ``spawned_s`` of a process group, ``container_started_s`` of a container), read into
+    the engine's cold start (``coldstart.unit_marks``)."""
+
+    def marks(self) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class ColdStartFigures(Protocol):
+    """A started unit whose platform timed its start (a pod's figures, ``k8s/phases.py``:
+    ``KubeEngine``), None until it has (``coldstart.StartClock.from_units``)."""
+
+    def cold_start(self) -> Mapping[str, Any] | None: ...
+
+
+@runtime_checkable
+class TellsStage(Protocol):
+    """A started unit that says where it is in its start (``pulling the image``:
+    ``KubeEngine``), shown while the harness waits for it (``launch.py``)."""
+
+    def waiting_for(self) -> str | None: ...
+
+
+@runtime_checkable
+class ExplainsFailure(Protocol):
+    """A started unit that knows why it will not start or serve (a pod's
+    ``ImagePullBackOff``: ``KubeEngine``), said instead of its exit status
+    (``running.exit_text``)."""
+
+    def failure(self) -> str | None: ...
+
+
+@runtime_checkable
+class LocatesWorkerMetrics(Protocol):
+    """A started unit that knows, once running, the ``/metrics`` URLs of its engine's
+    workers (a cluster's worker pods: ``KubeEngine``); the engine's ``metrics_urls`` are
+    then these rather than its plan's (``running.py``)."""
+
+    def metrics_urls(self) -> Sequence[str]: ...
 
 
 @runtime_checkable
