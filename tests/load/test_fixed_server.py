@@ -331,13 +331,17 @@ async def test_tight_thresholds_mark_the_run_invalid(fixed_url: str) -> None:
         )
 
     # Read stamps: slots idle between requests (any turnaround is above 0 ms), loop lag,
-    # stalls (every 10 ms tick is "late" at 0 ms, and every chunk was read in one) and CPU.
+    # stalls (every 10 ms tick is "late" at 0 ms) and CPU. A stall is a reason only when a
+    # chunk was read inside one of those windows: usually, not always (47 windows and no
+    # chunk read in any was seen), so the reason is asked exactly when tokens were touched.
     read = await run("read")
-    assert read.health.receive_stamps == "read"
-    assert not read.valid and len(read.health.reasons) == 4, read.health.reasons
-    assert "stood idle" in read.health.reasons[0]
-    assert "event-loop lag" in read.health.reasons[1]
-    assert "event loop stalled" in read.health.reasons[2] and read.health.stalls > 0
+    h = read.health
+    assert h.receive_stamps == "read" and h.stalls > 0
+    assert not read.valid and len(h.reasons) == (4 if h.stalled_tokens else 3), h.reasons
+    assert "stood idle" in h.reasons[0]
+    assert "event-loop lag" in h.reasons[1]
+    assert any("event loop stalled" in r for r in h.reasons) == (h.stalled_tokens > 0)
+    assert "CPU" in h.reasons[-1]
     # Kernel stamps: a late loop does not move a chunk that arrived alone, so the loop-lag
     # rule does not apply, and a stall counts only chunks that shared their read (and so
     # their stamp) with the next chunk: none, unless the machine was busy enough that two
