@@ -18,6 +18,20 @@ from pytest_llmslo.engines import EngineConfig, lifecycle
 from pytest_llmslo.engines.ports import pick_free_port
 from pytest_llmslo.errors import EngineUnavailable
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A thread that dies with an exception during a Kubernetes test fails it: the client
+    library's port-forward thread prints a traceback when either side resets its
+    connection (the forwarder ends its socket gently; the fake API server answers a
+    failed forward on the error channel, as the kubelet does)."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.parent == here and item.path.name.startswith("test_engines_k8s"):
+            item.add_marker(
+                pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+            )
+
+
 if TYPE_CHECKING:
     from k8s_cluster import FakeCluster
 

@@ -47,7 +47,18 @@ async def _port_forward(raw: Any, target_port: int) -> Any:
     port = int(raw.query["ports"])
     await ws.send_bytes(b"\x00" + port.to_bytes(2, "little"))
     await ws.send_bytes(b"\x01" + port.to_bytes(2, "little"))
-    reader, writer = await asyncio.open_connection("127.0.0.1", target_port)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", target_port)
+    except OSError as exc:
+        # As the kubelet does (kubernetes/kubernetes at 0d1821e, pkg/kubelet/cri/
+        # streaming/portforward/websocket.go, portForward): the error on the port's error
+        # channel, then the streams and the connection closed; never an HTTP answer on
+        # the upgraded socket.
+        pod = raw.path.split("/")[-2]
+        why = f"error forwarding port {port} to pod {pod}, uid : {exc}"
+        await ws.send_bytes(b"\x01" + why.encode())
+        await ws.close()
+        return ws
 
     async def upstream() -> None:
         async for msg in ws:

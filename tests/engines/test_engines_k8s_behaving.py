@@ -135,8 +135,6 @@ def test_a_multi_node_layout_comes_up_serves_and_leaves_nothing(
     assert owner_reference_denials(cluster, role(NS)["rules"]) == []
 
 
-# The client library's port-forward thread may still be reading when the engine stops.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_ray_worker_that_starts_before_the_head_retries(
     cluster: FakeCluster, secret_dir: Path
 ) -> None:

@@ -180,3 +180,29 @@ def test_a_multi_node_engine_is_reached_at_its_leader(
     )
     rules = role(NS)["rules"]
     assert not [s for s in sorted(used(cluster)) if not allowed(*s, rules)]
+
+
+def test_streams_cut_mid_answer_end_their_port_forwards_cleanly(cluster: FakeCluster) -> None:
+    # End to end through the client library's real port-forward: a load's cut (end of a
+    # window, a stop signal) closes streams while the engine still sends; every proxy
+    # thread ends, none with a traceback (this module fails on any thread's exception).
+    # test_engines_k8s_forward.py holds the race that used to reset them.
+    import threading
+
+    with DynamoOperator(cluster, NS, ready_after_s=0.1):
+        handle = launch(dynamo(), poll_s=0.1)
+    try:
+        body = {"model": MODEL, "stream": True, "max_tokens": 4000,
+                "messages": [{"role": "user", "content": "count"}]}  # fmt: skip
+        for _ in range(5):
+            with httpx.Client(base_url=handle.base_url, timeout=10, trust_env=False) as client:
+                with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                    assert r.status_code == 200
+                    chunks = r.iter_raw()
+                    assert next(chunks)  # the first bytes, then the client goes away
+    finally:
+        handle.stop()
+    proxies = [t for t in threading.enumerate() if t.name.startswith("Kubernetes port forward")]
+    for t in proxies:
+        t.join(5)
+    assert not [t for t in proxies if t.is_alive()]

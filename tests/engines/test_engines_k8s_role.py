@@ -36,7 +36,6 @@ def every_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[A
         forget_clients()
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_the_runtime_uses_nothing_the_role_does_not_allow(every_request: Any) -> None:
     import socket
 

@@ -14,6 +14,7 @@ import logging
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,9 +23,13 @@ log = logging.getLogger(__name__)
 _CHUNK = 1 << 16
 
 
-def _pump(a: Any, b: Any, stop: threading.Event) -> None:
-    """Copy bytes both ways between two sockets until either side closes."""
-    peers = {a: b, b: a}
+_DRAIN_S = 2.0
+
+
+def _pump(conn: Any, remote: Any, stop: threading.Event) -> None:
+    """Copy bytes both ways between the accepted connection and the port-forward's socket
+    until either side closes (or ``stop``), then end both the gentle way."""
+    peers = {conn: remote, remote: conn}
     try:
         while not stop.is_set():
             ready, _, _ = select.select(list(peers), [], [], 0.5)
@@ -36,9 +41,28 @@ def _pump(a: Any, b: Any, stop: threading.Event) -> None:
     except OSError:
         return
     finally:
-        for sock in (a, b):
-            with contextlib.suppress(OSError):
-                sock.close()
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
+            conn.close()
+        _end_forward(remote)
+
+
+def _end_forward(remote: Any) -> None:
+    """End the port-forward's socket so that the client library's proxy thread ends
+    cleanly: an end of stream first (it then closes its side and its websocket), what it
+    still sends read and dropped until it has, then the close. Closing at once while its
+    bytes sit unread resets its side, and its thread dies with ``ConnectionResetError``
+    (a traceback on stderr at every cut stream). Bounded by ``_DRAIN_S``."""
+    with contextlib.suppress(OSError):
+        remote.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + _DRAIN_S
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([remote], [], [], left)
+            if ready and not remote.recv(_CHUNK):
+                break
+    with contextlib.suppress(OSError):
+        remote.close()
 
 
 def _unavailable(conn: socket.socket, why: str) -> None:
