@@ -40,6 +40,15 @@ _SEP = b"\n\ndata: "
 _MAX_CHUNK = 1024  # bytes of one chunk: nesting <= 512 levels, numbers < 1,025 digits
 
 
+def _dated(times: Sequence[int], pieces: Sequence[bytes], ends: list[int]) -> list[int]:
+    """The read time of each event of the joined ``pieces`` whose last byte is at offset
+    ``ends[i] - 1``: the time of the piece that holds it."""
+    piece_ends = list(accumulate(map(len, pieces)))
+    if ends == piece_ends[: len(ends)]:
+        return list(times[: len(ends)])  # one event per piece: the usual read
+    return [times[bisect_right(piece_ends, e - 1)] for e in ends]
+
+
 def plain_events(
     times: Sequence[int], pieces: Sequence[bytes]
 ) -> tuple[list[int], list[bytes], bytes] | None:
@@ -55,11 +64,7 @@ def plain_events(
     n = len(events)
     # Where each event's blank line ends: its text and the blank lines before it.
     ends = list(map(add, accumulate(map(len, events)), range(2, 2 * n + 2, 2)))
-    piece_ends = list(accumulate(map(len, pieces)))
-    if ends == piece_ends[:n]:
-        ev_times = list(times[:n])  # one event per piece: the usual read
-    else:
-        ev_times = [times[bisect_right(piece_ends, e - 1)] for e in ends]
+    ev_times = _dated(times, pieces, ends)
     if b"" in events:  # a run of blank lines: no event between them
         kept = [(t, e) for t, e in zip(ev_times, events, strict=True) if e]
         ev_times = [t for t, _ in kept]
@@ -103,11 +108,7 @@ def plain_body(
         return None
     datas = body[6:-2].split(_SEP)
     ends = list(map(add, accumulate(map(len, datas)), range(8, 8 * n + 8, 8)))
-    piece_ends = list(accumulate(map(len, pieces)))
-    if ends == piece_ends[:n]:
-        data_ns = list(times[:n])  # one event per piece: the usual read
-    else:
-        data_ns = [times[bisect_right(piece_ends, e - 1)] for e in ends]
+    data_ns = _dated(times, pieces, ends)
     try:
         end = datas.index(_DONE)
     except ValueError:
