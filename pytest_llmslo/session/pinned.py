@@ -43,6 +43,8 @@ def constants_of_test(ts: S.TestSettings, salt: str | None = None) -> dict[str, 
         "dataset": path,
         "isl": ts.isl,
         "osl": ts.osl,
+        # Not pinned: runs with other salts are compared (their prompts differ in words,
+        # not in lengths); --prompt-salt=<this> repeats the prompts exactly.
         "prompt_salt": salt or None,
         "slo": [objective_dict(o) for o in ts.objectives],
         "levels": [lv.label for lv in ts.levels],
@@ -96,7 +98,6 @@ def session_constants(
     """The session's constants of the results document: its defaults ``d``, the engines'
     (``configs``, and ``engine_meta`` of those that started), each test's own (``tests``,
     ``constants_of_test``) and the salt of its prompts."""
-    kind, path = d.dataset_kind()
     models = sorted({str(m.get("model")) for m in engine_meta.values() if m.get("model")})
     precision = sorted(
         {str(c.quantization or c.dtype) for c in configs.values() if c.quantization or c.dtype}
@@ -119,21 +120,8 @@ def session_constants(
         "hardware": {name: c["hardware"] for name, c in per_engine.items()},
         "per_engine": per_engine,
         "client": client,
-        "workload": {"kind": kind, "path": path, **workload_text(d)},
-        "dataset": path,
-        "isl": d.isl,
-        "osl": d.osl,
-        # Not pinned: runs with other salts are compared (their prompts differ in words,
-        # not in lengths); --prompt-salt=<this> repeats the prompts exactly.
-        "prompt_salt": salt or None,
-        "slo": [objective_dict(o) for o in d.objectives],
-        "strict": d.strict,
-        "confidence": d.confidence,
-        "warmup": d.warmup,
-        "requests": d.requests,
-        "duration_s": d.duration_s,
-        "endpoint": d.endpoint,
-        "levels": [lv.label for lv in d.levels],
+        # The session's defaults, as a test's own (constants_of_test).
+        **constants_of_test(d, salt),
         "engines": list(engines),
         "engine_versions": {n: m.get("version") for n, m in engine_meta.items()},
         "tests": tests,
